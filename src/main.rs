@@ -1,3 +1,32 @@
-fn main() {
-    println!("Hello, world!");
+use std::process::ExitCode;
+
+use clap::Parser;
+use dyadfs::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DYADFS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Mount(args) => dyadfs::mount::mount(args),
+        Command::Stats(args) => dyadfs::mount::stats(&args.mountpoint).map(|s| {
+            if args.json {
+                println!("{}", serde_json::to_string(&s).expect("serialize"));
+            } else {
+                print!("{}", s.table());
+            }
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dyadfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,171 @@
+//! On-disk format of a cache entry's header (the `.meta` file beside each `.dat` file).
+//!
+//! The header repeats the entry's identity (path and source version) so a hash collision or a
+//! swapped file is caught, records which chunks of the `.dat` file are present with the crc32c
+//! of each, and ends with a crc32c of everything before it so a torn or foreign file is
+//! rejected. Headers are written to a temp file and renamed into place, so a crash leaves either
+//! the old header or the new one. Any change to this layout must bump [`FORMAT_VERSION`]; the
+//! golden-bytes test below fails otherwise.
+//!
+//! Layout (little endian):
+//! ```text
+//! magic "DYADFSC\0" | format u32 | chunk_size u32 | source size u64 | source mtime_ns i64
+//! | path_len u32 | path bytes | n_chunks u32 | n_chunks x (present u8, crc32c u32) | crc u32
+//! ```
+
+use super::{CacheError, Version};
+
+pub const MAGIC: &[u8; 8] = b"DYADFSC\0";
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A chunk as recorded on disk: present with its checksum, or absent.
+pub type ChunkRecord = Option<u32>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub chunk_size: u32,
+    pub version: Version,
+    pub path: String,
+    pub chunks: Vec<ChunkRecord>,
+}
+
+impl Header {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(40 + self.path.len() + 5 * self.chunks.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.chunk_size.to_le_bytes());
+        out.extend_from_slice(&self.version.size.to_le_bytes());
+        out.extend_from_slice(&self.version.mtime_ns.to_le_bytes());
+        out.extend_from_slice(&(self.path.len() as u32).to_le_bytes());
+        out.extend_from_slice(self.path.as_bytes());
+        out.extend_from_slice(&(self.chunks.len() as u32).to_le_bytes());
+        for chunk in &self.chunks {
+            out.push(chunk.is_some() as u8);
+            out.extend_from_slice(&chunk.unwrap_or(0).to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Header, CacheError> {
+        let corrupt = |why: &str| CacheError::Corrupt(why.to_string());
+        if bytes.len() < 4 {
+            return Err(corrupt("header too short"));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return Err(corrupt("header checksum mismatch"));
+        }
+        let mut r = Reader(body);
+        if r.take(8)? != MAGIC {
+            return Err(corrupt("bad magic"));
+        }
+        let format = r.u32()?;
+        if format != FORMAT_VERSION {
+            return Err(CacheError::Corrupt(format!("unknown format version {format}")));
+        }
+        let chunk_size = r.u32()?;
+        let size = r.u64()?;
+        let mtime_ns = r.u64()? as i64;
+        let path_len = r.u32()? as usize;
+        let path = String::from_utf8(r.take(path_len)?.to_vec()).map_err(|_| corrupt("path"))?;
+        let n = r.u32()? as usize;
+        let mut chunks = Vec::with_capacity(n.min(1 << 20));
+        for _ in 0..n {
+            let present = r.take(1)?[0];
+            let crc = r.u32()?;
+            chunks.push(match present {
+                0 => None,
+                1 => Some(crc),
+                _ => return Err(corrupt("bad chunk flag")),
+            });
+        }
+        if !r.0.is_empty() {
+            return Err(corrupt("trailing bytes"));
+        }
+        Ok(Header {
+            chunk_size,
+            version: Version { size, mtime_ns },
+            path,
+            chunks,
+        })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CacheError> {
+        if self.0.len() < n {
+            return Err(CacheError::Corrupt("header truncated".into()));
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+    fn u32(&mut self) -> Result<u32, CacheError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, CacheError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+}
+
+/// FNV-1a 64: a stable name for a path's files (std's hasher is not stable across releases).
+pub fn path_hash(path: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in path.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Header {
+        Header {
+            chunk_size: 2 << 20,
+            version: Version {
+                size: 5 << 20,
+                mtime_ns: 1_700_000_000_123_456_789,
+            },
+            path: "train/x.npz".into(),
+            chunks: vec![Some(0xdead_beef), None, Some(7)],
+        }
+    }
+
+    #[test]
+    fn golden_bytes() {
+        let golden = include_bytes!("../../fixtures/cache/header-v1.bin");
+        assert_eq!(
+            sample().encode(),
+            golden.as_slice(),
+            "the on-disk cache header changed: bump FORMAT_VERSION and regenerate the fixture"
+        );
+        assert_eq!(Header::decode(golden).unwrap(), sample());
+    }
+
+    #[test]
+    fn rejects_any_flipped_byte_and_truncation() {
+        let bytes = sample().encode();
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(Header::decode(&bad).is_err(), "flip at {i} accepted");
+        }
+        for n in 0..bytes.len() {
+            assert!(Header::decode(&bytes[..n]).is_err(), "truncation to {n} accepted");
+        }
+    }
+
+    #[test]
+    fn path_hash_is_stable() {
+        assert_eq!(path_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(path_hash("a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

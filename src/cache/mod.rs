@@ -1,0 +1,611 @@
+//! The node-local NVMe cache: one sparse `.dat` file per cached source file (same size, same
+//! offsets, so the kernel can read it directly in passthrough mode) plus a checksummed `.meta`
+//! header saying which chunks are present (see [`format`]).
+//!
+//! Chunks move Absent -> Filling (claimed by one filler: single flight) -> Present. A present
+//! chunk is *verified* once per daemon lifetime against its crc32c before it is served; chunks
+//! reloaded after a restart start unverified. Capacity is accounted in bytes of present (or
+//! reserved) chunks; least recently used entries that nobody holds open are evicted whole.
+
+pub mod format;
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use format::{ChunkRecord, Header};
+
+use crate::stats::Stats;
+
+/// A source file's version: a cached copy of another version is never served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Version {
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cache I/O error: {0}")]
+    Io(#[from] io::Error),
+    #[error("corrupt cache entry: {0}")]
+    Corrupt(String),
+    #[error("cache directory {0} is in use by another dyadfs daemon")]
+    Locked(PathBuf),
+    #[error("timed out waiting for another reader's fill of {0}")]
+    FillTimeout(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    pub dir: PathBuf,
+    pub chunk_size: u32,
+    /// Bytes the cache may hold; `None` leaves 10% of the cache filesystem free.
+    pub capacity: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Absent,
+    Filling,
+    Present { crc: u32, verified: bool },
+}
+
+struct State {
+    chunks: Vec<Chunk>,
+    present_bytes: u64,
+    /// Set when the entry leaves the index (evicted or replaced): nothing is persisted again.
+    evicted: bool,
+}
+
+/// One cached file. Held by open handles (`pin`) and by the index.
+pub struct Entry {
+    pub path: String,
+    pub version: Version,
+    chunk_size: u64,
+    data: File,
+    data_path: PathBuf,
+    meta_path: PathBuf,
+    state: Mutex<State>,
+    filled: Condvar,
+    persist_lock: Mutex<()>,
+    pins: AtomicU32,
+    last_use: AtomicU64,
+    /// Whether any of this entry's bytes were fetched from the backing store (stats).
+    pub fetched: AtomicBool,
+}
+
+struct Index {
+    entries: HashMap<String, Arc<Entry>>,
+}
+
+pub struct Cache {
+    dir: PathBuf,
+    chunk_size: u64,
+    capacity: u64,
+    index: Mutex<Index>,
+    /// Bytes of present chunks plus reservations of fills in flight.
+    used: AtomicU64,
+    tick: AtomicU64,
+    stats: Arc<Stats>,
+    _lock: File,
+}
+
+/// How long a reader waits for another reader's fill of the same chunk before giving up.
+const FILL_WAIT: Duration = Duration::from_secs(120);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a cache lock leaves consistent-enough state (chunks are only marked
+    // present after their bytes are written); keep serving rather than poisoning every reader.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Cache {
+    /// Opens (or creates) the cache directory, takes its lock and reloads every intact entry.
+    /// Leftovers of a crash (temp files, data without a header, headers that do not check out)
+    /// are deleted.
+    pub fn open(config: &CacheConfig, stats: Arc<Stats>) -> Result<Cache, CacheError> {
+        let data_dir = config.dir.join("data");
+        fs::create_dir_all(&data_dir)?;
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(config.dir.join("lock"))?;
+        // SAFETY: flock on a file descriptor we own; no memory is involved.
+        if unsafe { libc::flock(lock_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(CacheError::Locked(config.dir.clone()));
+        }
+        let chunk_size = u64::from(config.chunk_size);
+        let mut entries = HashMap::new();
+        let mut used = 0;
+        for sub in fs::read_dir(&data_dir)? {
+            let sub = sub?.path();
+            if !sub.is_dir() {
+                continue;
+            }
+            for file in fs::read_dir(&sub)? {
+                let file = file?.path();
+                let name = file.file_name().unwrap_or_default().to_string_lossy();
+                if name.ends_with(".meta") {
+                    match load_entry(&file, chunk_size) {
+                        Ok(entry) => {
+                            used += lock(&entry.state).present_bytes;
+                            entries.insert(entry.path.clone(), Arc::new(entry));
+                        }
+                        Err(e) => {
+                            tracing::warn!(meta = %file.display(), error = %e, "dropping cache entry");
+                            let _ = fs::remove_file(&file);
+                            let _ = fs::remove_file(file.with_extension("dat"));
+                        }
+                    }
+                } else if name.ends_with(".dat") {
+                    if !file.with_extension("meta").exists() {
+                        let _ = fs::remove_file(&file);
+                    }
+                } else {
+                    // Temp headers of a crashed write, or anything foreign.
+                    let _ = fs::remove_file(&file);
+                }
+            }
+        }
+        let capacity = match config.capacity {
+            Some(c) => c,
+            None => {
+                let (total, avail) = fs_space(&config.dir)?;
+                (avail + used).saturating_sub(total / 10)
+            }
+        };
+        tracing::info!(entries = entries.len(), used, capacity, "cache loaded");
+        Ok(Cache {
+            dir: config.dir.clone(),
+            chunk_size,
+            capacity,
+            index: Mutex::new(Index { entries }),
+            used: AtomicU64::new(used),
+            tick: AtomicU64::new(1),
+            stats,
+            _lock: lock_file,
+        })
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Number of entries holding at least one present chunk.
+    pub fn cached_files(&self) -> u64 {
+        let index = lock(&self.index);
+        index
+            .entries
+            .values()
+            .filter(|e| lock(&e.state).present_bytes > 0)
+            .count() as u64
+    }
+
+    /// The entry for `path` at `version`, created empty if absent. A cached copy of another
+    /// version is dropped (its open handles keep reading their own, now unlinked, copy).
+    pub fn entry(&self, path: &str, version: Version) -> Result<Arc<Entry>, CacheError> {
+        let mut index = lock(&self.index);
+        if let Some(e) = index.entries.get(path) {
+            if e.version == version {
+                e.touch(self.next_tick());
+                return Ok(e.clone());
+            }
+            let old = index.entries.remove(path).expect("present");
+            self.drop_entry(&old);
+        }
+        let hash = format::path_hash(path);
+        let sub = self.dir.join("data").join(format!("{:02x}", hash >> 56));
+        fs::create_dir_all(&sub)?;
+        let data_path = sub.join(format!("{hash:016x}.dat"));
+        let meta_path = sub.join(format!("{hash:016x}.meta"));
+        // A different path with the same hash: the newcomer takes the slot.
+        if let Some(other) = index
+            .entries
+            .values()
+            .find(|e| e.data_path == data_path)
+            .cloned()
+        {
+            index.entries.remove(&other.path);
+            self.drop_entry(&other);
+        }
+        let _ = fs::remove_file(&meta_path);
+        let _ = fs::remove_file(&data_path);
+        let data = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&data_path)?;
+        data.set_len(version.size)?;
+        let n = version.size.div_ceil(self.chunk_size) as usize;
+        let entry = Arc::new(Entry {
+            path: path.to_string(),
+            version,
+            chunk_size: self.chunk_size,
+            data,
+            data_path,
+            meta_path,
+            state: Mutex::new(State {
+                chunks: vec![Chunk::Absent; n],
+                present_bytes: 0,
+                evicted: false,
+            }),
+            filled: Condvar::new(),
+            persist_lock: Mutex::new(()),
+            pins: AtomicU32::new(0),
+            last_use: AtomicU64::new(self.next_tick()),
+            fetched: AtomicBool::new(false),
+        });
+        index.entries.insert(path.to_string(), entry.clone());
+        Ok(entry)
+    }
+
+    fn next_tick(&self) -> u64 {
+        self.tick.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Removes an entry's files and returns its bytes. The caller has taken it out of the index.
+    fn drop_entry(&self, entry: &Entry) {
+        let mut st = lock(&entry.state);
+        st.evicted = true;
+        self.used.fetch_sub(st.present_bytes, Ordering::Relaxed);
+        st.present_bytes = 0;
+        for c in st.chunks.iter_mut() {
+            if matches!(c, Chunk::Present { .. }) {
+                *c = Chunk::Absent;
+            }
+        }
+        let _ = fs::remove_file(&entry.meta_path);
+        let _ = fs::remove_file(&entry.data_path);
+    }
+
+    /// Reserves room for `bytes` of new chunks of `for_entry`, evicting least recently used
+    /// entries that are not open and not being filled. `false`: nothing more can be evicted, the
+    /// caller serves the read uncached.
+    pub fn reserve(&self, for_entry: &Entry, bytes: u64) -> bool {
+        if bytes > self.capacity {
+            return false;
+        }
+        let mut index = lock(&self.index);
+        if self.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+            self.used.fetch_add(bytes, Ordering::Relaxed);
+            return true;
+        }
+        let mut victims: Vec<Arc<Entry>> = index
+            .entries
+            .values()
+            .filter(|e| !std::ptr::eq(e.as_ref(), for_entry) && e.pins.load(Ordering::Relaxed) == 0)
+            .filter(|e| {
+                let st = lock(&e.state);
+                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
+            })
+            .cloned()
+            .collect();
+        victims.sort_by_key(|e| e.last_use.load(Ordering::Relaxed));
+        for victim in victims {
+            if self.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+                break;
+            }
+            tracing::debug!(path = %victim.path, "evicting");
+            index.entries.remove(&victim.path);
+            self.drop_entry(&victim);
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+            self.used.fetch_add(bytes, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Returns a reservation (or a present chunk's bytes) to the free pool.
+    pub fn release(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+fn load_entry(meta_path: &Path, chunk_size: u64) -> Result<Entry, CacheError> {
+    let header = Header::decode(&fs::read(meta_path)?)?;
+    if u64::from(header.chunk_size) != chunk_size {
+        return Err(CacheError::Corrupt(format!(
+            "chunk size {} differs from the configured {chunk_size}",
+            header.chunk_size
+        )));
+    }
+    let n = header.version.size.div_ceil(chunk_size) as usize;
+    if header.chunks.len() != n {
+        return Err(CacheError::Corrupt("chunk count does not match size".into()));
+    }
+    let data_path = meta_path.with_extension("dat");
+    let data = OpenOptions::new().read(true).write(true).open(&data_path)?;
+    if data.metadata()?.len() != header.version.size {
+        return Err(CacheError::Corrupt("data file size does not match".into()));
+    }
+    let mut present_bytes = 0;
+    let chunks = header
+        .chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match c {
+            Some(crc) => {
+                present_bytes += chunk_len(header.version.size, chunk_size, i as u64);
+                Chunk::Present {
+                    crc: *crc,
+                    verified: false,
+                }
+            }
+            None => Chunk::Absent,
+        })
+        .collect();
+    Ok(Entry {
+        path: header.path,
+        version: header.version,
+        chunk_size,
+        data,
+        data_path,
+        meta_path: meta_path.to_path_buf(),
+        state: Mutex::new(State {
+            chunks,
+            present_bytes,
+            evicted: false,
+        }),
+        filled: Condvar::new(),
+        persist_lock: Mutex::new(()),
+        pins: AtomicU32::new(0),
+        last_use: AtomicU64::new(0),
+        fetched: AtomicBool::new(false),
+    })
+}
+
+fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
+    chunk_size.min(size - idx * chunk_size)
+}
+
+/// (total, available to unprivileged users) bytes of the filesystem holding `dir`.
+pub fn fs_space(dir: &Path) -> io::Result<(u64, u64)> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: statvfs is plain data, fully written by the call on success.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `s` a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
+}
+
+/// The outcome of claiming a range of chunks.
+pub struct Claim {
+    /// Chunks this caller must fill (now `Filling`).
+    pub mine: Vec<u64>,
+    /// Whether other fillers hold chunks of the range.
+    pub others: bool,
+}
+
+impl Entry {
+    pub fn chunk_count(&self) -> u64 {
+        self.version.size.div_ceil(self.chunk_size)
+    }
+
+    pub fn chunk_len(&self, idx: u64) -> u64 {
+        chunk_len(self.version.size, self.chunk_size, idx)
+    }
+
+    /// Chunks covering bytes `[offset, offset + len)`, clipped to the file.
+    pub fn chunks_for(&self, offset: u64, len: u64) -> Range<u64> {
+        let end = (offset + len).min(self.version.size);
+        if offset >= end {
+            return 0..0;
+        }
+        offset / self.chunk_size..end.div_ceil(self.chunk_size)
+    }
+
+    fn touch(&self, tick: u64) {
+        self.last_use.store(tick, Ordering::Relaxed);
+    }
+
+    /// An open handle holds the entry: it is not evicted until `unpin`.
+    pub fn pin(&self, cache: &Cache) {
+        self.pins.fetch_add(1, Ordering::Relaxed);
+        self.touch(cache.next_tick());
+    }
+
+    pub fn unpin(&self) {
+        self.pins.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn is_evicted(&self) -> bool {
+        lock(&self.state).evicted
+    }
+
+    /// Claims every absent chunk of `range` for the caller to fill.
+    pub fn claim(&self, range: Range<u64>) -> Claim {
+        let mut st = lock(&self.state);
+        let mut claim = Claim {
+            mine: Vec::new(),
+            others: false,
+        };
+        for i in range {
+            match st.chunks[i as usize] {
+                Chunk::Absent => {
+                    st.chunks[i as usize] = Chunk::Filling;
+                    claim.mine.push(i);
+                }
+                Chunk::Filling => claim.others = true,
+                Chunk::Present { .. } => {}
+            }
+        }
+        claim
+    }
+
+    /// Marks a claimed chunk present with the checksum of the bytes just written.
+    /// Returns false if the entry left the cache meanwhile (the caller's reservation is void).
+    pub fn complete(&self, idx: u64, crc: u32) -> bool {
+        let mut st = lock(&self.state);
+        let kept = !st.evicted;
+        st.chunks[idx as usize] = if kept {
+            st.present_bytes += self.chunk_len(idx);
+            Chunk::Present {
+                crc,
+                verified: true,
+            }
+        } else {
+            Chunk::Absent
+        };
+        self.filled.notify_all();
+        kept
+    }
+
+    /// Gives back a claimed chunk that could not be filled; waiters retry it themselves.
+    pub fn abandon(&self, idx: u64) {
+        let mut st = lock(&self.state);
+        st.chunks[idx as usize] = Chunk::Absent;
+        self.filled.notify_all();
+    }
+
+    /// Waits (bounded) until no chunk of `range` is being filled by someone else.
+    pub fn wait_fills(&self, range: Range<u64>) -> Result<(), CacheError> {
+        let deadline = Instant::now() + FILL_WAIT;
+        let mut st = lock(&self.state);
+        while st.chunks[range.start as usize..range.end as usize].contains(&Chunk::Filling) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(CacheError::FillTimeout(self.path.clone()));
+            }
+            st = self
+                .filled
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    pub fn all_present(&self, range: Range<u64>) -> bool {
+        let st = lock(&self.state);
+        st.chunks[range.start as usize..range.end as usize]
+            .iter()
+            .all(|c| matches!(c, Chunk::Present { .. }))
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.all_present(0..self.chunk_count())
+    }
+
+    /// Writes chunk bytes at their offset in the data file.
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.data.write_all_at(bytes, offset)
+    }
+
+    /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
+    /// A chunk whose bytes do not match its checksum is dropped (its bytes released) so the
+    /// caller refetches it. Returns whether the whole range is present and verified.
+    pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
+        let mut all_good = true;
+        let mut buf = Vec::new();
+        for idx in range {
+            let crc = match lock(&self.state).chunks[idx as usize] {
+                Chunk::Present {
+                    verified: true, ..
+                } => continue,
+                Chunk::Present {
+                    crc,
+                    verified: false,
+                } => crc,
+                _ => {
+                    all_good = false;
+                    continue;
+                }
+            };
+            let len = self.chunk_len(idx) as usize;
+            buf.resize(len, 0);
+            self.data.read_exact_at(&mut buf, idx * self.chunk_size)?;
+            let mut st = lock(&self.state);
+            // Only act if nobody changed the chunk while we read it.
+            if st.chunks[idx as usize] == (Chunk::Present { crc, verified: false }) {
+                if crc32c::crc32c(&buf) == crc {
+                    st.chunks[idx as usize] = Chunk::Present {
+                        crc,
+                        verified: true,
+                    };
+                } else {
+                    tracing::warn!(path = %self.path, chunk = idx, "checksum mismatch, refetching");
+                    cache.stats.checksum_failures.fetch_add(1, Ordering::Relaxed);
+                    st.chunks[idx as usize] = Chunk::Absent;
+                    st.present_bytes -= len as u64;
+                    cache.release(len as u64);
+                    all_good = false;
+                }
+            }
+        }
+        if !all_good {
+            self.persist()?;
+        }
+        Ok(all_good)
+    }
+
+    /// Reads bytes of present chunks (the caller has ensured and verified them).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.data.read_exact_at(buf, offset)
+    }
+
+    /// A handle on the data file, for the kernel to read directly (passthrough).
+    pub fn data_file(&self) -> &File {
+        &self.data
+    }
+
+    /// Writes the header (atomically: temp file + rename) unless the entry left the cache.
+    pub fn persist(&self) -> Result<(), CacheError> {
+        let _serial = lock(&self.persist_lock);
+        let header = {
+            let st = lock(&self.state);
+            if st.evicted {
+                return Ok(());
+            }
+            Header {
+                chunk_size: self.chunk_size as u32,
+                version: self.version,
+                path: self.path.clone(),
+                chunks: st
+                    .chunks
+                    .iter()
+                    .map(|c| match c {
+                        Chunk::Present { crc, .. } => Some(*crc),
+                        _ => None,
+                    })
+                    .collect::<Vec<ChunkRecord>>(),
+            }
+        };
+        let tmp = self.meta_path.with_extension("meta.tmp");
+        let mut f = File::create(&tmp)?;
+        f.write_all(&header.encode())?;
+        drop(f);
+        fs::rename(&tmp, &self.meta_path)?;
+        // Eviction may have raced the rename: never leave a header for removed data.
+        if lock(&self.state).evicted {
+            let _ = fs::remove_file(&self.meta_path);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

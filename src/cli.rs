@@ -1,0 +1,184 @@
+//! Command-line interface: clap definitions and their conversion into config structs. The
+//! command and flag names are a contract with scripts outside the project.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dyadfs",
+    version,
+    about = "A FUSE filesystem that caches a shared-FS dataset on node-local NVMe",
+    long_about = "dyadfs mounts a read-only view of a dataset that lives on a slow shared \
+file system (Lustre, GPFS) and keeps every file read through it in an inclusive, chunked, \
+checksummed cache on the node's local NVMe, so later epochs read local copies.\n\n\
+Example:\n  dyadfs mount /dyad --ssd /nvme/dyadfs --backing /lustre/datasets/imagenet\n  \
+dyadfs stats /dyad\n  fusermount3 -u /dyad"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mount a dataset; returns once the mount is ready (the daemon keeps running)
+    Mount(MountArgs),
+    /// Print the counters of a running mount
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MountArgs {
+    /// Empty directory to mount on
+    pub mountpoint: PathBuf,
+
+    /// Cache directory on node-local NVMe (created if missing)
+    #[arg(long, value_name = "DIR", help_heading = "Storage")]
+    pub ssd: PathBuf,
+
+    /// Dataset directory on the shared file system (never modified)
+    #[arg(long, value_name = "DIR", help_heading = "Storage")]
+    pub backing: PathBuf,
+
+    /// Most bytes the cache may hold, e.g. 512M, 20G, 1T [default: leave 10% of the cache
+    /// file system free]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Storage")]
+    pub capacity: Option<u64>,
+
+    /// Cache granularity, 1M to 4M: the unit of fetching, checksumming and (later) transfer
+    #[arg(long, value_name = "SIZE", default_value = "2M", value_parser = parse_chunk_size,
+          help_heading = "Storage")]
+    pub chunk_size: u64,
+
+    /// How long names and attributes are trusted (kernel and daemon); a changed backing file
+    /// is noticed once this has passed. Accepts 500ms, 30s, 5m, 1h
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
+          help_heading = "Metadata")]
+    pub metadata_ttl: Duration,
+
+    /// Serve every read from the daemon (page cache kept) instead of letting the kernel read
+    /// complete cached files directly (FUSE passthrough, needs CAP_SYS_ADMIN and Linux >= 6.9)
+    #[arg(long, help_heading = "Performance")]
+    pub no_passthrough: bool,
+
+    /// Threads serving FUSE requests
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Performance")]
+    pub threads: u16,
+
+    /// Threads filling readahead chunks in the background
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "Performance")]
+    pub readahead_threads: u16,
+
+    /// Stay in the foreground (logs to stderr) instead of daemonizing
+    #[arg(long, short = 'f', help_heading = "Process")]
+    pub foreground: bool,
+
+    /// Log file of the background daemon [default: <SSD>/dyadfs.log]
+    #[arg(long, value_name = "FILE", help_heading = "Process")]
+    pub log_file: Option<PathBuf>,
+
+    /// FUSE mount options, comma separated (allow_other, allow_root, ...)
+    #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',', help_heading = "Process")]
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Mount point of a running dyadfs
+    pub mountpoint: PathBuf,
+    /// Print one JSON object instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses a byte size: a number with an optional K, M, G or T suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("unknown size suffix in {s:?} (use K, M, G or T)")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 512M, 20G, 1T)"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("{s:?} is not a size (examples: 512M, 20G, 1T)"));
+    }
+    Ok((value * (1u64 << shift) as f64) as u64)
+}
+
+fn parse_chunk_size(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if !(1 << 20..=4 << 20).contains(&v) || !v.is_power_of_two() {
+        return Err(format!("chunk size must be 1M, 2M or 4M, not {s}"));
+    }
+    Ok(v)
+}
+
+/// Parses a duration: a number with an optional ms, s, m or h suffix (seconds by default).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (examples: 500ms, 30s, 5m)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("{s:?} is not a duration (examples: 500ms, 30s, 5m)"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("20G"), Ok(20 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_chunk_size("3M").is_err());
+        assert_eq!(parse_chunk_size("4M"), Ok(4 << 20));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,72 @@
+//! The backing store: the dataset's directory on the shared parallel file system. dyadfs only
+//! ever reads it. It gives the namespace (stat, listings, symlinks) and is the source of last
+//! resort for file bytes.
+
+use std::ffi::OsString;
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+
+use super::read::{Origin, Source};
+use crate::cache::Version;
+
+pub struct BackingStore {
+    root: PathBuf,
+}
+
+/// The version of a file as the cache records it: (size, mtime).
+pub fn version_of(meta: &Metadata) -> Version {
+    Version {
+        size: meta.len(),
+        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+    }
+}
+
+impl BackingStore {
+    pub fn new(root: PathBuf) -> Self {
+        BackingStore { root }
+    }
+
+    /// The backing path of a path relative to the mount root ("" is the root).
+    pub fn path(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
+        }
+    }
+
+    pub fn stat(&self, rel: &str) -> io::Result<Metadata> {
+        std::fs::symlink_metadata(self.path(rel))
+    }
+
+    /// Every entry of a directory with its attributes (what readdirplus needs).
+    pub fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Metadata)>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(self.path(rel))? {
+            let entry = entry?;
+            // An entry removed between readdir and stat is simply not listed.
+            if let Ok(meta) = entry.metadata() {
+                out.push((entry.file_name(), meta));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn read_link(&self, rel: &str) -> io::Result<PathBuf> {
+        std::fs::read_link(self.path(rel))
+    }
+}
+
+impl Source for BackingStore {
+    fn read_at(&self, path: &str, version: Version, offset: u64, buf: &mut [u8]) -> io::Result<Origin> {
+        let file = File::open(self.path(path))?;
+        // Never mix two versions of a file in one cached copy.
+        if version_of(&file.metadata()?) != version {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        file.read_exact_at(buf, offset)?;
+        Ok(Origin::Backing)
+    }
+}

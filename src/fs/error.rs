@@ -1,0 +1,60 @@
+//! The one place where every failure of the filesystem becomes an errno. Each subsystem has its
+//! own error type; they meet here, and the conversion is one exhaustive `match`, so a new
+//! variant forces an errno decision.
+
+use std::io;
+
+use crate::cache::CacheError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("unknown file handle {0}")]
+    BadHandle(u64),
+    #[error("no such attribute")]
+    NoAttr,
+    #[error("buffer too small for the reply")]
+    Range,
+    #[error("chunk of {0} failed its checksum again after refetching")]
+    Corrupt(String),
+    #[error("source read failed: {0}")]
+    Source(io::Error),
+    #[error("backing store: {0}")]
+    Backing(io::Error),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+impl Error {
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound => libc::ENOENT,
+            Error::NotDir => libc::ENOTDIR,
+            Error::IsDir => libc::EISDIR,
+            Error::ReadOnly => libc::EROFS,
+            Error::BadHandle(_) => libc::EBADF,
+            Error::NoAttr => libc::ENODATA,
+            Error::Range => libc::ERANGE,
+            Error::Corrupt(_) => libc::EIO,
+            // A source that vanished or changed under a read is an I/O error to the reader.
+            Error::Source(e) => match e.raw_os_error() {
+                Some(libc::ESTALE) => libc::ESTALE,
+                _ => libc::EIO,
+            },
+            Error::Backing(e) => match e.kind() {
+                io::ErrorKind::NotFound => libc::ENOENT,
+                _ => e.raw_os_error().unwrap_or(libc::EIO),
+            },
+            Error::Cache(CacheError::Io(_) | CacheError::Corrupt(_)) => libc::EIO,
+            Error::Cache(CacheError::Locked(_)) => libc::EBUSY,
+            Error::Cache(CacheError::FillTimeout(_)) => libc::ETIMEDOUT,
+        }
+    }
+}

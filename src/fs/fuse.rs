@@ -1,0 +1,314 @@
+//! The only file that knows fuser: each handler opens a span, calls the core, and replies with
+//! data or an errno. Passthrough backing ids (a kernel resource tied to this session) are kept
+//! here, one per inode while it has passthrough opens, as the kernel requires.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::UNIX_EPOCH;
+
+use fuser::{
+    BackingId, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+};
+
+use super::read::Source;
+use super::{Attr, DyadFs, Error, Kind};
+
+/// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB.
+const MAX_REQUEST: u32 = 1 << 20;
+
+pub struct FuseAdapter<S: Source> {
+    fs: DyadFs<S>,
+    /// fh -> inode of passthrough opens, and inode -> (backing id, open count).
+    passthrough_fh: Mutex<HashMap<u64, u64>>,
+    backing_ids: Mutex<HashMap<u64, (BackingId, usize)>>,
+}
+
+impl<S: Source> FuseAdapter<S> {
+    pub fn new(fs: DyadFs<S>) -> Self {
+        FuseAdapter {
+            fs,
+            passthrough_fh: Mutex::new(HashMap::new()),
+            backing_ids: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: UNIX_EPOCH,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Other => FileType::NamedPipe,
+    }
+}
+
+impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_readahead(MAX_REQUEST);
+        let _ = config.set_max_write(MAX_REQUEST);
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        let mut passthrough = false;
+        if self.fs.passthrough_enabled() {
+            if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
+                passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                    && config.set_max_stack_depth(1).is_ok();
+            } else {
+                tracing::warn!("kernel does not offer FUSE passthrough; serving reads in the daemon");
+            }
+        }
+        self.fs.stats().passthrough.store(passthrough, Ordering::Relaxed);
+        tracing::info!(passthrough, "FUSE session initialised");
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _span = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
+        match self.fs.lookup(parent.0, name) {
+            Ok(a) => reply.entry(&self.fs.ttl(), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _span = tracing::debug_span!("getattr", ino = ino.0).entered();
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&self.fs.ttl(), &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(target.as_os_str().as_encoded_bytes()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _span = tracing::debug_span!("open", ino = ino.0).entered();
+        let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let opened = match self.fs.open(ino.0, write) {
+            Ok(o) => o,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let fh = FileHandle(opened.fh);
+        if let Some(entry) = opened.passthrough {
+            let mut ids = self.backing_ids.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = match ids.get_mut(&ino.0) {
+                Some(slot) => Some(slot),
+                None => match reply.open_backing(entry.data_file()) {
+                    Ok(id) => Some(ids.entry(ino.0).or_insert((id, 0))),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "passthrough open failed; serving from the daemon");
+                        None
+                    }
+                },
+            };
+            if let Some((id, count)) = slot {
+                *count += 1;
+                self.passthrough_fh
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(opened.fh, ino.0);
+                self.fs.stats().passthrough_opens.fetch_add(1, Ordering::Relaxed);
+                return reply.opened_passthrough(fh, FopenFlags::empty(), id);
+            }
+        }
+        let flags = if opened.keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        reply.opened(fh, flags);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _span = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
+        match self.fs.read(fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => {
+                tracing::warn!(error = %e, "read failed");
+                reply.error(errno(&e))
+            }
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = self
+            .passthrough_fh
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
+        if let Some(ino) = ino {
+            let mut ids = self.backing_ids.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, count)) = ids.get_mut(&ino) {
+                *count -= 1;
+                if *count == 0 {
+                    ids.remove(&ino);
+                }
+            }
+        }
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _span = tracing::debug_span!("opendir", ino = ino.0).entered();
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let listing = match self.fs.listing(fh.0) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        // Offsets 1 and 2 are "." and ".."; entry i of the listing has offset i + 3.
+        let dots = [(ino.0, "."), (ino.0, "..")];
+        for (i, (dino, name)) in dots.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*dino), i as u64 + 1, FileType::Directory, name) {
+                return reply.ok();
+            }
+        }
+        for (i, e) in listing.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+            if reply.add(INodeNo(e.attr.ino), i as u64 + 3, file_type(e.attr.kind), &e.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let listing = match self.fs.listing(fh.0) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let ttl = self.fs.ttl();
+        let dir_attr = match self.fs.getattr(ino.0) {
+            Ok(a) => file_attr(&a),
+            Err(e) => return reply.error(errno(&e)),
+        };
+        for (i, name) in [".", ".."].iter().enumerate().skip(offset as usize) {
+            if reply.add(ino, i as u64 + 1, name, &ttl, &dir_attr, Generation(0)) {
+                return reply.ok();
+            }
+        }
+        for (i, e) in listing.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+            let attr = file_attr(&e.attr);
+            if reply.add(attr.ino, i as u64 + 3, &e.name, &ttl, &attr, Generation(0)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(errno(&Error::Range)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0)
+        } else {
+            reply.data(&[])
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The read path: serve bytes of a file from its cache entry, filling absent chunks from a
+//! [`Source`] first (single flight: one filler per chunk, other readers wait for it).
+//!
+//! It is generic over the source so unit tests drive it with an in-memory double, the
+//! single-node daemon with the backing store, and the multi-node daemon with peers that fall
+//! back to the backing store.
+
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::Error;
+use crate::cache::{Cache, Entry, Version};
+use crate::stats::Stats;
+
+/// Files up to this size are fetched whole on their first read: a training sample is read
+/// entirely anyway, and one fill costs one backing-store open instead of several.
+pub const WHOLE_FILE_MAX: u64 = 8 << 20;
+/// Sequential readahead of large files grows 1, 2, 4... chunks up to this many per read.
+pub const MAX_READAHEAD_CHUNKS: u64 = 8;
+/// A read retries after a checksum failure this many times before reporting EIO.
+const VERIFY_ATTEMPTS: usize = 3;
+
+/// Where a source found the bytes it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Backing,
+}
+
+/// Where missing chunks come from.
+pub trait Source: Send + Sync + 'static {
+    /// Reads exactly `buf.len()` bytes of `path` at `offset`; fails (ESTALE) if the file is no
+    /// longer at `version`.
+    fn read_at(&self, path: &str, version: Version, offset: u64, buf: &mut [u8]) -> io::Result<Origin>;
+}
+
+pub struct Reader<S: ?Sized> {
+    pub cache: Arc<Cache>,
+    pub stats: Arc<Stats>,
+    pub source: Arc<S>,
+}
+
+impl<S: ?Sized> Clone for Reader<S> {
+    fn clone(&self) -> Self {
+        Reader {
+            cache: self.cache.clone(),
+            stats: self.stats.clone(),
+            source: self.source.clone(),
+        }
+    }
+}
+
+impl<S: Source + ?Sized> Reader<S> {
+    /// Reads up to `len` bytes at `offset` (short only at end of file).
+    pub fn read(&self, entry: &Arc<Entry>, offset: u64, len: u32) -> Result<Vec<u8>, Error> {
+        let size = entry.version.size;
+        let end = (offset + u64::from(len)).min(size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let want = entry.chunks_for(offset, end - offset);
+        let demand = if size <= WHOLE_FILE_MAX {
+            0..entry.chunk_count()
+        } else {
+            want.clone()
+        };
+        for _ in 0..VERIFY_ATTEMPTS {
+            let cached = self.fill(entry, demand.clone())?;
+            if !cached && !entry.all_present(want.clone()) {
+                return self.read_uncached(entry, offset, end);
+            }
+            if entry.verify(&self.cache, want.clone())? {
+                let mut buf = vec![0; (end - offset) as usize];
+                entry.read_at(offset, &mut buf).map_err(crate::cache::CacheError::Io)?;
+                self.stats
+                    .bytes_from_local
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                return Ok(buf);
+            }
+        }
+        Err(Error::Corrupt(entry.path.clone()))
+    }
+
+    /// Makes chunks `range` present, filling the absent ones from the source and waiting for
+    /// those another reader is filling. `Ok(false)`: the cache is full of open files, so this
+    /// caller's chunks were not cached.
+    pub fn fill(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
+        let claim = entry.claim(range.clone());
+        let mut fill = Fill {
+            entry,
+            cache: &self.cache,
+            pending: claim.mine,
+            reserved: 0,
+        };
+        if !fill.pending.is_empty() {
+            let bytes = fill.pending.iter().map(|&i| entry.chunk_len(i)).sum();
+            if !self.cache.reserve(entry, bytes) {
+                return Ok(false);
+            }
+            fill.reserved = bytes;
+            for run in runs(&fill.pending.clone()) {
+                let offset = run.start * self.cache.chunk_size();
+                let len: u64 = run.clone().map(|i| entry.chunk_len(i)).sum();
+                let mut buf = vec![0; len as usize];
+                let origin = self
+                    .source
+                    .read_at(&entry.path, entry.version, offset, &mut buf)
+                    .map_err(Error::Source)?;
+                self.count(entry, origin, len);
+                entry
+                    .write_at(offset, &buf)
+                    .map_err(crate::cache::CacheError::Io)?;
+                let mut at = 0;
+                for idx in run {
+                    let n = entry.chunk_len(idx) as usize;
+                    fill.complete(idx, crc32c::crc32c(&buf[at..at + n]));
+                    at += n;
+                }
+            }
+            entry.persist()?;
+        }
+        if claim.others {
+            entry.wait_fills(range)?;
+        }
+        Ok(true)
+    }
+
+    /// Serves a read straight from the source, without caching (the cache is full).
+    fn read_uncached(&self, entry: &Entry, offset: u64, end: u64) -> Result<Vec<u8>, Error> {
+        let mut buf = vec![0; (end - offset) as usize];
+        let origin = self
+            .source
+            .read_at(&entry.path, entry.version, offset, &mut buf)
+            .map_err(Error::Source)?;
+        self.stats.uncached_reads.fetch_add(1, Ordering::Relaxed);
+        self.count(entry, origin, buf.len() as u64);
+        Ok(buf)
+    }
+
+    fn count(&self, entry: &Entry, origin: Origin, bytes: u64) {
+        match origin {
+            Origin::Backing => {
+                if !entry.fetched.swap(true, Ordering::Relaxed) {
+                    self.stats.backing_fetches.fetch_add(1, Ordering::Relaxed);
+                }
+                self.stats
+                    .bytes_from_backing
+                    .fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Chunks claimed by one filler. Whatever is not completed when it is dropped (an error, a
+/// panic) is given back so waiting readers retry it, and its reservation is released.
+struct Fill<'a> {
+    entry: &'a Entry,
+    cache: &'a Cache,
+    pending: Vec<u64>,
+    reserved: u64,
+}
+
+impl Fill<'_> {
+    fn complete(&mut self, idx: u64, crc: u32) {
+        self.pending.retain(|&i| i != idx);
+        let len = self.entry.chunk_len(idx);
+        self.reserved -= len;
+        if !self.entry.complete(idx, crc) {
+            // The entry left the cache while we filled it: nothing holds these bytes.
+            self.cache.release(len);
+        }
+    }
+}
+
+impl Drop for Fill<'_> {
+    fn drop(&mut self) {
+        for &idx in &self.pending {
+            self.entry.abandon(idx);
+        }
+        self.cache.release(self.reserved);
+    }
+}
+
+/// Splits sorted chunk indices into contiguous runs, so each run is one source read.
+fn runs(idx: &[u64]) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for &i in idx {
+        match out.last_mut() {
+            Some(r) if r.end == i => r.end += 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

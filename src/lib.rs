@@ -1,0 +1,9 @@
+//! dyadfs: a FUSE filesystem that caches a shared-file-system dataset on node-local NVMe.
+//! See README.md for usage and ../GUIDE-style design notes in each module.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod cache;
+pub mod cli;
+pub mod fs;
+pub mod mount;
+pub mod stats;

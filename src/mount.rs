@@ -1,0 +1,276 @@
+//! The life of a mount: checking the user's input, daemonizing (the parent returns once the
+//! mount is ready), running the FUSE session, and unmounting on SIGTERM/SIGINT/SIGHUP or
+//! `fusermount3 -u`.
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use crate::cache::{Cache, CacheConfig};
+use crate::cli::MountArgs;
+use crate::fs::fuse::FuseAdapter;
+use crate::fs::{BackingStore, DyadFs, FsConfig};
+use crate::stats::Stats;
+
+/// Environment variable through which a background daemon reports readiness to its parent.
+const READY_FD_ENV: &str = "DYADFS_READY_FD";
+
+/// A one-line, user-facing error.
+pub type UserError = String;
+
+/// Checks everything that can be checked before mounting, so bad input fails fast with a
+/// message naming the culprit and nothing is left mounted.
+pub fn validate(args: &MountArgs) -> Result<(), UserError> {
+    match fs::metadata("/dev/fuse") {
+        Ok(m) if m.file_type().is_char_device() => {}
+        _ => return Err("no /dev/fuse: load the fuse module (modprobe fuse) or run where FUSE is available".into()),
+    }
+    let mnt = &args.mountpoint;
+    let meta = match fs::metadata(mnt) {
+        Ok(m) => m,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(format!(
+                "mount point {} is a dead FUSE mount: run fusermount3 -u {0}",
+                mnt.display()
+            ));
+        }
+        Err(_) => return Err(format!("mount point {} does not exist", mnt.display())),
+    };
+    if !meta.is_dir() {
+        return Err(format!("mount point {} is not a directory", mnt.display()));
+    }
+    let canonical = fs::canonicalize(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
+    if is_mount_point(&canonical) {
+        return Err(format!("{} is already mounted", mnt.display()));
+    }
+    let mut listing = fs::read_dir(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
+    if listing.next().is_some() {
+        return Err(format!("mount point {} is not empty", mnt.display()));
+    }
+    match fs::metadata(&args.backing) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(format!("backing dir {} is not a directory", args.backing.display())),
+        Err(_) => return Err(format!("backing dir {} does not exist", args.backing.display())),
+    }
+    let not_writable = |e: std::io::Error| format!("cache dir {} is not writable: {e}", args.ssd.display());
+    fs::create_dir_all(&args.ssd).map_err(not_writable)?;
+    let probe = args.ssd.join(".dyadfs-write-probe");
+    fs::write(&probe, b"probe").map_err(not_writable)?;
+    let _ = fs::remove_file(&probe);
+    let ssd = fs::canonicalize(&args.ssd).map_err(not_writable)?;
+    if ssd.starts_with(&canonical) {
+        return Err(format!("cache dir {} is inside the mount point", args.ssd.display()));
+    }
+    Ok(())
+}
+
+/// Whether `path` (canonical) is a mount point, from /proc/self/mountinfo.
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| unescape_mountinfo(m) == path.as_os_str().to_string_lossy())
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            let oct: String = chars.by_ref().take(3).collect();
+            if let Ok(v) = u8::from_str_radix(&oct, 8) {
+                out.push(v as char);
+                continue;
+            }
+            out.push(c);
+            out.push_str(&oct);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `dyadfs mount`: validate, then run in the foreground or spawn the daemon and wait for it.
+pub fn mount(args: MountArgs) -> Result<(), UserError> {
+    validate(&args)?;
+    if args.foreground {
+        return run(args);
+    }
+    let log = args.log_file.clone().unwrap_or_else(|| args.ssd.join("dyadfs.log"));
+    let log_file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| format!("log file {}: {e}", log.display()))?;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
+    let write_fd = fds[1];
+    let mut cmd = Command::new(exe);
+    cmd.args(std::env::args_os().skip(1))
+        .arg("--foreground")
+        .env(READY_FD_ENV, write_fd.to_string())
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log_file);
+    // SAFETY: the closure runs in the forked child before exec and only calls the
+    // async-signal-safe setsid and fcntl.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            // Let the readiness pipe survive exec.
+            libc::fcntl(write_fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| format!("cannot start the daemon: {e}"))?;
+    drop(write_end);
+    let mut msg = String::new();
+    let _ = fs::File::from(read_end).read_to_string(&mut msg);
+    match msg.trim() {
+        "ready" => Ok(()),
+        "" => Err(format!(
+            "the daemon (pid {}) exited before the mount was ready; see {}",
+            child.id(),
+            log.display()
+        )),
+        err => Err(err.to_string()),
+    }
+}
+
+/// Reports the outcome of startup to a waiting parent, if there is one.
+fn report(outcome: &str) {
+    if let Some(fd) = std::env::var(READY_FD_ENV).ok().and_then(|v| v.parse::<i32>().ok()) {
+        // SAFETY: the parent passed us this descriptor, which nothing else in this process uses;
+        // taking ownership closes it after the write.
+        let mut f = unsafe { fs::File::from_raw_fd(fd) };
+        let _ = f.write_all(outcome.as_bytes());
+        // SAFETY: removing our own environment variable before any other thread reads it.
+        unsafe { std::env::remove_var(READY_FD_ENV) };
+    }
+}
+
+/// Runs the daemon until unmounted. Exits 0 on a clean unmount.
+fn run(args: MountArgs) -> Result<(), UserError> {
+    let result = serve(&args);
+    if let Err(e) = &result {
+        report(e);
+    }
+    result
+}
+
+fn serve(args: &MountArgs) -> Result<(), UserError> {
+    // Signals are taken by one thread (sigwait) that unmounts; block them everywhere else.
+    // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask only reads it.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let stats = Arc::new(Stats::default());
+    let cache = Cache::open(
+        &CacheConfig {
+            dir: args.ssd.clone(),
+            chunk_size: args.chunk_size as u32,
+            capacity: args.capacity,
+        },
+        stats.clone(),
+    )
+    .map_err(|e| e.to_string())?;
+    let backing = Arc::new(BackingStore::new(args.backing.clone()));
+    let fs = DyadFs::new(
+        BackingStore::new(args.backing.clone()),
+        backing,
+        Arc::new(cache),
+        stats,
+        FsConfig {
+            metadata_ttl: args.metadata_ttl,
+            passthrough: !args.no_passthrough,
+            readahead_threads: args.readahead_threads.into(),
+        },
+    )
+    .map_err(|e| format!("backing dir {}: {e}", args.backing.display()))?;
+
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("dyadfs:{}", args.backing.display())),
+        fuser::MountOption::Subtype("dyadfs".into()),
+        fuser::MountOption::RO,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::DefaultPermissions,
+    ];
+    for o in args.options.iter().filter(|o| !o.is_empty()) {
+        match o.as_str() {
+            "allow_other" => config.acl = fuser::SessionACL::All,
+            "allow_root" => config.acl = fuser::SessionACL::RootAndOwner,
+            other => config.mount_options.push(fuser::MountOption::CUSTOM(other.into())),
+        }
+    }
+    config.n_threads = Some(args.threads.into());
+    config.clone_fd = true;
+
+    let mut session = fuser::Session::new(FuseAdapter::new(fs), &args.mountpoint, &config)
+        .map_err(|e| format!("cannot mount {}: {e}", args.mountpoint.display()))?;
+    let mut unmounter = session.unmount_callable();
+    let mountpoint: PathBuf = args.mountpoint.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut sig = 0;
+            // SAFETY: `set` is an initialised sigset_t and `sig` a valid out pointer.
+            unsafe { libc::sigwait(&set, &mut sig) };
+            tracing::info!(signal = sig, "unmounting {}", mountpoint.display());
+            if let Err(e) = unmounter.unmount() {
+                tracing::error!(error = %e, "unmount failed");
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        mountpoint = %args.mountpoint.display(),
+        backing = %args.backing.display(),
+        ssd = %args.ssd.display(),
+        "mounted"
+    );
+    report("ready");
+    session.run().map_err(|e| format!("FUSE session failed: {e}"))?;
+    tracing::info!("unmounted; exiting");
+    Ok(())
+}
+
+/// `dyadfs stats`: asks the daemon behind a mount point for its counters.
+pub fn stats(mountpoint: &Path) -> Result<crate::stats::Snapshot, UserError> {
+    let not_ours = || format!("{} is not a dyadfs mount point", mountpoint.display());
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()).map_err(|_| not_ours())?;
+    let name = std::ffi::CString::new(crate::stats::STATS_XATTR).expect("no NUL");
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: valid NUL-terminated strings and a buffer of the length we pass.
+    let n = unsafe {
+        libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENODATA | libc::ENOTSUP) => Err(not_ours()),
+            _ => Err(format!("{}: {e}", mountpoint.display())),
+        };
+    }
+    buf.truncate(n as usize);
+    serde_json::from_slice(&buf).map_err(|e| format!("unreadable stats from {}: {e}", mountpoint.display()))
+}

@@ -1,0 +1,95 @@
+//! Counters of one mount, and the names under which `dyadfs stats --json` reports them.
+//! The key names are a contract with scripts outside the project: add keys, never rename.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// Extended attribute of the mount root through which the daemon reports its stats.
+pub const STATS_XATTR: &str = "user.dyadfs.stats";
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub local_hits: AtomicU64,
+    pub backing_fetches: AtomicU64,
+    pub bytes_from_backing: AtomicU64,
+    pub bytes_from_local: AtomicU64,
+    pub evictions: AtomicU64,
+    pub passthrough_opens: AtomicU64,
+    pub uncached_reads: AtomicU64,
+    pub checksum_failures: AtomicU64,
+    pub passthrough: AtomicBool,
+}
+
+/// What `dyadfs stats --json` prints: counters since mount, and the cache as it is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Snapshot {
+    pub local_hits: u64,
+    pub backing_fetches: u64,
+    pub bytes_from_backing: u64,
+    pub bytes_from_local: u64,
+    pub cached_bytes: u64,
+    pub cached_files: u64,
+    pub capacity_bytes: u64,
+    pub evictions: u64,
+    pub passthrough: bool,
+    pub passthrough_opens: u64,
+    pub uncached_reads: u64,
+    pub checksum_failures: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self, cached_bytes: u64, cached_files: u64, capacity_bytes: u64) -> Snapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Snapshot {
+            local_hits: get(&self.local_hits),
+            backing_fetches: get(&self.backing_fetches),
+            bytes_from_backing: get(&self.bytes_from_backing),
+            bytes_from_local: get(&self.bytes_from_local),
+            cached_bytes,
+            cached_files,
+            capacity_bytes,
+            evictions: get(&self.evictions),
+            passthrough: self.passthrough.load(Ordering::Relaxed),
+            passthrough_opens: get(&self.passthrough_opens),
+            uncached_reads: get(&self.uncached_reads),
+            checksum_failures: get(&self.checksum_failures),
+        }
+    }
+}
+
+impl Snapshot {
+    /// The human-readable form of `dyadfs stats` without `--json`.
+    pub fn table(&self) -> String {
+        let rows: [(&str, String); 12] = [
+            ("local hits", self.local_hits.to_string()),
+            ("passthrough opens", self.passthrough_opens.to_string()),
+            ("backing fetches", self.backing_fetches.to_string()),
+            ("bytes from backing", human(self.bytes_from_backing)),
+            ("bytes from local", human(self.bytes_from_local)),
+            ("uncached reads", self.uncached_reads.to_string()),
+            ("cached bytes", human(self.cached_bytes)),
+            ("cached files", self.cached_files.to_string()),
+            ("capacity", human(self.capacity_bytes)),
+            ("evictions", self.evictions.to_string()),
+            ("checksum failures", self.checksum_failures.to_string()),
+            ("passthrough", self.passthrough.to_string()),
+        ];
+        rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect()
+    }
+}
+
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {} ({bytes})", UNITS[u])
+    }
+}
