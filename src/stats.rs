@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub passthrough_opens: u64,
     pub uncached_reads: u64,
     pub checksum_failures: u64,
+    /// The daemon's process id (to signal it).
+    pub pid: u32,
 }
 
 impl Stats {
@@ -54,6 +56,7 @@ impl Stats {
             passthrough_opens: get(&self.passthrough_opens),
             uncached_reads: get(&self.uncached_reads),
             checksum_failures: get(&self.checksum_failures),
+            pid: std::process::id(),
         }
     }
 }
@@ -61,7 +64,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 12] = [
+        let rows: [(&str, String); 13] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -74,6 +77,7 @@ impl Snapshot {
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),
             ("passthrough", self.passthrough.to_string()),
+            ("daemon pid", self.pid.to_string()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect()
     }

@@ -1,0 +1,169 @@
+use super::*;
+
+fn setup(capacity: u64) -> (PathBuf, CacheConfig, Arc<Stats>) {
+    let dir = std::env::temp_dir().join(format!(
+        "dyadfs-cache-test-{}-{}",
+        std::process::id(),
+        TEST_ID.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    let config = CacheConfig {
+        dir: dir.clone(),
+        chunk_size: 1 << 20,
+        capacity: Some(capacity),
+    };
+    (dir, config, Arc::new(Stats::default()))
+}
+
+static TEST_ID: AtomicU64 = AtomicU64::new(0);
+
+fn v(size: u64) -> Version {
+    Version {
+        size,
+        mtime_ns: 42,
+    }
+}
+
+/// Fills every chunk of an entry with `byte` (as the read path would).
+fn fill(cache: &Cache, e: &Entry, byte: u8) {
+    let claim = e.claim(0..e.chunk_count());
+    let bytes: u64 = claim.mine.iter().map(|&i| e.chunk_len(i)).sum();
+    assert!(cache.reserve(e, bytes));
+    for i in claim.mine {
+        let buf = vec![byte; e.chunk_len(i) as usize];
+        e.write_at(i * cache.chunk_size(), &buf).unwrap();
+        assert!(e.complete(i, crc32c::crc32c(&buf)));
+    }
+    e.persist().unwrap();
+}
+
+#[test]
+fn reload_after_restart_keeps_complete_and_partial_entries() {
+    let (dir, config, stats) = setup(100 << 20);
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let a = cache.entry("a", v(3 << 20)).unwrap();
+        fill(&cache, &a, 1);
+        let b = cache.entry("dir/b", v(3 << 20)).unwrap();
+        let claim = b.claim(1..2);
+        assert_eq!(claim.mine, vec![1]);
+        assert!(cache.reserve(&b, 1 << 20));
+        let buf = vec![2u8; 1 << 20];
+        b.write_at(1 << 20, &buf).unwrap();
+        b.complete(1, crc32c::crc32c(&buf));
+        b.persist().unwrap();
+        assert_eq!(cache.used_bytes(), 4 << 20);
+        // A second daemon on the same directory is refused.
+        assert!(matches!(
+            Cache::open(&config, stats.clone()),
+            Err(CacheError::Locked(_))
+        ));
+    }
+    let cache = Cache::open(&config, stats).unwrap();
+    assert_eq!(cache.used_bytes(), 4 << 20);
+    assert_eq!(cache.cached_files(), 2);
+    let a = cache.entry("a", v(3 << 20)).unwrap();
+    assert!(a.is_complete());
+    assert!(a.verify(&cache, 0..3).unwrap());
+    let b = cache.entry("dir/b", v(3 << 20)).unwrap();
+    assert!(!b.is_complete());
+    assert!(b.all_present(1..2));
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn crash_leftovers_are_discarded() {
+    let (dir, config, stats) = setup(100 << 20);
+    let (data_path, meta_path) = {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let a = cache.entry("a", v(1 << 20)).unwrap();
+        fill(&cache, &a, 1);
+        // Data written but never recorded in a header: a fill cut short by a crash.
+        let orphan = cache.entry("orphan", v(10)).unwrap();
+        orphan.write_at(0, b"0123456789").unwrap();
+        (a.data_path.clone(), a.meta_path.clone())
+    };
+    fs::write(meta_path.with_extension("meta.tmp"), b"half a header").unwrap();
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    assert_eq!(cache.cached_files(), 1);
+    assert!(!meta_path.with_extension("meta.tmp").exists());
+    drop(cache);
+    // A torn header drops the entry and its data.
+    let bytes = fs::read(&meta_path).unwrap();
+    fs::write(&meta_path, &bytes[..bytes.len() - 3]).unwrap();
+    let cache = Cache::open(&config, stats).unwrap();
+    assert_eq!(cache.cached_files(), 0);
+    assert_eq!(cache.used_bytes(), 0);
+    assert!(!data_path.exists());
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn checksum_failure_drops_the_chunk() {
+    let (dir, config, stats) = setup(100 << 20);
+    let data_path = {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let a = cache.entry("a", v(2 << 20)).unwrap();
+        fill(&cache, &a, 7);
+        a.data_path.clone()
+    };
+    // Flip one byte of the second chunk behind the cache's back.
+    let f = OpenOptions::new().write(true).open(&data_path).unwrap();
+    f.write_all_at(&[8], (1 << 20) + 5).unwrap();
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    let a = cache.entry("a", v(2 << 20)).unwrap();
+    assert!(!a.verify(&cache, 0..2).unwrap());
+    assert!(a.all_present(0..1));
+    assert!(!a.all_present(1..2));
+    assert_eq!(cache.used_bytes(), 1 << 20);
+    assert_eq!(stats.checksum_failures.load(Ordering::Relaxed), 1);
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn lru_eviction_spares_open_files() {
+    let (dir, config, stats) = setup(3 << 20);
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    let a = cache.entry("a", v(1 << 20)).unwrap();
+    fill(&cache, &a, 1);
+    let b = cache.entry("b", v(1 << 20)).unwrap();
+    fill(&cache, &b, 2);
+    let c = cache.entry("c", v(1 << 20)).unwrap();
+    fill(&cache, &c, 3);
+    a.pin(&cache); // a is open and the oldest: b must go instead
+    let d = cache.entry("d", v(1 << 20)).unwrap();
+    fill(&cache, &d, 4);
+    assert!(!a.is_evicted());
+    assert!(b.is_evicted());
+    assert!(!b.data_path.exists() && !b.meta_path.exists());
+    assert_eq!(stats.evictions.load(Ordering::Relaxed), 1);
+    assert_eq!(cache.used_bytes(), 3 << 20);
+    // Everything else open too: nothing can be evicted, the reservation is refused.
+    c.pin(&cache);
+    d.pin(&cache);
+    let e = cache.entry("e", v(1 << 20)).unwrap();
+    assert!(!cache.reserve(&e, 1 << 20));
+    assert_eq!(cache.used_bytes(), 3 << 20);
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_new_version_replaces_the_old_copy() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    let old = cache.entry("a", v(1 << 20)).unwrap();
+    fill(&cache, &old, 1);
+    let new = cache
+        .entry(
+            "a",
+            Version {
+                size: 1 << 20,
+                mtime_ns: 43,
+            },
+        )
+        .unwrap();
+    assert!(old.is_evicted());
+    assert!(!new.all_present(0..1));
+    assert_eq!(cache.used_bytes(), 0);
+    let _ = fs::remove_dir_all(dir);
+}

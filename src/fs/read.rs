@@ -195,4 +195,5 @@ fn runs(idx: &[u64]) -> Vec<Range<u64>> {
 }
 
 #[cfg(test)]
+#[path = "read_tests.rs"]
 mod tests;

@@ -1,0 +1,202 @@
+//! The read path against an in-memory source: single flight, whole-file and ranged fills,
+//! the uncached fallback, failure recovery and version checks.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use super::*;
+use crate::cache::CacheConfig;
+
+/// An in-memory source that counts reads, can be slowed down, and can fail its next reads.
+#[derive(Default)]
+struct MemSource {
+    files: Mutex<HashMap<String, (Version, Vec<u8>)>>,
+    reads: AtomicU64,
+    bytes: AtomicU64,
+    fail_next: AtomicU64,
+    delay: Option<Duration>,
+}
+
+impl MemSource {
+    fn add(&self, path: &str, data: Vec<u8>) -> Version {
+        let version = Version {
+            size: data.len() as u64,
+            mtime_ns: 1,
+        };
+        self.files.lock().unwrap().insert(path.into(), (version, data));
+        version
+    }
+}
+
+impl Source for MemSource {
+    fn read_at(&self, path: &str, version: Version, offset: u64, buf: &mut [u8]) -> io::Result<Origin> {
+        if let Some(d) = self.delay {
+            std::thread::sleep(d);
+        }
+        if self
+            .fail_next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(io::Error::other("injected failure"));
+        }
+        let files = self.files.lock().unwrap();
+        let (v, data) = files.get(path).ok_or(io::ErrorKind::NotFound)?;
+        if *v != version {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        let start = offset as usize;
+        buf.copy_from_slice(&data[start..start + buf.len()]);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(Origin::Backing)
+    }
+}
+
+static TEST_ID: AtomicU64 = AtomicU64::new(0);
+
+fn reader(source: MemSource, capacity: u64) -> (Reader<MemSource>, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!(
+        "dyadfs-read-test-{}-{}",
+        std::process::id(),
+        TEST_ID.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stats = Arc::new(Stats::default());
+    let cache = Cache::open(
+        &CacheConfig {
+            dir: dir.clone(),
+            chunk_size: 1 << 20,
+            capacity: Some(capacity),
+        },
+        stats.clone(),
+    )
+    .unwrap();
+    let r = Reader {
+        cache: Arc::new(cache),
+        stats,
+        source: Arc::new(source),
+    };
+    (r, dir)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn small_file_is_fetched_whole_then_served_locally() {
+    let (r, dir) = reader(MemSource::default(), 64 << 20);
+    let data = pattern(3 * (1 << 20) + 17, 1);
+    let v = r.source.add("f", data.clone());
+    let e = r.cache.entry("f", v).unwrap();
+    assert_eq!(r.read(&e, 10, 100).unwrap(), data[10..110]);
+    assert!(e.is_complete(), "a small file is fetched whole on first read");
+    assert_eq!(r.source.reads.load(Ordering::Relaxed), 1, "one contiguous source read");
+    let tail = r.read(&e, (data.len() - 5) as u64, 4096).unwrap();
+    assert_eq!(tail, data[data.len() - 5..]);
+    assert!(r.read(&e, data.len() as u64 + 10, 10).unwrap().is_empty());
+    assert_eq!(r.source.bytes.load(Ordering::Relaxed), data.len() as u64);
+    assert_eq!(r.stats.backing_fetches.load(Ordering::Relaxed), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn large_file_fetches_only_the_chunks_read() {
+    let (r, dir) = reader(MemSource::default(), 64 << 20);
+    let data = pattern(20 << 20, 2);
+    let v = r.source.add("big", data.clone());
+    let e = r.cache.entry("big", v).unwrap();
+    let off = (13 << 20) - 10;
+    assert_eq!(r.read(&e, off, 20).unwrap(), data[off as usize..off as usize + 20]);
+    assert_eq!(r.source.bytes.load(Ordering::Relaxed), 2 << 20, "two chunks straddled");
+    assert!(e.all_present(12..14) && !e.all_present(0..1));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn concurrent_readers_of_one_chunk_cause_one_source_read() {
+    let source = MemSource {
+        delay: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let (r, dir) = reader(source, 64 << 20);
+    let data = pattern(4 << 20, 3);
+    let v = r.source.add("f", data.clone());
+    let e = r.cache.entry("f", v).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (r, e, data) = (&r, &e, &data);
+            s.spawn(move || {
+                let off = t * 100_000;
+                assert_eq!(r.read(e, off, 4096).unwrap(), data[off as usize..off as usize + 4096]);
+            });
+        }
+    });
+    assert_eq!(r.source.reads.load(Ordering::Relaxed), 1);
+    assert_eq!(r.stats.bytes_from_backing.load(Ordering::Relaxed), 4 << 20);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_failed_fill_is_retried_by_the_next_reader() {
+    let source = MemSource::default();
+    source.fail_next.store(1, Ordering::Relaxed);
+    let (r, dir) = reader(source, 64 << 20);
+    let data = pattern(1000, 4);
+    let v = r.source.add("f", data.clone());
+    let e = r.cache.entry("f", v).unwrap();
+    assert!(matches!(r.read(&e, 0, 10), Err(Error::Source(_))));
+    assert_eq!(r.cache.used_bytes(), 0, "the failed fill's reservation is released");
+    assert_eq!(r.read(&e, 0, 1000).unwrap(), data);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn full_cache_of_open_files_serves_uncached() {
+    let (r, dir) = reader(MemSource::default(), 2 << 20);
+    let a = pattern(2 << 20, 5);
+    let b = pattern(1 << 20, 6);
+    let va = r.source.add("a", a.clone());
+    let vb = r.source.add("b", b.clone());
+    let ea = r.cache.entry("a", va).unwrap();
+    ea.pin(&r.cache);
+    assert_eq!(r.read(&ea, 0, 2 << 20).unwrap(), a);
+    let eb = r.cache.entry("b", vb).unwrap();
+    for _ in 0..2 {
+        assert_eq!(r.read(&eb, 0, 1 << 20).unwrap(), b);
+    }
+    assert_eq!(r.stats.uncached_reads.load(Ordering::Relaxed), 2);
+    assert!(!eb.all_present(0..1));
+    // Once `a` is closed it can be evicted and `b` is cached.
+    ea.unpin();
+    assert_eq!(r.read(&eb, 0, 1 << 20).unwrap(), b);
+    assert!(eb.is_complete());
+    assert_eq!(r.stats.evictions.load(Ordering::Relaxed), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_changed_source_is_never_mixed_into_the_old_copy() {
+    let (r, dir) = reader(MemSource::default(), 64 << 20);
+    let v1 = r.source.add("f", pattern(20 << 20, 7));
+    let e = r.cache.entry("f", v1).unwrap();
+    r.read(&e, 0, 10).unwrap();
+    let mut changed = pattern(20 << 20, 8);
+    changed[0] = 0;
+    r.source.files.lock().unwrap().insert(
+        "f".into(),
+        (
+            Version {
+                size: 20 << 20,
+                mtime_ns: 2,
+            },
+            changed,
+        ),
+    );
+    let err = r.read(&e, 15 << 20, 10).unwrap_err();
+    assert_eq!(err.errno(), libc::ESTALE);
+    let _ = std::fs::remove_dir_all(dir);
+}
