@@ -83,7 +83,12 @@ pub struct MountArgs {
     pub log_file: Option<PathBuf>,
 
     /// FUSE mount options, comma separated (allow_other, allow_root, ...)
-    #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',', help_heading = "Process")]
+    #[arg(
+        short = 'o',
+        value_name = "OPTIONS",
+        value_delimiter = ',',
+        help_heading = "Process"
+    )]
     pub options: Vec<String>,
 }
 
@@ -99,7 +104,10 @@ pub struct StatsArgs {
 /// Parses a byte size: a number with an optional K, M, G or T suffix (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
     let (num, shift) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
             let shift = match c.to_ascii_uppercase() {
@@ -150,7 +158,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a duration (examples: 500ms, 30s, 5m)"))?;
     if !v.is_finite() || v < 0.0 {
-        return Err(format!("{s:?} is not a duration (examples: 500ms, 30s, 5m)"));
+        return Err(format!(
+            "{s:?} is not a duration (examples: 500ms, 30s, 5m)"
+        ));
     }
     Ok(Duration::from_secs_f64(v * scale))
 }

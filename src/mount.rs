@@ -28,7 +28,12 @@ pub type UserError = String;
 pub fn validate(args: &MountArgs) -> Result<(), UserError> {
     match fs::metadata("/dev/fuse") {
         Ok(m) if m.file_type().is_char_device() => {}
-        _ => return Err("no /dev/fuse: load the fuse module (modprobe fuse) or run where FUSE is available".into()),
+        _ => {
+            return Err(
+                "no /dev/fuse: load the fuse module (modprobe fuse) or run where FUSE is available"
+                    .into(),
+            );
+        }
     }
     let mnt = &args.mountpoint;
     let meta = match fs::metadata(mnt) {
@@ -44,27 +49,43 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
     if !meta.is_dir() {
         return Err(format!("mount point {} is not a directory", mnt.display()));
     }
-    let canonical = fs::canonicalize(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
+    let canonical =
+        fs::canonicalize(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
     if is_mount_point(&canonical) {
         return Err(format!("{} is already mounted", mnt.display()));
     }
-    let mut listing = fs::read_dir(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
+    let mut listing =
+        fs::read_dir(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
     if listing.next().is_some() {
         return Err(format!("mount point {} is not empty", mnt.display()));
     }
     match fs::metadata(&args.backing) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("backing dir {} is not a directory", args.backing.display())),
-        Err(_) => return Err(format!("backing dir {} does not exist", args.backing.display())),
+        Ok(_) => {
+            return Err(format!(
+                "backing dir {} is not a directory",
+                args.backing.display()
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "backing dir {} does not exist",
+                args.backing.display()
+            ));
+        }
     }
-    let not_writable = |e: std::io::Error| format!("cache dir {} is not writable: {e}", args.ssd.display());
+    let not_writable =
+        |e: std::io::Error| format!("cache dir {} is not writable: {e}", args.ssd.display());
     fs::create_dir_all(&args.ssd).map_err(not_writable)?;
     let probe = args.ssd.join(".dyadfs-write-probe");
     fs::write(&probe, b"probe").map_err(not_writable)?;
     let _ = fs::remove_file(&probe);
     let ssd = fs::canonicalize(&args.ssd).map_err(not_writable)?;
     if ssd.starts_with(&canonical) {
-        return Err(format!("cache dir {} is inside the mount point", args.ssd.display()));
+        return Err(format!(
+            "cache dir {} is inside the mount point",
+            args.ssd.display()
+        ));
     }
     Ok(())
 }
@@ -104,7 +125,10 @@ pub fn mount(args: MountArgs) -> Result<(), UserError> {
     if args.foreground {
         return run(args);
     }
-    let log = args.log_file.clone().unwrap_or_else(|| args.ssd.join("dyadfs.log"));
+    let log = args
+        .log_file
+        .clone()
+        .unwrap_or_else(|| args.ssd.join("dyadfs.log"));
     let log_file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -116,7 +140,8 @@ pub fn mount(args: MountArgs) -> Result<(), UserError> {
         return Err(format!("pipe: {}", std::io::Error::last_os_error()));
     }
     // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let write_fd = fds[1];
     let mut cmd = Command::new(exe);
@@ -136,7 +161,9 @@ pub fn mount(args: MountArgs) -> Result<(), UserError> {
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| format!("cannot start the daemon: {e}"))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the daemon: {e}"))?;
     drop(write_end);
     let mut msg = String::new();
     let _ = fs::File::from(read_end).read_to_string(&mut msg);
@@ -153,7 +180,10 @@ pub fn mount(args: MountArgs) -> Result<(), UserError> {
 
 /// Reports the outcome of startup to a waiting parent, if there is one.
 fn report(outcome: &str) {
-    if let Some(fd) = std::env::var(READY_FD_ENV).ok().and_then(|v| v.parse::<i32>().ok()) {
+    if let Some(fd) = std::env::var(READY_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+    {
         // SAFETY: the parent passed us this descriptor, which nothing else in this process uses;
         // taking ownership closes it after the write.
         let mut f = unsafe { fs::File::from_raw_fd(fd) };
@@ -220,7 +250,9 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         match o.as_str() {
             "allow_other" => config.acl = fuser::SessionACL::All,
             "allow_root" => config.acl = fuser::SessionACL::RootAndOwner,
-            other => config.mount_options.push(fuser::MountOption::CUSTOM(other.into())),
+            other => config
+                .mount_options
+                .push(fuser::MountOption::CUSTOM(other.into())),
         }
     }
     config.n_threads = Some(args.threads.into());
@@ -249,7 +281,9 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         "mounted"
     );
     report("ready");
-    session.run().map_err(|e| format!("FUSE session failed: {e}"))?;
+    session
+        .run()
+        .map_err(|e| format!("FUSE session failed: {e}"))?;
     tracing::info!("unmounted; exiting");
     Ok(())
 }
@@ -257,12 +291,18 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
 /// `dyadfs stats`: asks the daemon behind a mount point for its counters.
 pub fn stats(mountpoint: &Path) -> Result<crate::stats::Snapshot, UserError> {
     let not_ours = || format!("{} is not a dyadfs mount point", mountpoint.display());
-    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()).map_err(|_| not_ours())?;
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+        .map_err(|_| not_ours())?;
     let name = std::ffi::CString::new(crate::stats::STATS_XATTR).expect("no NUL");
     let mut buf = vec![0u8; 64 << 10];
     // SAFETY: valid NUL-terminated strings and a buffer of the length we pass.
     let n = unsafe {
-        libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
     };
     if n < 0 {
         let e = std::io::Error::last_os_error();
@@ -272,5 +312,6 @@ pub fn stats(mountpoint: &Path) -> Result<crate::stats::Snapshot, UserError> {
         };
     }
     buf.truncate(n as usize);
-    serde_json::from_slice(&buf).map_err(|e| format!("unreadable stats from {}: {e}", mountpoint.display()))
+    serde_json::from_slice(&buf)
+        .map_err(|e| format!("unreadable stats from {}: {e}", mountpoint.display()))
 }

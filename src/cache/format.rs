@@ -64,7 +64,9 @@ impl Header {
         }
         let format = r.u32()?;
         if format != FORMAT_VERSION {
-            return Err(CacheError::Corrupt(format!("unknown format version {format}")));
+            return Err(CacheError::Corrupt(format!(
+                "unknown format version {format}"
+            )));
         }
         let chunk_size = r.u32()?;
         let size = r.u64()?;
@@ -159,7 +161,10 @@ mod tests {
             assert!(Header::decode(&bad).is_err(), "flip at {i} accepted");
         }
         for n in 0..bytes.len() {
-            assert!(Header::decode(&bytes[..n]).is_err(), "truncation to {n} accepted");
+            assert!(
+                Header::decode(&bytes[..n]).is_err(),
+                "truncation to {n} accepted"
+            );
         }
     }
 

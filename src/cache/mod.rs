@@ -332,7 +332,9 @@ fn load_entry(meta_path: &Path, chunk_size: u64) -> Result<Entry, CacheError> {
     }
     let n = header.version.size.div_ceil(chunk_size) as usize;
     if header.chunks.len() != n {
-        return Err(CacheError::Corrupt("chunk count does not match size".into()));
+        return Err(CacheError::Corrupt(
+            "chunk count does not match size".into(),
+        ));
     }
     let data_path = meta_path.with_extension("dat");
     let data = OpenOptions::new().read(true).write(true).open(&data_path)?;
@@ -523,9 +525,7 @@ impl Entry {
         let mut buf = Vec::new();
         for idx in range {
             let crc = match lock(&self.state).chunks[idx as usize] {
-                Chunk::Present {
-                    verified: true, ..
-                } => continue,
+                Chunk::Present { verified: true, .. } => continue,
                 Chunk::Present {
                     crc,
                     verified: false,
@@ -540,7 +540,12 @@ impl Entry {
             self.data.read_exact_at(&mut buf, idx * self.chunk_size)?;
             let mut st = lock(&self.state);
             // Only act if nobody changed the chunk while we read it.
-            if st.chunks[idx as usize] == (Chunk::Present { crc, verified: false }) {
+            if st.chunks[idx as usize]
+                == (Chunk::Present {
+                    crc,
+                    verified: false,
+                })
+            {
                 if crc32c::crc32c(&buf) == crc {
                     st.chunks[idx as usize] = Chunk::Present {
                         crc,
@@ -548,7 +553,10 @@ impl Entry {
                     };
                 } else {
                     tracing::warn!(path = %self.path, chunk = idx, "checksum mismatch, refetching");
-                    cache.stats.checksum_failures.fetch_add(1, Ordering::Relaxed);
+                    cache
+                        .stats
+                        .checksum_failures
+                        .fetch_add(1, Ordering::Relaxed);
                     st.chunks[idx as usize] = Chunk::Absent;
                     st.present_bytes -= len as u64;
                     cache.release(len as u64);

@@ -18,10 +18,7 @@ fn setup(capacity: u64) -> (PathBuf, CacheConfig, Arc<Stats>) {
 static TEST_ID: AtomicU64 = AtomicU64::new(0);
 
 fn v(size: u64) -> Version {
-    Version {
-        size,
-        mtime_ns: 42,
-    }
+    Version { size, mtime_ns: 42 }
 }
 
 /// Fills every chunk of an entry with `byte` (as the read path would).

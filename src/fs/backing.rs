@@ -60,7 +60,13 @@ impl BackingStore {
 }
 
 impl Source for BackingStore {
-    fn read_at(&self, path: &str, version: Version, offset: u64, buf: &mut [u8]) -> io::Result<Origin> {
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<Origin> {
         let file = File::open(self.path(path))?;
         // Never mix two versions of a file in one cached copy.
         if version_of(&file.metadata()?) != version {

@@ -17,15 +17,16 @@ use fuser::{
 
 use super::read::Source;
 use super::{Attr, DyadFs, Error, Kind};
+use crate::cache::Version;
 
 /// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB.
 const MAX_REQUEST: u32 = 1 << 20;
 
 pub struct FuseAdapter<S: Source> {
     fs: DyadFs<S>,
-    /// fh -> inode of passthrough opens, and inode -> (backing id, open count).
+    /// fh -> inode of passthrough opens, and inode -> (backing id, version, open count).
     passthrough_fh: Mutex<HashMap<u64, u64>>,
-    backing_ids: Mutex<HashMap<u64, (BackingId, usize)>>,
+    backing_ids: Mutex<HashMap<u64, (BackingId, Version, usize)>>,
 }
 
 impl<S: Source> FuseAdapter<S> {
@@ -83,10 +84,15 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                     && config.set_max_stack_depth(1).is_ok();
             } else {
-                tracing::warn!("kernel does not offer FUSE passthrough; serving reads in the daemon");
+                tracing::warn!(
+                    "kernel does not offer FUSE passthrough; serving reads in the daemon"
+                );
             }
         }
-        self.fs.stats().passthrough.store(passthrough, Ordering::Relaxed);
+        self.fs
+            .stats()
+            .passthrough
+            .store(passthrough, Ordering::Relaxed);
         tracing::info!(passthrough, "FUSE session initialised");
         Ok(())
     }
@@ -124,23 +130,29 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let fh = FileHandle(opened.fh);
         if let Some(entry) = opened.passthrough {
             let mut ids = self.backing_ids.lock().unwrap_or_else(|e| e.into_inner());
+            // The kernel binds one backing file per inode while it is open: an open of a newer
+            // version while the old one is still open is served by the daemon instead.
             let slot = match ids.get_mut(&ino.0) {
-                Some(slot) => Some(slot),
+                Some(slot) if slot.1 == entry.version => Some(slot),
+                Some(_) => None,
                 None => match reply.open_backing(entry.data_file()) {
-                    Ok(id) => Some(ids.entry(ino.0).or_insert((id, 0))),
+                    Ok(id) => Some(ids.entry(ino.0).or_insert((id, entry.version, 0))),
                     Err(e) => {
                         tracing::warn!(error = %e, "passthrough open failed; serving from the daemon");
                         None
                     }
                 },
             };
-            if let Some((id, count)) = slot {
+            if let Some((id, _, count)) = slot {
                 *count += 1;
                 self.passthrough_fh
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(opened.fh, ino.0);
-                self.fs.stats().passthrough_opens.fetch_add(1, Ordering::Relaxed);
+                self.fs
+                    .stats()
+                    .passthrough_opens
+                    .fetch_add(1, Ordering::Relaxed);
                 return reply.opened_passthrough(fh, FopenFlags::empty(), id);
             }
         }
@@ -190,7 +202,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .remove(&fh.0);
         if let Some(ino) = ino {
             let mut ids = self.backing_ids.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, count)) = ids.get_mut(&ino) {
+            if let Some((_, _, count)) = ids.get_mut(&ino) {
                 *count -= 1;
                 if *count == 0 {
                     ids.remove(&ino);
@@ -228,8 +240,17 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 return reply.ok();
             }
         }
-        for (i, e) in listing.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
-            if reply.add(INodeNo(e.attr.ino), i as u64 + 3, file_type(e.attr.kind), &e.name) {
+        for (i, e) in listing
+            .iter()
+            .enumerate()
+            .skip((offset as usize).saturating_sub(2))
+        {
+            if reply.add(
+                INodeNo(e.attr.ino),
+                i as u64 + 3,
+                file_type(e.attr.kind),
+                &e.name,
+            ) {
                 break;
             }
         }
@@ -258,7 +279,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 return reply.ok();
             }
         }
-        for (i, e) in listing.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+        for (i, e) in listing
+            .iter()
+            .enumerate()
+            .skip((offset as usize).saturating_sub(2))
+        {
             let attr = file_attr(&e.attr);
             if reply.add(attr.ino, i as u64 + 3, &e.name, &ttl, &attr, Generation(0)) {
                 break;

@@ -167,7 +167,10 @@ impl<S: Source> DyadFs<S> {
             ..Default::default()
         };
         inodes.by_path.insert(String::new(), ROOT_INO);
-        inodes.nodes.insert(ROOT_INO, Arc::new(new_node("", Attr::from_meta(ROOT_INO, &root))));
+        inodes.nodes.insert(
+            ROOT_INO,
+            Arc::new(new_node("", Attr::from_meta(ROOT_INO, &root))),
+        );
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         for i in 0..config.readahead_threads.max(1) {
             let rx = rx.clone();
@@ -214,8 +217,10 @@ impl<S: Source> DyadFs<S> {
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
         if let Some(&ino) = inodes.by_path.get(&path) {
             let attr = Attr::from_meta(ino, meta);
-            *inodes.nodes[&ino].attr.lock().unwrap_or_else(|e| e.into_inner()) =
-                (attr, Instant::now());
+            *inodes.nodes[&ino]
+                .attr
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = (attr, Instant::now());
             return attr;
         }
         let ino = inodes.next;
@@ -241,7 +246,10 @@ impl<S: Source> DyadFs<S> {
         let path = join(&parent.path, name);
         let known = {
             let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
-            inodes.by_path.get(&path).and_then(|i| inodes.nodes.get(i).cloned())
+            inodes
+                .by_path
+                .get(&path)
+                .and_then(|i| inodes.nodes.get(i).cloned())
         };
         match known {
             Some(node) => self.fresh_attr(&node),
@@ -288,7 +296,10 @@ impl<S: Source> DyadFs<S> {
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh);
+        self.dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh);
     }
 
     pub fn open(&self, ino: u64, write: bool) -> Result<Opened, Error> {
@@ -300,13 +311,20 @@ impl<S: Source> DyadFs<S> {
         match attr.kind {
             Kind::Dir => return Err(Error::IsDir),
             Kind::File => {}
-            _ => return Err(Error::Backing(std::io::Error::from_raw_os_error(libc::EINVAL))),
+            _ => {
+                return Err(Error::Backing(std::io::Error::from_raw_os_error(
+                    libc::EINVAL,
+                )));
+            }
         }
         let cache = &self.reader.cache;
         let entry = cache.entry(&node.path, attr.version)?;
         entry.pin(cache);
         let keep_cache = {
-            let mut kv = node.kernel_version.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kv = node
+                .kernel_version
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let same = *kv == Some(attr.version);
             *kv = Some(attr.version);
             same
@@ -316,14 +334,17 @@ impl<S: Source> DyadFs<S> {
             self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            fh,
-            Arc::new(Handle {
-                entry: entry.clone(),
-                next_offset: AtomicU64::new(0),
-                window: AtomicU64::new(0),
-            }),
-        );
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                fh,
+                Arc::new(Handle {
+                    entry: entry.clone(),
+                    next_offset: AtomicU64::new(0),
+                    window: AtomicU64::new(0),
+                }),
+            );
         Ok(Opened {
             fh,
             passthrough: (complete && self.config.passthrough).then_some(entry),
@@ -371,7 +392,11 @@ impl<S: Source> DyadFs<S> {
     }
 
     pub fn release(&self, fh: u64) {
-        let handle = self.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh);
+        let handle = self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh);
         if let Some(h) = handle {
             h.entry.unpin();
         }
@@ -383,17 +408,18 @@ impl<S: Source> DyadFs<S> {
             return Err(Error::NoAttr);
         }
         let cache = &self.reader.cache;
-        let snap = self
-            .stats()
-            .snapshot(cache.used_bytes(), cache.cached_files(), cache.capacity());
+        let snap =
+            self.stats()
+                .snapshot(cache.used_bytes(), cache.cached_files(), cache.capacity());
         Ok(serde_json::to_vec(&snap).expect("stats serialize"))
     }
 
     /// (blocks, free blocks, available blocks, files, free files, block size, name length)
     /// of the backing file system: the space the dataset lives in.
     pub fn statfs(&self) -> Result<libc::statvfs, Error> {
-        let path = std::ffi::CString::new(self.backing.path("").into_os_string().into_encoded_bytes())
-            .map_err(|_| Error::NotFound)?;
+        let path =
+            std::ffi::CString::new(self.backing.path("").into_os_string().into_encoded_bytes())
+                .map_err(|_| Error::NotFound)?;
         // SAFETY: statvfs is plain data, fully written by the call on success.
         let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: a valid NUL-terminated path and a valid out pointer.

@@ -32,7 +32,13 @@ pub enum Origin {
 pub trait Source: Send + Sync + 'static {
     /// Reads exactly `buf.len()` bytes of `path` at `offset`; fails (ESTALE) if the file is no
     /// longer at `version`.
-    fn read_at(&self, path: &str, version: Version, offset: u64, buf: &mut [u8]) -> io::Result<Origin>;
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<Origin>;
 }
 
 pub struct Reader<S: ?Sized> {
@@ -72,7 +78,9 @@ impl<S: Source + ?Sized> Reader<S> {
             }
             if entry.verify(&self.cache, want.clone())? {
                 let mut buf = vec![0; (end - offset) as usize];
-                entry.read_at(offset, &mut buf).map_err(crate::cache::CacheError::Io)?;
+                entry
+                    .read_at(offset, &mut buf)
+                    .map_err(crate::cache::CacheError::Io)?;
                 self.stats
                     .bytes_from_local
                     .fetch_add(buf.len() as u64, Ordering::Relaxed);

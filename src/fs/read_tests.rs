@@ -25,13 +25,22 @@ impl MemSource {
             size: data.len() as u64,
             mtime_ns: 1,
         };
-        self.files.lock().unwrap().insert(path.into(), (version, data));
+        self.files
+            .lock()
+            .unwrap()
+            .insert(path.into(), (version, data));
         version
     }
 }
 
 impl Source for MemSource {
-    fn read_at(&self, path: &str, version: Version, offset: u64, buf: &mut [u8]) -> io::Result<Origin> {
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<Origin> {
         if let Some(d) = self.delay {
             std::thread::sleep(d);
         }
@@ -83,7 +92,9 @@ fn reader(source: MemSource, capacity: u64) -> (Reader<MemSource>, std::path::Pa
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -93,8 +104,15 @@ fn small_file_is_fetched_whole_then_served_locally() {
     let v = r.source.add("f", data.clone());
     let e = r.cache.entry("f", v).unwrap();
     assert_eq!(r.read(&e, 10, 100).unwrap(), data[10..110]);
-    assert!(e.is_complete(), "a small file is fetched whole on first read");
-    assert_eq!(r.source.reads.load(Ordering::Relaxed), 1, "one contiguous source read");
+    assert!(
+        e.is_complete(),
+        "a small file is fetched whole on first read"
+    );
+    assert_eq!(
+        r.source.reads.load(Ordering::Relaxed),
+        1,
+        "one contiguous source read"
+    );
     let tail = r.read(&e, (data.len() - 5) as u64, 4096).unwrap();
     assert_eq!(tail, data[data.len() - 5..]);
     assert!(r.read(&e, data.len() as u64 + 10, 10).unwrap().is_empty());
@@ -110,8 +128,15 @@ fn large_file_fetches_only_the_chunks_read() {
     let v = r.source.add("big", data.clone());
     let e = r.cache.entry("big", v).unwrap();
     let off = (13 << 20) - 10;
-    assert_eq!(r.read(&e, off, 20).unwrap(), data[off as usize..off as usize + 20]);
-    assert_eq!(r.source.bytes.load(Ordering::Relaxed), 2 << 20, "two chunks straddled");
+    assert_eq!(
+        r.read(&e, off, 20).unwrap(),
+        data[off as usize..off as usize + 20]
+    );
+    assert_eq!(
+        r.source.bytes.load(Ordering::Relaxed),
+        2 << 20,
+        "two chunks straddled"
+    );
     assert!(e.all_present(12..14) && !e.all_present(0..1));
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -131,7 +156,10 @@ fn concurrent_readers_of_one_chunk_cause_one_source_read() {
             let (r, e, data) = (&r, &e, &data);
             s.spawn(move || {
                 let off = t * 100_000;
-                assert_eq!(r.read(e, off, 4096).unwrap(), data[off as usize..off as usize + 4096]);
+                assert_eq!(
+                    r.read(e, off, 4096).unwrap(),
+                    data[off as usize..off as usize + 4096]
+                );
             });
         }
     });
@@ -149,7 +177,11 @@ fn a_failed_fill_is_retried_by_the_next_reader() {
     let v = r.source.add("f", data.clone());
     let e = r.cache.entry("f", v).unwrap();
     assert!(matches!(r.read(&e, 0, 10), Err(Error::Source(_))));
-    assert_eq!(r.cache.used_bytes(), 0, "the failed fill's reservation is released");
+    assert_eq!(
+        r.cache.used_bytes(),
+        0,
+        "the failed fill's reservation is released"
+    );
     assert_eq!(r.read(&e, 0, 1000).unwrap(), data);
     let _ = std::fs::remove_dir_all(dir);
 }

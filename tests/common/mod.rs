@@ -1,0 +1,180 @@
+//! Harness for integration tests: real mounts of the real binary over temp directories.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn dyadfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dyadfs"))
+}
+
+/// The two ways a mount serves cache hits; every data test runs in both.
+pub const MODES: [&[&str]; 2] = [&[], &["--no-passthrough"]];
+
+pub struct Fixture {
+    pub root: PathBuf,
+    pub backing: PathBuf,
+    pub ssd: PathBuf,
+    pub mnt: PathBuf,
+}
+
+impl Fixture {
+    pub fn new(name: &str) -> Fixture {
+        let root = std::env::temp_dir().join(format!("dyadfs-it-{name}-{}", std::process::id()));
+        if root.exists() {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(root.join("mnt"))
+                .status();
+            fs::remove_dir_all(&root).unwrap();
+        }
+        let f = Fixture {
+            backing: root.join("backing"),
+            ssd: root.join("ssd"),
+            mnt: root.join("mnt"),
+            root,
+        };
+        for d in [&f.backing, &f.ssd, &f.mnt] {
+            fs::create_dir_all(d).unwrap();
+        }
+        f
+    }
+
+    /// Mounts (the real CLI, daemonized) with extra arguments; panics with the error on failure.
+    pub fn mount(&self, extra: &[&str]) -> Mounted {
+        let out = self.try_mount(extra);
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut mounted = Mounted {
+            mnt: self.mnt.clone(),
+            pid: 0,
+        };
+        mounted.pid = mounted.stats()["pid"].as_u64().unwrap() as u32;
+        mounted
+    }
+
+    pub fn try_mount(&self, extra: &[&str]) -> Output {
+        dyadfs()
+            .arg("mount")
+            .arg(&self.mnt)
+            .arg("--ssd")
+            .arg(&self.ssd)
+            .arg("--backing")
+            .arg(&self.backing)
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
+    pub fn write(&self, rel: &str, data: &[u8]) {
+        let p = self.backing.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, data).unwrap();
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+pub struct Mounted {
+    pub mnt: PathBuf,
+    pub pid: u32,
+}
+
+impl Mounted {
+    pub fn stats(&self) -> Value {
+        let out = dyadfs()
+            .arg("stats")
+            .arg(&self.mnt)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn stat(&self, key: &str) -> u64 {
+        self.stats()[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no key {key}"))
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Unmounts (as a user would) and waits for the daemon to exit.
+    pub fn unmount(self) {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status()
+            .unwrap();
+        assert!(st.success(), "fusermount3 -u failed");
+        wait_gone(self.pid);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&self.mnt)
+            .status();
+        wait_gone(self.pid);
+    }
+}
+
+pub fn wait_gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        // A zombie has exited; only its parent (not us) can reap it.
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.split(' ').nth(2) == Some("Z") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "daemon {pid} did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn is_mounted(path: &Path) -> bool {
+    let canonical = fs::canonicalize(path).unwrap_or(path.to_path_buf());
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(m) == canonical)
+}
+
+/// Deterministic, position-dependent bytes (so misplaced chunks are caught).
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub const MIB: usize = 1 << 20;

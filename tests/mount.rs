@@ -1,0 +1,480 @@
+//! Integration tests: the real binary mounts real directories through the kernel's FUSE.
+//! Every data test runs in passthrough mode and with `--no-passthrough`.
+
+mod common;
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CHUNK: usize = 2 * MIB;
+const SPARSE_SIZE: u64 = 5 << 30;
+const SPARSE_MARKS: [u64; 3] = [
+    (4 << 30) + 12345,
+    (4 << 30) + (700 << 20),
+    SPARSE_SIZE - 4096,
+];
+
+/// A tree with nested dirs, an empty file, chunk-boundary sizes, small and large files, and a
+/// sparse file larger than 4 GiB with data at high offsets.
+fn make_tree(f: &Fixture) -> Vec<(String, Vec<u8>)> {
+    let sizes = [
+        1,
+        4095,
+        CHUNK - 1,
+        CHUNK,
+        CHUNK + 1,
+        4 * CHUNK,
+        8 * MIB + 1,
+        5 * CHUNK + 777,
+    ];
+    let mut files = vec![("empty".to_string(), Vec::new())];
+    for (i, size) in sizes.iter().enumerate() {
+        files.push((format!("d{}/sub/f{i}.bin", i % 3), pattern(*size, i as u64)));
+    }
+    files.push(("a/b/c/d/deep.txt".into(), b"deep\n".to_vec()));
+    for (p, d) in &files {
+        f.write(p, d);
+    }
+    let sparse = File::create(f.backing.join("sparse.h5")).unwrap();
+    sparse.set_len(SPARSE_SIZE).unwrap();
+    for (i, off) in SPARSE_MARKS.iter().enumerate() {
+        sparse
+            .write_all_at(&pattern(4096, 100 + i as u64), *off)
+            .unwrap();
+    }
+    files
+}
+
+fn check_tree(m: &Mounted, files: &[(String, Vec<u8>)]) {
+    for (p, d) in files {
+        assert!(fs::read(m.path(p)).unwrap() == *d, "{p} differs");
+    }
+    let sparse = File::open(m.path("sparse.h5")).unwrap();
+    assert_eq!(sparse.metadata().unwrap().len(), SPARSE_SIZE);
+    for (i, off) in SPARSE_MARKS.iter().enumerate() {
+        let mut buf = vec![0; 4096];
+        sparse.read_exact_at(&mut buf, *off).unwrap();
+        assert!(
+            buf == pattern(4096, 100 + i as u64),
+            "sparse mark {i} differs"
+        );
+    }
+    let mut hole = vec![1; 1000];
+    sparse
+        .read_exact_at(&mut hole, (4 << 30) + (300 << 20))
+        .unwrap();
+    assert!(hole.iter().all(|b| *b == 0));
+}
+
+#[test]
+fn tree_is_byte_exact_and_hits_are_local() {
+    for (i, mode) in MODES.iter().enumerate() {
+        let f = Fixture::new(&format!("tree{i}"));
+        let files = make_tree(&f);
+        let m = f.mount(mode);
+        let mut names: Vec<_> = fs::read_dir(&m.mnt)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "d0", "d1", "d2", "empty", "sparse.h5"]);
+        assert!(fs::metadata(m.path("a/b/c/d")).unwrap().is_dir());
+
+        check_tree(&m, &files);
+        let first = m.stats();
+        let total: usize = files.iter().map(|(_, d)| d.len()).sum();
+        // The sparse file is never fetched whole: only the chunks around the marks.
+        let from_backing = first["bytes_from_backing"].as_u64().unwrap();
+        assert!(from_backing >= total as u64 && from_backing < (total + 10 * CHUNK) as u64);
+
+        check_tree(&m, &files);
+        let second = m.stats();
+        assert_eq!(second["bytes_from_backing"], first["bytes_from_backing"]);
+        assert!(second["local_hits"].as_u64().unwrap() >= files.len() as u64);
+        let passthrough = mode.is_empty();
+        assert_eq!(second["passthrough"], passthrough);
+        assert_eq!(
+            second["passthrough_opens"].as_u64().unwrap() > 0,
+            passthrough
+        );
+        for key in [
+            "local_hits",
+            "backing_fetches",
+            "bytes_from_backing",
+            "bytes_from_local",
+            "cached_bytes",
+            "cached_files",
+            "evictions",
+        ] {
+            assert!(second[key].is_u64(), "stats lack {key}");
+        }
+        m.unmount();
+    }
+}
+
+#[test]
+fn concurrent_threads_and_processes_fetch_each_chunk_once() {
+    for (i, mode) in MODES.iter().enumerate() {
+        let f = Fixture::new(&format!("conc{i}"));
+        let big = pattern(24 * MIB + 5, 1);
+        let small = pattern(3 * MIB, 2);
+        f.write("big.bin", &big);
+        f.write("small.bin", &small);
+        let m = f.mount(mode);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let mut buf = Vec::new();
+                    File::open(m.path("big.bin"))
+                        .unwrap()
+                        .read_to_end(&mut buf)
+                        .unwrap();
+                    assert!(buf == big);
+                });
+            }
+        });
+        let procs: Vec<_> = (0..4)
+            .map(|_| {
+                Command::new("cmp")
+                    .arg(m.path("small.bin"))
+                    .arg(f.backing.join("small.bin"))
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut p in procs {
+            assert!(
+                p.wait().unwrap().success(),
+                "a reader process saw other bytes"
+            );
+        }
+        assert_eq!(
+            m.stat("bytes_from_backing"),
+            (big.len() + small.len()) as u64,
+            "single flight: every byte read from the backing store once"
+        );
+        assert_eq!(m.stat("backing_fetches"), 2);
+    }
+}
+
+#[test]
+fn random_reads_and_mmap_are_byte_exact() {
+    for (i, mode) in MODES.iter().enumerate() {
+        let f = Fixture::new(&format!("rand{i}"));
+        let data = pattern(30 * MIB + 123, 3);
+        f.write("x.npy", &data);
+        let m = f.mount(mode);
+        let file = File::open(m.path("x.npy")).unwrap();
+        let mut seed = 12345u64;
+        for _ in 0..300 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (seed >> 20) as usize % data.len();
+            let len = ((seed >> 8) as usize % (3 * MIB)).min(data.len() - off);
+            let mut buf = vec![0; len];
+            file.read_exact_at(&mut buf, off as u64).unwrap();
+            assert!(buf == data[off..off + len], "pread at {off}+{len}");
+        }
+        drop(file);
+        // mmap (numpy.memmap) before and after the file is complete in the cache.
+        for _ in 0..2 {
+            let file = File::open(m.path("x.npy")).unwrap();
+            // SAFETY: a read-only private mapping of a file we keep open for its lifetime.
+            let map = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    data.len(),
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(map, libc::MAP_FAILED);
+            // SAFETY: the mapping is data.len() bytes long and readable.
+            let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, data.len()) };
+            assert!(mapped[..4096] == data[..4096]);
+            assert!(mapped[17 * MIB..17 * MIB + 8192] == data[17 * MIB..17 * MIB + 8192]);
+            assert!(mapped == data.as_slice());
+            // SAFETY: unmapping the mapping created above, no longer used.
+            unsafe { libc::munmap(map, data.len()) };
+        }
+    }
+}
+
+#[test]
+fn small_capacity_evicts_and_stays_byte_exact() {
+    for (i, mode) in MODES.iter().enumerate() {
+        let f = Fixture::new(&format!("evict{i}"));
+        let files: Vec<_> = (0..12)
+            .map(|k| (format!("s/{k}.bin"), pattern(MIB, k)))
+            .collect();
+        for (p, d) in &files {
+            f.write(p, d);
+        }
+        for k in 0..5 {
+            f.write(&format!("fresh/{k}.bin"), &pattern(MIB, 90 + k));
+        }
+        let m = f.mount(&[mode, &["--capacity", "4M"][..]].concat());
+        for _ in 0..2 {
+            for (p, d) in &files {
+                assert!(fs::read(m.path(p)).unwrap() == *d, "{p}");
+            }
+        }
+        assert!(m.stat("evictions") >= 8);
+        assert!(m.stat("cached_bytes") <= 4 * MIB as u64);
+        // Four open files fill the cache: a fifth is served uncached, still byte-exact. (All
+        // are read for the first time, so the kernel's page cache cannot answer for the daemon.)
+        let held: Vec<_> = (0..4)
+            .map(|k| {
+                let mut h = File::open(m.path(&format!("fresh/{k}.bin"))).unwrap();
+                let mut buf = Vec::new();
+                h.read_to_end(&mut buf).unwrap();
+                assert!(buf == pattern(MIB, 90 + k));
+                h
+            })
+            .collect();
+        let before = m.stat("uncached_reads");
+        assert!(fs::read(m.path("fresh/4.bin")).unwrap() == pattern(MIB, 94));
+        assert!(m.stat("uncached_reads") > before);
+        drop(held);
+        assert!(m.stat("cached_bytes") <= 4 * MIB as u64);
+    }
+}
+
+#[test]
+fn warm_restart_reads_nothing_from_backing() {
+    for (i, mode) in MODES.iter().enumerate() {
+        let f = Fixture::new(&format!("warm{i}"));
+        let files = make_tree(&f);
+        let m = f.mount(mode);
+        check_tree(&m, &files);
+        m.unmount();
+        let m = f.mount(mode);
+        check_tree(&m, &files);
+        assert_eq!(m.stat("bytes_from_backing"), 0);
+        assert_eq!(m.stat("backing_fetches"), 0);
+        assert!(m.stat("cached_files") >= files.len() as u64 - 1);
+    }
+}
+
+#[test]
+fn crash_leftovers_and_corruption_are_never_served() {
+    let f = Fixture::new("crash");
+    let files: Vec<_> = (0..6)
+        .map(|k| (format!("{k}.bin"), pattern(3 * MIB, k)))
+        .collect();
+    for (p, d) in &files {
+        f.write(p, d);
+    }
+    let m = f.mount(&[]);
+    for (p, d) in &files {
+        assert!(fs::read(m.path(p)).unwrap() == *d);
+    }
+    // The daemon dies without unmounting.
+    let pid = m.pid;
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_gone(pid);
+    drop(m);
+    assert!(!is_mounted(&f.mnt));
+    // Damage the cache: flip a data byte, tear a header, leave a temp header.
+    let mut metas: Vec<_> = walk(&f.ssd.join("data"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "meta"))
+        .collect();
+    metas.sort();
+    assert_eq!(metas.len(), files.len());
+    let dat = metas[0].with_extension("dat");
+    let file = fs::OpenOptions::new().write(true).open(&dat).unwrap();
+    let mut byte = [0u8];
+    File::open(&dat)
+        .unwrap()
+        .read_exact_at(&mut byte, 2 * MIB as u64 + 10)
+        .unwrap();
+    file.write_all_at(&[byte[0] ^ 0xff], 2 * MIB as u64 + 10)
+        .unwrap();
+    let torn = fs::read(&metas[1]).unwrap();
+    fs::write(&metas[1], &torn[..torn.len() / 2]).unwrap();
+    fs::write(metas[2].with_extension("meta.tmp"), b"half").unwrap();
+
+    let m = f.mount(&[]);
+    for (p, d) in &files {
+        assert!(fs::read(m.path(p)).unwrap() == *d, "{p}");
+    }
+    assert_eq!(m.stat("checksum_failures"), 1);
+    // The corrupted chunk and the file with the torn header came from backing again.
+    assert_eq!(m.stat("bytes_from_backing"), (MIB + 3 * MIB) as u64);
+    assert!(!metas[2].with_extension("meta.tmp").exists());
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_changed_backing_file_is_served_fresh() {
+    for (i, mode) in MODES.iter().enumerate() {
+        let f = Fixture::new(&format!("change{i}"));
+        f.write("f.bin", &pattern(MIB, 1));
+        f.write("big.bin", &pattern(12 * MIB, 2));
+        let m = f.mount(&[mode, &["--metadata-ttl", "500ms"][..]].concat());
+        assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 1));
+        assert!(fs::read(m.path("big.bin")).unwrap() == pattern(12 * MIB, 2));
+        assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 1));
+        std::thread::sleep(Duration::from_millis(20));
+        f.write("f.bin", &pattern(MIB, 3)); // same size, new content and mtime
+        f.write("big.bin", &pattern(5 * MIB, 4)); // shrunk
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 3));
+        assert!(fs::read(m.path("big.bin")).unwrap() == pattern(5 * MIB, 4));
+        assert_eq!(
+            fs::metadata(m.path("big.bin")).unwrap().len(),
+            5 * MIB as u64
+        );
+    }
+}
+
+#[test]
+fn large_directory_lists_completely() {
+    let f = Fixture::new("bigdir");
+    let dir = f.backing.join("many");
+    fs::create_dir_all(&dir).unwrap();
+    for k in 0..20_000 {
+        File::create(dir.join(format!("sample_{k:06}.npz"))).unwrap();
+    }
+    let m = f.mount(&[]);
+    let t = Instant::now();
+    let n = fs::read_dir(m.path("many")).unwrap().count();
+    assert_eq!(n, 20_000);
+    // Attributes came with the listing (readdirplus): stats need no more backing access.
+    for e in fs::read_dir(m.path("many")).unwrap().take(100) {
+        assert_eq!(e.unwrap().metadata().unwrap().len(), 0);
+    }
+    eprintln!("listed 20000 entries in {:?}", t.elapsed());
+}
+
+#[test]
+fn signals_unmount_cleanly_and_exit_zero() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let f = Fixture::new(&format!("sig{sig}"));
+        f.write("x", b"x");
+        let mut child = dyadfs()
+            .arg("mount")
+            .arg(&f.mnt)
+            .args(["--foreground", "--ssd"])
+            .arg(&f.ssd)
+            .arg("--backing")
+            .arg(&f.backing)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_mounted(&f.mnt) {
+            assert!(Instant::now() < deadline, "never mounted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(fs::read(f.mnt.join("x")).unwrap(), b"x");
+        // SAFETY: signalling the child this test started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert!(status.success(), "exit status {status:?}");
+        assert!(!is_mounted(&f.mnt));
+    }
+}
+
+fn expect_error(out: std::process::Output, culprit: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "should fail: {culprit}");
+    assert!(
+        err.contains(culprit),
+        "error {err:?} does not name {culprit:?}"
+    );
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(culprit),
+        "first line {first:?} does not name {culprit:?}"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_and_nothing_is_mounted() {
+    let f = Fixture::new("bad");
+    f.write("x", b"x");
+    let run = |mnt: &std::path::Path,
+               ssd: &std::path::Path,
+               backing: &std::path::Path,
+               extra: &[&str]| {
+        dyadfs()
+            .arg("mount")
+            .arg(mnt)
+            .arg("--ssd")
+            .arg(ssd)
+            .arg("--backing")
+            .arg(backing)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let (mnt, ssd, backing) = (&f.mnt, &f.ssd, &f.backing);
+    let missing = f.root.join("missing");
+    expect_error(run(&missing, ssd, backing, &[]), "does not exist");
+    let file = f.root.join("a-file");
+    fs::write(&file, b"").unwrap();
+    expect_error(run(&file, ssd, backing, &[]), "not a directory");
+    let full = f.root.join("full");
+    fs::create_dir_all(full.join("something")).unwrap();
+    expect_error(run(&full, ssd, backing, &[]), "not empty");
+    expect_error(run(mnt, &file.join("cache"), backing, &[]), "cache dir");
+    expect_error(run(mnt, ssd, &missing, &[]), "backing dir");
+    expect_error(run(mnt, ssd, &file, &[]), "backing dir");
+    expect_error(run(mnt, ssd, backing, &["--capacity", "12Q"]), "12Q");
+    expect_error(run(mnt, ssd, backing, &["--capacity", "lots"]), "lots");
+    // No /dev/fuse: a private mount namespace with an empty /dev.
+    let out = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /dev && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_dyadfs"))
+        .arg("mount")
+        .arg(mnt)
+        .arg("--ssd")
+        .arg(ssd)
+        .arg("--backing")
+        .arg(backing)
+        .output()
+        .unwrap();
+    expect_error(out, "/dev/fuse");
+    assert!(!is_mounted(mnt));
+
+    let m = f.mount(&[]);
+    expect_error(run(mnt, ssd, backing, &[]), "already mounted");
+    // Another mount point over the same cache dir.
+    let mnt2 = f.root.join("mnt2");
+    fs::create_dir_all(&mnt2).unwrap();
+    expect_error(run(&mnt2, ssd, backing, &[]), "in use");
+    assert!(!is_mounted(&mnt2));
+    // Stats of something that is not a dyadfs mount.
+    let out = dyadfs().arg("stats").arg(&f.root).output().unwrap();
+    expect_error(out, "not a dyadfs mount");
+    m.unmount();
+    assert!(!is_mounted(mnt));
+}
