@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Single-node read benchmark, side by side in one run (medians of RUNS runs):
+#   (a) a cached 1 GiB file read sequentially (dd bs=1M)
+#   (b) 4096 cached files of 128 KiB read in random order by 4 processes
+# each through dyadfs (passthrough, --no-passthrough), directly on the same disk, and through
+# bindfs -o kernel_cache over the same tree; "cold" drops the page cache before each run,
+# "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5}
+scripts/install-deps.sh
+dpkg -s bindfs >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null
+cargo build --release --quiet
+BIN=$PWD/target/release/dyadfs
+W=${1:-$(mktemp -d /var/tmp/dyadfs-bench.XXXX)}
+mkdir -p "$W"/{backing/small,ssd,mnt,bind}
+cleanup() {
+  for m in "$W/mnt" "$W/bind"; do mountpoint -q "$m" && fusermount3 -u "$m"; done
+  [ -n "${KEEP:-}" ] || rm -rf "$W"
+}
+trap cleanup EXIT
+
+echo "generating data in $W/backing" >&2
+[ -f "$W/backing/big.bin" ] || head -c 1G /dev/urandom > "$W/backing/big.bin"
+if [ ! -f "$W/backing/small/4095.bin" ]; then
+  python3 - "$W/backing/small" <<'PY'
+import os, sys
+for i in range(4096):
+    open(os.path.join(sys.argv[1], f"{i}.bin"), "wb").write(os.urandom(128 << 10))
+PY
+fi
+ls "$W/backing/small" | shuf --random-source=<(yes) > "$W/order"
+
+now() { date +%s.%N; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+big() { dd if="$1/big.bin" of=/dev/null bs=1M 2>/dev/null; }
+small() { (cd "$1/small" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
+# median of RUNS timings of "$@" (cold: drop caches first)
+measure() {
+  local temp=$1; shift
+  local ts=()
+  for _ in $(seq "$RUNS"); do
+    [ "$temp" = cold ] && drop
+    local t0; t0=$(now); "$@"; ts+=("$(echo "$(now) - $t0" | bc -l)")
+  done
+  printf '%s\n' "${ts[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null
+
+declare -A R
+run_all() { # label dir
+  for temp in cold warm; do
+    big "$2"; small "$2"   # fill dyadfs's cache / prime the page cache for warm runs
+    R[$1,big,$temp]=$(measure $temp big "$2")
+    R[$1,small,$temp]=$(measure $temp small "$2")
+  done
+}
+run_all direct "$W/backing"
+for mode in passthrough no-passthrough; do
+  args=(); [ $mode = no-passthrough ] && args=(--no-passthrough)
+  rm -rf "$W/ssd"; mkdir -p "$W/ssd"
+  "$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing" "${args[@]}"
+  run_all "dyadfs-$mode" "$W/mnt"
+  "$BIN" stats "$W/mnt" --json > "$W/stats-$mode.json"
+  fusermount3 -u "$W/mnt"; sleep 0.3
+done
+bindfs -o kernel_cache "$W/backing" "$W/bind"
+run_all bindfs-kernel_cache "$W/bind"
+fusermount3 -u "$W/bind"
+
+printf '\n%-24s %14s %14s %16s %16s\n' config "1GiB cold MB/s" "1GiB warm MB/s" "small cold f/s" "small warm f/s"
+for c in direct dyadfs-passthrough dyadfs-no-passthrough bindfs-kernel_cache; do
+  printf '%-24s' $c
+  for k in big,cold big,warm; do printf ' %14.0f' "$(echo "1073.741824 / ${R[$c,$k]}" | bc -l)"; done
+  for k in small,cold small,warm; do printf ' %16.0f' "$(echo "4096 / ${R[$c,$k]}" | bc -l)"; done
+  echo
+done
+printf '\nratio to direct (higher is better, 1.00 = as fast as the disk):\n'
+for c in dyadfs-passthrough dyadfs-no-passthrough bindfs-kernel_cache; do
+  printf '%-24s' $c
+  for k in big,cold big,warm small,cold small,warm; do printf ' %8.2f' "$(echo "${R[direct,$k]} / ${R[$c,$k]}" | bc -l)"; done
+  echo
+done
+echo "(columns: 1GiB cold, 1GiB warm, small cold, small warm; medians of $RUNS runs)"
