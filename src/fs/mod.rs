@@ -10,7 +10,7 @@ pub mod read;
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -60,7 +60,6 @@ impl Attr {
         } else if ft.is_symlink() {
             Kind::Symlink
         } else {
-            let _ = ft.is_fifo();
             Kind::Other
         };
         let time = |s: i64, ns: i64| UNIX_EPOCH + Duration::new(s.max(0) as u64, ns as u32);
