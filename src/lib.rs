@@ -5,5 +5,6 @@
 pub mod cache;
 pub mod cli;
 pub mod fs;
+pub mod locator;
 pub mod mount;
 pub mod stats;

@@ -1,0 +1,9 @@
+//! The hierarchical sample locator: which nodes hold a copy of a file, asked tier by tier
+//! (node -> rack -> global). `membership` says who is in the cluster and who is home for a
+//! path; `tiers` holds the rack and global tables and their coordination rules.
+
+pub mod membership;
+pub mod tiers;
+
+pub use membership::{Member, Membership, NodeId, PeersError};
+pub use tiers::{GlobalHome, Key, RackHome, RackLookup, Reply, pick_holder};

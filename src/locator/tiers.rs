@@ -1,0 +1,294 @@
+//! The rack and global tiers as pure state machines (no sockets, no clocks of their own), so
+//! they are unit-tested and simulated at scale in one process (`examples/locator_sim.rs`); the
+//! daemon feeds them messages from the control channel.
+//!
+//! A member that misses a file asks its rack home. The rack home answers with rack-local
+//! holders, or asks the global home once per file however many members missed it (the others
+//! queue at the rack home). The global home answers with one holder per rack that has the
+//! file, or coordinates the first fetch: one requester reads the backing store, everybody else
+//! waits for it (bounded), so the backing store is read once. A rack home tells the global home
+//! only when its rack gains its first copy or loses its last.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use super::membership::{Membership, NodeId};
+use crate::cache::Version;
+
+/// A file at one version: holders of another version are never used.
+pub type Key = (String, Version);
+
+/// What a member is told to do about a file it misses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Pull from one of these holders (choose with [`pick_holder`]).
+    Holders(Vec<NodeId>),
+    /// Nobody has it: read the backing store, then publish.
+    Fetch,
+    /// Another node is fetching or pulling it: wait (bounded) for it to publish, then pull.
+    WaitFor(NodeId),
+}
+
+/// What a rack home does with a member's miss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RackLookup {
+    /// Answer the member now.
+    Reply(Reply),
+    /// Ask the global home (the first miss of this file in the rack).
+    AskGlobal,
+    /// A question about this file is already out: the member waits for its answer.
+    Queued,
+}
+
+#[derive(Debug, Default)]
+pub struct RackHome {
+    holders: HashMap<Key, BTreeSet<NodeId>>,
+    pending: HashMap<Key, Vec<NodeId>>,
+}
+
+impl RackHome {
+    pub fn lookup(&mut self, key: &Key, requester: NodeId) -> RackLookup {
+        if let Some(h) = self.holders.get(key).filter(|h| !h.is_empty()) {
+            return RackLookup::Reply(Reply::Holders(h.iter().copied().collect()));
+        }
+        match self.pending.get_mut(key) {
+            Some(waiting) => {
+                waiting.push(requester);
+                RackLookup::Queued
+            }
+            None => {
+                self.pending.insert(key.clone(), vec![requester]);
+                RackLookup::AskGlobal
+            }
+        }
+    }
+
+    /// The global home answered: what each queued member is told. Only the first crosses the
+    /// rack (fetch or pull); the others wait for that rack-mate and pull from it.
+    pub fn global_answered(&mut self, key: &Key, answer: Reply) -> Vec<(NodeId, Reply)> {
+        let waiting = self.pending.remove(key).unwrap_or_default();
+        let Some((&first, rest)) = waiting.split_first() else {
+            return Vec::new();
+        };
+        let mut out = vec![(first, answer)];
+        out.extend(rest.iter().map(|&n| (n, Reply::WaitFor(first))));
+        out
+    }
+
+    /// The global home could not be reached: queued members fall back to the backing store.
+    pub fn global_unreachable(&mut self, key: &Key) -> Vec<(NodeId, Reply)> {
+        let waiting = self.pending.remove(key).unwrap_or_default();
+        waiting.into_iter().map(|n| (n, Reply::Fetch)).collect()
+    }
+
+    /// A member completed a copy. `true`: the rack's first copy, tell the global home.
+    pub fn publish(&mut self, key: &Key, node: NodeId) -> bool {
+        let h = self.holders.entry(key.clone()).or_default();
+        let first = h.is_empty();
+        h.insert(node);
+        first
+    }
+
+    /// A member dropped its copy. `true`: the rack's last copy, tell the global home.
+    pub fn unpublish(&mut self, key: &Key, node: NodeId) -> bool {
+        let Some(h) = self.holders.get_mut(key) else {
+            return false;
+        };
+        let removed = h.remove(&node);
+        if h.is_empty() {
+            self.holders.remove(key);
+            return removed;
+        }
+        false
+    }
+
+    pub fn holders(&self, key: &Key) -> Vec<NodeId> {
+        self.holders
+            .get(key)
+            .map(|h| h.iter().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct GlobalEntry {
+    /// Rack -> a member of it that held the file when the rack gained it.
+    racks: BTreeMap<String, NodeId>,
+    fetcher: Option<(NodeId, Instant)>,
+}
+
+#[derive(Debug, Default)]
+pub struct GlobalHome {
+    entries: HashMap<Key, GlobalEntry>,
+}
+
+impl GlobalHome {
+    /// A rack home asks on behalf of `requester`, a member that missed the file.
+    pub fn lookup(
+        &mut self,
+        key: &Key,
+        requester: NodeId,
+        now: Instant,
+        fetch_timeout: Duration,
+    ) -> Reply {
+        let e = self.entries.entry(key.clone()).or_default();
+        if !e.racks.is_empty() {
+            return Reply::Holders(e.racks.values().copied().collect());
+        }
+        match e.fetcher {
+            Some((f, deadline)) if now < deadline && f != requester => Reply::WaitFor(f),
+            _ => {
+                // No fetch under way, or it overran its deadline: this requester fetches.
+                e.fetcher = Some((requester, now + fetch_timeout));
+                Reply::Fetch
+            }
+        }
+    }
+
+    pub fn rack_gained(&mut self, key: &Key, rack: &str, node: NodeId) {
+        let e = self.entries.entry(key.clone()).or_default();
+        e.racks.insert(rack.to_string(), node);
+        e.fetcher = None;
+    }
+
+    pub fn rack_lost(&mut self, key: &Key, rack: &str) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.racks.remove(rack);
+            if e.racks.is_empty() && e.fetcher.is_none() {
+                self.entries.remove(key);
+            }
+        }
+    }
+
+    /// The designated fetcher gave up: the next requester is told to fetch.
+    pub fn fetch_failed(&mut self, key: &Key, node: NodeId) {
+        if let Some(e) = self.entries.get_mut(key) {
+            if e.fetcher.is_some_and(|(f, _)| f == node) {
+                e.fetcher = None;
+            }
+        }
+    }
+
+    pub fn racks_holding(&self, key: &Key) -> usize {
+        self.entries.get(key).map_or(0, |e| e.racks.len())
+    }
+}
+
+/// Chooses a holder: this node, else one in this rack, else one in another rack; among equals,
+/// spread by `salt` (e.g. a hash of requester and path) so a hot file is served by many nodes.
+/// Holders in `avoid` (recently failed) are used only if nothing else is left.
+pub fn pick_holder(
+    membership: &Membership,
+    holders: &[NodeId],
+    avoid: &[NodeId],
+    salt: u64,
+) -> Option<NodeId> {
+    let me = membership.own();
+    let my_rack = membership.rack_of(me);
+    let known: Vec<NodeId> = holders
+        .iter()
+        .copied()
+        .filter(|h| membership.member(*h).is_some())
+        .collect();
+    let fresh: Vec<NodeId> = known
+        .iter()
+        .copied()
+        .filter(|h| !avoid.contains(h))
+        .collect();
+    let pool = if fresh.is_empty() { known } else { fresh };
+    if pool.contains(&me) {
+        return Some(me);
+    }
+    let local: Vec<NodeId> = pool
+        .iter()
+        .copied()
+        .filter(|h| membership.rack_of(*h) == my_rack)
+        .collect();
+    let tier = if local.is_empty() { pool } else { local };
+    (!tier.is_empty()).then(|| tier[(salt % tier.len() as u64) as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(p: &str) -> Key {
+        (
+            p.to_string(),
+            Version {
+                size: 10,
+                mtime_ns: 1,
+            },
+        )
+    }
+
+    #[test]
+    fn rack_home_coalesces_misses_and_reports_first_and_last_copy() {
+        let mut r = RackHome::default();
+        let k = key("a");
+        assert_eq!(r.lookup(&k, 1), RackLookup::AskGlobal);
+        assert_eq!(r.lookup(&k, 2), RackLookup::Queued);
+        assert_eq!(r.lookup(&k, 3), RackLookup::Queued);
+        let told = r.global_answered(&k, Reply::Fetch);
+        assert_eq!(
+            told,
+            [
+                (1, Reply::Fetch),
+                (2, Reply::WaitFor(1)),
+                (3, Reply::WaitFor(1))
+            ]
+        );
+        assert!(r.publish(&k, 1));
+        assert!(!r.publish(&k, 2));
+        assert_eq!(
+            r.lookup(&k, 4),
+            RackLookup::Reply(Reply::Holders(vec![1, 2]))
+        );
+        assert!(!r.unpublish(&k, 1));
+        assert!(r.unpublish(&k, 2));
+        assert!(r.holders(&k).is_empty());
+        assert!(!r.unpublish(&k, 2), "unpublishing twice reports nothing");
+    }
+
+    #[test]
+    fn global_home_lets_one_node_fetch_and_the_others_wait() {
+        let mut g = GlobalHome::default();
+        let k = key("a");
+        let t = Instant::now();
+        let timeout = Duration::from_secs(5);
+        assert_eq!(g.lookup(&k, 1, t, timeout), Reply::Fetch);
+        assert_eq!(g.lookup(&k, 7, t, timeout), Reply::WaitFor(1));
+        // The fetcher overran its deadline: the next requester takes over.
+        assert_eq!(g.lookup(&k, 7, t + timeout, timeout), Reply::Fetch);
+        g.fetch_failed(&k, 7);
+        assert_eq!(g.lookup(&k, 9, t, timeout), Reply::Fetch);
+        g.rack_gained(&k, "r1", 9);
+        assert_eq!(g.lookup(&k, 1, t, timeout), Reply::Holders(vec![9]));
+        g.rack_gained(&k, "r0", 1);
+        assert_eq!(g.racks_holding(&k), 2);
+        g.rack_lost(&k, "r1");
+        g.rack_lost(&k, "r0");
+        assert_eq!(g.lookup(&k, 3, t, timeout), Reply::Fetch);
+    }
+
+    #[test]
+    fn holder_choice_prefers_self_then_rack_and_avoids_failures() {
+        let file = "0 127.0.0.1:1 r0\n1 127.0.0.1:2 r0\n2 127.0.0.1:3 r1\n3 127.0.0.1:4 r1\n";
+        let m = Membership::parse(file, 0).unwrap();
+        assert_eq!(pick_holder(&m, &[2, 0, 1], &[], 5), Some(0));
+        assert_eq!(pick_holder(&m, &[2, 1, 3], &[], 5), Some(1));
+        assert_eq!(pick_holder(&m, &[2, 1, 3], &[1], 5), Some(3));
+        let spread: BTreeSet<_> = (0..10).map(|s| pick_holder(&m, &[2, 3], &[], s)).collect();
+        assert_eq!(spread.len(), 2, "load spreads over holders");
+        assert_eq!(
+            pick_holder(&m, &[2], &[2], 0),
+            Some(2),
+            "a failed holder is a last resort"
+        );
+        assert_eq!(
+            pick_holder(&m, &[42], &[], 0),
+            None,
+            "unknown nodes are ignored"
+        );
+    }
+}
