@@ -1,0 +1,298 @@
+//! Runs the locator tiers for a simulated cluster in one process and reports control messages
+//! per lookup and per publish, how many of them cross racks, the load on the busiest home, and
+//! how often the backing store is read — for the hierarchical locator (node -> rack -> global,
+//! with rack-level coalescing) and for a flat global table (every miss and publish goes to the
+//! path's global home), on the same workload.
+//!
+//! cargo run --release --example locator_sim -- [NODES] [RACKS] [FILES_PER_NODE] [EPOCHS]
+//!
+//! Workload: each epoch every node reads a different random shard of the dataset (like
+//! DistributedSampler with set_epoch), all nodes at once; then every node reads the same 16
+//! "hot" files at once (a shared validation header, say). Caches are inclusive and never evict.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use dyadfs::cache::Version;
+use dyadfs::locator::{GlobalHome, Key, Member, Membership, NodeId, RackHome, RackLookup, Reply};
+
+#[derive(Default, Clone)]
+struct Count {
+    lookups: u64,
+    lookup_msgs: u64,
+    lookup_cross: u64,
+    publishes: u64,
+    publish_msgs: u64,
+    publish_cross: u64,
+    backing_reads: u64,
+    local_hits: u64,
+}
+
+struct Net<'a> {
+    m: &'a Membership,
+    /// Requests received per node acting as a home.
+    load: Vec<u64>,
+}
+
+impl Net<'_> {
+    /// One message; returns (messages, cross-rack messages) it cost (0 if to itself).
+    fn send(&mut self, from: NodeId, to: NodeId, request: bool) -> (u64, u64) {
+        if from == to {
+            return (0, 0);
+        }
+        if request {
+            self.load[to as usize] += 1;
+        }
+        (1, u64::from(self.m.rack_of(from) != self.m.rack_of(to)))
+    }
+}
+
+fn key(f: u64) -> Key {
+    (
+        format!("train/sample_{f:08}.npz"),
+        Version {
+            size: 1 << 18,
+            mtime_ns: 1,
+        },
+    )
+}
+
+/// One round of simultaneous reads through the hierarchical locator.
+fn round_hier(
+    net: &mut Net,
+    held: &mut [HashSet<u64>],
+    racks: &mut HashMap<NodeId, RackHome>,
+    globals: &mut HashMap<NodeId, GlobalHome>,
+    reads: &[(NodeId, u64)],
+    c: &mut Count,
+) {
+    let m = net.m;
+    let now = Instant::now();
+    let mut asks: Vec<(NodeId, u64, NodeId)> = Vec::new(); // (rack home, file, first asker)
+    let mut obtain: Vec<(NodeId, u64)> = Vec::new();
+    for &(n, f) in reads {
+        if held[n as usize].contains(&f) {
+            c.local_hits += 1;
+            continue;
+        }
+        c.lookups += 1;
+        let k = key(f);
+        let rh = m.rack_home(&k.0, m.rack_of(n));
+        let (a, x) = net.send(n, rh, true);
+        c.lookup_msgs += a;
+        c.lookup_cross += x;
+        match racks.entry(rh).or_default().lookup(&k, n) {
+            RackLookup::Reply(_) => {
+                let (a, x) = net.send(rh, n, false);
+                c.lookup_msgs += a;
+                c.lookup_cross += x;
+                obtain.push((n, f));
+            }
+            RackLookup::AskGlobal => asks.push((rh, f, n)),
+            RackLookup::Queued => {}
+        }
+    }
+    for (rh, f, first) in asks {
+        let k = key(f);
+        let gh = m.global_home(&k.0);
+        let (a1, x1) = net.send(rh, gh, true);
+        let answer = globals
+            .entry(gh)
+            .or_default()
+            .lookup(&k, first, now, Duration::from_secs(30));
+        let (a2, x2) = net.send(gh, rh, false);
+        c.lookup_msgs += a1 + a2;
+        c.lookup_cross += x1 + x2;
+        for (n, reply) in racks.get_mut(&rh).unwrap().global_answered(&k, answer) {
+            let (a, x) = net.send(rh, n, false);
+            c.lookup_msgs += a;
+            c.lookup_cross += x;
+            if reply == Reply::Fetch {
+                c.backing_reads += 1;
+            }
+            obtain.push((n, f));
+        }
+    }
+    for (n, f) in obtain {
+        held[n as usize].insert(f);
+        c.publishes += 1;
+        let k = key(f);
+        let rack = m.rack_of(n);
+        let rh = m.rack_home(&k.0, rack);
+        let (a, x) = net.send(n, rh, true);
+        c.publish_msgs += a;
+        c.publish_cross += x;
+        if racks.entry(rh).or_default().publish(&k, n) {
+            let gh = m.global_home(&k.0);
+            let (a, x) = net.send(rh, gh, true);
+            c.publish_msgs += a;
+            c.publish_cross += x;
+            globals.entry(gh).or_default().rack_gained(&k, rack, n);
+        }
+    }
+}
+
+/// The same round through a flat global table: the global home tracks every holder node.
+fn round_flat(
+    net: &mut Net,
+    held: &mut [HashSet<u64>],
+    globals: &mut HashMap<NodeId, GlobalHome>,
+    reads: &[(NodeId, u64)],
+    c: &mut Count,
+) {
+    let m = net.m;
+    let now = Instant::now();
+    let mut obtain = Vec::new();
+    for &(n, f) in reads {
+        if held[n as usize].contains(&f) {
+            c.local_hits += 1;
+            continue;
+        }
+        c.lookups += 1;
+        let k = key(f);
+        let gh = m.global_home(&k.0);
+        let (a1, x1) = net.send(n, gh, true);
+        let (a2, x2) = net.send(gh, n, false);
+        c.lookup_msgs += a1 + a2;
+        c.lookup_cross += x1 + x2;
+        let answer = globals
+            .entry(gh)
+            .or_default()
+            .lookup(&k, n, now, Duration::from_secs(30));
+        if answer == Reply::Fetch {
+            c.backing_reads += 1;
+        }
+        obtain.push((n, f));
+    }
+    for (n, f) in obtain {
+        held[n as usize].insert(f);
+        c.publishes += 1;
+        let k = key(f);
+        let gh = m.global_home(&k.0);
+        let (a, x) = net.send(n, gh, true);
+        c.publish_msgs += a;
+        c.publish_cross += x;
+        // Per-node holders: the "rack" of the flat table is the node itself.
+        globals
+            .entry(gh)
+            .or_default()
+            .rack_gained(&k, &n.to_string(), n);
+    }
+}
+
+/// A deterministic shuffle (xorshift), so runs are reproducible without a rand dependency.
+fn shuffle(v: &mut [u64], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+}
+
+fn print(label: &str, c: &Count, load: &[u64], files: u64) {
+    let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let busiest = load.iter().max().copied().unwrap_or(0);
+    let mean = load.iter().sum::<u64>() as f64 / load.len() as f64;
+    println!(
+        "{label:<26} {:>9} {:>8.2} {:>8.2} {:>9} {:>8.2} {:>8.2} {:>9} {:>7.1} {:>10} {:>9}",
+        c.lookups,
+        per(c.lookup_msgs, c.lookups),
+        per(c.lookup_cross, c.lookups),
+        c.publishes,
+        per(c.publish_msgs, c.publishes),
+        per(c.publish_cross, c.publishes),
+        busiest,
+        mean,
+        c.backing_reads,
+        files
+    );
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("numbers"))
+        .collect();
+    let nodes = *args.first().unwrap_or(&1024);
+    let n_racks = *args.get(1).unwrap_or(&32);
+    let per_node = *args.get(2).unwrap_or(&64);
+    let epochs = *args.get(3).unwrap_or(&3);
+    let files = nodes * per_node;
+    let members = (0..nodes as NodeId)
+        .map(|id| Member {
+            id,
+            addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 10_000 + id as u16),
+            rack: format!("r{:03}", u64::from(id) * n_racks / nodes),
+        })
+        .collect();
+    let m = Membership::new(members, 0).expect("membership");
+    println!(
+        "{nodes} nodes in {n_racks} racks, {files} files ({per_node} per node per epoch), \
+         {epochs} epochs of random shards, then 16 hot files read by every node at once\n"
+    );
+    println!(
+        "{:<26} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>7} {:>10} {:>9}",
+        "round / locator",
+        "lookups",
+        "msg/lkp",
+        "xrack/lk",
+        "publishes",
+        "msg/pub",
+        "xrack/pb",
+        "max load",
+        "mean",
+        "backing rd",
+        "files"
+    );
+    let mut rounds: Vec<(String, Vec<(NodeId, u64)>, u64)> = Vec::new();
+    for e in 1..=epochs {
+        let mut order: Vec<u64> = (0..files).collect();
+        shuffle(&mut order, e);
+        let reads = order
+            .iter()
+            .enumerate()
+            .map(|(i, &f)| ((i as u64 / per_node) as NodeId, f))
+            .collect();
+        rounds.push((format!("epoch {e}"), reads, files));
+    }
+    let hot: Vec<(NodeId, u64)> = (0..16u64)
+        .flat_map(|f| (0..nodes as NodeId).map(move |n| (n, files + f)))
+        .collect();
+    rounds.push(("hot files".into(), hot, 16));
+
+    let mut held_h = vec![HashSet::new(); nodes as usize];
+    let mut held_f = vec![HashSet::new(); nodes as usize];
+    let (mut racks, mut globals_h, mut globals_f) =
+        (HashMap::new(), HashMap::new(), HashMap::new());
+    for (label, reads, nfiles) in &rounds {
+        let mut net = Net {
+            m: &m,
+            load: vec![0; nodes as usize],
+        };
+        let mut c = Count::default();
+        round_hier(
+            &mut net,
+            &mut held_h,
+            &mut racks,
+            &mut globals_h,
+            reads,
+            &mut c,
+        );
+        print(&format!("{label} hierarchical"), &c, &net.load, *nfiles);
+        let mut net = Net {
+            m: &m,
+            load: vec![0; nodes as usize],
+        };
+        let mut c = Count::default();
+        round_flat(&mut net, &mut held_f, &mut globals_f, reads, &mut c);
+        print(&format!("{label} flat"), &c, &net.load, *nfiles);
+    }
+    println!(
+        "\nmsg/lkp, msg/pub: control messages per lookup (a miss) and per publish (a new copy);\n\
+         xrack: of those, messages between racks; max load / mean: requests received by the\n\
+         busiest home and by the average node in that round; backing rd: backing-store reads."
+    );
+}
