@@ -162,10 +162,10 @@ impl GlobalHome {
 
     /// The designated fetcher gave up: the next requester is told to fetch.
     pub fn fetch_failed(&mut self, key: &Key, node: NodeId) {
-        if let Some(e) = self.entries.get_mut(key) {
-            if e.fetcher.is_some_and(|(f, _)| f == node) {
-                e.fetcher = None;
-            }
+        if let Some(e) = self.entries.get_mut(key)
+            && e.fetcher.is_some_and(|(f, _)| f == node)
+        {
+            e.fetcher = None;
         }
     }
 
