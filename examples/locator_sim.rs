@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use dyadfs::cache::Version;
 use dyadfs::locator::{GlobalHome, Key, Member, Membership, NodeId, RackHome, RackLookup, Reply};
 
+type Reads = Vec<(NodeId, u64)>;
+
 #[derive(Default, Clone)]
 struct Count {
     lookups: u64,
@@ -247,7 +249,8 @@ fn main() {
         "backing rd",
         "files"
     );
-    let mut rounds: Vec<(String, Vec<(NodeId, u64)>, u64)> = Vec::new();
+    // (label, simultaneous reads as (node, file), distinct files)
+    let mut rounds: Vec<(String, Reads, u64)> = Vec::new();
     for e in 1..=epochs {
         let mut order: Vec<u64> = (0..files).collect();
         shuffle(&mut order, e);
