@@ -512,6 +512,14 @@ impl Entry {
         self.all_present(0..self.chunk_count())
     }
 
+    /// Whether every chunk is present and verified in this daemon's lifetime.
+    pub fn is_verified(&self) -> bool {
+        let st = lock(&self.state);
+        st.chunks
+            .iter()
+            .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
+    }
+
     /// Writes chunk bytes at their offset in the data file.
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.data.write_all_at(bytes, offset)

@@ -328,10 +328,22 @@ impl<S: Source> DyadFs<S> {
             *kv = Some(attr.version);
             same
         };
-        let complete = entry.is_complete() && entry.verify(cache, 0..entry.chunk_count())?;
+        let complete = entry.is_complete();
         if complete {
             self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
         }
+        // The kernel reads a passthrough file without us, so it must be verified first. A
+        // small file is verified now; a large one (after a restart) is served by the daemon,
+        // which verifies each chunk it serves, while the rest is verified in the background
+        // for later opens.
+        let verified = complete
+            && (entry.is_verified()
+                || if entry.version.size <= WHOLE_FILE_MAX {
+                    entry.verify(cache, 0..entry.chunk_count())?
+                } else {
+                    self.verify_in_background(entry.clone());
+                    false
+                });
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles
             .lock()
@@ -346,7 +358,7 @@ impl<S: Source> DyadFs<S> {
             );
         Ok(Opened {
             fh,
-            passthrough: (complete && self.config.passthrough).then_some(entry),
+            passthrough: (verified && self.config.passthrough).then_some(entry),
             keep_cache,
         })
     }
@@ -386,6 +398,16 @@ impl<S: Source> DyadFs<S> {
         let _ = self.readahead.send(Box::new(move || {
             if let Err(e) = reader.fill(&entry, start..end) {
                 tracing::debug!(path = %entry.path, error = %e, "readahead failed");
+            }
+        }));
+    }
+
+    fn verify_in_background(&self, entry: Arc<Entry>) {
+        let cache = self.reader.cache.clone();
+        let _ = self.readahead.send(Box::new(move || {
+            // A failed chunk is dropped by verify and refetched on its next read.
+            if let Err(e) = entry.verify(&cache, 0..entry.chunk_count()) {
+                tracing::warn!(path = %entry.path, error = %e, "background verification failed");
             }
         }));
     }
