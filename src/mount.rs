@@ -194,7 +194,16 @@ fn report(outcome: &str) {
 }
 
 /// Runs the daemon until unmounted. Exits 0 on a clean unmount.
-fn run(args: MountArgs) -> Result<(), UserError> {
+fn run(mut args: MountArgs) -> Result<(), UserError> {
+    if std::env::var_os(READY_FD_ENV).is_some() {
+        // A daemon must not pin the directory it was started from (it may be unmounted).
+        for p in [&mut args.mountpoint, &mut args.ssd, &mut args.backing] {
+            if let Ok(abs) = fs::canonicalize(&*p) {
+                *p = abs;
+            }
+        }
+        let _ = std::env::set_current_dir("/");
+    }
     let result = serve(&args);
     if let Err(e) = &result {
         report(e);
