@@ -21,9 +21,13 @@ struct MemSource {
 
 impl MemSource {
     fn add(&self, path: &str, data: Vec<u8>) -> Version {
+        self.add_version(path, data, 1)
+    }
+
+    fn add_version(&self, path: &str, data: Vec<u8>, mtime_ns: i64) -> Version {
         let version = Version {
             size: data.len() as u64,
-            mtime_ns: 1,
+            mtime_ns,
         };
         self.files
             .lock()
@@ -231,4 +235,116 @@ fn a_changed_source_is_never_mixed_into_the_old_copy() {
     let err = r.read(&e, 15 << 20, 10).unwrap_err();
     assert_eq!(err.errno(), libc::ESTALE);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The read path and cache against a reference model (the source's bytes): random sequences of
+/// reads, opens/closes (pins), restarts, on-disk corruption across a restart and source
+/// rewrites, under small capacities. Every read must return the model's bytes, and the cache
+/// must never exceed its capacity.
+mod model {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const SIZES: [usize; 6] = [0, 1, (1 << 20) - 1, 1 << 20, (5 << 19) + 7, (9 << 20) + 3];
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Read { file: usize, at: f64, len: u32 },
+        Open { file: usize },
+        Close,
+        Restart,
+        CorruptAndRestart { file: usize, at: f64 },
+        Rewrite { file: usize, size: usize, seed: u8 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0..3usize, 0.0..1.0f64, 1..3_000_000u32)
+                .prop_map(|(file, at, len)| Op::Read { file, at, len }),
+            2 => (0..3usize).prop_map(|file| Op::Open { file }),
+            2 => Just(Op::Close),
+            1 => Just(Op::Restart),
+            1 => (0..3usize, 0.0..1.0f64).prop_map(|(file, at)| Op::CorruptAndRestart { file, at }),
+            1 => (0..3usize, 0..SIZES.len(), any::<u8>())
+                .prop_map(|(file, size, seed)| Op::Rewrite { file, size: SIZES[size], seed }),
+        ]
+    }
+
+    fn open_cache(dir: &std::path::Path, capacity: u64, stats: Arc<Stats>) -> Arc<Cache> {
+        let config = CacheConfig {
+            dir: dir.to_path_buf(),
+            chunk_size: 1 << 20,
+            capacity: Some(capacity),
+        };
+        Arc::new(Cache::open(&config, stats).unwrap())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn reads_match_the_model(
+            capacity in prop_oneof![Just(2u64 << 20), Just(6 << 20), Just(64 << 20)],
+            sizes in proptest::collection::vec(0..SIZES.len(), 3),
+            ops in proptest::collection::vec(op(), 1..40),
+        ) {
+            let (mut r, dir) = reader(MemSource::default(), capacity);
+            let mut model: Vec<(Vec<u8>, Version)> = Vec::new();
+            for (i, s) in sizes.iter().enumerate() {
+                let data = pattern(SIZES[*s], i as u8);
+                let v = r.source.add_version(&format!("f{i}"), data.clone(), 1);
+                model.push((data, v));
+            }
+            let mut pinned: Vec<Arc<Entry>> = Vec::new();
+            let mut mtime = 1;
+            for op in ops {
+                match op {
+                    Op::Read { file, at, len } => {
+                        let (data, v) = &model[file];
+                        let e = r.cache.entry(&format!("f{file}"), *v).unwrap();
+                        let off = (at * data.len() as f64) as usize;
+                        let got = r.read(&e, off as u64, len).unwrap();
+                        let end = (off + len as usize).min(data.len());
+                        prop_assert!(got == data[off.min(end)..end], "read f{} at {} len {}", file, off, len);
+                    }
+                    Op::Open { file } => {
+                        let e = r.cache.entry(&format!("f{file}"), model[file].1).unwrap();
+                        e.pin(&r.cache);
+                        pinned.push(e);
+                    }
+                    Op::Close => {
+                        if let Some(e) = pinned.pop() {
+                            e.unpin();
+                        }
+                    }
+                    Op::Restart | Op::CorruptAndRestart { .. } => {
+                        if let Op::CorruptAndRestart { file, at } = op {
+                            let (data, v) = &model[file];
+                            if !data.is_empty() {
+                                let e = r.cache.entry(&format!("f{file}"), *v).unwrap();
+                                let pos = ((at * data.len() as f64) as usize).min(data.len() - 1);
+                                e.write_at(pos as u64, &[data[pos] ^ 0x5a]).unwrap();
+                            }
+                        }
+                        pinned.clear();
+                        let stats = Arc::new(Stats::default());
+                        // The old cache (and its directory lock) goes before the new one opens.
+                        let source = r.source.clone();
+                        drop(r);
+                        r = Reader { cache: open_cache(&dir, capacity, stats.clone()), stats, source };
+                    }
+                    Op::Rewrite { file, size, seed } => {
+                        mtime += 1;
+                        let data = pattern(size, seed);
+                        let v = r.source.add_version(&format!("f{file}"), data.clone(), mtime);
+                        model[file] = (data, v);
+                    }
+                }
+                prop_assert!(r.cache.used_bytes() <= capacity, "used {} > capacity {}", r.cache.used_bytes(), capacity);
+            }
+            drop(pinned);
+            drop(r);
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
