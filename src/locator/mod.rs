@@ -1,8 +1,11 @@
 //! The hierarchical sample locator: which nodes hold a copy of a file, asked tier by tier
 //! (node -> rack -> global). `membership` says who is in the cluster and who is home for a
-//! path; `tiers` holds the rack and global tables and their coordination rules.
+//! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
+//! cache; `tiers` holds the rack and global tables and their coordination rules.
 
 pub mod membership;
+pub mod node;
+pub mod rendezvous;
 pub mod tiers;
 
 pub use membership::{Member, Membership, NodeId, PeersError};
