@@ -28,6 +28,75 @@ pub enum Command {
     Mount(MountArgs),
     /// Print the counters of a running mount
     Stats(StatsArgs),
+    /// Move chunks between two processes over UCX (diagnostics and benchmarks)
+    #[command(subcommand)]
+    Transport(TransportCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TransportCommand {
+    /// Serve the files under a directory to pullers
+    Serve(ServeArgs),
+    /// Pull a file (or a range of it) from a serving holder into a local file
+    Pull(PullArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UcxArgs {
+    /// Registered buffer slots (chunks staged or in flight at once)
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub slots: u32,
+    /// Size of one slot, the largest chunk moved in one RMA get
+    #[arg(long, value_name = "SIZE", default_value = "2M", value_parser = parse_size)]
+    pub slot_size: u64,
+    /// Bound on every wait: connect, each reply, each get
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// This node's id, sent in the hello
+    #[arg(long, default_value_t = 0)]
+    pub node_id: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory whose files are served (paths are relative to it)
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+    /// Address to listen on, e.g. 127.0.0.1:7400
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub ucx: UcxArgs,
+    /// Testing only: corrupt every staged chunk after checksumming it
+    #[arg(long, hide = true)]
+    pub corrupt: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// Holder address
+    #[arg(long, value_name = "HOST:PORT")]
+    pub peer: std::net::SocketAddr,
+    /// Path relative to the holder's root; its size and mtime are read from --version-of
+    #[arg(long)]
+    pub path: String,
+    /// A local copy of the source file whose (size, mtime) name the version to pull
+    #[arg(long, value_name = "FILE")]
+    pub version_of: PathBuf,
+    /// Destination file (created; written at the same offsets)
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// First byte to pull
+    #[arg(long, default_value_t = 0)]
+    pub offset: u64,
+    /// Bytes to pull [default: to the end of the file]
+    #[arg(long)]
+    pub len: Option<u64>,
+    /// Requests in flight
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub window: u32,
+    #[command(flatten)]
+    pub ucx: UcxArgs,
 }
 
 #[derive(Debug, Clone, Args)]

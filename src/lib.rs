@@ -8,3 +8,4 @@ pub mod fs;
 pub mod locator;
 pub mod mount;
 pub mod stats;
+pub mod transport;

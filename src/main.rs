@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use dyadfs::cli::{Cli, Command};
+use dyadfs::cli::{Cli, Command, TransportCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -21,6 +21,8 @@ fn main() -> ExitCode {
                 print!("{}", s.table());
             }
         }),
+        Command::Transport(TransportCommand::Serve(args)) => dyadfs::transport::tool::serve(args),
+        Command::Transport(TransportCommand::Pull(args)) => dyadfs::transport::tool::pull(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

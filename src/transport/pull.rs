@@ -1,0 +1,393 @@
+//! The pull protocol over the control channel (tokio TCP, [`wire`] frames) and the UCX data
+//! plane. A holder stages each requested chunk from its [`ChunkStore`] into a registered slot
+//! and answers with the slot's address and the chunk's crc32c; the puller RMA-gets it into a
+//! slot of its own, verifies the checksum, hands the bytes to its sink and releases the remote
+//! slot. Several requests are in flight per pull; every wait is bounded.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::ucx::{Slot, UcxError, Worker};
+use super::wire::{self, Message, PROTOCOL_VERSION, WireError, WireVersion};
+
+/// Where a holder reads chunks from (the NVMe cache in the daemon, a directory in tests).
+pub trait ChunkStore: Send + Sync + 'static {
+    /// Reads exactly `buf.len()` bytes of `path` at `offset`, failing if not at `version`.
+    fn read_at(
+        &self,
+        path: &str,
+        version: WireVersion,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<()>;
+}
+
+/// Serves the files under a directory (tests, benchmarks).
+pub struct DirStore {
+    pub root: PathBuf,
+}
+
+impl DirStore {
+    pub fn version_of(meta: &std::fs::Metadata) -> WireVersion {
+        use std::os::unix::fs::MetadataExt;
+        WireVersion {
+            size: meta.len(),
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        }
+    }
+}
+
+impl ChunkStore for DirStore {
+    fn read_at(
+        &self,
+        path: &str,
+        version: WireVersion,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if path.split('/').any(|c| c == "..") {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let f = std::fs::File::open(self.root.join(path))?;
+        if Self::version_of(&f.metadata()?) != version {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        f.read_exact_at(buf, offset)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error("peer {peer}: {source}")]
+    Io { peer: SocketAddr, source: io::Error },
+    #[error("peer {peer}: {source}")]
+    Wire { peer: SocketAddr, source: WireError },
+    #[error("peer {peer}: {source}")]
+    Ucx { peer: SocketAddr, source: UcxError },
+    #[error("peer {peer}: timed out after {timeout:?} waiting for {what}")]
+    Timeout {
+        peer: SocketAddr,
+        what: &'static str,
+        timeout: Duration,
+    },
+    #[error("peer {peer}: chunk at offset {offset} failed its checksum")]
+    Checksum { peer: SocketAddr, offset: u64 },
+    #[error("peer {peer}: {message}")]
+    Remote { peer: SocketAddr, message: String },
+    #[error("peer {peer}: protocol violation: {what}")]
+    Protocol { peer: SocketAddr, what: String },
+    #[error("no free local slot within {0:?}")]
+    NoSlot(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct PullConfig {
+    pub node_id: u32,
+    /// Bytes per request (at most the slot size on both sides).
+    pub chunk: u32,
+    /// Requests in flight per pull.
+    pub window: usize,
+    /// Bound on every wait (connect, each reply, each get).
+    pub timeout: Duration,
+}
+
+async fn read_frame(s: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Result<Message, WireError>> {
+    let mut prefix = [0u8; 4];
+    s.read_exact(&mut prefix).await?;
+    let len = match wire::check_len(prefix) {
+        Ok(l) => l,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).await?;
+    Ok(wire::decode(&body))
+}
+
+async fn write_frame(s: &mut (impl AsyncWriteExt + Unpin), m: &Message) -> io::Result<()> {
+    s.write_all(&wire::encode(m)).await
+}
+
+fn hello(worker: &Worker, node_id: u32) -> Message {
+    let info = worker.info();
+    Message::Hello {
+        protocol: PROTOCOL_VERSION,
+        node_id,
+        worker_address: info.worker_address,
+        rkey: info.rkey,
+    }
+}
+
+/// Test hook: a holder that corrupts staged chunks (after computing their checksum).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    pub corrupt: bool,
+}
+
+/// Accepts pullers forever; each connection is served on its own task. A connection that sends
+/// garbage is closed; the others are unaffected.
+pub async fn serve(
+    listener: TcpListener,
+    worker: Arc<Worker>,
+    store: Arc<dyn ChunkStore>,
+    node_id: u32,
+    faults: Faults,
+) -> io::Result<()> {
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let (worker, store) = (worker.clone(), store.clone());
+        tokio::spawn(async move {
+            if let Err(e) = serve_conn(stream, worker, store, node_id, faults).await {
+                tracing::info!(%peer, error = %e, "closing puller connection");
+            }
+        });
+    }
+}
+
+async fn serve_conn(
+    mut s: TcpStream,
+    worker: Arc<Worker>,
+    store: Arc<dyn ChunkStore>,
+    node_id: u32,
+    faults: Faults,
+) -> io::Result<()> {
+    let bad = |e: WireError| io::Error::new(io::ErrorKind::InvalidData, e);
+    match read_frame(&mut s).await?.map_err(bad)? {
+        Message::Hello { .. } => {}
+        other => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
+    }
+    write_frame(&mut s, &hello(&worker, node_id)).await?;
+    // Slots lent to this puller: returned when released, or all at once when it goes away.
+    let mut lent: HashMap<u64, Slot> = HashMap::new();
+    loop {
+        match read_frame(&mut s).await?.map_err(bad)? {
+            Message::Request {
+                id,
+                path,
+                version,
+                offset,
+                len,
+            } => {
+                let (slab, store) = (worker.slab().clone(), store.clone());
+                let staged = tokio::task::spawn_blocking(move || -> Result<(Slot, u32), String> {
+                    if len as usize > slab.slot_size() {
+                        return Err(format!("request of {len} bytes exceeds the slot size"));
+                    }
+                    let mut slot = slab
+                        .take(Duration::from_secs(30))
+                        .ok_or("holder has no free slot")?;
+                    let buf = slot.bytes_mut(len as usize);
+                    store
+                        .read_at(&path, version, offset, buf)
+                        .map_err(|e| format!("{path}: {e}"))?;
+                    let crc = crc32c::crc32c(buf);
+                    if faults.corrupt && !buf.is_empty() {
+                        buf[0] ^= 0xff;
+                    }
+                    Ok((slot, crc))
+                })
+                .await
+                .map_err(io::Error::other)?;
+                let reply = match staged {
+                    Ok((slot, crc32c)) => {
+                        let addr = slot.addr();
+                        lent.insert(addr, slot);
+                        Message::Staged {
+                            id,
+                            addr,
+                            len,
+                            crc32c,
+                        }
+                    }
+                    Err(message) => Message::Error { id, message },
+                };
+                write_frame(&mut s, &reply).await?;
+            }
+            Message::Release { addr } => {
+                lent.remove(&addr);
+            }
+            other => return Err(io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+}
+
+/// A byte range of one version of a file.
+#[derive(Debug, Clone)]
+pub struct Want {
+    pub path: String,
+    pub version: WireVersion,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Where pulled chunks go: `sink(offset, bytes)`.
+pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8]) -> io::Result<()> + Send);
+
+/// Pulls `want` from the holder at `peer`, handing each verified chunk to the sink. Returns
+/// the bytes pulled.
+pub async fn pull(
+    worker: &Arc<Worker>,
+    cfg: &PullConfig,
+    peer: SocketAddr,
+    want: &Want,
+    sink: Sink<'_>,
+) -> Result<u64, PullError> {
+    let t = cfg.timeout;
+    let timeout = |what| PullError::Timeout {
+        peer,
+        what,
+        timeout: t,
+    };
+    let io_err = |source| PullError::Io { peer, source };
+    let wire_err = |source| PullError::Wire { peer, source };
+    let mut s = tokio::time::timeout(t, TcpStream::connect(peer))
+        .await
+        .map_err(|_| timeout("connect"))?
+        .map_err(io_err)?;
+    let _ = s.set_nodelay(true);
+    write_frame(&mut s, &hello(worker, cfg.node_id))
+        .await
+        .map_err(io_err)?;
+    let info = match tokio::time::timeout(t, read_frame(&mut s))
+        .await
+        .map_err(|_| timeout("hello"))?
+        .map_err(io_err)?
+        .map_err(wire_err)?
+    {
+        Message::Hello {
+            worker_address,
+            rkey,
+            ..
+        } => super::ucx::PeerInfo {
+            worker_address,
+            rkey,
+        },
+        other => {
+            return Err(PullError::Protocol {
+                peer,
+                what: format!("expected Hello, got {other:?}"),
+            });
+        }
+    };
+    let w = worker.clone();
+    let ucx_peer = tokio::task::spawn_blocking(move || w.connect(info, t))
+        .await
+        .expect("connect task")
+        .map_err(|source| PullError::Ucx { peer, source })?;
+    let conn = Conn {
+        peer,
+        stream: &mut s,
+        ucx_peer,
+    };
+    let result = pull_chunks(worker, cfg, conn, want, sink).await;
+    worker.disconnect(ucx_peer);
+    result
+}
+
+/// A holder connection: its control stream and its UCX endpoint.
+struct Conn<'a> {
+    peer: SocketAddr,
+    stream: &'a mut TcpStream,
+    ucx_peer: super::ucx::PeerId,
+}
+
+async fn pull_chunks(
+    worker: &Arc<Worker>,
+    cfg: &PullConfig,
+    conn: Conn<'_>,
+    want: &Want,
+    sink: Sink<'_>,
+) -> Result<u64, PullError> {
+    let Conn {
+        peer,
+        stream: s,
+        ucx_peer,
+    } = conn;
+    let (offset, len) = (want.offset, want.len);
+    let t = cfg.timeout;
+    let timeout = |what| PullError::Timeout {
+        peer,
+        what,
+        timeout: t,
+    };
+    let io_err = |source| PullError::Io { peer, source };
+    let chunk = u64::from(cfg.chunk.min(worker.slab().slot_size() as u32));
+    let n = len.div_ceil(chunk);
+    let at = |i: u64| (offset + i * chunk, chunk.min(len - i * chunk) as u32);
+    let (mut sent, mut done) = (0u64, 0u64);
+    while done < n {
+        while sent < n && sent - done < cfg.window as u64 {
+            let (off, l) = at(sent);
+            let req = Message::Request {
+                id: sent,
+                path: want.path.clone(),
+                version: want.version,
+                offset: off,
+                len: l,
+            };
+            write_frame(s, &req).await.map_err(io_err)?;
+            sent += 1;
+        }
+        let reply = tokio::time::timeout(t, read_frame(s))
+            .await
+            .map_err(|_| timeout("a staged chunk"))?
+            .map_err(io_err)?
+            .map_err(|source| PullError::Wire { peer, source })?;
+        let (id, addr, l, crc) = match reply {
+            Message::Staged {
+                id,
+                addr,
+                len,
+                crc32c,
+            } if id == done => (id, addr, len, crc32c),
+            Message::Error { message, .. } => return Err(PullError::Remote { peer, message }),
+            other => {
+                return Err(PullError::Protocol {
+                    peer,
+                    what: format!("expected Staged {done}, got {other:?}"),
+                });
+            }
+        };
+        let slab = worker.slab().clone();
+        let slot = match slab.take(Duration::ZERO) {
+            Some(slot) => slot,
+            None => tokio::task::spawn_blocking(move || slab.take(t))
+                .await
+                .expect("slot task")
+                .ok_or(PullError::NoSlot(t))?,
+        };
+        let got = worker.get(ucx_peer, addr, slot, l as usize);
+        // On timeout the receiver is dropped; the slot returns to the pool when UCX completes.
+        let (slot, r) = tokio::time::timeout(t, got)
+            .await
+            .map_err(|_| timeout("an RMA get"))?
+            .map_err(|_| PullError::Ucx {
+                peer,
+                source: UcxError {
+                    op: "ucp_get_nbx",
+                    status: -1,
+                    message: "worker stopped".into(),
+                },
+            })?;
+        r.map_err(|source| PullError::Ucx { peer, source })?;
+        write_frame(s, &Message::Release { addr })
+            .await
+            .map_err(io_err)?;
+        let bytes = slot.bytes(l as usize);
+        let (off, _) = at(id);
+        if crc32c::crc32c(bytes) != crc {
+            return Err(PullError::Checksum { peer, offset: off });
+        }
+        sink(off, bytes).map_err(io_err)?;
+        done += 1;
+    }
+    Ok(len)
+}

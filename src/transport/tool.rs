@@ -1,0 +1,87 @@
+//! `dyadfs transport serve|pull`: the data plane as standalone processes, for tests,
+//! diagnostics and the benchmark against ucx_perftest.
+
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::pull::{self, DirStore, Faults, PullConfig};
+use super::ucx::Worker;
+use crate::cli::{PullArgs, ServeArgs, UcxArgs};
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))
+}
+
+fn worker(u: &UcxArgs) -> Result<Arc<Worker>, String> {
+    Worker::new(u.slots as usize, u.slot_size as usize)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+pub fn serve(args: ServeArgs) -> Result<(), String> {
+    let w = worker(&args.ucx)?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        // Scripts wait for this line before pulling.
+        println!("serving {} on {}", args.root.display(), args.listen);
+        let store = Arc::new(DirStore { root: args.root });
+        let faults = Faults {
+            corrupt: args.corrupt,
+        };
+        pull::serve(listener, w, store, args.ucx.node_id, faults)
+            .await
+            .map_err(|e| e.to_string())
+    })
+}
+
+pub fn pull(args: PullArgs) -> Result<(), String> {
+    let meta = std::fs::metadata(&args.version_of)
+        .map_err(|e| format!("--version-of {}: {e}", args.version_of.display()))?;
+    let version = DirStore::version_of(&meta);
+    let len = args.len.unwrap_or(version.size.saturating_sub(args.offset));
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&args.out)
+        .map_err(|e| format!("--out {}: {e}", args.out.display()))?;
+    out.set_len(version.size).map_err(|e| e.to_string())?;
+    let w = worker(&args.ucx)?;
+    let cfg = PullConfig {
+        node_id: args.ucx.node_id,
+        chunk: args.ucx.slot_size as u32,
+        window: args.window as usize,
+        timeout: args.ucx.timeout,
+    };
+    let rt = runtime()?;
+    let start = Instant::now();
+    let mut sink = |off: u64, bytes: &[u8]| out.write_all_at(bytes, off);
+    let n = rt
+        .block_on(pull::pull(
+            &w,
+            &cfg,
+            args.peer,
+            &pull::Want {
+                path: args.path.clone(),
+                version,
+                offset: args.offset,
+                len,
+            },
+            &mut sink,
+        ))
+        .map_err(|e| e.to_string())?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "pulled {n} bytes in {secs:.3} s: {:.1} MB/s",
+        n as f64 / secs.max(1e-9) / 1e6
+    );
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! The control channel's messages and framing: pure types and byte functions, no sockets, so
+//! they are tested (and fuzzable) without a network. A frame is a u32 big-endian length and
+//! that many bytes of MessagePack (rmp-serde, struct-as-array). Golden frames in
+//! `fixtures/wire/` pin the encoding: a change there is a protocol version bump.
+
+use serde::{Deserialize, Serialize};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest frame accepted: control messages are small; this bounds what a bad peer can make us
+/// allocate.
+pub const MAX_FRAME: usize = 64 << 10;
+
+/// A file version on the wire (the cache's `Version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireVersion {
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// First message each way: who I am and how to reach my memory over UCX.
+    Hello {
+        protocol: u32,
+        node_id: u32,
+        #[serde(with = "serde_bytes_compat")]
+        worker_address: Vec<u8>,
+        #[serde(with = "serde_bytes_compat")]
+        rkey: Vec<u8>,
+    },
+    /// Stage bytes `[offset, offset + len)` of a file at a version (one chunk; `len` at most
+    /// the holder's slot size).
+    Request {
+        id: u64,
+        path: String,
+        version: WireVersion,
+        offset: u64,
+        len: u32,
+    },
+    /// The chunk is staged at `addr` in the holder's slab: get it, then `Release` it.
+    Staged {
+        id: u64,
+        addr: u64,
+        len: u32,
+        crc32c: u32,
+    },
+    /// The requester is done with a staged slot.
+    Release {
+        addr: u64,
+    },
+    Error {
+        id: u64,
+        message: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLarge(usize),
+    #[error("undecodable frame: {0}")]
+    Garbage(String),
+    #[error("peer speaks protocol version {0}, this node {PROTOCOL_VERSION}")]
+    Version(u32),
+}
+
+/// Encodes one message as a complete frame (length prefix included).
+pub fn encode(msg: &Message) -> Vec<u8> {
+    let body = rmp_serde::to_vec(msg).expect("messages always serialize");
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Checks a frame's announced length before its body is read.
+pub fn check_len(prefix: [u8; 4]) -> Result<usize, WireError> {
+    let len = u32::from_be_bytes(prefix) as usize;
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge(len));
+    }
+    Ok(len)
+}
+
+/// Decodes a frame body; a Hello of another protocol version is refused.
+pub fn decode(body: &[u8]) -> Result<Message, WireError> {
+    let msg: Message =
+        rmp_serde::from_slice(body).map_err(|e| WireError::Garbage(e.to_string()))?;
+    if let Message::Hello { protocol, .. } = msg
+        && protocol != PROTOCOL_VERSION
+    {
+        return Err(WireError::Version(protocol));
+    }
+    Ok(msg)
+}
+
+/// Byte vectors as MessagePack bin (compact) rather than arrays of integers.
+mod serde_bytes_compat {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(b) = a.next_element()? {
+                    out.push(b);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Message> {
+        vec![
+            Message::Hello {
+                protocol: PROTOCOL_VERSION,
+                node_id: 3,
+                worker_address: vec![1, 2, 3, 250],
+                rkey: vec![9, 8],
+            },
+            Message::Request {
+                id: 7,
+                path: "train/x.npz".into(),
+                version: WireVersion {
+                    size: 5 << 30,
+                    mtime_ns: 1_700_000_000_123_456_789,
+                },
+                offset: 4 << 30,
+                len: 2 << 20,
+            },
+            Message::Staged {
+                id: 7,
+                addr: 0x7f00_dead_0000,
+                len: 2 << 20,
+                crc32c: 0xdead_beef,
+            },
+            Message::Release {
+                addr: 0x7f00_dead_0000,
+            },
+            Message::Error {
+                id: 7,
+                message: "no such file".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn golden_frames() {
+        let golden = include_bytes!("../../fixtures/wire/frames-v1.bin");
+        let mut all = Vec::new();
+        for m in samples() {
+            all.extend(encode(&m));
+        }
+        // After a deliberate protocol change (and version bump), regenerate with
+        // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
+        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
+            std::fs::write(
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v1.bin"),
+                &all,
+            )
+            .unwrap();
+            return;
+        }
+        assert_eq!(
+            all,
+            golden.as_slice(),
+            "the wire encoding changed: bump PROTOCOL_VERSION and regenerate fixtures/wire"
+        );
+        let mut rest = golden.as_slice();
+        for m in samples() {
+            let len = check_len(rest[..4].try_into().unwrap()).unwrap();
+            assert_eq!(decode(&rest[4..4 + len]).unwrap(), m);
+            rest = &rest[4 + len..];
+        }
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn bad_frames_are_refused() {
+        assert_eq!(
+            check_len(((MAX_FRAME + 1) as u32).to_be_bytes()),
+            Err(WireError::TooLarge(MAX_FRAME + 1))
+        );
+        assert!(matches!(decode(b"\xc1garbage"), Err(WireError::Garbage(_))));
+        assert!(matches!(decode(&[]), Err(WireError::Garbage(_))));
+        let future = encode(&Message::Hello {
+            protocol: 99,
+            node_id: 0,
+            worker_address: vec![],
+            rkey: vec![],
+        });
+        assert_eq!(decode(&future[4..]), Err(WireError::Version(99)));
+    }
+}
