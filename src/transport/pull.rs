@@ -145,8 +145,12 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let (worker, store) = (worker.clone(), store.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(stream, worker, store, node_id, faults).await {
-                tracing::info!(%peer, error = %e, "closing puller connection");
+            match serve_conn(stream, worker, store, node_id, faults).await {
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    tracing::debug!(%peer, "puller disconnected")
+                }
+                Err(e) => tracing::info!(%peer, error = %e, "closing puller connection"),
+                Ok(()) => {}
             }
         });
     }
@@ -159,64 +163,99 @@ async fn serve_conn(
     node_id: u32,
     faults: Faults,
 ) -> io::Result<()> {
-    let bad = |e: WireError| io::Error::new(io::ErrorKind::InvalidData, e);
-    match read_frame(&mut s).await?.map_err(bad)? {
+    match read_frame(&mut s).await?.map_err(bad_frame)? {
         Message::Hello { .. } => {}
         other => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
     }
     write_frame(&mut s, &hello(&worker, node_id)).await?;
+    let (mut rd, mut wr) = s.into_split();
     // Slots lent to this puller: returned when released, or all at once when it goes away.
-    let mut lent: HashMap<u64, Slot> = HashMap::new();
-    loop {
-        match read_frame(&mut s).await?.map_err(bad)? {
-            Message::Request {
+    let lent: Arc<std::sync::Mutex<HashMap<u64, Slot>>> = Arc::default();
+    // Requests are staged in order by one task while this one keeps reading, so a Release
+    // is seen even while staging waits for a free slot.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, String, WireVersion, u64, u32)>(1024);
+    let stager_lent = lent.clone();
+    let stager = tokio::spawn(async move {
+        while let Some((id, path, version, offset, len)) = rx.recv().await {
+            let (slab, store) = (worker.slab().clone(), store.clone());
+            let staged = tokio::task::spawn_blocking(move || {
+                stage(&slab, &*store, &path, version, offset, len, faults)
+            })
+            .await
+            .map_err(io::Error::other)?;
+            let reply = match staged {
+                Ok((slot, crc32c)) => {
+                    let addr = slot.addr();
+                    stager_lent
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(addr, slot);
+                    Message::Staged {
+                        id,
+                        addr,
+                        len,
+                        crc32c,
+                    }
+                }
+                Err(message) => Message::Error { id, message },
+            };
+            write_frame(&mut wr, &reply).await?;
+        }
+        io::Result::Ok(())
+    });
+    let result = loop {
+        match read_frame(&mut rd).await.and_then(|r| r.map_err(bad_frame)) {
+            Ok(Message::Request {
                 id,
                 path,
                 version,
                 offset,
                 len,
-            } => {
-                let (slab, store) = (worker.slab().clone(), store.clone());
-                let staged = tokio::task::spawn_blocking(move || -> Result<(Slot, u32), String> {
-                    if len as usize > slab.slot_size() {
-                        return Err(format!("request of {len} bytes exceeds the slot size"));
-                    }
-                    let mut slot = slab
-                        .take(Duration::from_secs(30))
-                        .ok_or("holder has no free slot")?;
-                    let buf = slot.bytes_mut(len as usize);
-                    store
-                        .read_at(&path, version, offset, buf)
-                        .map_err(|e| format!("{path}: {e}"))?;
-                    let crc = crc32c::crc32c(buf);
-                    if faults.corrupt && !buf.is_empty() {
-                        buf[0] ^= 0xff;
-                    }
-                    Ok((slot, crc))
-                })
-                .await
-                .map_err(io::Error::other)?;
-                let reply = match staged {
-                    Ok((slot, crc32c)) => {
-                        let addr = slot.addr();
-                        lent.insert(addr, slot);
-                        Message::Staged {
-                            id,
-                            addr,
-                            len,
-                            crc32c,
-                        }
-                    }
-                    Err(message) => Message::Error { id, message },
-                };
-                write_frame(&mut s, &reply).await?;
+            }) => {
+                if tx.send((id, path, version, offset, len)).await.is_err() {
+                    break Err(io::Error::other("stager stopped"));
+                }
             }
-            Message::Release { addr } => {
-                lent.remove(&addr);
+            Ok(Message::Release { addr }) => {
+                lent.lock().unwrap_or_else(|e| e.into_inner()).remove(&addr);
             }
-            other => return Err(io::Error::other(format!("unexpected {other:?}"))),
+            Ok(other) => break Err(io::Error::other(format!("unexpected {other:?}"))),
+            Err(e) => break Err(e),
         }
+    };
+    stager.abort();
+    result
+}
+
+fn bad_frame(e: WireError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Reads one chunk into a free slot (waiting for one, bounded) and checksums it.
+fn stage(
+    slab: &Arc<super::ucx::Slab>,
+    store: &dyn ChunkStore,
+    path: &str,
+    version: WireVersion,
+    offset: u64,
+    len: u32,
+    faults: Faults,
+) -> Result<(Slot, u32), String> {
+    if len as usize > slab.slot_size() {
+        return Err(format!("request of {len} bytes exceeds the slot size"));
     }
+    let mut slot = slab
+        .take(Duration::from_secs(30))
+        .ok_or("holder has no free slot")?;
+    let buf = slot.bytes_mut(len as usize);
+    store
+        .read_at(path, version, offset, buf)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let crc = crc32c::crc32c(buf);
+    if faults.corrupt && !buf.is_empty() {
+        buf[0] ^= 0xff;
+    }
+    Ok((slot, crc))
 }
 
 /// A byte range of one version of a file.
