@@ -143,6 +143,49 @@ pub struct MountArgs {
           value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "Performance")]
     pub readahead_threads: u16,
 
+    /// This node's id in the peers file [default: from the launcher: SLURM_NODEID,
+    /// FLUX_TASK_RANK, OMPI_COMM_WORLD_RANK or PMI_RANK]
+    #[arg(long, value_name = "N", help_heading = "Cluster")]
+    pub node_id: Option<u32>,
+
+    /// Peers file: one line per node, `ID HOST:PORT RACK`, the same file on every node.
+    /// Without it (and without --rendezvous) the mount is single-node
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "rendezvous",
+        help_heading = "Cluster"
+    )]
+    pub peers: Option<PathBuf>,
+
+    /// Bootstrap without a peers file: each daemon registers in this directory (on the shared
+    /// file system) and waits for --nodes daemons
+    #[arg(long, value_name = "DIR", requires_all = ["nodes", "listen"], help_heading = "Cluster")]
+    pub rendezvous: Option<PathBuf>,
+
+    /// Number of daemons meeting in --rendezvous
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..),
+          help_heading = "Cluster")]
+    pub nodes: Option<u32>,
+
+    /// Address peers reach this daemon at [default: this node's line in the peers file]
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Cluster")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// This node's rack (with --rendezvous; a peers file names racks itself)
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "rack0",
+        help_heading = "Cluster"
+    )]
+    pub rack: String,
+
+    /// Bound on every wait for a peer: lookups, pulls, another node's fetch, rendezvous
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration,
+          help_heading = "Cluster")]
+    pub peer_timeout: Duration,
+
     /// Stay in the foreground (logs to stderr) instead of daemonizing
     #[arg(long, short = 'f', help_heading = "Process")]
     pub foreground: bool,

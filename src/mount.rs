@@ -10,11 +10,13 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::cache::{Cache, CacheConfig};
 use crate::cli::MountArgs;
 use crate::fs::fuse::FuseAdapter;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
+use crate::locator::Membership;
 use crate::stats::Stats;
 
 /// Environment variable through which a background daemon reports readiness to its parent.
@@ -80,6 +82,12 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
     let probe = args.ssd.join(".dyadfs-write-probe");
     fs::write(&probe, b"probe").map_err(not_writable)?;
     let _ = fs::remove_file(&probe);
+    if args.peers.is_some() || args.rendezvous.is_some() {
+        let id = node_id(args)?;
+        if let Some(file) = &args.peers {
+            membership(file, id)?;
+        }
+    }
     let ssd = fs::canonicalize(&args.ssd).map_err(not_writable)?;
     if ssd.starts_with(&canonical) {
         return Err(format!(
@@ -88,6 +96,26 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
         ));
     }
     Ok(())
+}
+
+/// This node's id: `--node-id`, else the launcher's rank variable.
+fn node_id(args: &MountArgs) -> Result<u32, UserError> {
+    if let Some(id) = args.node_id {
+        return Ok(id);
+    }
+    match crate::locator::membership::node_id_from_launcher() {
+        Some((var, id)) => {
+            tracing::info!(var, id, "node id from the launcher");
+            Ok(id)
+        }
+        None => Err("--node-id is required (or a launcher's SLURM_NODEID, FLUX_TASK_RANK, OMPI_COMM_WORLD_RANK or PMI_RANK)".into()),
+    }
+}
+
+fn membership(file: &Path, id: u32) -> Result<Membership, UserError> {
+    let text =
+        fs::read_to_string(file).map_err(|e| format!("peers file {}: {e}", file.display()))?;
+    Membership::parse(&text, id).map_err(|e| format!("peers file {}: {e}", file.display()))
 }
 
 /// Whether `path` (canonical) is a mount point, from /proc/self/mountinfo.
@@ -197,7 +225,11 @@ fn report(outcome: &str) {
 fn run(mut args: MountArgs) -> Result<(), UserError> {
     if std::env::var_os(READY_FD_ENV).is_some() {
         // A daemon must not pin the directory it was started from (it may be unmounted).
-        for p in [&mut args.mountpoint, &mut args.ssd, &mut args.backing] {
+        for p in [&mut args.mountpoint, &mut args.ssd, &mut args.backing]
+            .into_iter()
+            .chain(args.peers.as_mut())
+            .chain(args.rendezvous.as_mut())
+        {
             if let Ok(abs) = fs::canonicalize(&*p) {
                 *p = abs;
             }
@@ -224,29 +256,108 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         set
     };
     let stats = Arc::new(Stats::default());
-    let cache = Cache::open(
-        &CacheConfig {
-            dir: args.ssd.clone(),
-            chunk_size: args.chunk_size as u32,
-            capacity: args.capacity,
+    let cache = Arc::new(
+        Cache::open(
+            &CacheConfig {
+                dir: args.ssd.clone(),
+                chunk_size: args.chunk_size as u32,
+                capacity: args.capacity,
+            },
+            stats.clone(),
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    let config = FsConfig {
+        metadata_ttl: args.metadata_ttl,
+        passthrough: !args.no_passthrough,
+        readahead_threads: args.readahead_threads.into(),
+    };
+    let backing_err = |e| format!("backing dir {}: {e}", args.backing.display());
+    let namespace = BackingStore::new(args.backing.clone());
+    if args.peers.is_none() && args.rendezvous.is_none() {
+        let source = Arc::new(BackingStore::new(args.backing.clone()));
+        let fs = DyadFs::new(namespace, source, cache, stats, config).map_err(backing_err)?;
+        return run_session(args, fs, set);
+    }
+    // Several nodes: the locator, the control server (pulls and locator RPCs) and UCX.
+    let id = node_id(args)?;
+    let members = match (&args.peers, &args.rendezvous) {
+        (Some(file), _) => membership(file, id)?,
+        (None, Some(dir)) => {
+            let me = crate::locator::Member {
+                id,
+                addr: args.listen.ok_or("--rendezvous needs --listen")?,
+                rack: args.rack.clone(),
+            };
+            let k = args.nodes.unwrap_or(1) as usize;
+            crate::locator::rendezvous::rendezvous(
+                dir,
+                &me,
+                k,
+                args.peer_timeout.max(Duration::from_secs(60)),
+            )
+            .map_err(|e| e.to_string())?
+        }
+        (None, None) => unreachable!("checked above"),
+    };
+    let listen = match args.listen {
+        Some(a) => a,
+        None => members.member(id).expect("own id checked").addr,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("control")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let worker = Arc::new(
+        crate::transport::ucx::Worker::new(32, args.chunk_size as usize)
+            .map_err(|e| format!("UCX: {e}"))?,
+    );
+    let locator =
+        crate::locator::service::LocatorService::new(members, args.peer_timeout, stats.clone());
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let server = crate::transport::pull::Server {
+        worker: worker.clone(),
+        store: Arc::new(crate::locator::source::CacheStore(cache.clone())),
+        node_id: id,
+        faults: Default::default(),
+        rpc: Some(Arc::new(crate::locator::service::Handler(locator.clone()))),
+    };
+    runtime.spawn(async move {
+        if let Err(e) = crate::transport::pull::serve(listener, server).await {
+            tracing::error!(error = %e, "control server stopped");
+        }
+    });
+    crate::locator::source::start_publisher(&cache, locator.clone(), runtime.handle());
+    let source = Arc::new(crate::locator::source::ClusterSource {
+        locator,
+        worker,
+        backing: BackingStore::new(args.backing.clone()),
+        runtime: runtime.handle().clone(),
+        pull: crate::transport::pull::PullConfig {
+            node_id: id,
+            chunk: args.chunk_size as u32,
+            window: 4,
+            timeout: args.peer_timeout,
         },
-        stats.clone(),
-    )
-    .map_err(|e| e.to_string())?;
-    let backing = Arc::new(BackingStore::new(args.backing.clone()));
-    let fs = DyadFs::new(
-        BackingStore::new(args.backing.clone()),
-        backing,
-        Arc::new(cache),
-        stats,
-        FsConfig {
-            metadata_ttl: args.metadata_ttl,
-            passthrough: !args.no_passthrough,
-            readahead_threads: args.readahead_threads.into(),
-        },
-    )
-    .map_err(|e| format!("backing dir {}: {e}", args.backing.display()))?;
+        stats: stats.clone(),
+    });
+    tracing::info!(node = id, %listen, "cluster mode");
+    let fs = DyadFs::new(namespace, source, cache, stats, config).map_err(backing_err)?;
+    let r = run_session(args, fs, set);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    r
+}
 
+/// Mounts `fs`, reports readiness, and serves until unmounted.
+fn run_session<S: crate::fs::read::Source>(
+    args: &MountArgs,
+    fs: DyadFs<S>,
+    set: libc::sigset_t,
+) -> Result<(), UserError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName(format!("dyadfs:{}", args.backing.display())),

@@ -18,6 +18,12 @@ pub struct Stats {
     pub passthrough_opens: AtomicU64,
     pub uncached_reads: AtomicU64,
     pub checksum_failures: AtomicU64,
+    pub peer_fetches: AtomicU64,
+    pub bytes_from_peers: AtomicU64,
+    pub lookups_node: AtomicU64,
+    pub lookups_rack: AtomicU64,
+    pub lookups_global: AtomicU64,
+    pub coordinated_waits: AtomicU64,
     pub passthrough: AtomicBool,
 }
 
@@ -38,6 +44,16 @@ pub struct Snapshot {
     pub checksum_failures: u64,
     /// The daemon's process id (to signal it).
     pub pid: u32,
+    /// Files (first pull of each) and bytes pulled from other nodes' caches.
+    pub peer_fetches: u64,
+    pub bytes_from_peers: u64,
+    /// Misses answered by this node's tier (cached answers), by its rack home, and lookups this
+    /// node (as a rack home) sent to a global home.
+    pub lookups_node: u64,
+    pub lookups_rack: u64,
+    pub lookups_global: u64,
+    /// Times this node waited for another node's fetch instead of reading the backing store.
+    pub coordinated_waits: u64,
 }
 
 impl Stats {
@@ -57,6 +73,12 @@ impl Stats {
             uncached_reads: get(&self.uncached_reads),
             checksum_failures: get(&self.checksum_failures),
             pid: std::process::id(),
+            peer_fetches: get(&self.peer_fetches),
+            bytes_from_peers: get(&self.bytes_from_peers),
+            lookups_node: get(&self.lookups_node),
+            lookups_rack: get(&self.lookups_rack),
+            lookups_global: get(&self.lookups_global),
+            coordinated_waits: get(&self.coordinated_waits),
         }
     }
 }
@@ -64,12 +86,18 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 13] = [
+        let rows: [(&str, String); 19] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
             ("bytes from backing", human(self.bytes_from_backing)),
             ("bytes from local", human(self.bytes_from_local)),
+            ("peer fetches", self.peer_fetches.to_string()),
+            ("bytes from peers", human(self.bytes_from_peers)),
+            ("lookups node", self.lookups_node.to_string()),
+            ("lookups rack", self.lookups_rack.to_string()),
+            ("lookups global", self.lookups_global.to_string()),
+            ("coordinated waits", self.coordinated_waits.to_string()),
             ("uncached reads", self.uncached_reads.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),

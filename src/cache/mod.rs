@@ -80,6 +80,8 @@ pub struct Entry {
     last_use: AtomicU64,
     /// Whether any of this entry's bytes were fetched from the backing store (stats).
     pub fetched: AtomicBool,
+    /// Whether any of this entry's bytes were pulled from a peer (stats).
+    pub pulled: AtomicBool,
 }
 
 struct Index {
@@ -95,7 +97,18 @@ pub struct Cache {
     used: AtomicU64,
     tick: AtomicU64,
     stats: Arc<Stats>,
+    /// Told when a file becomes complete or leaves the cache (the locator publishes these).
+    events: std::sync::OnceLock<crossbeam_channel::Sender<CacheEvent>>,
     _lock: File,
+}
+
+/// What the rest of the node learns from the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheEvent {
+    /// Every chunk of this version is present: this node can serve it to peers.
+    Complete { path: String, version: Version },
+    /// The copy is gone (evicted or replaced by another version).
+    Dropped { path: String, version: Version },
 }
 
 /// How long a reader waits for another reader's fill of the same chunk before giving up.
@@ -172,8 +185,41 @@ impl Cache {
             used: AtomicU64::new(used),
             tick: AtomicU64::new(1),
             stats,
+            events: std::sync::OnceLock::new(),
             _lock: lock_file,
         })
+    }
+
+    /// Subscribes to [`CacheEvent`]s (once per cache).
+    pub fn subscribe(&self, tx: crossbeam_channel::Sender<CacheEvent>) {
+        let _ = self.events.set(tx);
+    }
+
+    pub fn emit(&self, event: CacheEvent) {
+        if let Some(tx) = self.events.get() {
+            let _ = tx.send(event);
+        }
+    }
+
+    /// The entry for `path` if cached at `version`; never creates one.
+    pub fn lookup(&self, path: &str, version: Version) -> Option<Arc<Entry>> {
+        let index = lock(&self.index);
+        index
+            .entries
+            .get(path)
+            .filter(|e| e.version == version)
+            .cloned()
+    }
+
+    /// Every complete entry (to publish after a restart).
+    pub fn complete_entries(&self) -> Vec<(String, Version)> {
+        let index = lock(&self.index);
+        index
+            .entries
+            .values()
+            .filter(|e| e.is_complete())
+            .map(|e| (e.path.clone(), e.version))
+            .collect()
     }
 
     pub fn chunk_size(&self) -> u64 {
@@ -252,6 +298,7 @@ impl Cache {
             pins: AtomicU32::new(0),
             last_use: AtomicU64::new(self.next_tick()),
             fetched: AtomicBool::new(false),
+            pulled: AtomicBool::new(false),
         });
         index.entries.insert(path.to_string(), entry.clone());
         Ok(entry)
@@ -265,6 +312,12 @@ impl Cache {
     fn drop_entry(&self, entry: &Entry) {
         let mut st = lock(&entry.state);
         st.evicted = true;
+        if st.present_bytes > 0 {
+            self.emit(CacheEvent::Dropped {
+                path: entry.path.clone(),
+                version: entry.version,
+            });
+        }
         self.used.fetch_sub(st.present_bytes, Ordering::Relaxed);
         st.present_bytes = 0;
         for c in st.chunks.iter_mut() {
@@ -374,6 +427,7 @@ fn load_entry(meta_path: &Path, chunk_size: u64) -> Result<Entry, CacheError> {
         pins: AtomicU32::new(0),
         last_use: AtomicU64::new(0),
         fetched: AtomicBool::new(false),
+        pulled: AtomicBool::new(false),
     })
 }
 

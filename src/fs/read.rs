@@ -26,6 +26,8 @@ const VERIFY_ATTEMPTS: usize = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
     Backing,
+    /// Pulled from another node's cache.
+    Peer,
 }
 
 /// Where missing chunks come from.
@@ -127,6 +129,12 @@ impl<S: Source + ?Sized> Reader<S> {
                 }
             }
             entry.persist()?;
+            if entry.is_complete() {
+                self.cache.emit(crate::cache::CacheEvent::Complete {
+                    path: entry.path.clone(),
+                    version: entry.version,
+                });
+            }
         }
         if claim.others {
             entry.wait_fills(range)?;
@@ -148,6 +156,14 @@ impl<S: Source + ?Sized> Reader<S> {
 
     fn count(&self, entry: &Entry, origin: Origin, bytes: u64) {
         match origin {
+            Origin::Peer => {
+                if !entry.pulled.swap(true, Ordering::Relaxed) {
+                    self.stats.peer_fetches.fetch_add(1, Ordering::Relaxed);
+                }
+                self.stats
+                    .bytes_from_peers
+                    .fetch_add(bytes, Ordering::Relaxed);
+            }
             Origin::Backing => {
                 if !entry.fetched.swap(true, Ordering::Relaxed) {
                     self.stats.backing_fetches.fetch_add(1, Ordering::Relaxed);

@@ -6,6 +6,8 @@
 pub mod membership;
 pub mod node;
 pub mod rendezvous;
+pub mod service;
+pub mod source;
 pub mod tiers;
 
 pub use membership::{Member, Membership, NodeId, PeersError};

@@ -131,21 +131,33 @@ pub struct Faults {
     pub corrupt: bool,
 }
 
-/// Accepts pullers forever; each connection is served on its own task. A connection that sends
-/// garbage is closed; the others are unaffected.
-pub async fn serve(
-    listener: TcpListener,
-    worker: Arc<Worker>,
-    store: Arc<dyn ChunkStore>,
-    node_id: u32,
-    faults: Faults,
-) -> io::Result<()> {
+/// A future answering one RPC.
+pub type RpcFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Message> + Send>>;
+
+/// Answers the one-message RPCs (locator traffic) that share the control port with pulls.
+pub trait RpcHandler: Send + Sync + 'static {
+    fn handle(&self, msg: Message) -> RpcFuture;
+}
+
+/// Everything a control server needs.
+#[derive(Clone)]
+pub struct Server {
+    pub worker: Arc<Worker>,
+    pub store: Arc<dyn ChunkStore>,
+    pub node_id: u32,
+    pub faults: Faults,
+    pub rpc: Option<Arc<dyn RpcHandler>>,
+}
+
+/// Accepts pullers (and RPCs) forever; each connection is served on its own task. A
+/// connection that sends garbage is closed; the others are unaffected.
+pub async fn serve(listener: TcpListener, server: Server) -> io::Result<()> {
     loop {
         let (stream, peer) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let (worker, store) = (worker.clone(), store.clone());
+        let server = server.clone();
         tokio::spawn(async move {
-            match serve_conn(stream, worker, store, node_id, faults).await {
+            match serve_conn(stream, server).await {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     tracing::debug!(%peer, "puller disconnected")
                 }
@@ -156,16 +168,21 @@ pub async fn serve(
     }
 }
 
-async fn serve_conn(
-    mut s: TcpStream,
-    worker: Arc<Worker>,
-    store: Arc<dyn ChunkStore>,
-    node_id: u32,
-    faults: Faults,
-) -> io::Result<()> {
-    match read_frame(&mut s).await?.map_err(bad_frame)? {
-        Message::Hello { .. } => {}
-        other => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
+async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
+    let Server {
+        worker,
+        store,
+        node_id,
+        faults,
+        rpc,
+    } = server;
+    match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
+        (Message::Hello { .. }, _) => {}
+        (msg, Some(rpc)) => {
+            let reply = rpc.handle(msg).await;
+            return write_frame(&mut s, &reply).await;
+        }
+        (other, None) => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
     }
     write_frame(&mut s, &hello(&worker, node_id)).await?;
     let (mut rd, mut wr) = s.into_split();
@@ -256,6 +273,26 @@ fn stage(
         buf[0] ^= 0xff;
     }
     Ok((slot, crc))
+}
+
+/// Sends one RPC and waits (bounded) for its reply.
+pub async fn rpc(peer: SocketAddr, msg: &Message, timeout: Duration) -> Result<Message, PullError> {
+    let t = timeout;
+    let run = async {
+        let mut s = TcpStream::connect(peer).await?;
+        let _ = s.set_nodelay(true);
+        write_frame(&mut s, msg).await?;
+        read_frame(&mut s).await
+    };
+    tokio::time::timeout(t, run)
+        .await
+        .map_err(|_| PullError::Timeout {
+            peer,
+            what: "an RPC reply",
+            timeout: t,
+        })?
+        .map_err(|source| PullError::Io { peer, source })?
+        .map_err(|source| PullError::Wire { peer, source })
 }
 
 /// A byte range of one version of a file.

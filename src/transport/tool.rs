@@ -36,7 +36,14 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         let faults = Faults {
             corrupt: args.corrupt,
         };
-        pull::serve(listener, w, store, args.ucx.node_id, faults)
+        let server = pull::Server {
+            worker: w,
+            store,
+            node_id: args.ucx.node_id,
+            faults,
+            rpc: None,
+        };
+        pull::serve(listener, server)
             .await
             .map_err(|e| e.to_string())
     })

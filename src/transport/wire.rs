@@ -52,6 +52,47 @@ pub enum Message {
         id: u64,
         message: String,
     },
+    // Locator RPCs: one request and one reply per connection (see `locator::service`).
+    /// A member missed a file: asked of its rack home (`global: false`) or, by a rack home, of
+    /// the global home (`global: true`).
+    Lookup {
+        path: String,
+        version: WireVersion,
+        requester: u32,
+        global: bool,
+    },
+    /// The answer to a lookup.
+    Located(Located),
+    /// A node completed a copy (`held: true`) or dropped it, told to its rack home.
+    Publish {
+        path: String,
+        version: WireVersion,
+        node: u32,
+        held: bool,
+    },
+    /// A rack home tells the global home its rack gained its first copy or lost its last.
+    RackChanged {
+        path: String,
+        version: WireVersion,
+        rack: String,
+        node: u32,
+        held: bool,
+    },
+    /// A designated fetcher could not read the backing store.
+    FetchFailed {
+        path: String,
+        version: WireVersion,
+        node: u32,
+    },
+    Ack,
+}
+
+/// What a lookup tells the requester to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Located {
+    Holders(Vec<u32>),
+    Fetch,
+    WaitFor(u32),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

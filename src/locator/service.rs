@@ -1,0 +1,289 @@
+//! The locator of one daemon: its node tier, and the rack and global tables for the paths it
+//! is home of, answering the locator RPCs that arrive on the control port. A rack home asks the
+//! global home once per file however many members missed it; the queued members get their
+//! answer when it arrives.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::membership::{Membership, NodeId};
+use super::node::{Known, NodeTier};
+use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
+use crate::cache::Version;
+use crate::stats::Stats;
+use crate::transport::pull::{RpcFuture, RpcHandler, rpc};
+use crate::transport::wire::{Located, Message, WireVersion};
+
+#[derive(Default)]
+struct RackState {
+    table: RackHome,
+    /// Members queued behind a pending global question, per file.
+    waiters: HashMap<(Key, NodeId), oneshot::Sender<Reply>>,
+}
+
+pub struct LocatorService {
+    pub membership: Membership,
+    pub node: NodeTier,
+    rack: Mutex<RackState>,
+    global: Mutex<GlobalHome>,
+    /// Bound on every RPC and on how long a fetch may hold off the others.
+    pub timeout: Duration,
+    stats: Arc<Stats>,
+}
+
+fn wire(v: Version) -> WireVersion {
+    WireVersion {
+        size: v.size,
+        mtime_ns: v.mtime_ns,
+    }
+}
+
+fn unwire(v: WireVersion) -> Version {
+    Version {
+        size: v.size,
+        mtime_ns: v.mtime_ns,
+    }
+}
+
+fn to_reply(l: Located) -> Reply {
+    match l {
+        Located::Holders(h) => Reply::Holders(h),
+        Located::Fetch => Reply::Fetch,
+        Located::WaitFor(n) => Reply::WaitFor(n),
+    }
+}
+
+fn to_located(r: Reply) -> Located {
+    match r {
+        Reply::Holders(h) => Located::Holders(h),
+        Reply::Fetch => Located::Fetch,
+        Reply::WaitFor(n) => Located::WaitFor(n),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LocatorService {
+    pub fn new(membership: Membership, timeout: Duration, stats: Arc<Stats>) -> Arc<Self> {
+        Arc::new(LocatorService {
+            membership,
+            node: NodeTier::new(Duration::from_secs(30), Duration::from_millis(500), 1 << 20),
+            rack: Mutex::default(),
+            global: Mutex::default(),
+            timeout,
+            stats,
+        })
+    }
+
+    pub fn me(&self) -> NodeId {
+        self.membership.own()
+    }
+
+    /// Sends a message to `to`, or handles it here when this node is the addressee.
+    async fn call(self: &Arc<Self>, to: NodeId, msg: Message) -> Option<Message> {
+        if to == self.me() {
+            // Boxed: answering may call again (rack home -> global home on this node).
+            return Some(Box::pin(self.clone().answer(msg)).await);
+        }
+        let addr = self.membership.member(to)?.addr;
+        match rpc(addr, &msg, self.timeout).await {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(node = to, error = %e, "locator RPC failed");
+                None
+            }
+        }
+    }
+
+    /// What this node should do about a file it misses.
+    pub async fn locate(self: &Arc<Self>, path: &str, version: Version) -> Reply {
+        let key: Key = (path.to_string(), version);
+        if let Some(Known::Holders(h)) = self.node.get(&key) {
+            self.stats.lookups_node.fetch_add(1, Ordering::Relaxed);
+            return Reply::Holders(h.to_vec());
+        }
+        self.stats.lookups_rack.fetch_add(1, Ordering::Relaxed);
+        let rack_home = self
+            .membership
+            .rack_home(path, self.membership.rack_of(self.me()));
+        let msg = Message::Lookup {
+            path: path.to_string(),
+            version: wire(version),
+            requester: self.me(),
+            global: false,
+        };
+        match self.call(rack_home, msg).await {
+            Some(Message::Located(l)) => {
+                let r = to_reply(l);
+                if let Reply::Holders(h) = &r {
+                    self.node.remember(key, h.clone());
+                }
+                r
+            }
+            // An unreachable home is a miss: read the backing store.
+            _ => Reply::Fetch,
+        }
+    }
+
+    /// Tells this node's rack home that it gained (or lost) a complete copy.
+    pub async fn publish(self: &Arc<Self>, path: &str, version: Version, held: bool) {
+        let rack_home = self
+            .membership
+            .rack_home(path, self.membership.rack_of(self.me()));
+        let msg = Message::Publish {
+            path: path.to_string(),
+            version: wire(version),
+            node: self.me(),
+            held,
+        };
+        self.call(rack_home, msg).await;
+    }
+
+    pub async fn fetch_failed(self: &Arc<Self>, path: &str, version: Version) {
+        let msg = Message::FetchFailed {
+            path: path.to_string(),
+            version: wire(version),
+            node: self.me(),
+        };
+        self.call(self.membership.global_home(path), msg).await;
+    }
+
+    async fn answer(self: Arc<Self>, msg: Message) -> Message {
+        match msg {
+            Message::Lookup {
+                path,
+                version,
+                requester,
+                global: false,
+            } => self.rack_lookup((path, unwire(version)), requester).await,
+            Message::Lookup {
+                path,
+                version,
+                requester,
+                global: true,
+            } => {
+                let key = (path, unwire(version));
+                let r = lock(&self.global).lookup(&key, requester, Instant::now(), self.timeout);
+                Message::Located(to_located(r))
+            }
+            Message::Publish {
+                path,
+                version,
+                node,
+                held,
+            } => {
+                let key = (path, unwire(version));
+                let changed = {
+                    let mut rack = lock(&self.rack);
+                    if held {
+                        rack.table.publish(&key, node)
+                    } else {
+                        rack.table.unpublish(&key, node)
+                    }
+                };
+                if changed {
+                    let msg = Message::RackChanged {
+                        path: key.0.clone(),
+                        version,
+                        rack: self.membership.rack_of(node).to_string(),
+                        node,
+                        held,
+                    };
+                    self.call(self.membership.global_home(&key.0), msg).await;
+                }
+                Message::Ack
+            }
+            Message::RackChanged {
+                path,
+                version,
+                rack,
+                node,
+                held,
+            } => {
+                let key = (path, unwire(version));
+                let mut g = lock(&self.global);
+                if held {
+                    g.rack_gained(&key, &rack, node);
+                } else {
+                    g.rack_lost(&key, &rack);
+                }
+                Message::Ack
+            }
+            Message::FetchFailed {
+                path,
+                version,
+                node,
+            } => {
+                lock(&self.global).fetch_failed(&(path, unwire(version)), node);
+                Message::Ack
+            }
+            other => Message::Error {
+                id: 0,
+                message: format!("not a locator message: {other:?}"),
+            },
+        }
+    }
+
+    async fn rack_lookup(self: &Arc<Self>, key: Key, requester: NodeId) -> Message {
+        let queued = {
+            let mut rack = lock(&self.rack);
+            match rack.table.lookup(&key, requester) {
+                RackLookup::Reply(r) => return Message::Located(to_located(r)),
+                RackLookup::Queued => {
+                    let (tx, rx) = oneshot::channel();
+                    rack.waiters.insert((key.clone(), requester), tx);
+                    Some(rx)
+                }
+                RackLookup::AskGlobal => None,
+            }
+        };
+        if let Some(rx) = queued {
+            let r = tokio::time::timeout(self.timeout, rx).await;
+            return Message::Located(to_located(match r {
+                Ok(Ok(r)) => r,
+                // The question went unanswered in time: fall back to the backing store.
+                _ => Reply::Fetch,
+            }));
+        }
+        self.stats.lookups_global.fetch_add(1, Ordering::Relaxed);
+        let msg = Message::Lookup {
+            path: key.0.clone(),
+            version: wire(key.1),
+            requester,
+            global: true,
+        };
+        let answer = match self.call(self.membership.global_home(&key.0), msg).await {
+            Some(Message::Located(l)) => Some(to_reply(l)),
+            _ => None,
+        };
+        let mut rack = lock(&self.rack);
+        let told = match answer {
+            Some(a) => rack.table.global_answered(&key, a),
+            None => rack.table.global_unreachable(&key),
+        };
+        let mut mine = Reply::Fetch;
+        for (node, reply) in told {
+            if node == requester {
+                mine = reply;
+            } else if let Some(tx) = rack.waiters.remove(&(key.clone(), node)) {
+                let _ = tx.send(reply);
+            }
+        }
+        Message::Located(to_located(mine))
+    }
+}
+
+/// The RPC handler registered on the control port (it needs the service's `Arc`).
+pub struct Handler(pub Arc<LocatorService>);
+
+impl RpcHandler for Handler {
+    fn handle(&self, msg: Message) -> RpcFuture {
+        Box::pin(self.0.clone().answer(msg))
+    }
+}

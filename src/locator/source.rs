@@ -1,0 +1,189 @@
+//! The multi-node glue: a read-path [`Source`] that asks the locator where a file is and pulls
+//! it from a peer over UCX, waits (bounded) while another node fetches it, or reads the
+//! backing store; the [`ChunkStore`] through which peers read this node's cache; and the task
+//! that publishes completed files and unpublishes dropped ones.
+
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::service::LocatorService;
+use super::tiers::{Reply, pick_holder};
+use crate::cache::{Cache, CacheEvent, Version};
+use crate::fs::BackingStore;
+use crate::fs::read::{Origin, Source};
+use crate::stats::Stats;
+use crate::transport::pull::{self, ChunkStore, PullConfig, Want};
+use crate::transport::ucx::Worker;
+use crate::transport::wire::WireVersion;
+
+pub struct ClusterSource {
+    pub locator: Arc<LocatorService>,
+    pub worker: Arc<Worker>,
+    pub backing: BackingStore,
+    pub runtime: tokio::runtime::Handle,
+    pub pull: PullConfig,
+    pub stats: Arc<Stats>,
+}
+
+impl ClusterSource {
+    fn from_backing(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<Origin> {
+        self.backing.read_at(path, version, offset, buf)
+    }
+
+    /// Tries the holders in preference order; `None` if none could serve the range.
+    fn from_peers(
+        &self,
+        path: &str,
+        version: Version,
+        holders: &[u32],
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Option<()> {
+        let mut avoid = Vec::new();
+        let salt = crate::cache::format::path_hash(path) ^ u64::from(self.locator.me());
+        while let Some(h) = pick_holder(&self.locator.membership, holders, &avoid, salt) {
+            if avoid.contains(&h) {
+                return None;
+            }
+            avoid.push(h);
+            if h == self.locator.me() {
+                continue;
+            }
+            let addr = self.locator.membership.member(h)?.addr;
+            let want = Want {
+                path: path.to_string(),
+                version: WireVersion {
+                    size: version.size,
+                    mtime_ns: version.mtime_ns,
+                },
+                offset,
+                len: buf.len() as u64,
+            };
+            let mut sink = |off: u64, bytes: &[u8]| {
+                let at = (off - offset) as usize;
+                buf[at..at + bytes.len()].copy_from_slice(bytes);
+                Ok(())
+            };
+            let r =
+                self.runtime
+                    .block_on(pull::pull(&self.worker, &self.pull, addr, &want, &mut sink));
+            match r {
+                Ok(_) => return Some(()),
+                Err(e) => {
+                    tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
+                    self.locator
+                        .node
+                        .holder_failed(&(path.to_string(), version), h);
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Source for ClusterSource {
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<Origin> {
+        let deadline = Instant::now() + self.locator.timeout;
+        let mut pause = Duration::from_millis(10);
+        let mut waited = false;
+        loop {
+            match self.runtime.block_on(self.locator.locate(path, version)) {
+                Reply::Holders(h) => {
+                    if self.from_peers(path, version, &h, offset, buf).is_some() {
+                        return Ok(Origin::Peer);
+                    }
+                    return self.from_backing(path, version, offset, buf);
+                }
+                Reply::Fetch => {
+                    let r = self.from_backing(path, version, offset, buf);
+                    if r.is_err() {
+                        self.runtime
+                            .block_on(self.locator.fetch_failed(path, version));
+                    }
+                    return r;
+                }
+                Reply::WaitFor(f) if f != self.locator.me() && Instant::now() < deadline => {
+                    if !waited {
+                        waited = true;
+                        self.stats.coordinated_waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // The fetcher publishes when its copy is complete; ask again shortly.
+                    std::thread::sleep(
+                        pause.min(deadline.saturating_duration_since(Instant::now())),
+                    );
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Reply::WaitFor(_) => return self.from_backing(path, version, offset, buf),
+            }
+        }
+    }
+}
+
+/// Peers read this node's cache: only complete, verified chunks of the exact version.
+pub struct CacheStore(pub Arc<Cache>);
+
+impl ChunkStore for CacheStore {
+    fn read_at(
+        &self,
+        path: &str,
+        version: WireVersion,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<()> {
+        let v = Version {
+            size: version.size,
+            mtime_ns: version.mtime_ns,
+        };
+        let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
+        let entry = self.0.lookup(path, v).ok_or_else(missing)?;
+        let range = entry.chunks_for(offset, buf.len() as u64);
+        if !entry.verify(&self.0, range).map_err(io::Error::other)? {
+            return Err(missing());
+        }
+        entry.data_file().read_exact_at(buf, offset)
+    }
+}
+
+/// Publishes every complete copy (those reloaded at start first), unpublishes dropped ones.
+pub fn start_publisher(
+    cache: &Arc<Cache>,
+    locator: Arc<LocatorService>,
+    runtime: &tokio::runtime::Handle,
+) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for (path, version) in cache.complete_entries() {
+        let _ = tx.send(CacheEvent::Complete { path, version });
+    }
+    cache.subscribe(tx);
+    let rt = runtime.clone();
+    std::thread::Builder::new()
+        .name("publisher".into())
+        .spawn(move || {
+            for ev in rx {
+                match ev {
+                    CacheEvent::Complete { path, version } => {
+                        rt.block_on(locator.publish(&path, version, true))
+                    }
+                    CacheEvent::Dropped { path, version } => {
+                        rt.block_on(locator.publish(&path, version, false))
+                    }
+                }
+            }
+        })
+        .expect("spawn publisher");
+}
