@@ -29,7 +29,7 @@ pub struct ClusterSource {
 }
 
 impl ClusterSource {
-    fn from_backing(
+    fn read_backing(
         &self,
         path: &str,
         version: Version,
@@ -40,7 +40,7 @@ impl ClusterSource {
     }
 
     /// Tries the holders in preference order; `None` if none could serve the range.
-    fn from_peers(
+    fn pull_from_peers(
         &self,
         path: &str,
         version: Version,
@@ -104,13 +104,16 @@ impl Source for ClusterSource {
         loop {
             match self.runtime.block_on(self.locator.locate(path, version)) {
                 Reply::Holders(h) => {
-                    if self.from_peers(path, version, &h, offset, buf).is_some() {
+                    if self
+                        .pull_from_peers(path, version, &h, offset, buf)
+                        .is_some()
+                    {
                         return Ok(Origin::Peer);
                     }
-                    return self.from_backing(path, version, offset, buf);
+                    return self.read_backing(path, version, offset, buf);
                 }
                 Reply::Fetch => {
-                    let r = self.from_backing(path, version, offset, buf);
+                    let r = self.read_backing(path, version, offset, buf);
                     if r.is_err() {
                         self.runtime
                             .block_on(self.locator.fetch_failed(path, version));
@@ -128,7 +131,7 @@ impl Source for ClusterSource {
                     );
                     pause = (pause * 2).min(Duration::from_millis(200));
                 }
-                Reply::WaitFor(_) => return self.from_backing(path, version, offset, buf),
+                Reply::WaitFor(_) => return self.read_backing(path, version, offset, buf),
             }
         }
     }
