@@ -1,0 +1,298 @@
+//! Several real daemons on 127.0.0.1 (2 racks), UCX over tcp on loopback, one shared backing
+//! directory: shifted epochs come from peers, simultaneous misses read the backing store once,
+//! dead or frozen holders never break or hang reads, bad peers files are refused.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+struct Cluster {
+    root: PathBuf,
+    backing: PathBuf,
+    peers: PathBuf,
+    nodes: Vec<Mounted>,
+}
+
+fn node_cmd() -> Command {
+    let mut c = dyadfs();
+    c.env("UCX_TLS", "tcp").env("UCX_NET_DEVICES", "lo");
+    c
+}
+
+impl Cluster {
+    /// `slot` gives each test its own range of ports.
+    fn new(name: &str, n: u32, slot: u16) -> Cluster {
+        let root = std::env::temp_dir().join(format!("dyadfs-cl-{name}-{}", std::process::id()));
+        if root.exists() {
+            for i in 0..n {
+                let _ = Command::new("fusermount3")
+                    .arg("-uz")
+                    .arg(root.join(format!("m{i}")))
+                    .status();
+            }
+            fs::remove_dir_all(&root).unwrap();
+        }
+        let backing = root.join("backing");
+        fs::create_dir_all(&backing).unwrap();
+        let base = 30_000 + (std::process::id() % 500) as u16 * 40 + slot * 5;
+        let peers: String = (0..n)
+            .map(|i| format!("{i} 127.0.0.1:{} r{}\n", base + i as u16, i / 2))
+            .collect();
+        let pf = root.join("peers");
+        fs::write(&pf, peers).unwrap();
+        Cluster {
+            root,
+            backing,
+            peers: pf,
+            nodes: Vec::new(),
+        }
+    }
+
+    fn mount_cmd(&self, i: u32) -> Command {
+        let (mnt, ssd) = (
+            self.root.join(format!("m{i}")),
+            self.root.join(format!("s{i}")),
+        );
+        fs::create_dir_all(&mnt).unwrap();
+        let mut c = node_cmd();
+        c.arg("mount")
+            .arg(&mnt)
+            .arg("--ssd")
+            .arg(&ssd)
+            .arg("--backing")
+            .arg(&self.backing)
+            .args(["--node-id", &i.to_string(), "--peers"])
+            .arg(&self.peers)
+            .args(["--peer-timeout", "2s"]);
+        c
+    }
+
+    fn start(&mut self, n: u32) {
+        for i in 0..n {
+            let out = self.mount_cmd(i).output().unwrap();
+            assert!(
+                out.status.success(),
+                "node {i}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut m = Mounted {
+                mnt: self.root.join(format!("m{i}")),
+                pid: 0,
+            };
+            m.pid = m.stat("pid") as u32;
+            self.nodes.push(m);
+        }
+    }
+
+    fn total(&self, key: &str) -> u64 {
+        self.nodes.iter().map(|m| m.stat(key)).sum()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
+    let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()));
+    assert!(got == want, "{rel} differs on {}", m.mnt.display());
+}
+
+#[test]
+fn shifted_epochs_read_nothing_from_the_backing_store() {
+    let mut c = Cluster::new("epochs", 4, 0);
+    let files: Vec<(String, Vec<u8>)> = (0..32)
+        .map(|k| {
+            (
+                format!("train/s{k:03}.npz"),
+                pattern(MIB / 2 + k * 7919, k as u64),
+            )
+        })
+        .collect();
+    for (p, d) in &files {
+        let path = c.backing.join(p);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, d).unwrap();
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    c.start(4);
+    for epoch in 0..3 {
+        std::thread::scope(|s| {
+            for (i, m) in c.nodes.iter().enumerate() {
+                let files = &files;
+                s.spawn(move || {
+                    for (p, d) in files.iter().skip((i + epoch) % 4).step_by(4) {
+                        read_check(m, p, d);
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            c.total("bytes_from_backing"),
+            total,
+            "after epoch {}",
+            epoch + 1
+        );
+        assert_eq!(
+            c.total("bytes_from_peers"),
+            total * epoch as u64,
+            "after epoch {}",
+            epoch + 1
+        );
+    }
+    assert_eq!(c.total("backing_fetches"), 32);
+    assert_eq!(c.total("peer_fetches"), 64);
+}
+
+#[test]
+fn simultaneous_misses_read_the_backing_store_once() {
+    let mut c = Cluster::new("coord", 4, 1);
+    let data = pattern(6 * MIB + 3, 7);
+    fs::write(c.backing.join("hot.bin"), &data).unwrap();
+    c.start(4);
+    std::thread::scope(|s| {
+        for m in &c.nodes {
+            let data = &data;
+            s.spawn(move || read_check(m, "hot.bin", data));
+        }
+    });
+    assert_eq!(
+        c.total("bytes_from_backing"),
+        data.len() as u64,
+        "the backing store is read once"
+    );
+    assert_eq!(c.total("bytes_from_peers"), 3 * data.len() as u64);
+    assert!(c.total("coordinated_waits") >= 1);
+}
+
+#[test]
+fn killed_and_frozen_holders_never_break_reads() {
+    let mut c = Cluster::new("faults", 4, 2);
+    let files: Vec<(String, Vec<u8>)> = (0..8)
+        .map(|k| (format!("f{k}"), pattern(MIB + k, 40 + k as u64)))
+        .collect();
+    for (p, d) in &files {
+        fs::write(c.backing.join(p), d).unwrap();
+    }
+    c.start(4);
+    // Node 1 and node 2 hold everything; then node 1 is killed and node 2 frozen.
+    for (p, d) in &files {
+        read_check(&c.nodes[1], p, d);
+        read_check(&c.nodes[2], p, d);
+    }
+    // SAFETY: signalling daemons this test started.
+    unsafe {
+        libc::kill(c.nodes[1].pid as i32, libc::SIGKILL);
+        libc::kill(c.nodes[2].pid as i32, libc::SIGSTOP);
+    }
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for m in [&c.nodes[0], &c.nodes[3]] {
+            let files = &files;
+            s.spawn(move || {
+                for (p, d) in files {
+                    read_check(m, p, d);
+                }
+            });
+        }
+    });
+    let took = start.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(c.nodes[2].pid as i32, libc::SIGCONT) };
+    assert!(took < Duration::from_secs(120), "reads took {took:?}");
+    eprintln!("reads with a killed and a frozen holder took {took:?}");
+}
+
+fn expect_peers_error(c: &Cluster, content: &str, culprit: &str) {
+    fs::write(&c.peers, content).unwrap();
+    let out: Output = c.mount_cmd(0).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "accepted a bad peers file: {content:?}"
+    );
+    assert!(
+        err.contains(culprit),
+        "error {err:?} does not name {culprit:?}"
+    );
+    assert!(!is_mounted(&c.root.join("m0")));
+}
+
+#[test]
+fn bad_peers_files_are_refused() {
+    let c = Cluster::new("badpeers", 1, 3);
+    expect_peers_error(
+        &c,
+        "0 127.0.0.1:7000 r0\n0 127.0.0.1:7001 r0\n",
+        "appears twice",
+    );
+    expect_peers_error(&c, "0 nowhere r0\n", "nowhere");
+    expect_peers_error(&c, "1 127.0.0.1:7001 r0\n", "id 0 is not in the peers file");
+    expect_peers_error(&c, "0 127.0.0.1:7001\n", "expected `ID HOST:PORT RACK`");
+}
+
+#[test]
+fn rendezvous_bootstraps_without_a_peers_file() {
+    let c = Cluster::new("rdv", 2, 4);
+    let data = pattern(MIB, 77);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    let rdv = c.root.join("rendezvous");
+    let base = 30_000 + (std::process::id() % 500) as u16 * 40 + 5 * 5;
+    let outs: Vec<Output> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u32)
+            .map(|i| {
+                let (c, rdv) = (&c, &rdv);
+                s.spawn(move || {
+                    let mnt = c.root.join(format!("m{i}"));
+                    fs::create_dir_all(&mnt).unwrap();
+                    node_cmd()
+                        .arg("mount")
+                        .arg(&mnt)
+                        .arg("--ssd")
+                        .arg(c.root.join(format!("s{i}")))
+                        .arg("--backing")
+                        .arg(&c.backing)
+                        .args(["--node-id", &i.to_string(), "--rendezvous"])
+                        .arg(rdv)
+                        .args(["--nodes", "2", "--rack", &format!("r{i}")])
+                        .args(["--listen", &format!("127.0.0.1:{}", base + i as u16)])
+                        .output()
+                        .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let nodes: Vec<Mounted> = (0..2)
+        .map(|i| {
+            assert!(
+                outs[i].status.success(),
+                "{}",
+                String::from_utf8_lossy(&outs[i].stderr)
+            );
+            let mut m = Mounted {
+                mnt: c.root.join(format!("m{i}")),
+                pid: 0,
+            };
+            m.pid = m.stat("pid") as u32;
+            m
+        })
+        .collect();
+    read_check(&nodes[0], "x", &data);
+    std::thread::sleep(Duration::from_millis(200));
+    read_check(&nodes[1], "x", &data);
+    assert_eq!(nodes[1].stat("bytes_from_peers"), MIB as u64);
+    assert_eq!(nodes[1].stat("bytes_from_backing"), 0);
+    drop(nodes);
+    let _ = Path::new(&rdv);
+}
