@@ -1,69 +1,82 @@
 #!/usr/bin/env python3
-"""Single-node dyadfs demo: epochs of shuffled sample reads through the mount."""
-import argparse, json, multiprocessing as mp, os, random, shutil, subprocess, sys, tempfile, time
-
-def read_file(path):
-    with open(path, "rb") as f:
-        return len(f.read())
+"""dyadfs demo: 4 daemons (2 racks) on 127.0.0.1 over one generated dataset. Each epoch every
+node reads a different shard (like DistributedSampler.set_epoch), so from epoch 2 on the bytes
+come from the other nodes' NVMe caches over UCX instead of the shared file system."""
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
+from concurrent.futures import ThreadPoolExecutor
 
 def stats(dyadfs, mnt):
     out = subprocess.run([dyadfs, "stats", mnt, "--json"], check=True, capture_output=True)
     return json.loads(out.stdout)
 
+def read_shard(mnt, names):
+    t = time.time()
+    n = 0
+    for name in names:
+        with open(os.path.join(mnt, name), "rb") as f:
+            n += len(f.read())
+    return time.time() - t, n
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dyadfs", required=True)
+    ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--files", type=int, default=1024)
     ap.add_argument("--size-kib", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--port", type=int, default=7700)
     ap.add_argument("--dir", default=None, help="work directory (default: a new temp dir)")
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix="dyadfs-demo-")
-    backing, ssd, mnt = (os.path.join(work, d) for d in ("shared-fs", "nvme-cache", "dyad"))
-    for d in (backing, ssd, mnt):
-        os.makedirs(d, exist_ok=True)
+    backing = os.path.join(work, "shared-fs")
+    os.makedirs(backing, exist_ok=True)
     print(f"generating {a.files} samples of {a.size_kib} KiB in {backing}", flush=True)
+    names = []
     for i in range(a.files):
-        sub = os.path.join(backing, "train", f"class{i % 10}")
-        os.makedirs(sub, exist_ok=True)
-        with open(os.path.join(sub, f"sample{i:06}.npz"), "wb") as f:
+        rel = os.path.join("train", f"class{i % 10}", f"sample{i:06}.npz")
+        os.makedirs(os.path.join(backing, os.path.dirname(rel)), exist_ok=True)
+        with open(os.path.join(backing, rel), "wb") as f:
             f.write(os.urandom(a.size_kib * 1024))
-    names = sorted(os.path.relpath(os.path.join(r, n), backing)
-                   for r, _, ns in os.walk(backing) for n in ns)
-    mounted = False
+        names.append(rel)
+    peers = os.path.join(work, "peers")
+    with open(peers, "w") as f:
+        for i in range(a.nodes):
+            f.write(f"{i} 127.0.0.1:{a.port + i} rack{i * 2 // a.nodes}\n")
+    env = dict(os.environ, UCX_TLS="tcp", UCX_NET_DEVICES="lo")
+    mnts = []
     try:
-        def mount():
-            subprocess.run([a.dyadfs, "mount", mnt, "--ssd", ssd, "--backing", backing], check=True)
-        mount(); mounted = True
-        print(f"mounted {mnt} (cache {ssd})\n")
-        print(f"{'epoch':>5} {'seconds':>8} {'samples/s':>10} {'MiB local':>10} {'MiB backing':>12}  note")
-        rng = random.Random(0)
-        with mp.Pool(a.workers) as pool:
-            for epoch in range(1, a.epochs + 2):
-                note = ""
-                if epoch == a.epochs + 1:
-                    subprocess.run(["fusermount3", "-u", mnt], check=True); mounted = False
-                    time.sleep(0.2)
-                    mount(); mounted = True
-                    note = "after unmount + mount (warm restart)"
-                before = stats(a.dyadfs, mnt)
-                order = names[:]; rng.shuffle(order)
-                t = time.time()
-                total = sum(pool.map(read_file, [os.path.join(mnt, n) for n in order], chunksize=16))
-                dt = time.time() - t
-                after = stats(a.dyadfs, mnt)
-                assert total == a.files * a.size_kib * 1024
-                d = lambda k: (after[k] - before[k]) / 2**20
-                print(f"{epoch:>5} {dt:>8.2f} {a.files / dt:>10.0f} {d('bytes_from_local'):>10.1f} "
-                      f"{d('bytes_from_backing'):>12.1f}  {note}", flush=True)
-        print("\n" + subprocess.run([a.dyadfs, "stats", mnt], capture_output=True, text=True).stdout)
-        print("('MiB local' counts bytes the daemon served from its cache; with passthrough the kernel\n"
-              " reads cached files directly, counted as local_hits/passthrough_opens instead.)")
+        for i in range(a.nodes):
+            mnt, ssd = os.path.join(work, f"node{i}", "dyad"), os.path.join(work, f"node{i}", "nvme")
+            os.makedirs(mnt, exist_ok=True)
+            subprocess.run([a.dyadfs, "mount", mnt, "--ssd", ssd, "--backing", backing,
+                            "--node-id", str(i), "--peers", peers], check=True, env=env)
+            mnts.append(mnt)
+        print(f"mounted {a.nodes} nodes (peers file {peers}: " +
+              ", ".join(open(peers).read().split("\n")[:-1]) + ")\n")
+        print(f"{'epoch':>5} {'node':>4} {'seconds':>8} {'files/s':>8} {'MiB peers':>10} "
+              f"{'MiB backing':>12} {'local hits':>10}")
+        shard = lambda k: names[k::a.nodes]
+        with ThreadPoolExecutor(a.nodes) as pool:
+            for epoch in range(a.epochs):
+                before = [stats(a.dyadfs, m) for m in mnts]
+                runs = list(pool.map(lambda i: read_shard(mnts[i], shard((i + epoch) % a.nodes)),
+                                     range(a.nodes)))
+                after = [stats(a.dyadfs, m) for m in mnts]
+                for i, (dt, n) in enumerate(runs):
+                    d = lambda k: after[i][k] - before[i][k]
+                    print(f"{epoch + 1:>5} {i:>4} {dt:>8.2f} {len(shard(i)) / dt:>8.0f} "
+                          f"{d('bytes_from_peers') / 2**20:>10.1f} {d('bytes_from_backing') / 2**20:>12.1f} "
+                          f"{d('local_hits'):>10}", flush=True)
+        total = {k: sum(stats(a.dyadfs, m)[k] for m in mnts)
+                 for k in ("bytes_from_backing", "bytes_from_peers", "lookups_rack", "lookups_global")}
+        print(f"\ndataset {a.files * a.size_kib / 1024:.0f} MiB; read from the shared FS "
+              f"{total['bytes_from_backing'] / 2**20:.0f} MiB in all, from peers "
+              f"{total['bytes_from_peers'] / 2**20:.0f} MiB; lookups at rack homes "
+              f"{total['lookups_rack']}, at global homes {total['lookups_global']}")
     finally:
-        if mounted:
-            subprocess.run(["fusermount3", "-u", mnt])
-            time.sleep(0.2)
+        for m in mnts:
+            subprocess.run(["fusermount3", "-u", m])
+        time.sleep(0.3)
         if a.dir is None:
             shutil.rmtree(work, ignore_errors=True)
 

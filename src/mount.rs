@@ -332,17 +332,17 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         }
     });
     crate::locator::source::start_publisher(&cache, locator.clone(), runtime.handle());
+    let pull_config = crate::transport::pull::PullConfig {
+        node_id: id,
+        chunk: args.chunk_size as u32,
+        window: 4,
+        timeout: args.peer_timeout,
+    };
     let source = Arc::new(crate::locator::source::ClusterSource {
         locator,
-        worker,
+        puller: crate::transport::pull::Puller::new(worker, pull_config),
         backing: BackingStore::new(args.backing.clone()),
         runtime: runtime.handle().clone(),
-        pull: crate::transport::pull::PullConfig {
-            node_id: id,
-            chunk: args.chunk_size as u32,
-            window: 4,
-            timeout: args.peer_timeout,
-        },
         stats: stats.clone(),
     });
     tracing::info!(node = id, %listen, "cluster mode");

@@ -39,7 +39,8 @@ impl Cluster {
         }
         let backing = root.join("backing");
         fs::create_dir_all(&backing).unwrap();
-        let base = 30_000 + (std::process::id() % 500) as u16 * 40 + slot * 5;
+        // Below the ephemeral range (32768+), where outgoing connections take their ports.
+        let base = 20_000 + (std::process::id() % 250) as u16 * 40 + slot * 5;
         let peers: String = (0..n)
             .map(|i| format!("{i} 127.0.0.1:{} r{}\n", base + i as u16, i / 2))
             .collect();
@@ -247,7 +248,7 @@ fn rendezvous_bootstraps_without_a_peers_file() {
     let data = pattern(MIB, 77);
     fs::write(c.backing.join("x"), &data).unwrap();
     let rdv = c.root.join("rendezvous");
-    let base = 30_000 + (std::process::id() % 500) as u16 * 40 + 5 * 5;
+    let base = 20_000 + (std::process::id() % 250) as u16 * 40 + 5 * 5;
     let outs: Vec<Output> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2u32)
             .map(|i| {

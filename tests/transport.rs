@@ -15,7 +15,8 @@ const MIB: usize = 1 << 20;
 static PORT: AtomicU16 = AtomicU16::new(0);
 
 fn port() -> u16 {
-    let base = 20_000 + (std::process::id() % 20_000) as u16;
+    // Below the ephemeral range (32768+), where outgoing connections take their ports.
+    let base = 12_000 + (std::process::id() % 500) as u16 * 16;
     base + PORT.fetch_add(1, Ordering::Relaxed)
 }
 

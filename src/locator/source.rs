@@ -15,16 +15,14 @@ use crate::cache::{Cache, CacheEvent, Version};
 use crate::fs::BackingStore;
 use crate::fs::read::{Origin, Source};
 use crate::stats::Stats;
-use crate::transport::pull::{self, ChunkStore, PullConfig, Want};
-use crate::transport::ucx::Worker;
+use crate::transport::pull::{ChunkStore, Puller, Want};
 use crate::transport::wire::WireVersion;
 
 pub struct ClusterSource {
     pub locator: Arc<LocatorService>,
-    pub worker: Arc<Worker>,
+    pub puller: Puller,
     pub backing: BackingStore,
     pub runtime: tokio::runtime::Handle,
-    pub pull: PullConfig,
     pub stats: Arc<Stats>,
 }
 
@@ -73,9 +71,9 @@ impl ClusterSource {
                 buf[at..at + bytes.len()].copy_from_slice(bytes);
                 Ok(())
             };
-            let r =
-                self.runtime
-                    .block_on(pull::pull(&self.worker, &self.pull, addr, &want, &mut sink));
+            let r = self
+                .runtime
+                .block_on(self.puller.pull(addr, &want, &mut sink));
             match r {
                 Ok(_) => return Some(()),
                 Err(e) => {

@@ -307,15 +307,88 @@ pub struct Want {
 /// Where pulled chunks go: `sink(offset, bytes)`.
 pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8]) -> io::Result<()> + Send);
 
-/// Pulls `want` from the holder at `peer`, handing each verified chunk to the sink. Returns
-/// the bytes pulled.
-pub async fn pull(
+/// Pulls from holders, keeping one idle connection (control stream + UCX endpoint) per holder
+/// between pulls: connecting costs a TCP handshake, a hello and a UCX wireup.
+pub struct Puller {
+    pub worker: Arc<Worker>,
+    pub cfg: PullConfig,
+    idle: std::sync::Mutex<HashMap<SocketAddr, Vec<(TcpStream, super::ucx::PeerId)>>>,
+}
+
+impl Puller {
+    pub fn new(worker: Arc<Worker>, cfg: PullConfig) -> Puller {
+        Puller {
+            worker,
+            cfg,
+            idle: Default::default(),
+        }
+    }
+
+    /// Pulls `want` from the holder at `peer`, handing each verified chunk to the sink.
+    /// Returns the bytes pulled.
+    pub async fn pull(
+        &self,
+        peer: SocketAddr,
+        want: &Want,
+        sink: Sink<'_>,
+    ) -> Result<u64, PullError> {
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&peer)
+            .and_then(Vec::pop);
+        let reused = pooled.is_some();
+        let (mut s, ucx_peer) = match pooled {
+            Some(c) => c,
+            None => connect(&self.worker, &self.cfg, peer).await?,
+        };
+        let conn = Conn {
+            peer,
+            stream: &mut s,
+            ucx_peer,
+        };
+        match pull_chunks(&self.worker, &self.cfg, conn, want, sink).await {
+            Ok(n) => {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                idle.entry(peer).or_default().push((s, ucx_peer));
+                Ok(n)
+            }
+            Err(e) => {
+                self.worker.disconnect(ucx_peer);
+                // An idle connection may have died with a restarted holder: one fresh try.
+                if reused && matches!(e, PullError::Io { .. } | PullError::Ucx { .. }) {
+                    let (mut s, ucx_peer) = connect(&self.worker, &self.cfg, peer).await?;
+                    let conn = Conn {
+                        peer,
+                        stream: &mut s,
+                        ucx_peer,
+                    };
+                    let r = pull_chunks(&self.worker, &self.cfg, conn, want, sink).await;
+                    match &r {
+                        Ok(_) => self
+                            .idle
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .entry(peer)
+                            .or_default()
+                            .push((s, ucx_peer)),
+                        Err(_) => self.worker.disconnect(ucx_peer),
+                    }
+                    return r;
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Opens a control stream to a holder, exchanges hellos and creates the UCX endpoint.
+async fn connect(
     worker: &Arc<Worker>,
     cfg: &PullConfig,
     peer: SocketAddr,
-    want: &Want,
-    sink: Sink<'_>,
-) -> Result<u64, PullError> {
+) -> Result<(TcpStream, super::ucx::PeerId), PullError> {
     let t = cfg.timeout;
     let timeout = |what| PullError::Timeout {
         peer,
@@ -358,14 +431,7 @@ pub async fn pull(
         .await
         .expect("connect task")
         .map_err(|source| PullError::Ucx { peer, source })?;
-    let conn = Conn {
-        peer,
-        stream: &mut s,
-        ucx_peer,
-    };
-    let result = pull_chunks(worker, cfg, conn, want, sink).await;
-    worker.disconnect(ucx_peer);
-    result
+    Ok((s, ucx_peer))
 }
 
 /// A holder connection: its control stream and its UCX endpoint.
