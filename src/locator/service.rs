@@ -131,8 +131,9 @@ impl LocatorService {
         }
     }
 
-    /// Tells this node's rack home that it gained (or lost) a complete copy.
-    pub async fn publish(self: &Arc<Self>, path: &str, version: Version, held: bool) {
+    /// Tells this node's rack home that it gained (or lost) a complete copy. `false`: the home
+    /// did not acknowledge (unreachable); the caller retries.
+    pub async fn publish(self: &Arc<Self>, path: &str, version: Version, held: bool) -> bool {
         let rack_home = self
             .membership
             .rack_home(path, self.membership.rack_of(self.me()));
@@ -142,7 +143,7 @@ impl LocatorService {
             node: self.me(),
             held,
         };
-        self.call(rack_home, msg).await;
+        matches!(self.call(rack_home, msg).await, Some(Message::Ack))
     }
 
     pub async fn fetch_failed(self: &Arc<Self>, path: &str, version: Version) {

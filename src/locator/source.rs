@@ -161,11 +161,15 @@ impl ChunkStore for CacheStore {
 }
 
 /// Publishes every complete copy (those reloaded at start first), unpublishes dropped ones.
+/// A publish its home did not acknowledge (the home is down or not up yet) is retried every
+/// second for up to ten minutes.
 pub fn start_publisher(
     cache: &Arc<Cache>,
     locator: Arc<LocatorService>,
     runtime: &tokio::runtime::Handle,
 ) {
+    const RETRY_EVERY: Duration = Duration::from_secs(1);
+    const GIVE_UP_AFTER: Duration = Duration::from_secs(600);
     let (tx, rx) = crossbeam_channel::unbounded();
     for (path, version) in cache.complete_entries() {
         let _ = tx.send(CacheEvent::Complete { path, version });
@@ -175,13 +179,26 @@ pub fn start_publisher(
     std::thread::Builder::new()
         .name("publisher".into())
         .spawn(move || {
-            for ev in rx {
-                match ev {
-                    CacheEvent::Complete { path, version } => {
-                        rt.block_on(locator.publish(&path, version, true))
-                    }
-                    CacheEvent::Dropped { path, version } => {
-                        rt.block_on(locator.publish(&path, version, false))
+            let mut retry: Vec<(CacheEvent, Instant)> = Vec::new();
+            loop {
+                let event = match rx.recv_timeout(RETRY_EVERY) {
+                    Ok(ev) => Some(ev),
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                };
+                let due: Vec<_> = std::mem::take(&mut retry);
+                let fresh = event.map(|ev| (ev, Instant::now()));
+                for (ev, first) in due.into_iter().chain(fresh) {
+                    let ok = match &ev {
+                        CacheEvent::Complete { path, version } => {
+                            rt.block_on(locator.publish(path, *version, true))
+                        }
+                        CacheEvent::Dropped { path, version } => {
+                            rt.block_on(locator.publish(path, *version, false))
+                        }
+                    };
+                    if !ok && first.elapsed() < GIVE_UP_AFTER {
+                        retry.push((ev, first));
                     }
                 }
             }
