@@ -321,7 +321,10 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let server = crate::transport::pull::Server {
         worker: worker.clone(),
-        store: Arc::new(crate::locator::source::CacheStore(cache.clone())),
+        store: Arc::new(crate::locator::source::CacheStore {
+            cache: cache.clone(),
+            stats: stats.clone(),
+        }),
         node_id: id,
         faults: Default::default(),
         rpc: Some(Arc::new(crate::locator::service::Handler(locator.clone()))),

@@ -24,6 +24,7 @@ pub struct Stats {
     pub lookups_rack: AtomicU64,
     pub lookups_global: AtomicU64,
     pub coordinated_waits: AtomicU64,
+    pub bytes_served_to_peers: AtomicU64,
     pub passthrough: AtomicBool,
 }
 
@@ -54,6 +55,8 @@ pub struct Snapshot {
     pub lookups_global: u64,
     /// Times this node waited for another node's fetch instead of reading the backing store.
     pub coordinated_waits: u64,
+    /// Bytes this node's cache served to other nodes.
+    pub bytes_served_to_peers: u64,
 }
 
 impl Stats {
@@ -79,6 +82,7 @@ impl Stats {
             lookups_rack: get(&self.lookups_rack),
             lookups_global: get(&self.lookups_global),
             coordinated_waits: get(&self.coordinated_waits),
+            bytes_served_to_peers: get(&self.bytes_served_to_peers),
         }
     }
 }
@@ -86,7 +90,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 19] = [
+        let rows: [(&str, String); 20] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -98,6 +102,7 @@ impl Snapshot {
             ("lookups rack", self.lookups_rack.to_string()),
             ("lookups global", self.lookups_global.to_string()),
             ("coordinated waits", self.coordinated_waits.to_string()),
+            ("bytes served to peers", human(self.bytes_served_to_peers)),
             ("uncached reads", self.uncached_reads.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),

@@ -214,6 +214,33 @@ fn killed_and_frozen_holders_never_break_reads() {
     eprintln!("reads with a killed and a frozen holder took {took:?}");
 }
 
+#[test]
+fn rack_local_holders_are_preferred() {
+    let mut c = Cluster::new("rack", 4, 6);
+    let data = pattern(3 * MIB, 11);
+    fs::write(c.backing.join("x.npz"), &data).unwrap();
+    c.start(4);
+    // Node 2 (rack r1) and node 1 (rack r0) hold copies; node 0 (rack r0) must pull from node 1.
+    read_check(&c.nodes[2], "x.npz", &data);
+    std::thread::sleep(Duration::from_millis(300));
+    read_check(&c.nodes[1], "x.npz", &data);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = c.nodes[2].stat("bytes_served_to_peers");
+    read_check(&c.nodes[0], "x.npz", &data);
+    assert_eq!(c.nodes[0].stat("bytes_from_peers"), data.len() as u64);
+    assert_eq!(
+        c.nodes[1].stat("bytes_served_to_peers"),
+        data.len() as u64,
+        "served in the rack"
+    );
+    assert_eq!(
+        c.nodes[2].stat("bytes_served_to_peers"),
+        before,
+        "no cross-rack transfer"
+    );
+    assert_eq!(c.total("bytes_from_backing"), data.len() as u64);
+}
+
 fn expect_peers_error(c: &Cluster, content: &str, culprit: &str) {
     fs::write(&c.peers, content).unwrap();
     let out: Output = c.mount_cmd(0).output().unwrap();

@@ -135,8 +135,11 @@ impl Source for ClusterSource {
     }
 }
 
-/// Peers read this node's cache: only complete, verified chunks of the exact version.
-pub struct CacheStore(pub Arc<Cache>);
+/// Peers read this node's cache: only present, verified chunks of the exact version.
+pub struct CacheStore {
+    pub cache: Arc<Cache>,
+    pub stats: Arc<Stats>,
+}
 
 impl ChunkStore for CacheStore {
     fn read_at(
@@ -151,12 +154,18 @@ impl ChunkStore for CacheStore {
             mtime_ns: version.mtime_ns,
         };
         let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
-        let entry = self.0.lookup(path, v).ok_or_else(missing)?;
+        let entry = self.cache.lookup(path, v).ok_or_else(missing)?;
         let range = entry.chunks_for(offset, buf.len() as u64);
-        if !entry.verify(&self.0, range).map_err(io::Error::other)? {
+        if !entry.all_present(range.clone())
+            || !entry.verify(&self.cache, range).map_err(io::Error::other)?
+        {
             return Err(missing());
         }
-        entry.data_file().read_exact_at(buf, offset)
+        entry.data_file().read_exact_at(buf, offset)?;
+        self.stats
+            .bytes_served_to_peers
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 }
 
