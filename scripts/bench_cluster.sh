@@ -21,7 +21,7 @@ mkdir -p "$W/backing" "$W"/{a,b}/mnt
 head -c 1G /dev/urandom > "$W/backing/big.bin"
 PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r0\n' $PORT $((PORT + 1)) > "$W/peers"
-mount_node() { "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" --peers "$W/peers"; }
+mount_node() { "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" --peers "$W/peers" ${MOUNT_ARGS:-}; }
 mount_node a 0
 cat "$W/a/mnt/big.bin" > /dev/null    # node A fetches it from the shared FS
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
