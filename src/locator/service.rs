@@ -16,7 +16,7 @@ use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::cache::Version;
 use crate::stats::Stats;
 use crate::transport::pull::{RpcFuture, RpcHandler, rpc};
-use crate::transport::wire::{Located, Message, WireVersion};
+use crate::transport::wire::{Located, Message};
 
 #[derive(Default)]
 struct RackState {
@@ -33,20 +33,6 @@ pub struct LocatorService {
     /// Bound on every RPC and on how long a fetch may hold off the others.
     pub timeout: Duration,
     stats: Arc<Stats>,
-}
-
-fn wire(v: Version) -> WireVersion {
-    WireVersion {
-        size: v.size,
-        mtime_ns: v.mtime_ns,
-    }
-}
-
-fn unwire(v: WireVersion) -> Version {
-    Version {
-        size: v.size,
-        mtime_ns: v.mtime_ns,
-    }
 }
 
 fn to_reply(l: Located) -> Reply {
@@ -114,7 +100,7 @@ impl LocatorService {
             .rack_home(path, self.membership.rack_of(self.me()));
         let msg = Message::Lookup {
             path: path.to_string(),
-            version: wire(version),
+            version: version.into(),
             requester: self.me(),
             global: false,
         };
@@ -139,7 +125,7 @@ impl LocatorService {
             .rack_home(path, self.membership.rack_of(self.me()));
         let msg = Message::Publish {
             path: path.to_string(),
-            version: wire(version),
+            version: version.into(),
             node: self.me(),
             held,
         };
@@ -149,7 +135,7 @@ impl LocatorService {
     pub async fn fetch_failed(self: &Arc<Self>, path: &str, version: Version) {
         let msg = Message::FetchFailed {
             path: path.to_string(),
-            version: wire(version),
+            version: version.into(),
             node: self.me(),
         };
         self.call(self.membership.global_home(path), msg).await;
@@ -162,14 +148,14 @@ impl LocatorService {
                 version,
                 requester,
                 global: false,
-            } => self.rack_lookup((path, unwire(version)), requester).await,
+            } => self.rack_lookup((path, version.into()), requester).await,
             Message::Lookup {
                 path,
                 version,
                 requester,
                 global: true,
             } => {
-                let key = (path, unwire(version));
+                let key = (path, version.into());
                 let r = lock(&self.global).lookup(&key, requester, Instant::now(), self.timeout);
                 Message::Located(to_located(r))
             }
@@ -179,7 +165,7 @@ impl LocatorService {
                 node,
                 held,
             } => {
-                let key = (path, unwire(version));
+                let key = (path, version.into());
                 let changed = {
                     let mut rack = lock(&self.rack);
                     if held {
@@ -207,7 +193,7 @@ impl LocatorService {
                 node,
                 held,
             } => {
-                let key = (path, unwire(version));
+                let key = (path, version.into());
                 let mut g = lock(&self.global);
                 if held {
                     g.rack_gained(&key, &rack, node);
@@ -221,7 +207,7 @@ impl LocatorService {
                 version,
                 node,
             } => {
-                lock(&self.global).fetch_failed(&(path, unwire(version)), node);
+                lock(&self.global).fetch_failed(&(path, version.into()), node);
                 Message::Ack
             }
             other => Message::Error {
@@ -255,7 +241,7 @@ impl LocatorService {
         self.stats.lookups_global.fetch_add(1, Ordering::Relaxed);
         let msg = Message::Lookup {
             path: key.0.clone(),
-            version: wire(key.1),
+            version: key.1.into(),
             requester,
             global: true,
         };

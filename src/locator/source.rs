@@ -59,10 +59,7 @@ impl ClusterSource {
             let addr = self.locator.membership.member(h)?.addr;
             let want = Want {
                 path: path.to_string(),
-                version: WireVersion {
-                    size: version.size,
-                    mtime_ns: version.mtime_ns,
-                },
+                version: version.into(),
                 offset,
                 len: buf.len() as u64,
             };
@@ -149,10 +146,7 @@ impl ChunkStore for CacheStore {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<()> {
-        let v = Version {
-            size: version.size,
-            mtime_ns: version.mtime_ns,
-        };
+        let v: Version = version.into();
         let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
         let entry = self.cache.lookup(path, v).ok_or_else(missing)?;
         let range = entry.chunks_for(offset, buf.len() as u64);

@@ -34,16 +34,6 @@ pub struct DirStore {
     pub root: PathBuf,
 }
 
-impl DirStore {
-    pub fn version_of(meta: &std::fs::Metadata) -> WireVersion {
-        use std::os::unix::fs::MetadataExt;
-        WireVersion {
-            size: meta.len(),
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-        }
-    }
-}
-
 impl ChunkStore for DirStore {
     fn read_at(
         &self,
@@ -57,7 +47,7 @@ impl ChunkStore for DirStore {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
         let f = std::fs::File::open(self.root.join(path))?;
-        if Self::version_of(&f.metadata()?) != version {
+        if WireVersion::from(crate::fs::version_of(&f.metadata()?)) != version {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         f.read_exact_at(buf, offset)
@@ -339,47 +329,45 @@ impl Puller {
             .get_mut(&peer)
             .and_then(Vec::pop);
         let reused = pooled.is_some();
-        let (mut s, ucx_peer) = match pooled {
+        let conn = match pooled {
             Some(c) => c,
             None => connect(&self.worker, &self.cfg, peer).await?,
         };
+        match self.pull_on(peer, conn, want, sink).await {
+            // An idle connection may have died with a restarted holder: one fresh try.
+            Err(PullError::Io { .. } | PullError::Ucx { .. }) if reused => {
+                let conn = connect(&self.worker, &self.cfg, peer).await?;
+                self.pull_on(peer, conn, want, sink).await
+            }
+            r => r,
+        }
+    }
+
+    /// One pull on one connection, which goes back to the pool if it worked.
+    async fn pull_on(
+        &self,
+        peer: SocketAddr,
+        (mut s, ucx_peer): (TcpStream, super::ucx::PeerId),
+        want: &Want,
+        sink: Sink<'_>,
+    ) -> Result<u64, PullError> {
         let conn = Conn {
             peer,
             stream: &mut s,
             ucx_peer,
         };
-        match pull_chunks(&self.worker, &self.cfg, conn, want, sink).await {
-            Ok(n) => {
-                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                idle.entry(peer).or_default().push((s, ucx_peer));
-                Ok(n)
-            }
-            Err(e) => {
-                self.worker.disconnect(ucx_peer);
-                // An idle connection may have died with a restarted holder: one fresh try.
-                if reused && matches!(e, PullError::Io { .. } | PullError::Ucx { .. }) {
-                    let (mut s, ucx_peer) = connect(&self.worker, &self.cfg, peer).await?;
-                    let conn = Conn {
-                        peer,
-                        stream: &mut s,
-                        ucx_peer,
-                    };
-                    let r = pull_chunks(&self.worker, &self.cfg, conn, want, sink).await;
-                    match &r {
-                        Ok(_) => self
-                            .idle
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .entry(peer)
-                            .or_default()
-                            .push((s, ucx_peer)),
-                        Err(_) => self.worker.disconnect(ucx_peer),
-                    }
-                    return r;
-                }
-                Err(e)
-            }
+        let r = pull_chunks(&self.worker, &self.cfg, conn, want, sink).await;
+        match r {
+            Ok(_) => self
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(peer)
+                .or_default()
+                .push((s, ucx_peer)),
+            Err(_) => self.worker.disconnect(ucx_peer),
         }
+        r
     }
 }
 

@@ -52,7 +52,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
 pub fn pull(args: PullArgs) -> Result<(), String> {
     let meta = std::fs::metadata(&args.version_of)
         .map_err(|e| format!("--version-of {}: {e}", args.version_of.display()))?;
-    let version = DirStore::version_of(&meta);
+    let version: super::wire::WireVersion = crate::fs::version_of(&meta).into();
     let len = args.len.unwrap_or(version.size.saturating_sub(args.offset));
     let out = std::fs::OpenOptions::new()
         .create(true)

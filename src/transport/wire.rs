@@ -17,6 +17,24 @@ pub struct WireVersion {
     pub mtime_ns: i64,
 }
 
+impl From<crate::cache::Version> for WireVersion {
+    fn from(v: crate::cache::Version) -> Self {
+        WireVersion {
+            size: v.size,
+            mtime_ns: v.mtime_ns,
+        }
+    }
+}
+
+impl From<WireVersion> for crate::cache::Version {
+    fn from(v: WireVersion) -> Self {
+        crate::cache::Version {
+            size: v.size,
+            mtime_ns: v.mtime_ns,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
     /// First message each way: who I am and how to reach my memory over UCX.
