@@ -2,6 +2,8 @@
 //! files, `dyadfs transport pull` pulls them with RMA gets. UCX over tcp on `lo` unless a test
 //! says otherwise.
 
+mod common;
+
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -11,7 +13,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-const MIB: usize = 1 << 20;
+use common::{MIB, pattern};
+
 static PORT: AtomicU16 = AtomicU16::new(0);
 
 fn port() -> u16 {
@@ -85,18 +88,6 @@ impl Drop for Dir {
             let _ = fs::remove_dir_all(&self.0);
         }
     }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn pull(tcp: bool, h: &Holder, d: &Dir, name: &str, out: &Path, extra: &[&str]) -> Output {
