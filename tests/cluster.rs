@@ -210,7 +210,8 @@ fn killed_and_frozen_holders_never_break_reads() {
     let took = start.elapsed();
     // SAFETY: as above.
     unsafe { libc::kill(c.nodes[2].pid as i32, libc::SIGCONT) };
-    assert!(took < Duration::from_secs(120), "reads took {took:?}");
+    // A dead or frozen node costs about one --peer-timeout (2 s) per role, not one per file.
+    assert!(took < Duration::from_secs(20), "reads took {took:?}");
     eprintln!("reads with a killed and a frozen holder took {took:?}");
 }
 

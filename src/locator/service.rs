@@ -32,8 +32,14 @@ pub struct LocatorService {
     global: Mutex<GlobalHome>,
     /// Bound on every RPC and on how long a fetch may hold off the others.
     pub timeout: Duration,
+    /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
+    /// tried last as holders, so a dead or frozen node costs one timeout, not one per file.
+    suspects: Mutex<HashMap<NodeId, Instant>>,
     stats: Arc<Stats>,
 }
+
+/// How long a failed node stays suspect.
+const SUSPECT_FOR: Duration = Duration::from_secs(30);
 
 fn to_reply(l: Located) -> Reply {
     match l {
@@ -63,6 +69,7 @@ impl LocatorService {
             rack: Mutex::default(),
             global: Mutex::default(),
             timeout,
+            suspects: Mutex::default(),
             stats,
         })
     }
@@ -71,17 +78,32 @@ impl LocatorService {
         self.membership.own()
     }
 
+    pub fn suspect(&self, node: NodeId) {
+        lock(&self.suspects).insert(node, Instant::now());
+    }
+
+    /// Nodes that failed within the last [`SUSPECT_FOR`].
+    pub fn suspects(&self) -> Vec<NodeId> {
+        let mut s = lock(&self.suspects);
+        s.retain(|_, at| at.elapsed() < SUSPECT_FOR);
+        s.keys().copied().collect()
+    }
+
     /// Sends a message to `to`, or handles it here when this node is the addressee.
     async fn call(self: &Arc<Self>, to: NodeId, msg: Message) -> Option<Message> {
         if to == self.me() {
             // Boxed: answering may call again (rack home -> global home on this node).
             return Some(Box::pin(self.clone().answer(msg)).await);
         }
+        if self.suspects().contains(&to) {
+            return None;
+        }
         let addr = self.membership.member(to)?.addr;
         match rpc(addr, &msg, self.timeout).await {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(node = to, error = %e, "locator RPC failed");
+                self.suspect(to);
                 None
             }
         }
