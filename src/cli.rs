@@ -117,7 +117,7 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Storage")]
     pub capacity: Option<u64>,
 
-    /// Cache granularity, 1M to 4M: the unit of fetching, checksumming and (later) transfer
+    /// Cache granularity, 1M to 4M: the unit of fetching, checksumming and transfer between nodes
     #[arg(long, value_name = "SIZE", default_value = "2M", value_parser = parse_chunk_size,
           help_heading = "Storage")]
     pub chunk_size: u64,
@@ -181,7 +181,8 @@ pub struct MountArgs {
     )]
     pub rack: String,
 
-    /// Bound on every wait for a peer: lookups, pulls, another node's fetch, rendezvous
+    /// Bound on every wait for a peer: lookups, pulls, another node's fetch (a rendezvous
+    /// waits at least 60s)
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration,
           help_heading = "Cluster")]
     pub peer_timeout: Duration,
