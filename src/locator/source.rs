@@ -46,13 +46,17 @@ impl ClusterSource {
         offset: u64,
         buf: &mut [u8],
     ) -> Option<()> {
-        let mut avoid = Vec::new();
+        let suspects = self.locator.suspects();
+        let mut tried = Vec::new();
         let salt = crate::cache::format::path_hash(path) ^ u64::from(self.locator.me());
-        while let Some(h) = pick_holder(&self.locator.membership, holders, &avoid, salt) {
-            if avoid.contains(&h) {
+        loop {
+            // Suspect holders come last; each holder is tried once.
+            let avoid: Vec<u32> = tried.iter().chain(&suspects).copied().collect();
+            let h = pick_holder(&self.locator.membership, holders, &avoid, salt)?;
+            if tried.contains(&h) {
                 return None;
             }
-            avoid.push(h);
+            tried.push(h);
             if h == self.locator.me() {
                 continue;
             }
@@ -78,10 +82,10 @@ impl ClusterSource {
                     self.locator
                         .node
                         .holder_failed(&(path.to_string(), version), h);
+                    self.locator.suspect(h);
                 }
             }
         }
-        None
     }
 }
 
