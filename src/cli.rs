@@ -108,7 +108,8 @@ pub struct MountArgs {
     #[arg(long, value_name = "DIR", help_heading = "Storage")]
     pub ssd: PathBuf,
 
-    /// Dataset directory on the shared file system (never modified)
+    /// Dataset directory on the shared file system (never modified: files written under the
+    /// mount stay on this node's cache disk and are published to the other nodes on close)
     #[arg(long, value_name = "DIR", help_heading = "Storage")]
     pub backing: PathBuf,
 
@@ -127,6 +128,13 @@ pub struct MountArgs {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
           help_heading = "Metadata")]
     pub metadata_ttl: Duration,
+
+    /// Producer/consumer synchronization: a lookup of a name nobody has published yet waits up
+    /// to this long for a producer to close it, then fails with ENOENT (0: no waiting).
+    /// Accepts 500ms, 30s, 5m, 1h
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration,
+          help_heading = "Metadata")]
+    pub wait: Duration,
 
     /// Serve every read from the daemon (page cache kept) instead of letting the kernel read
     /// complete cached files directly (FUSE passthrough, needs CAP_SYS_ADMIN and Linux >= 6.9)

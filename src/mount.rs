@@ -271,12 +271,20 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         metadata_ttl: args.metadata_ttl,
         passthrough: !args.no_passthrough,
         readahead_threads: args.readahead_threads.into(),
+        wait: args.wait,
     };
     let backing_err = |e| format!("backing dir {}: {e}", args.backing.display());
-    let namespace = BackingStore::new(args.backing.clone());
+    let backing = BackingStore::new(args.backing.clone());
+    let producer = |id| {
+        crate::fs::write::Producer::open(&args.ssd, cache.clone(), id)
+            .map(Arc::new)
+            .map_err(|e| format!("cache dir {}: {e}", args.ssd.display()))
+    };
     if args.peers.is_none() && args.rendezvous.is_none() {
         let source = Arc::new(BackingStore::new(args.backing.clone()));
-        let fs = DyadFs::new(namespace, source, cache, stats, config).map_err(backing_err)?;
+        let names = Arc::new(crate::locator::names::LocalNames::default());
+        let fs = DyadFs::new(backing, names, producer(0)?, source, cache, stats, config)
+            .map_err(backing_err)?;
         return run_session(args, fs, set);
     }
     // Several nodes: the locator, the control server (pulls and locator RPCs) and UCX.
@@ -334,6 +342,19 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
             tracing::error!(error = %e, "control server stopped");
         }
     });
+    let producer = producer(id)?;
+    {
+        let p = producer.clone();
+        let _ = locator
+            .on_release
+            .set(Box::new(move |object, size, mtime_ns, drop| {
+                p.released(object, crate::cache::Version { size, mtime_ns }, drop)
+            }));
+    }
+    let names = Arc::new(crate::locator::service::ClusterNames {
+        locator: locator.clone(),
+        runtime: runtime.handle().clone(),
+    });
     crate::locator::source::start_publisher(&cache, locator.clone(), runtime.handle());
     let pull_config = crate::transport::pull::PullConfig {
         node_id: id,
@@ -349,7 +370,8 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         stats: stats.clone(),
     });
     tracing::info!(node = id, %listen, "cluster mode");
-    let fs = DyadFs::new(namespace, source, cache, stats, config).map_err(backing_err)?;
+    let fs =
+        DyadFs::new(backing, names, producer, source, cache, stats, config).map_err(backing_err)?;
     let r = run_session(args, fs, set);
     runtime.shutdown_timeout(Duration::from_secs(1));
     r
@@ -365,7 +387,6 @@ fn run_session<S: crate::fs::read::Source>(
     config.mount_options = vec![
         fuser::MountOption::FSName(format!("dyadfs:{}", args.backing.display())),
         fuser::MountOption::Subtype("dyadfs".into()),
-        fuser::MountOption::RO,
         fuser::MountOption::NoAtime,
         fuser::MountOption::DefaultPermissions,
     ];

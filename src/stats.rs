@@ -25,6 +25,9 @@ pub struct Stats {
     pub lookups_global: AtomicU64,
     pub coordinated_waits: AtomicU64,
     pub bytes_served_to_peers: AtomicU64,
+    pub files_produced: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub name_waits: AtomicU64,
     pub passthrough: AtomicBool,
 }
 
@@ -57,6 +60,14 @@ pub struct Snapshot {
     pub coordinated_waits: u64,
     /// Bytes this node's cache served to other nodes.
     pub bytes_served_to_peers: u64,
+    /// Files written under the mount and published on close, and the bytes written.
+    #[serde(default)]
+    pub files_produced: u64,
+    #[serde(default)]
+    pub bytes_written: u64,
+    /// Lookups of unpublished names that waited for a producer (`--wait`).
+    #[serde(default)]
+    pub name_waits: u64,
 }
 
 impl Stats {
@@ -83,6 +94,9 @@ impl Stats {
             lookups_global: get(&self.lookups_global),
             coordinated_waits: get(&self.coordinated_waits),
             bytes_served_to_peers: get(&self.bytes_served_to_peers),
+            files_produced: get(&self.files_produced),
+            bytes_written: get(&self.bytes_written),
+            name_waits: get(&self.name_waits),
         }
     }
 }
@@ -90,7 +104,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 20] = [
+        let rows: [(&str, String); 23] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -103,6 +117,9 @@ impl Snapshot {
             ("lookups global", self.lookups_global.to_string()),
             ("coordinated waits", self.coordinated_waits.to_string()),
             ("bytes served to peers", human(self.bytes_served_to_peers)),
+            ("files produced", self.files_produced.to_string()),
+            ("bytes written", human(self.bytes_written)),
+            ("name waits", self.name_waits.to_string()),
             ("uncached reads", self.uncached_reads.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),

@@ -5,104 +5,11 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-struct Cluster {
-    root: PathBuf,
-    backing: PathBuf,
-    peers: PathBuf,
-    nodes: Vec<Mounted>,
-}
-
-fn node_cmd() -> Command {
-    let mut c = dyadfs();
-    c.env("UCX_TLS", "tcp").env("UCX_NET_DEVICES", "lo");
-    c
-}
-
-impl Cluster {
-    /// `slot` gives each test its own range of ports.
-    fn new(name: &str, n: u32, slot: u16) -> Cluster {
-        let root = std::env::temp_dir().join(format!("dyadfs-cl-{name}-{}", std::process::id()));
-        if root.exists() {
-            for i in 0..n {
-                let _ = Command::new("fusermount3")
-                    .arg("-uz")
-                    .arg(root.join(format!("m{i}")))
-                    .status();
-            }
-            fs::remove_dir_all(&root).unwrap();
-        }
-        let backing = root.join("backing");
-        fs::create_dir_all(&backing).unwrap();
-        // Below the ephemeral range (32768+), where outgoing connections take their ports.
-        let base = 20_000 + (std::process::id() % 250) as u16 * 40 + slot * 5;
-        let peers: String = (0..n)
-            .map(|i| format!("{i} 127.0.0.1:{} r{}\n", base + i as u16, i / 2))
-            .collect();
-        let pf = root.join("peers");
-        fs::write(&pf, peers).unwrap();
-        Cluster {
-            root,
-            backing,
-            peers: pf,
-            nodes: Vec::new(),
-        }
-    }
-
-    fn mount_cmd(&self, i: u32) -> Command {
-        let (mnt, ssd) = (
-            self.root.join(format!("m{i}")),
-            self.root.join(format!("s{i}")),
-        );
-        fs::create_dir_all(&mnt).unwrap();
-        let mut c = node_cmd();
-        c.arg("mount")
-            .arg(&mnt)
-            .arg("--ssd")
-            .arg(&ssd)
-            .arg("--backing")
-            .arg(&self.backing)
-            .args(["--node-id", &i.to_string(), "--peers"])
-            .arg(&self.peers)
-            .args(["--peer-timeout", "2s"]);
-        c
-    }
-
-    fn start(&mut self, n: u32) {
-        for i in 0..n {
-            let out = self.mount_cmd(i).output().unwrap();
-            assert!(
-                out.status.success(),
-                "node {i}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let mut m = Mounted {
-                mnt: self.root.join(format!("m{i}")),
-                pid: 0,
-            };
-            m.pid = m.stat("pid") as u32;
-            self.nodes.push(m);
-        }
-    }
-
-    fn total(&self, key: &str) -> u64 {
-        self.nodes.iter().map(|m| m.stat(key)).sum()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.root);
-        }
-    }
-}
 
 fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
     let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()));

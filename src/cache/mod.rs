@@ -82,6 +82,8 @@ pub struct Entry {
     pub fetched: AtomicBool,
     /// Whether any of this entry's bytes were pulled from a peer (stats).
     pub pulled: AtomicBool,
+    /// A produced file's current object on its producer: the only copy, never evicted.
+    pub keep: AtomicBool,
 }
 
 struct Index {
@@ -299,6 +301,7 @@ impl Cache {
             last_use: AtomicU64::new(self.next_tick()),
             fetched: AtomicBool::new(false),
             pulled: AtomicBool::new(false),
+            keep: AtomicBool::new(false),
         });
         index.entries.insert(path.to_string(), entry.clone());
         Ok(entry)
@@ -344,7 +347,11 @@ impl Cache {
         let mut victims: Vec<Arc<Entry>> = index
             .entries
             .values()
-            .filter(|e| !std::ptr::eq(e.as_ref(), for_entry) && e.pins.load(Ordering::Relaxed) == 0)
+            .filter(|e| {
+                !std::ptr::eq(e.as_ref(), for_entry)
+                    && e.pins.load(Ordering::Relaxed) == 0
+                    && !e.keep.load(Ordering::Relaxed)
+            })
             .filter(|e| {
                 let st = lock(&e.state);
                 st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
@@ -366,6 +373,85 @@ impl Cache {
             true
         } else {
             false
+        }
+    }
+
+    /// Takes a finished file (on the cache's file system) in as the complete, kept entry `path`:
+    /// a produced file becomes an object peers pull like any cached file. Its bytes count
+    /// against capacity, evicting others, but are taken in even if nothing can be evicted.
+    pub fn adopt(
+        &self,
+        path: &str,
+        version: Version,
+        file: &Path,
+    ) -> Result<Arc<Entry>, CacheError> {
+        let entry = self.entry(path, version)?;
+        let mut crcs = Vec::with_capacity(entry.chunk_count() as usize);
+        {
+            let src = File::open(file)?;
+            let mut buf = vec![0; self.chunk_size as usize];
+            for i in 0..entry.chunk_count() {
+                let b = &mut buf[..entry.chunk_len(i) as usize];
+                src.read_exact_at(b, i * self.chunk_size)?;
+                crcs.push(crc32c::crc32c(b));
+            }
+        }
+        if !self.reserve(&entry, version.size) {
+            self.used.fetch_add(version.size, Ordering::Relaxed);
+        }
+        // The file replaces the empty data file; the entry reopens it.
+        fs::rename(file, &entry.data_path)?;
+        let data = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&entry.data_path)?;
+        let adopted = Arc::new(Entry {
+            path: entry.path.clone(),
+            version,
+            chunk_size: self.chunk_size,
+            data,
+            data_path: entry.data_path.clone(),
+            meta_path: entry.meta_path.clone(),
+            state: Mutex::new(State {
+                chunks: crcs
+                    .into_iter()
+                    .map(|crc| Chunk::Present {
+                        crc,
+                        verified: true,
+                    })
+                    .collect(),
+                present_bytes: version.size,
+                evicted: false,
+            }),
+            filled: Condvar::new(),
+            persist_lock: Mutex::new(()),
+            pins: AtomicU32::new(0),
+            last_use: AtomicU64::new(self.next_tick()),
+            fetched: AtomicBool::new(false),
+            pulled: AtomicBool::new(false),
+            keep: AtomicBool::new(true),
+        });
+        lock(&self.index)
+            .entries
+            .insert(path.to_string(), adopted.clone());
+        adopted.persist()?;
+        self.emit(CacheEvent::Complete {
+            path: path.to_string(),
+            version,
+        });
+        Ok(adopted)
+    }
+
+    /// Deletes the entry `path` (at `version`) now, whoever holds it open.
+    pub fn forget(&self, path: &str, version: Version) {
+        let mut index = lock(&self.index);
+        if index
+            .entries
+            .get(path)
+            .is_some_and(|e| e.version == version)
+        {
+            let e = index.entries.remove(path).expect("present");
+            self.drop_entry(&e);
         }
     }
 
@@ -428,6 +514,7 @@ fn load_entry(meta_path: &Path, chunk_size: u64) -> Result<Entry, CacheError> {
         last_use: AtomicU64::new(0),
         fetched: AtomicBool::new(false),
         pulled: AtomicBool::new(false),
+        keep: AtomicBool::new(false),
     })
 }
 

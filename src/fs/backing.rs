@@ -67,6 +67,10 @@ impl Source for BackingStore {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<Origin> {
+        // A produced object is not a backing path (and would join as an absolute one).
+        if crate::locator::names::is_object(path) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
         let file = File::open(self.path(path))?;
         // Never mix two versions of a file in one cached copy.
         if version_of(&file.metadata()?) != version {

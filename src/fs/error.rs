@@ -14,8 +14,18 @@ pub enum Error {
     NotDir,
     #[error("is a directory")]
     IsDir,
-    #[error("read-only file system")]
+    #[error("read-only file system (the backing tree is never modified)")]
     ReadOnly,
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("a non-empty produced directory cannot be renamed (copy it instead)")]
+    CrossDevice,
+    #[error("writing a produced file: {0}")]
+    Write(io::Error),
+    #[error("produced namespace: {0}")]
+    Names(io::Error),
     #[error("unknown file handle {0}")]
     BadHandle(u64),
     #[error("no such attribute")]
@@ -39,6 +49,13 @@ impl Error {
             Error::NotDir => libc::ENOTDIR,
             Error::IsDir => libc::EISDIR,
             Error::ReadOnly => libc::EROFS,
+            Error::Exists => libc::EEXIST,
+            Error::NotEmpty => libc::ENOTEMPTY,
+            // What rename(2) says when it cannot move: `mv` then copies and removes.
+            Error::CrossDevice => libc::EXDEV,
+            Error::Write(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            // The name home is unreachable: the application sees an I/O error, never a hang.
+            Error::Names(_) => libc::EIO,
             Error::BadHandle(_) => libc::EBADF,
             Error::NoAttr => libc::ENODATA,
             Error::Range => libc::ERANGE,

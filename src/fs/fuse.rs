@@ -7,12 +7,13 @@ use std::ffi::OsStr;
 use std::io;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::read::Source;
@@ -41,6 +42,13 @@ impl<S: Source> FuseAdapter<S> {
 
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
+}
+
+fn reply_empty(r: Result<(), Error>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
 }
 
 fn file_attr(a: &Attr) -> FileAttr {
@@ -76,7 +84,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_readahead(MAX_REQUEST);
         let _ = config.set_max_write(MAX_REQUEST);
-        let wanted = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS;
+        // ATOMIC_O_TRUNC: an open with O_TRUNC arrives as one open, so rewriting a produced
+        // file does not first copy the bytes it is about to discard.
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let mut passthrough = false;
         if self.fs.passthrough_enabled() {
@@ -97,10 +109,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _span = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
-        match self.fs.lookup(parent.0, name) {
-            Ok(a) => reply.entry(&self.fs.ttl(), &file_attr(&a), Generation(0)),
+        match self.fs.lookup(parent.0, name, req.pid()) {
+            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -108,7 +120,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _span = tracing::debug_span!("getattr", ino = ino.0).entered();
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.fs.ttl(), &file_attr(&a)),
+            Ok(a) => reply.attr(&self.fs.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -122,8 +134,9 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _span = tracing::debug_span!("open", ino = ino.0).entered();
-        let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        let opened = match self.fs.open(ino.0, write) {
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || truncate;
+        let opened = match self.fs.open(ino.0, write, truncate) {
             Ok(o) => o,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -209,8 +222,136 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 }
             }
         }
-        self.fs.release(fh.0);
-        reply.ok();
+        reply_empty(self.fs.release(fh.0), reply);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _span = tracing::debug_span!("create", parent = parent.0, ?name).entered();
+        let exclusive = flags & libc::O_EXCL != 0;
+        let truncate = flags & libc::O_TRUNC != 0;
+        match self
+            .fs
+            .create(parent.0, name, mode & !umask, exclusive, truncate)
+        {
+            Ok((a, o)) => reply.created(
+                &self.fs.ttl(&a),
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(o.fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.fs.fsync(fh.0), reply);
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.fs.setattr(ino.0, mode, size) {
+            Ok(a) => reply.attr(&self.fs.ttl(&a), &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let _span = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
+        match self.fs.mkdir(parent.0, name, mode & !umask) {
+            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _span = tracing::debug_span!("unlink", parent = parent.0, ?name).entered();
+        reply_empty(self.fs.remove(parent.0, name, false), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _span = tracing::debug_span!("rmdir", parent = parent.0, ?name).entered();
+        reply_empty(self.fs.remove(parent.0, name, true), reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _span = tracing::debug_span!("rename", ?name, ?newname).entered();
+        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        reply_empty(
+            self.fs
+                .rename(parent.0, name, newparent.0, newname, no_replace),
+            reply,
+        );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -269,13 +410,12 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             Ok(l) => l,
             Err(e) => return reply.error(errno(&e)),
         };
-        let ttl = self.fs.ttl();
-        let dir_attr = match self.fs.getattr(ino.0) {
-            Ok(a) => file_attr(&a),
+        let (dir_ttl, dir_attr) = match self.fs.getattr(ino.0) {
+            Ok(a) => (self.fs.ttl(&a), file_attr(&a)),
             Err(e) => return reply.error(errno(&e)),
         };
         for (i, name) in [".", ".."].iter().enumerate().skip(offset as usize) {
-            if reply.add(ino, i as u64 + 1, name, &ttl, &dir_attr, Generation(0)) {
+            if reply.add(ino, i as u64 + 1, name, &dir_ttl, &dir_attr, Generation(0)) {
                 return reply.ok();
             }
         }
@@ -285,6 +425,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .skip((offset as usize).saturating_sub(2))
         {
             let attr = file_attr(&e.attr);
+            let ttl = self.fs.ttl(&e.attr);
             if reply.add(attr.ino, i as u64 + 3, &e.name, &ttl, &attr, Generation(0)) {
                 break;
             }

@@ -1,15 +1,22 @@
-//! The filesystem core: inodes, attributes, directory listings, open handles and reads, as
-//! plain Rust calls returning plain structs. [`fuse`] is the one file that speaks fuser and
-//! adapts these calls to the kernel protocol.
+//! The filesystem core: inodes, attributes, directory listings, open handles, reads and
+//! writes, as plain Rust calls returning plain structs. [`fuse`] is the one file that speaks
+//! fuser and adapts these calls to the kernel protocol.
+//!
+//! A path resolves, in order, to a file being written on this node ([`write`]), an entry of the
+//! backing tree (read-only: dyadfs never modifies it), or a produced name published by any node
+//! (`locator::names`). New files and directories may be created anywhere a name is free.
 
 mod backing;
+mod caller;
 mod error;
 pub mod fuse;
 pub mod read;
+pub mod write;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +28,9 @@ pub use error::Error;
 use read::{MAX_READAHEAD_CHUNKS, Reader, Source, WHOLE_FILE_MAX};
 
 use crate::cache::{Cache, Entry, Version};
+use crate::locator::names::{Name, Namespace};
 use crate::stats::{STATS_XATTR, Stats};
+use write::{Producer, Staged};
 
 pub const ROOT_INO: u64 = 1;
 
@@ -48,6 +57,8 @@ pub struct Attr {
     pub uid: u32,
     pub gid: u32,
     pub version: Version,
+    /// Written under the mount (not in the backing tree): other nodes may change it.
+    pub produced: bool,
 }
 
 impl Attr {
@@ -71,15 +82,63 @@ impl Attr {
             atime: time(meta.atime(), meta.atime_nsec()),
             mtime: time(meta.mtime(), meta.mtime_nsec()),
             ctime: time(meta.ctime(), meta.ctime_nsec()),
-            // The view is read-only: drop write bits so tools do not try and fail.
-            perm: (meta.mode() & 0o7555) as u16,
+            // Backing files are read-only: drop their write bits so tools do not try and fail.
+            // Directories take new (produced) files.
+            perm: if kind == Kind::Dir {
+                (meta.mode() & 0o7777) as u16
+            } else {
+                (meta.mode() & 0o7555) as u16
+            },
             nlink: meta.nlink() as u32,
             uid: meta.uid(),
             gid: meta.gid(),
             version: version_of(meta),
+            produced: false,
+        }
+    }
+
+    fn from_staged(ino: u64, s: &Staged) -> Result<Attr, Error> {
+        let meta = s.file.metadata().map_err(Error::Write)?;
+        let mut a = Attr::from_meta(ino, &meta);
+        a.perm = s.mode.load(Ordering::Relaxed) as u16;
+        a.produced = true;
+        Ok(a)
+    }
+
+    fn from_name(ino: u64, n: &Name) -> Attr {
+        let t = UNIX_EPOCH + Duration::from_nanos(n.mtime_ns.max(0) as u64);
+        Attr {
+            ino,
+            kind: if n.dir { Kind::Dir } else { Kind::File },
+            size: n.size,
+            blocks: n.size.div_ceil(512),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            perm: (n.mode & 0o7777) as u16,
+            nlink: if n.dir { 2 } else { 1 },
+            // SAFETY: getuid/getgid cannot fail and touch no memory.
+            uid: unsafe { libc::getuid() },
+            // SAFETY: as above.
+            gid: unsafe { libc::getgid() },
+            version: Version {
+                size: n.size,
+                mtime_ns: n.mtime_ns,
+            },
+            produced: true,
         }
     }
 }
+
+/// What a path resolves to.
+enum Found {
+    Staged(Arc<Staged>),
+    Backing(Metadata),
+    Produced(Name),
+}
+
+/// How long a produced name's attributes are trusted: another node may rename or replace it.
+const PRODUCED_TTL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct FsConfig {
@@ -89,10 +148,13 @@ pub struct FsConfig {
     pub passthrough: bool,
     /// Threads filling readahead chunks in the background.
     pub readahead_threads: usize,
+    /// How long a lookup of a name nobody has published yet waits for a producer.
+    pub wait: Duration,
 }
 
 struct Node {
-    path: String,
+    /// Its path under the mount (a rename moves it).
+    path: RwLock<String>,
     attr: Mutex<(Attr, Instant)>,
     /// The version whose pages the kernel may hold for this inode (see `open`).
     kernel_version: Mutex<Option<Version>>,
@@ -105,11 +167,18 @@ struct Inodes {
     next: u64,
 }
 
-struct Handle {
+struct CachedHandle {
     entry: Arc<Entry>,
     /// Where the next sequential read would start, and the current readahead window.
     next_offset: AtomicU64,
     window: AtomicU64,
+}
+
+enum Handle {
+    /// A backing file or a sealed produced file: read through the cache.
+    Cached(CachedHandle),
+    /// A file being written on this node. A writable handle seals it on its last close.
+    Staged { staged: Arc<Staged>, writable: bool },
 }
 
 /// What an open returns to the adapter.
@@ -131,6 +200,8 @@ type Job = Box<dyn FnOnce() + Send>;
 
 pub struct DyadFs<S: Source> {
     backing: BackingStore,
+    names: Arc<dyn Namespace>,
+    producer: Arc<Producer>,
     reader: Reader<S>,
     config: FsConfig,
     inodes: RwLock<Inodes>,
@@ -138,6 +209,11 @@ pub struct DyadFs<S: Source> {
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
     readahead: crossbeam_channel::Sender<Job>,
+}
+
+/// (directory, name) of a path; the root's entries are in directory "".
+fn split(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
 }
 
 fn join(parent: &str, name: &OsStr) -> String {
@@ -150,8 +226,11 @@ fn join(parent: &str, name: &OsStr) -> String {
 }
 
 impl<S: Source> DyadFs<S> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         backing: BackingStore,
+        names: Arc<dyn Namespace>,
+        producer: Arc<Producer>,
         source: Arc<S>,
         cache: Arc<Cache>,
         stats: Arc<Stats>,
@@ -180,6 +259,8 @@ impl<S: Source> DyadFs<S> {
         }
         Ok(DyadFs {
             backing,
+            names,
+            producer,
             reader: Reader {
                 cache,
                 stats,
@@ -194,8 +275,13 @@ impl<S: Source> DyadFs<S> {
         })
     }
 
-    pub fn ttl(&self) -> Duration {
-        self.config.metadata_ttl
+    /// How long the kernel may trust a node's name and attributes.
+    pub fn ttl(&self, attr: &Attr) -> Duration {
+        if attr.produced {
+            self.config.metadata_ttl.min(PRODUCED_TTL)
+        } else {
+            self.config.metadata_ttl
+        }
     }
 
     pub fn passthrough_enabled(&self) -> bool {
@@ -211,38 +297,85 @@ impl<S: Source> DyadFs<S> {
         inodes.nodes.get(&ino).cloned().ok_or(Error::NotFound)
     }
 
-    /// The inode for `path`, created on first sight; its attributes are refreshed from `meta`.
-    fn upsert(&self, path: String, meta: &Metadata) -> Attr {
+    fn path_of(node: &Node) -> String {
+        node.path.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// What `path` is now: being written here, in the backing tree, or a published name
+    /// (waited for up to `wait`).
+    fn resolve(&self, path: &str, wait: Duration) -> Result<Found, Error> {
+        if let Some(s) = self.producer.staged(path) {
+            return Ok(Found::Staged(s));
+        }
+        match self.backing.stat(path) {
+            Ok(meta) => return Ok(Found::Backing(meta)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
+            Err(e) => return Err(Error::Backing(e)),
+        }
+        if path.is_empty() {
+            return Err(Error::NotFound);
+        }
+        let (dir, name) = split(path);
+        if !wait.is_zero() {
+            self.stats().name_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        match self.names.get(dir, name, wait) {
+            Ok(Some(n)) => Ok(Found::Produced(n)),
+            Ok(None) => Err(Error::NotFound),
+            Err(e) => {
+                tracing::warn!(%path, error = %e, "name lookup failed");
+                Err(Error::NotFound)
+            }
+        }
+    }
+
+    /// The inode for `path`, created on first sight; its attributes are refreshed.
+    fn upsert(&self, path: String, found: &Found) -> Result<Attr, Error> {
+        let attr_of = |ino| match found {
+            Found::Staged(s) => Attr::from_staged(ino, s),
+            Found::Backing(meta) => Ok(Attr::from_meta(ino, meta)),
+            Found::Produced(n) => Ok(Attr::from_name(ino, n)),
+        };
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
         if let Some(&ino) = inodes.by_path.get(&path) {
-            let attr = Attr::from_meta(ino, meta);
+            let attr = attr_of(ino)?;
             *inodes.nodes[&ino]
                 .attr
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = (attr, Instant::now());
-            return attr;
+            return Ok(attr);
         }
         let ino = inodes.next;
         inodes.next += 1;
-        let attr = Attr::from_meta(ino, meta);
+        let attr = attr_of(ino)?;
         inodes.by_path.insert(path.clone(), ino);
         inodes.nodes.insert(ino, Arc::new(new_node(&path, attr)));
-        attr
+        Ok(attr)
     }
 
-    /// A node's attributes, refreshed from the backing store once the TTL has passed.
+    /// Forgets the inode mapping of a path that went away (its number stays valid for the
+    /// kernel, which forgets it on its own).
+    fn unmap(&self, path: &str) {
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        inodes.by_path.remove(path);
+    }
+
+    /// A node's attributes, refreshed once their TTL has passed (at once while being written).
     fn fresh_attr(&self, node: &Node) -> Result<Attr, Error> {
         let (attr, at) = *node.attr.lock().unwrap_or_else(|e| e.into_inner());
-        if at.elapsed() < self.config.metadata_ttl {
+        let path = Self::path_of(node);
+        if at.elapsed() < self.ttl(&attr) && self.producer.staged(&path).is_none() {
             return Ok(attr);
         }
-        let meta = self.backing.stat(&node.path).map_err(Error::Backing)?;
-        Ok(self.upsert(node.path.clone(), &meta))
+        let found = self.resolve(&path, Duration::ZERO)?;
+        self.upsert(path, &found)
     }
 
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, Error> {
+    /// Looks a name up for thread `caller`; a name not published yet is waited for (`--wait`)
+    /// unless the caller is creating it.
+    pub fn lookup(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Attr, Error> {
         let parent = self.node(parent)?;
-        let path = join(&parent.path, name);
+        let path = join(&Self::path_of(&parent), name);
         let known = {
             let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
             inodes
@@ -250,13 +383,19 @@ impl<S: Source> DyadFs<S> {
                 .get(&path)
                 .and_then(|i| inodes.nodes.get(i).cloned())
         };
-        match known {
-            Some(node) => self.fresh_attr(&node),
-            None => {
-                let meta = self.backing.stat(&path).map_err(Error::Backing)?;
-                Ok(self.upsert(path, &meta))
+        if let Some(node) = known {
+            match self.fresh_attr(&node) {
+                Err(Error::NotFound) => {}
+                r => return r,
             }
         }
+        let found = match self.resolve(&path, Duration::ZERO) {
+            Err(Error::NotFound) if !self.config.wait.is_zero() && !caller::is_creating(caller) => {
+                self.resolve(&path, self.config.wait)?
+            }
+            r => r?,
+        };
+        self.upsert(path, &found)
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr, Error> {
@@ -266,20 +405,50 @@ impl<S: Source> DyadFs<S> {
 
     pub fn readlink(&self, ino: u64) -> Result<PathBuf, Error> {
         let node = self.node(ino)?;
-        self.backing.read_link(&node.path).map_err(Error::Backing)
+        self.backing
+            .read_link(&Self::path_of(&node))
+            .map_err(Error::Backing)
     }
 
-    /// Lists a directory once per open; readdir calls page through the listing.
+    /// Lists a directory once per open; readdir calls page through the listing. A listing is
+    /// the backing directory's entries, then produced names, then files being written here.
     pub fn opendir(&self, ino: u64) -> Result<u64, Error> {
         let node = self.node(ino)?;
         if self.fresh_attr(&node)?.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
-        let listing = self.backing.list(&node.path).map_err(Error::Backing)?;
-        let mut entries = Vec::with_capacity(listing.len());
-        for (name, meta) in listing {
-            let attr = self.upsert(join(&node.path, &name), &meta);
-            entries.push(DirEntry { name, attr });
+        let dir = Self::path_of(&node);
+        let mut found: Vec<(OsString, Found)> = Vec::new();
+        match self.backing.list(&dir) {
+            Ok(listing) => found.extend(listing.into_iter().map(|(n, m)| (n, Found::Backing(m)))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::Backing(e)),
+        }
+        let mut seen: std::collections::HashSet<OsString> =
+            found.iter().map(|(n, _)| n.clone()).collect();
+        let staged = self.producer.staged_in(&dir);
+        let staged_names: std::collections::HashSet<&str> =
+            staged.iter().map(|(n, _)| n.as_str()).collect();
+        match self.names.list(&dir) {
+            Ok(names) => {
+                for (n, name) in names {
+                    if !staged_names.contains(n.as_str()) && seen.insert(n.clone().into()) {
+                        found.push((n.into(), Found::Produced(name)));
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(%dir, error = %e, "listing produced names failed"),
+        }
+        for (n, s) in staged {
+            if seen.insert(n.clone().into()) {
+                found.push((n.into(), Found::Staged(s)));
+            }
+        }
+        let mut entries = Vec::with_capacity(found.len());
+        for (name, f) in found {
+            if let Ok(attr) = self.upsert(join(&dir, &name), &f) {
+                entries.push(DirEntry { name, attr });
+            }
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs
@@ -301,12 +470,63 @@ impl<S: Source> DyadFs<S> {
             .remove(&fh);
     }
 
-    pub fn open(&self, ino: u64, write: bool) -> Result<Opened, Error> {
-        if write {
-            return Err(Error::ReadOnly);
+    fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, Arc::new(h));
+        fh
+    }
+
+    fn staged_handle(&self, staged: Arc<Staged>, writable: bool) -> Opened {
+        if writable {
+            staged.writers.fetch_add(1, Ordering::Relaxed);
         }
+        let fh = self.add_handle(Handle::Staged { staged, writable });
+        Opened {
+            fh,
+            passthrough: None,
+            keep_cache: false,
+        }
+    }
+
+    /// Opens a file. `write`: open for writing (a produced file gets a new version, started
+    /// from the current bytes unless `truncate`); backing files are read-only.
+    pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened, Error> {
         let node = self.node(ino)?;
-        let attr = self.fresh_attr(&node)?;
+        let path = Self::path_of(&node);
+        let found = self.resolve(&path, Duration::ZERO)?;
+        let (key, attr) = match found {
+            Found::Staged(s) => {
+                if truncate {
+                    s.file.set_len(0).map_err(Error::Write)?;
+                }
+                return Ok(self.staged_handle(s, write));
+            }
+            Found::Backing(meta) => {
+                if write {
+                    return Err(Error::ReadOnly);
+                }
+                let attr = self.upsert(path.clone(), &Found::Backing(meta))?;
+                (path, attr)
+            }
+            Found::Produced(n) => {
+                if n.dir {
+                    return Err(Error::IsDir);
+                }
+                if write {
+                    let staged = self.producer.create(&path, n.mode).map_err(Error::Write)?;
+                    if !truncate {
+                        self.copy_into(&n, &staged)?;
+                    }
+                    self.upsert(path, &Found::Staged(staged.clone()))?;
+                    return Ok(self.staged_handle(staged, true));
+                }
+                let attr = self.upsert(path, &Found::Produced(n.clone()))?;
+                (n.object, attr)
+            }
+        };
         match attr.kind {
             Kind::Dir => return Err(Error::IsDir),
             Kind::File => {}
@@ -317,7 +537,7 @@ impl<S: Source> DyadFs<S> {
             }
         }
         let cache = &self.reader.cache;
-        let entry = cache.entry(&node.path, attr.version)?;
+        let entry = cache.entry(&key, attr.version)?;
         entry.pin(cache);
         let keep_cache = {
             let mut kv = node
@@ -344,23 +564,311 @@ impl<S: Source> DyadFs<S> {
                     self.verify_in_background(entry.clone());
                     false
                 });
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                fh,
-                Arc::new(Handle {
-                    entry: entry.clone(),
-                    next_offset: AtomicU64::new(0),
-                    window: AtomicU64::new(0),
-                }),
-            );
+        let fh = self.add_handle(Handle::Cached(CachedHandle {
+            entry: entry.clone(),
+            next_offset: AtomicU64::new(0),
+            window: AtomicU64::new(0),
+        }));
         Ok(Opened {
             fh,
             passthrough: (verified && self.config.passthrough).then_some(entry),
             keep_cache,
         })
+    }
+
+    /// Copies a produced file's current bytes into a new version being written.
+    fn copy_into(&self, n: &Name, staged: &Staged) -> Result<(), Error> {
+        let version = Version {
+            size: n.size,
+            mtime_ns: n.mtime_ns,
+        };
+        let entry = self.reader.cache.entry(&n.object, version)?;
+        entry.pin(&self.reader.cache);
+        let r = (|| {
+            let mut off = 0;
+            while off < n.size {
+                let data = self.reader.read(&entry, off, 1 << 20)?;
+                staged.file.write_all_at(&data, off).map_err(Error::Write)?;
+                off += data.len() as u64;
+            }
+            Ok(())
+        })();
+        entry.unpin();
+        r
+    }
+
+    /// Creates and opens a new file (or opens an existing one, unless `exclusive`).
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<(Attr, Opened), Error> {
+        let parent = self.node(parent)?;
+        if self.fresh_attr(&parent)?.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let path = join(&Self::path_of(&parent), name);
+        match self.resolve(&path, Duration::ZERO) {
+            Ok(_) if exclusive => return Err(Error::Exists),
+            Ok(found) => {
+                let attr = self.upsert(path.clone(), &found)?;
+                let opened = self.open(attr.ino, true, truncate)?;
+                return Ok((self.getattr(attr.ino)?, opened));
+            }
+            Err(Error::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let staged = self.producer.create(&path, mode).map_err(Error::Write)?;
+        let attr = self.upsert(path, &Found::Staged(staged.clone()))?;
+        Ok((attr, self.staged_handle(staged, true)))
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, Error> {
+        match &*self.handle(fh)? {
+            Handle::Staged {
+                staged,
+                writable: true,
+                ..
+            } => {
+                staged
+                    .file
+                    .write_all_at(data, offset)
+                    .map_err(Error::Write)?;
+                self.stats()
+                    .bytes_written
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                Ok(data.len() as u32)
+            }
+            _ => Err(Error::BadHandle(fh)),
+        }
+    }
+
+    /// Makes a staged file immutable and publishes it (unless it was unlinked meanwhile). It
+    /// stays staged (visible here) until its name is published, so no reader on this node
+    /// falls between the two and finds the previous version.
+    fn seal(&self, staged: &Arc<Staged>) -> Result<(), Error> {
+        let r = self.publish(staged);
+        self.producer.unstage(staged);
+        r
+    }
+
+    fn publish(&self, staged: &Arc<Staged>) -> Result<(), Error> {
+        if staged.unlinked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let path = staged
+            .path
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let object = self.producer.new_object();
+        let version = self.producer.seal(staged, &object).map_err(Error::Write)?;
+        let name = Name {
+            dir: false,
+            object,
+            size: version.size,
+            mtime_ns: version.mtime_ns,
+            mode: staged.mode.load(Ordering::Relaxed) as u32,
+            holder: self.names.me(),
+        };
+        let (dir, file) = split(&path);
+        let old = self
+            .names
+            .set(dir, file, Some(name.clone()))
+            .map_err(Error::Names)?;
+        if let Some(old) = old.filter(|o| !o.dir) {
+            // The old version stays readable by whoever has it open, then may be evicted.
+            self.release_object(&old, false);
+        }
+        self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%path, object = %name.object, size = version.size, "published");
+        self.upsert(path, &Found::Produced(name))?;
+        Ok(())
+    }
+
+    /// Tells an object's holder that no name points at it any more.
+    fn release_object(&self, n: &Name, drop: bool) {
+        if n.holder == self.names.me() {
+            let v = Version {
+                size: n.size,
+                mtime_ns: n.mtime_ns,
+            };
+            self.producer.released(&n.object, v, drop);
+        } else {
+            self.names
+                .release(n.holder, &n.object, n.size, n.mtime_ns, drop);
+        }
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> Result<Attr, Error> {
+        let parent = self.node(parent)?;
+        if self.fresh_attr(&parent)?.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let path = join(&Self::path_of(&parent), name);
+        match self.resolve(&path, Duration::ZERO) {
+            Ok(_) => return Err(Error::Exists),
+            Err(Error::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as i64;
+        let n = Name {
+            dir: true,
+            object: String::new(),
+            size: 0,
+            mtime_ns: now,
+            mode: mode & 0o7777,
+            holder: self.names.me(),
+        };
+        let (dir, file) = split(&path);
+        self.names
+            .set(dir, file, Some(n.clone()))
+            .map_err(Error::Names)?;
+        self.upsert(path, &Found::Produced(n))
+    }
+
+    /// Whether a produced directory has entries (published or being written here).
+    fn dir_has_entries(&self, path: &str) -> Result<bool, Error> {
+        Ok(self.producer.has_staged_under(path)
+            || !self.names.list(path).map_err(Error::Names)?.is_empty())
+    }
+
+    /// Removes a file or (`dir`) an empty directory.
+    pub fn remove(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Error> {
+        let parent = self.node(parent)?;
+        let path = join(&Self::path_of(&parent), name);
+        let (d, file) = split(&path);
+        match self.resolve(&path, Duration::ZERO)? {
+            Found::Backing(_) => return Err(Error::ReadOnly),
+            Found::Staged(s) => {
+                if dir {
+                    return Err(Error::NotDir);
+                }
+                s.unlinked.store(true, Ordering::Relaxed);
+                self.producer.unstage(&s);
+            }
+            Found::Produced(n) => {
+                if n.dir != dir {
+                    return Err(if dir { Error::NotDir } else { Error::IsDir });
+                }
+                if dir && self.dir_has_entries(&path)? {
+                    return Err(Error::NotEmpty);
+                }
+            }
+        }
+        // Also the published version of a file that was being rewritten.
+        if let Some(old) = self.names.set(d, file, None).map_err(Error::Names)? {
+            if !old.dir {
+                self.release_object(&old, true);
+            }
+        }
+        self.unmap(&path);
+        Ok(())
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        new_parent: u64,
+        new_name: &OsStr,
+        no_replace: bool,
+    ) -> Result<(), Error> {
+        let from = join(&Self::path_of(&*self.node(parent)?), name);
+        let to = join(&Self::path_of(&*self.node(new_parent)?), new_name);
+        if from == to {
+            return Ok(());
+        }
+        let src = self.resolve(&from, Duration::ZERO)?;
+        let dst = match self.resolve(&to, Duration::ZERO) {
+            Ok(f) => Some(f),
+            Err(Error::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        if dst.is_some() && no_replace {
+            return Err(Error::Exists);
+        }
+        match &dst {
+            Some(Found::Backing(_)) => return Err(Error::ReadOnly),
+            Some(Found::Produced(n)) if n.dir => {
+                if self.dir_has_entries(&to)? {
+                    return Err(Error::NotEmpty);
+                }
+            }
+            _ => {}
+        }
+        let (fd, fname) = split(&from);
+        let (td, tname) = split(&to);
+        match src {
+            Found::Backing(_) => return Err(Error::ReadOnly),
+            Found::Staged(_) => {
+                if let Some(Found::Staged(d)) = &dst {
+                    d.unlinked.store(true, Ordering::Relaxed);
+                }
+                self.producer.rename_staged(&from, &to);
+            }
+            Found::Produced(n) => {
+                // A directory's names are keyed by its path: only an empty one can move.
+                if n.dir && self.dir_has_entries(&from)? {
+                    return Err(Error::CrossDevice);
+                }
+                let old = self
+                    .names
+                    .set(td, tname, Some(n.clone()))
+                    .map_err(Error::Names)?;
+                if let Some(old) = old.filter(|o| !o.dir && o.object != n.object) {
+                    self.release_object(&old, true);
+                }
+                self.names.set(fd, fname, None).map_err(Error::Names)?;
+            }
+        }
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        inodes.by_path.remove(&to);
+        if let Some(ino) = inodes.by_path.remove(&from) {
+            if let Some(node) = inodes.nodes.get(&ino) {
+                *node.path.write().unwrap_or_else(|e| e.into_inner()) = to.clone();
+            }
+            inodes.by_path.insert(to, ino);
+        }
+        Ok(())
+    }
+
+    /// chmod/truncate/utimes. Only files being written change (mode, size); on anything else
+    /// the call succeeds without effect unless it would change a size.
+    pub fn setattr(&self, ino: u64, mode: Option<u32>, size: Option<u64>) -> Result<Attr, Error> {
+        let node = self.node(ino)?;
+        let path = Self::path_of(&node);
+        match self.resolve(&path, Duration::ZERO)? {
+            Found::Staged(s) => {
+                if let Some(size) = size {
+                    s.file.set_len(size).map_err(Error::Write)?;
+                }
+                if let Some(mode) = mode {
+                    s.mode.store((mode & 0o7777) as usize, Ordering::Relaxed);
+                }
+                self.upsert(path, &Found::Staged(s))
+            }
+            found => {
+                let attr = self.upsert(path, &found)?;
+                match size {
+                    Some(s) if s != attr.size => Err(Error::ReadOnly),
+                    _ => Ok(attr),
+                }
+            }
+        }
+    }
+
+    pub fn fsync(&self, fh: u64) -> Result<(), Error> {
+        if let Handle::Staged { staged, .. } = &*self.handle(fh)? {
+            staged.file.sync_data().map_err(Error::Write)?;
+        }
+        Ok(())
     }
 
     fn handle(&self, fh: u64) -> Result<Arc<Handle>, Error> {
@@ -370,17 +878,30 @@ impl<S: Source> DyadFs<S> {
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Error> {
         let handle = self.handle(fh)?;
+        let handle = match &*handle {
+            Handle::Cached(h) => h,
+            Handle::Staged { staged, .. } => {
+                let len = staged.file.metadata().map_err(Error::Write)?.len();
+                let n = (u64::from(size)).min(len.saturating_sub(offset)) as usize;
+                let mut buf = vec![0; n];
+                staged
+                    .file
+                    .read_exact_at(&mut buf, offset)
+                    .map_err(Error::Write)?;
+                return Ok(buf);
+            }
+        };
         let entry = &handle.entry;
         let data = self.reader.read(entry, offset, size)?;
         if entry.version.size > WHOLE_FILE_MAX {
-            self.read_ahead(&handle, offset, data.len() as u64);
+            self.read_ahead(handle, offset, data.len() as u64);
         }
         Ok(data)
     }
 
     /// On sequential reads of a large file, fills the next chunks in the background with a
     /// window that doubles per sequential read; a seek resets it.
-    fn read_ahead(&self, handle: &Handle, offset: u64, len: u64) {
+    fn read_ahead(&self, handle: &CachedHandle, offset: u64, len: u64) {
         let sequential = handle.next_offset.swap(offset + len, Ordering::Relaxed) == offset;
         let window = if sequential {
             (handle.window.load(Ordering::Relaxed) * 2).clamp(1, MAX_READAHEAD_CHUNKS)
@@ -412,15 +933,29 @@ impl<S: Source> DyadFs<S> {
         }));
     }
 
-    pub fn release(&self, fh: u64) {
+    /// The last close of an open file (the kernel sends it once every descriptor of the open
+    /// is closed, including dups and forked copies, shortly after the last close returns). The
+    /// last writable handle of a file seals and publishes it. Sealing on a close (flush)
+    /// instead would publish too early: `cmd > f` closes a dup before `cmd` writes.
+    pub fn release(&self, fh: u64) -> Result<(), Error> {
         let handle = self
             .handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh);
-        if let Some(h) = handle {
-            h.entry.unpin();
+        match handle.as_deref() {
+            Some(Handle::Cached(h)) => h.entry.unpin(),
+            Some(Handle::Staged {
+                staged,
+                writable: true,
+            }) => {
+                if staged.writers.fetch_sub(1, Ordering::Relaxed) == 1 {
+                    return self.seal(staged);
+                }
+            }
+            _ => {}
         }
+        Ok(())
     }
 
     /// Extended attributes: only the root's stats attribute exists.
@@ -453,7 +988,7 @@ impl<S: Source> DyadFs<S> {
 
 fn new_node(path: &str, attr: Attr) -> Node {
     Node {
-        path: path.to_string(),
+        path: RwLock::new(path.to_string()),
         attr: Mutex::new((attr, Instant::now())),
         kernel_version: Mutex::new(None),
     }

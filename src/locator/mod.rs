@@ -1,9 +1,11 @@
 //! The hierarchical sample locator: which nodes hold a copy of a file, asked tier by tier
 //! (node -> rack -> global). `membership` says who is in the cluster and who is home for a
 //! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
-//! cache; `tiers` holds the rack and global tables and their coordination rules.
+//! cache; `tiers` holds the rack and global tables and their coordination rules; `names` is
+//! the namespace of produced files.
 
 pub mod membership;
+pub mod names;
 pub mod node;
 pub mod rendezvous;
 pub mod service;

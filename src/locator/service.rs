@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::membership::{Membership, NodeId};
+use super::names::{Name, NameTable, Namespace, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::cache::Version;
@@ -30,6 +31,10 @@ pub struct LocatorService {
     pub node: NodeTier,
     rack: Mutex<RackState>,
     global: Mutex<GlobalHome>,
+    /// Produced names of the directories this node is name home of.
+    names: Mutex<NameTable>,
+    /// What to do when told a produced object of ours is no longer named (set by the daemon).
+    pub on_release: std::sync::OnceLock<ReleaseFn>,
     /// Bound on every RPC and on how long a fetch may hold off the others.
     pub timeout: Duration,
     /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
@@ -68,6 +73,8 @@ impl LocatorService {
             node: NodeTier::new(Duration::from_secs(30), Duration::from_millis(500), 1 << 20),
             rack: Mutex::default(),
             global: Mutex::default(),
+            names: Mutex::default(),
+            on_release: std::sync::OnceLock::new(),
             timeout,
             suspects: Mutex::default(),
             stats,
@@ -91,6 +98,15 @@ impl LocatorService {
 
     /// Sends a message to `to`, or handles it here when this node is the addressee.
     async fn call(self: &Arc<Self>, to: NodeId, msg: Message) -> Option<Message> {
+        self.call_within(to, msg, self.timeout).await
+    }
+
+    async fn call_within(
+        self: &Arc<Self>,
+        to: NodeId,
+        msg: Message,
+        timeout: Duration,
+    ) -> Option<Message> {
         if to == self.me() {
             // Boxed: answering may call again (rack home -> global home on this node).
             return Some(Box::pin(self.clone().answer(msg)).await);
@@ -99,7 +115,7 @@ impl LocatorService {
             return None;
         }
         let addr = self.membership.member(to)?.addr;
-        match rpc(addr, &msg, self.timeout).await {
+        match rpc(addr, &msg, timeout).await {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(node = to, error = %e, "locator RPC failed");
@@ -232,6 +248,30 @@ impl LocatorService {
                 lock(&self.global).fetch_failed(&(path, version.into()), node);
                 Message::Ack
             }
+            Message::NameGet { dir, name, wait_ms } => {
+                let deadline = Instant::now() + Duration::from_millis(wait_ms);
+                loop {
+                    let found = lock(&self.names).get(&dir, &name);
+                    if found.is_some() || Instant::now() >= deadline {
+                        return Message::NameIs(found);
+                    }
+                    tokio::time::sleep(WAIT_POLL).await;
+                }
+            }
+            Message::NameList { dir } => Message::Names(lock(&self.names).list(&dir)),
+            Message::NameSet { dir, name, entry } => {
+                Message::NameIs(lock(&self.names).set(&dir, &name, entry))
+            }
+            Message::Unhold {
+                object,
+                version,
+                drop,
+            } => {
+                if let Some(f) = self.on_release.get() {
+                    f(&object, version.size, version.mtime_ns, drop);
+                }
+                Message::Ack
+            }
             other => Message::Error {
                 id: 0,
                 message: format!("not a locator message: {other:?}"),
@@ -294,5 +334,73 @@ pub struct Handler(pub Arc<LocatorService>);
 impl RpcHandler for Handler {
     fn handle(&self, msg: Message) -> RpcFuture {
         Box::pin(self.0.clone().answer(msg))
+    }
+}
+
+/// The produced namespace of a cluster: each directory's names live at its name home.
+pub struct ClusterNames {
+    pub locator: Arc<LocatorService>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl ClusterNames {
+    fn ask(&self, dir: &str, msg: Message, wait: Duration) -> std::io::Result<Message> {
+        let l = &self.locator;
+        let home = l.membership.global_home(dir);
+        self.runtime
+            .block_on(l.call_within(home, msg, wait + l.timeout))
+            .ok_or_else(|| std::io::Error::other(format!("name home {home} unreachable")))
+    }
+}
+
+fn unexpected(m: Message) -> std::io::Error {
+    std::io::Error::other(format!("unexpected reply from a name home: {m:?}"))
+}
+
+impl Namespace for ClusterNames {
+    fn get(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
+        let msg = Message::NameGet {
+            dir: dir.into(),
+            name: name.into(),
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.ask(dir, msg, wait)? {
+            Message::NameIs(n) => Ok(n),
+            m => Err(unexpected(m)),
+        }
+    }
+
+    fn list(&self, dir: &str) -> std::io::Result<Vec<(String, Name)>> {
+        let msg = Message::NameList { dir: dir.into() };
+        match self.ask(dir, msg, Duration::ZERO)? {
+            Message::Names(n) => Ok(n),
+            m => Err(unexpected(m)),
+        }
+    }
+
+    fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> std::io::Result<Option<Name>> {
+        let msg = Message::NameSet {
+            dir: dir.into(),
+            name: name.into(),
+            entry,
+        };
+        match self.ask(dir, msg, Duration::ZERO)? {
+            Message::NameIs(n) => Ok(n),
+            m => Err(unexpected(m)),
+        }
+    }
+
+    fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool) {
+        let msg = Message::Unhold {
+            object: object.into(),
+            version: crate::transport::wire::WireVersion { size, mtime_ns },
+            drop,
+        };
+        // Best effort: a holder that cannot be told keeps an evictable copy.
+        let _ = self.runtime.block_on(self.locator.call(holder, msg));
+    }
+
+    fn me(&self) -> NodeId {
+        self.locator.me()
     }
 }

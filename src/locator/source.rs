@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::names;
 use super::service::LocatorService;
 use super::tiers::{Reply, pick_holder};
 use crate::cache::{Cache, CacheEvent, Version};
@@ -27,6 +28,8 @@ pub struct ClusterSource {
 }
 
 impl ClusterSource {
+    /// The source of last resort: the backing store, or for a produced object (which the
+    /// backing store never has) its producer, named in the object's key.
     fn read_backing(
         &self,
         path: &str,
@@ -34,6 +37,14 @@ impl ClusterSource {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<Origin> {
+        if let Some(producer) = names::producer_of(path) {
+            return match self.pull_from_peers(path, version, &[producer], offset, buf) {
+                Some(()) => Ok(Origin::Peer),
+                None => Err(io::Error::other(format!(
+                    "producer {producer} of {path} could not serve it"
+                ))),
+            };
+        }
         self.backing.read_at(path, version, offset, buf)
     }
 

@@ -5,10 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::locator::names::Name;
+
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame accepted: control messages are small; this bounds what a bad peer can make us
 /// allocate.
-pub const MAX_FRAME: usize = 64 << 10;
+pub const MAX_FRAME: usize = 16 << 20;
 
 /// A file version on the wire (the cache's `Version`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +105,31 @@ pub enum Message {
         node: u32,
     },
     Ack,
+    // The produced namespace (see `locator::names`), asked of a directory's name home.
+    /// Look a name up, waiting up to `wait_ms` for it to be published.
+    NameGet {
+        dir: String,
+        name: String,
+        wait_ms: u64,
+    },
+    /// The answer to `NameGet`, and to `NameSet` (the name it replaced).
+    NameIs(Option<Name>),
+    NameList {
+        dir: String,
+    },
+    Names(Vec<(String, Name)>),
+    /// Publish (`Some`) or remove (`None`) a name.
+    NameSet {
+        dir: String,
+        name: String,
+        entry: Option<Name>,
+    },
+    /// To a producer: its object is no longer named (`drop`: delete it; else evictable).
+    Unhold {
+        object: String,
+        version: WireVersion,
+        drop: bool,
+    },
 }
 
 /// What a lookup tells the requester to do.

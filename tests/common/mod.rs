@@ -178,3 +178,102 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 pub const MIB: usize = 1 << 20;
+
+/// Several daemons on 127.0.0.1, node i in rack `r{i/2}`, UCX over tcp on loopback, one shared
+/// backing directory.
+pub struct Cluster {
+    pub root: PathBuf,
+    pub backing: PathBuf,
+    pub peers: PathBuf,
+    pub nodes: Vec<Mounted>,
+    /// Extra `dyadfs mount` arguments for every node.
+    pub extra: Vec<String>,
+}
+
+pub fn node_cmd() -> Command {
+    let mut c = dyadfs();
+    c.env("UCX_TLS", "tcp").env("UCX_NET_DEVICES", "lo");
+    c
+}
+
+impl Cluster {
+    /// `slot` gives each test its own range of ports.
+    pub fn new(name: &str, n: u32, slot: u16) -> Cluster {
+        let root = std::env::temp_dir().join(format!("dyadfs-cl-{name}-{}", std::process::id()));
+        if root.exists() {
+            for i in 0..n {
+                let _ = Command::new("fusermount3")
+                    .arg("-uz")
+                    .arg(root.join(format!("m{i}")))
+                    .status();
+            }
+            fs::remove_dir_all(&root).unwrap();
+        }
+        let backing = root.join("backing");
+        fs::create_dir_all(&backing).unwrap();
+        // Below the ephemeral range (32768+), where outgoing connections take their ports.
+        let base = 20_000 + (std::process::id() % 250) as u16 * 40 + slot * 5;
+        let peers: String = (0..n)
+            .map(|i| format!("{i} 127.0.0.1:{} r{}\n", base + i as u16, i / 2))
+            .collect();
+        let pf = root.join("peers");
+        fs::write(&pf, peers).unwrap();
+        Cluster {
+            root,
+            backing,
+            peers: pf,
+            nodes: Vec::new(),
+            extra: Vec::new(),
+        }
+    }
+
+    pub fn mount_cmd(&self, i: u32) -> Command {
+        let (mnt, ssd) = (
+            self.root.join(format!("m{i}")),
+            self.root.join(format!("s{i}")),
+        );
+        fs::create_dir_all(&mnt).unwrap();
+        let mut c = node_cmd();
+        c.arg("mount")
+            .arg(&mnt)
+            .arg("--ssd")
+            .arg(&ssd)
+            .arg("--backing")
+            .arg(&self.backing)
+            .args(["--node-id", &i.to_string(), "--peers"])
+            .arg(&self.peers)
+            .args(["--peer-timeout", "2s"])
+            .args(&self.extra);
+        c
+    }
+
+    pub fn start(&mut self, n: u32) {
+        for i in 0..n {
+            let out = self.mount_cmd(i).output().unwrap();
+            assert!(
+                out.status.success(),
+                "node {i}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut m = Mounted {
+                mnt: self.root.join(format!("m{i}")),
+                pid: 0,
+            };
+            m.pid = m.stat("pid") as u32;
+            self.nodes.push(m);
+        }
+    }
+
+    pub fn total(&self, key: &str) -> u64 {
+        self.nodes.iter().map(|m| m.stat(key)).sum()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+}

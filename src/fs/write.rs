@@ -1,0 +1,217 @@
+//! Files produced on this node. A file being written lives in `<ssd>/staging/`, visible only on
+//! this node; when its last writable handle closes it is *sealed*: taken into the cache as an
+//! immutable object (see `locator::names`) that this node keeps, then published by name. A
+//! daemon that dies mid-write never seals: its staging files are discarded at the next start.
+//!
+//! The objects this node keeps (the only copy of what it produced) are listed in `<ssd>/kept`,
+//! so a restarted daemon keeps them too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::cache::{Cache, Version};
+use crate::locator::names::OBJECT_PREFIX;
+
+/// A file being written on this node.
+pub struct Staged {
+    /// Its path under the mount (a rename moves it).
+    pub path: Mutex<String>,
+    pub file: File,
+    pub staging_path: PathBuf,
+    pub mode: AtomicUsize,
+    /// Open writable handles; the last one to close seals the file.
+    pub writers: AtomicUsize,
+    /// Unlinked before it was sealed: it is never published.
+    pub unlinked: AtomicBool,
+}
+
+pub struct Producer {
+    cache: Arc<Cache>,
+    staging: PathBuf,
+    kept_path: PathBuf,
+    node: u32,
+    /// Staged files by path.
+    staged: Mutex<HashMap<String, Arc<Staged>>>,
+    /// Objects kept as the only copy: object -> version.
+    kept: Mutex<BTreeMap<String, Version>>,
+    epoch: u64,
+    seq: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Producer {
+    /// Discards the staging files of a previous run and keeps the objects it produced.
+    pub fn open(ssd: &std::path::Path, cache: Arc<Cache>, node: u32) -> io::Result<Producer> {
+        let staging = ssd.join("staging");
+        if staging.exists() {
+            let n = fs::read_dir(&staging)?.count();
+            if n > 0 {
+                tracing::warn!(
+                    files = n,
+                    "discarding files left unfinished by a previous run"
+                );
+            }
+            fs::remove_dir_all(&staging)?;
+        }
+        fs::create_dir_all(&staging)?;
+        let kept_path = ssd.join("kept");
+        let mut kept = BTreeMap::new();
+        if let Ok(text) = fs::read_to_string(&kept_path) {
+            for line in text.lines() {
+                let mut f = line.split(' ');
+                let (Some(size), Some(mtime), Some(object)) = (f.next(), f.next(), f.next()) else {
+                    continue;
+                };
+                let (Ok(size), Ok(mtime_ns)) = (size.parse(), mtime.parse()) else {
+                    continue;
+                };
+                let version = Version { size, mtime_ns };
+                if let Some(e) = cache.lookup(object, version).filter(|e| e.is_complete()) {
+                    e.keep.store(true, Ordering::Relaxed);
+                    kept.insert(object.to_string(), version);
+                }
+            }
+        }
+        let epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        let p = Producer {
+            cache,
+            staging,
+            kept_path,
+            node,
+            staged: Mutex::default(),
+            kept: Mutex::new(kept),
+            epoch,
+            seq: AtomicU64::new(0),
+        };
+        p.save_kept()?;
+        Ok(p)
+    }
+
+    pub fn staged(&self, path: &str) -> Option<Arc<Staged>> {
+        lock(&self.staged).get(path).cloned()
+    }
+
+    /// Staged files directly inside `dir`, by name.
+    pub fn staged_in(&self, dir: &str) -> Vec<(String, Arc<Staged>)> {
+        lock(&self.staged)
+            .iter()
+            .filter_map(|(p, s)| {
+                let (d, n) = super::split(p);
+                (d == dir).then(|| (n.to_string(), s.clone()))
+            })
+            .collect()
+    }
+
+    /// Whether anything is being written under `dir` (at any depth).
+    pub fn has_staged_under(&self, dir: &str) -> bool {
+        let prefix = format!("{dir}/");
+        lock(&self.staged)
+            .keys()
+            .any(|p| dir.is_empty() || p.starts_with(&prefix))
+    }
+
+    /// Starts a new file at `path` (replacing any staged one there, which keeps its handles).
+    pub fn create(&self, path: &str, mode: u32) -> io::Result<Arc<Staged>> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let staging_path = self.staging.join(format!("{seq:08}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&staging_path)?;
+        let s = Arc::new(Staged {
+            path: Mutex::new(path.to_string()),
+            file,
+            staging_path,
+            mode: AtomicUsize::new((mode & 0o7777) as usize),
+            writers: AtomicUsize::new(0),
+            unlinked: AtomicBool::new(false),
+        });
+        if let Some(old) = lock(&self.staged).insert(path.to_string(), s.clone()) {
+            old.unlinked.store(true, Ordering::Relaxed);
+        }
+        Ok(s)
+    }
+
+    /// Forgets a staged file (unlinked, or sealed) if `path` still names it.
+    pub fn unstage(&self, s: &Arc<Staged>) {
+        let path = lock(&s.path).clone();
+        let mut staged = lock(&self.staged);
+        if staged.get(&path).is_some_and(|x| Arc::ptr_eq(x, s)) {
+            staged.remove(&path);
+        }
+    }
+
+    pub fn rename_staged(&self, from: &str, to: &str) {
+        let mut staged = lock(&self.staged);
+        if let Some(s) = staged.remove(from) {
+            *lock(&s.path) = to.to_string();
+            if let Some(old) = staged.insert(to.to_string(), s) {
+                old.unlinked.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A fresh object key for a sealed file: unique across this node's restarts.
+    pub fn new_object(&self) -> String {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        format!("{OBJECT_PREFIX}{}/{:x}-{seq:x}", self.node, self.epoch)
+    }
+
+    /// Takes a finished staged file into the cache as the kept object `object`.
+    pub fn seal(&self, s: &Staged, object: &str) -> io::Result<Version> {
+        let meta = s.file.metadata()?;
+        let version = super::version_of(&meta);
+        self.cache
+            .adopt(object, version, &s.staging_path)
+            .map_err(io::Error::other)?;
+        lock(&self.kept).insert(object.to_string(), version);
+        self.save_kept()?;
+        Ok(version)
+    }
+
+    /// The name no longer points at `object`: delete it (`drop`) or let it be evicted.
+    pub fn released(&self, object: &str, version: Version, drop: bool) {
+        if drop {
+            self.cache.forget(object, version);
+        } else if let Some(e) = self.cache.lookup(object, version) {
+            e.keep.store(false, Ordering::Relaxed);
+        }
+        if lock(&self.kept).remove(object).is_some() {
+            if let Err(e) = self.save_kept() {
+                tracing::warn!(error = %e, "cannot save the list of kept objects");
+            }
+        }
+    }
+
+    fn save_kept(&self) -> io::Result<()> {
+        let kept = lock(&self.kept);
+        let tmp = self.kept_path.with_extension("tmp");
+        let mut f = File::create(&tmp)?;
+        for (object, v) in kept.iter() {
+            writeln!(f, "{} {} {object}", v.size, v.mtime_ns)?;
+        }
+        drop(f);
+        fs::rename(&tmp, &self.kept_path)
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // Sealed files were renamed into the cache; anything else is discarded.
+        let _ = fs::remove_file(&self.staging_path);
+    }
+}

@@ -1,0 +1,204 @@
+//! The produced namespace: files and directories written under the mount (not in the backing
+//! tree) are published by name, per directory, to the directory's *name home* (a hash over all
+//! members, like a global home). Consumers on any node look names up and list directories there.
+//! A produced file's bytes live in its producer's cache as an immutable *object* (a cache key
+//! that is not a backing path), found and pulled like any cached file; renaming a file only
+//! moves its name.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::membership::NodeId;
+
+/// Cache keys of produced objects start with this; backing paths are relative, so never do.
+pub const OBJECT_PREFIX: &str = "//produced/";
+
+pub fn is_object(path: &str) -> bool {
+    path.starts_with(OBJECT_PREFIX)
+}
+
+/// The node that produced an object (`//produced/<node>/<unique>`).
+pub fn producer_of(object: &str) -> Option<NodeId> {
+    object
+        .strip_prefix(OBJECT_PREFIX)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// One published name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Name {
+    pub dir: bool,
+    /// The object holding a file's bytes (empty for a directory).
+    pub object: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub mode: u32,
+    /// The producer: it keeps the object while the name points at it.
+    pub holder: NodeId,
+}
+
+/// The names of the directories this node is name home of.
+#[derive(Debug, Default)]
+pub struct NameTable {
+    dirs: HashMap<String, BTreeMap<String, Name>>,
+}
+
+impl NameTable {
+    pub fn get(&self, dir: &str, name: &str) -> Option<Name> {
+        self.dirs.get(dir)?.get(name).cloned()
+    }
+
+    pub fn list(&self, dir: &str) -> Vec<(String, Name)> {
+        self.dirs
+            .get(dir)
+            .map(|d| d.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Publishes (`Some`) or removes (`None`) a name; returns what it replaced.
+    pub fn set(&mut self, dir: &str, name: &str, entry: Option<Name>) -> Option<Name> {
+        match entry {
+            Some(e) => self
+                .dirs
+                .entry(dir.to_string())
+                .or_default()
+                .insert(name.to_string(), e),
+            None => {
+                let d = self.dirs.get_mut(dir)?;
+                let old = d.remove(name);
+                if d.is_empty() {
+                    self.dirs.remove(dir);
+                }
+                old
+            }
+        }
+    }
+}
+
+/// How the filesystem reaches the produced namespace: in process on a single node, by RPC to
+/// name homes in a cluster.
+pub trait Namespace: Send + Sync + 'static {
+    /// The name, waiting up to `wait` for it to be published.
+    fn get(&self, dir: &str, name: &str, wait: Duration) -> io::Result<Option<Name>>;
+    fn list(&self, dir: &str) -> io::Result<Vec<(String, Name)>>;
+    /// Publishes or removes a name; returns what it replaced.
+    fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>>;
+    /// Tells `holder` the name no longer points at `object`: `drop` (unlinked) deletes its
+    /// copy now, otherwise (replaced by a new version) the copy becomes ordinary evictable
+    /// cache, so a reader of the old version keeps reading it.
+    fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool);
+    /// This node's id (the holder of what it produces).
+    fn me(&self) -> NodeId;
+}
+
+/// How often a waiting lookup looks again (in the home's process: no traffic).
+pub const WAIT_POLL: Duration = Duration::from_millis(5);
+
+/// What a holder does when told to release an object (set by the daemon: it knows the cache).
+pub type ReleaseFn = Box<dyn Fn(&str, u64, i64, bool) + Send + Sync>;
+
+/// The namespace of a single-node mount: one table in this process.
+#[derive(Default)]
+pub struct LocalNames {
+    table: Mutex<NameTable>,
+}
+
+impl LocalNames {
+    fn table(&self) -> std::sync::MutexGuard<'_, NameTable> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Namespace for LocalNames {
+    fn get(&self, dir: &str, name: &str, wait: Duration) -> io::Result<Option<Name>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(n) = self.table().get(dir, name) {
+                return Ok(Some(n));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(WAIT_POLL);
+        }
+    }
+
+    fn list(&self, dir: &str) -> io::Result<Vec<(String, Name)>> {
+        Ok(self.table().list(dir))
+    }
+
+    fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>> {
+        Ok(self.table().set(dir, name, entry))
+    }
+
+    fn release(&self, _holder: NodeId, _object: &str, _size: u64, _mtime_ns: i64, _drop: bool) {
+        // Every object of a single node is its own: the filesystem releases those directly.
+    }
+
+    fn me(&self) -> NodeId {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(object: &str) -> Name {
+        Name {
+            dir: false,
+            object: object.into(),
+            size: 3,
+            mtime_ns: 1,
+            mode: 0o644,
+            holder: 2,
+        }
+    }
+
+    #[test]
+    fn set_get_list_remove() {
+        let mut t = NameTable::default();
+        assert_eq!(t.set("d", "b", Some(file("o1"))), None);
+        assert_eq!(t.set("d", "a", Some(file("o2"))), None);
+        assert_eq!(t.get("d", "b"), Some(file("o1")));
+        let names: Vec<_> = t.list("d").into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["a", "b"]);
+        // A new version replaces the old and says which it was.
+        assert_eq!(t.set("d", "b", Some(file("o3"))), Some(file("o1")));
+        assert_eq!(t.set("d", "b", None), Some(file("o3")));
+        assert_eq!(t.set("d", "a", None), Some(file("o2")));
+        assert!(t.list("d").is_empty());
+        assert_eq!(t.set("d", "a", None), None);
+    }
+
+    #[test]
+    fn local_wait_is_bounded_and_sees_a_later_publish() {
+        let names = std::sync::Arc::new(LocalNames::default());
+        let t = Instant::now();
+        assert_eq!(names.get("", "x", Duration::from_millis(50)).unwrap(), None);
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        let n2 = names.clone();
+        let producer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            n2.set("", "x", Some(file("o"))).unwrap();
+        });
+        let got = names.get("", "x", Duration::from_secs(10)).unwrap();
+        assert_eq!(got, Some(file("o")));
+        producer.join().unwrap();
+    }
+
+    #[test]
+    fn objects_are_never_backing_paths() {
+        assert!(is_object("//produced/1/abc"));
+        assert!(!is_object("train/a.npz"));
+        assert_eq!(producer_of("//produced/17/abc-1"), Some(17));
+        assert_eq!(producer_of("train/17/abc"), None);
+    }
+}

@@ -1,0 +1,270 @@
+//! Producer/consumer workflows across real daemons on 127.0.0.1 (UCX over tcp on loopback):
+//! files written under one node's mount are published when closed and read byte-exact on the
+//! others; consumers wait (bounded) for names not yet published; partial files never show.
+
+mod common;
+
+use std::fs;
+use std::io::{ErrorKind, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn cluster(name: &str, n: u32, slot: u16, wait: &str) -> Cluster {
+    let mut c = Cluster::new(name, n, slot);
+    c.extra = vec!["--wait".into(), wait.into()];
+    c.start(n);
+    c
+}
+
+fn produce(m: &Mounted, rel: &str, data: &[u8]) {
+    let p = m.path(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(&p, data).unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
+}
+
+fn consume(m: &Mounted, rel: &str) -> Vec<u8> {
+    fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()))
+}
+
+/// Waits until `f` holds (another node's view changes within the kernel's 1 s name TTL).
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_consumer_started_first_waits_for_the_producer() {
+    let c = cluster("wait", 2, 0, "20s");
+    let data = pattern(3 * MIB + 17, 1);
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| {
+            let t = Instant::now();
+            (consume(&c.nodes[1], "frames/f0.bin"), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        produce(&c.nodes[0], "frames/f0.bin", &data);
+        let (got, waited) = consumer.join().unwrap();
+        assert!(got == data, "the consumer read other bytes");
+        assert!(waited >= Duration::from_millis(1000), "it did not wait");
+    });
+    assert!(c.nodes[1].stat("name_waits") >= 1);
+    assert_eq!(c.nodes[1].stat("bytes_from_peers"), data.len() as u64);
+    assert_eq!(c.nodes[0].stat("files_produced"), 1);
+    assert_eq!(c.total("bytes_from_backing"), 0);
+}
+
+#[test]
+fn a_name_never_produced_fails_after_the_wait() {
+    let c = cluster("never", 2, 1, "700ms");
+    let t = Instant::now();
+    let e = fs::read(c.nodes[1].path("nobody/writes/this")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(700), "{waited:?}");
+    assert!(waited < Duration::from_secs(8), "{waited:?}");
+}
+
+#[test]
+fn two_pairs_move_a_hundred_files_byte_exact() {
+    let c = cluster("pairs", 4, 2, "30s");
+    // Producer 0 -> consumer 2 and producer 1 -> consumer 3: across racks.
+    let file = |pair: usize, k: usize| {
+        (
+            format!("pair{pair}/f{k:03}"),
+            pattern(64 * 1024 + k * 997, (pair * 1000 + k) as u64),
+        )
+    };
+    std::thread::scope(|s| {
+        for pair in 0..2 {
+            let (producer, consumer) = (&c.nodes[pair], &c.nodes[pair + 2]);
+            s.spawn(move || {
+                for k in 0..50 {
+                    let (p, d) = file(pair, k);
+                    produce(producer, &p, &d);
+                }
+            });
+            s.spawn(move || {
+                for k in 0..50 {
+                    let (p, d) = file(pair, k);
+                    assert!(consume(consumer, &p) == d, "{p} differs");
+                }
+            });
+        }
+    });
+    assert_eq!(
+        c.nodes[0].stat("files_produced") + c.nodes[1].stat("files_produced"),
+        100
+    );
+    assert_eq!(c.total("bytes_from_backing"), 0);
+    // Consumers are holders too: a third node reads pair 0's files from either.
+    for k in 0..50 {
+        let (p, d) = file(0, k);
+        assert!(consume(&c.nodes[3], &p) == d);
+    }
+}
+
+#[test]
+fn a_gibibyte_file_moves_between_nodes() {
+    let c = cluster("big", 2, 3, "10s");
+    let chunk = pattern(MIB, 9);
+    {
+        let mut f = fs::File::create(c.nodes[0].path("ckpt.bin")).unwrap();
+        for i in 0..1024u32 {
+            // Position-dependent: a misplaced chunk changes the bytes.
+            let mut b = chunk.clone();
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            f.write_all(&b).unwrap();
+        }
+    }
+    let got = consume(&c.nodes[1], "ckpt.bin");
+    assert_eq!(got.len(), 1024 * MIB);
+    for (i, b) in got.chunks(MIB).enumerate() {
+        assert_eq!(&b[..4], &(i as u32).to_le_bytes(), "chunk {i}");
+        assert!(b[4..] == chunk[4..], "chunk {i} differs");
+    }
+    assert_eq!(c.nodes[1].stat("bytes_from_peers"), 1024 * MIB as u64);
+}
+
+#[test]
+fn listings_renames_and_unlinks_are_seen_on_every_node() {
+    let c = cluster("names", 4, 4, "0s");
+    fs::create_dir(c.nodes[0].path("run")).unwrap();
+    for k in 0..5 {
+        produce(
+            &c.nodes[k % 2],
+            &format!("run/out{k}"),
+            &pattern(1000 + k, k as u64),
+        );
+    }
+    let names = |m: &Mounted| {
+        let mut v: Vec<String> = fs::read_dir(m.path("run"))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // Published when the kernel releases each file, just after its close returned.
+    for m in &c.nodes {
+        eventually("all five listed", || {
+            names(m) == ["out0", "out1", "out2", "out3", "out4"]
+        });
+    }
+    fs::rename(c.nodes[2].path("run/out1"), c.nodes[2].path("run/final1")).unwrap();
+    fs::remove_file(c.nodes[3].path("run/out0")).unwrap();
+    for m in &c.nodes {
+        eventually("rename and unlink visible", || {
+            names(m) == ["final1", "out2", "out3", "out4"]
+                && !m.path("run/out0").exists()
+                && fs::read(m.path("run/final1")).ok() == Some(pattern(1001, 1))
+        });
+    }
+    // The producer of an unlinked file keeps no copy of it: node 0 holds out2, out4 and the
+    // final1 it read, and keeps (as the only copy) out2 and out4.
+    eventually("unlinked object dropped", || {
+        c.nodes[0].stat("cached_files") == 3
+    });
+    let kept = fs::read_to_string(c.root.join("s0/kept")).unwrap();
+    assert_eq!(kept.lines().count(), 2, "{kept}");
+    // A produced directory is removed once empty; a backing path is never written.
+    assert_eq!(
+        fs::remove_dir(c.nodes[1].path("run"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    for f in ["final1", "out2", "out3", "out4"] {
+        fs::remove_file(c.nodes[1].path(&format!("run/{f}"))).unwrap();
+    }
+    fs::remove_dir(c.nodes[1].path("run")).unwrap();
+    eventually("rmdir visible", || !c.nodes[3].path("run").exists());
+}
+
+#[test]
+fn the_backing_tree_is_read_only_and_a_rewrite_keeps_old_readers_intact() {
+    let c = cluster("rw", 2, 5, "10s");
+    fs::write(c.backing.join("data.bin"), b"backing bytes").unwrap();
+    let m = &c.nodes[0];
+    for e in [
+        fs::write(m.path("data.bin"), b"x").unwrap_err(),
+        fs::remove_file(m.path("data.bin")).unwrap_err(),
+        fs::rename(m.path("data.bin"), m.path("moved.bin")).unwrap_err(),
+    ] {
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    }
+    assert_eq!(
+        fs::read(c.backing.join("data.bin")).unwrap(),
+        b"backing bytes"
+    );
+    // A consumer holding version 1 open keeps reading it after version 2 is published.
+    let v1 = pattern(5 * MIB, 1);
+    let v2 = pattern(3 * MIB, 2);
+    produce(m, "model.pt", &v1);
+    let consumer = &c.nodes[1];
+    let mut old = fs::File::open(consumer.path("model.pt")).unwrap();
+    produce(m, "model.pt", &v2);
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut old, &mut got).unwrap();
+    assert!(got == v1, "the old version changed under its reader");
+    eventually("the new version is seen", || {
+        fs::read(consumer.path("model.pt")).ok() == Some(v2.clone())
+    });
+}
+
+#[test]
+fn a_daemon_killed_mid_write_never_publishes_the_file() {
+    let mut c = cluster("killed", 2, 6, "0s");
+    let mut f = fs::File::create(c.nodes[0].path("partial.bin")).unwrap();
+    f.write_all(&pattern(2 * MIB, 3)).unwrap();
+    // SAFETY: signalling a daemon this test started.
+    unsafe { libc::kill(c.nodes[0].pid as i32, libc::SIGKILL) };
+    wait_gone(c.nodes[0].pid);
+    drop(f);
+    assert!(!c.nodes[1].path("partial.bin").exists());
+    // Restarted on the same cache dir, the node discards the partial file.
+    let dead = c.nodes.remove(0);
+    let mnt = dead.mnt.clone();
+    drop(dead);
+    let out = c.mount_cmd(0).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let staging = c.root.join("s0/staging");
+    assert_eq!(
+        fs::read_dir(&staging).unwrap().count(),
+        0,
+        "staging not emptied"
+    );
+    assert!(!mnt.join("partial.bin").exists());
+    assert!(!c.nodes[0].path("partial.bin").exists());
+    let mut restarted = Mounted { mnt, pid: 0 };
+    restarted.pid = restarted.stat("pid") as u32;
+    c.nodes.push(restarted);
+}
+
+#[test]
+fn a_single_node_mount_takes_writes_too() {
+    let f = Fixture::new("single-write");
+    f.write("in/backing.txt", b"from the shared fs");
+    let m = f.mount(&[]);
+    let p = m.path("in/new.txt");
+    fs::write(&p, b"hello").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"hello");
+    let mut names: Vec<_> = fs::read_dir(m.path("in"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["backing.txt", "new.txt"]);
+    assert!(!Path::new(&f.backing.join("in/new.txt")).exists());
+    m.unmount();
+}
