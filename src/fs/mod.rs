@@ -763,10 +763,10 @@ impl<S: Source> DyadFs<S> {
             }
         }
         // Also the published version of a file that was being rewritten.
-        if let Some(old) = self.names.set(d, file, None).map_err(Error::Names)? {
-            if !old.dir {
-                self.release_object(&old, true);
-            }
+        if let Some(old) = self.names.set(d, file, None).map_err(Error::Names)?
+            && !old.dir
+        {
+            self.release_object(&old, true);
         }
         self.unmap(&path);
         Ok(())
@@ -796,10 +796,8 @@ impl<S: Source> DyadFs<S> {
         }
         match &dst {
             Some(Found::Backing(_)) => return Err(Error::ReadOnly),
-            Some(Found::Produced(n)) if n.dir => {
-                if self.dir_has_entries(&to)? {
-                    return Err(Error::NotEmpty);
-                }
+            Some(Found::Produced(n)) if n.dir && self.dir_has_entries(&to)? => {
+                return Err(Error::NotEmpty);
             }
             _ => {}
         }
@@ -949,7 +947,8 @@ impl<S: Source> DyadFs<S> {
                 staged,
                 writable: true,
             }) => {
-                if staged.writers.fetch_sub(1, Ordering::Relaxed) == 1 {
+                let last = staged.writers.fetch_sub(1, Ordering::Relaxed) == 1;
+                if last {
                     return self.seal(staged);
                 }
             }

@@ -190,10 +190,10 @@ impl Producer {
         } else if let Some(e) = self.cache.lookup(object, version) {
             e.keep.store(false, Ordering::Relaxed);
         }
-        if lock(&self.kept).remove(object).is_some() {
-            if let Err(e) = self.save_kept() {
-                tracing::warn!(error = %e, "cannot save the list of kept objects");
-            }
+        if lock(&self.kept).remove(object).is_some()
+            && let Err(e) = self.save_kept()
+        {
+            tracing::warn!(error = %e, "cannot save the list of kept objects");
         }
     }
 
