@@ -163,6 +163,34 @@ fn concurrent_threads_and_processes_fetch_each_chunk_once() {
     }
 }
 
+/// The kernel fails an open with EIO if one inode mixes passthrough opens and opens served by
+/// the daemon: a file opened before it was cached and still open must not get passthrough
+/// opens, and then may once that open is closed.
+#[test]
+fn opens_of_a_file_cached_while_open_do_not_mix_io_modes() {
+    let f = Fixture::new("iomode");
+    let data = pattern(3 * MIB, 7);
+    f.write("x.bin", &data);
+    let m = f.mount(&[]);
+    let mut first = File::open(m.path("x.bin")).unwrap();
+    let mut got = Vec::new();
+    first.read_to_end(&mut got).unwrap();
+    assert!(got == data);
+    // Cached now, while `first` (served by the daemon) is still open.
+    for _ in 0..2 {
+        assert!(fs::read(m.path("x.bin")).unwrap() == data);
+    }
+    let second = File::open(m.path("x.bin")).unwrap();
+    drop(first);
+    assert!(fs::read(m.path("x.bin")).unwrap() == data);
+    drop(second);
+    let before = m.stat("passthrough_opens");
+    assert!(fs::read(m.path("x.bin")).unwrap() == data);
+    if m.stats()["passthrough"].as_bool() == Some(true) {
+        assert_eq!(m.stat("passthrough_opens"), before + 1, "passthrough once alone");
+    }
+}
+
 #[test]
 fn random_reads_and_mmap_are_byte_exact() {
     for (i, mode) in MODES.iter().enumerate() {

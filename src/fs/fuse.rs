@@ -1,6 +1,7 @@
 //! The only file that knows fuser: each handler opens a span, calls the core, and replies with
 //! data or an errno. Passthrough backing ids (a kernel resource tied to this session) are kept
-//! here, one per inode while it has passthrough opens, as the kernel requires.
+//! here, one per inode while it has passthrough opens, as the kernel requires, with the io mode
+//! of every open inode (the kernel refuses to mix modes on one inode).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -25,17 +26,55 @@ const MAX_REQUEST: u32 = 1 << 20;
 
 pub struct FuseAdapter<S: Source> {
     fs: DyadFs<S>,
-    /// fh -> inode of passthrough opens, and inode -> (backing id, version, open count).
-    passthrough_fh: Mutex<HashMap<u64, u64>>,
-    backing_ids: Mutex<HashMap<u64, (BackingId, Version, usize)>>,
+    modes: Mutex<IoModes>,
 }
 
 impl<S: Source> FuseAdapter<S> {
     pub fn new(fs: DyadFs<S>) -> Self {
         FuseAdapter {
             fs,
-            passthrough_fh: Mutex::new(HashMap::new()),
-            backing_ids: Mutex::new(HashMap::new()),
+            modes: Mutex::default(),
+        }
+    }
+}
+
+/// How the kernel reads each open inode. It fails an open with EIO when modes would mix on one
+/// inode: while the inode has a passthrough open, every open of it must be a passthrough open of
+/// the same backing file; and a passthrough open is refused while the inode has opens served
+/// by the daemon (which use the page cache).
+#[derive(Default)]
+struct IoModes {
+    /// inode -> (backing id, version, passthrough opens)
+    backing: HashMap<u64, (BackingId, Version, usize)>,
+    /// inode -> opens served by the daemon
+    daemon: HashMap<u64, usize>,
+    /// fh -> (inode, passthrough)
+    handles: HashMap<u64, (u64, bool)>,
+}
+
+impl IoModes {
+    fn served_by_daemon(&mut self, fh: u64, ino: u64) {
+        *self.daemon.entry(ino).or_default() += 1;
+        self.handles.insert(fh, (ino, false));
+    }
+
+    fn released(&mut self, fh: u64) {
+        let Some((ino, passthrough)) = self.handles.remove(&fh) else {
+            return;
+        };
+        if passthrough {
+            if let Some((_, _, count)) = self.backing.get_mut(&ino) {
+                *count -= 1;
+                if *count == 0 {
+                    // Dropping the id closes it in the kernel.
+                    self.backing.remove(&ino);
+                }
+            }
+        } else if let Some(count) = self.daemon.get_mut(&ino) {
+            *count -= 1;
+            if *count == 0 {
+                self.daemon.remove(&ino);
+            }
         }
     }
 }
@@ -141,34 +180,47 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             Err(e) => return reply.error(errno(&e)),
         };
         let fh = FileHandle(opened.fh);
-        if let Some(entry) = opened.passthrough {
-            let mut ids = self.backing_ids.lock().unwrap_or_else(|e| e.into_inner());
-            // The kernel binds one backing file per inode while it is open: an open of a newer
-            // version while the old one is still open is served by the daemon instead.
-            let slot = match ids.get_mut(&ino.0) {
-                Some(slot) if slot.1 == entry.version => Some(slot),
-                Some(_) => None,
-                None => match reply.open_backing(entry.data_file()) {
-                    Ok(id) => Some(ids.entry(ino.0).or_insert((id, entry.version, 0))),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "passthrough open failed; serving from the daemon");
-                        None
-                    }
-                },
-            };
-            if let Some((id, _, count)) = slot {
-                *count += 1;
-                self.passthrough_fh
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(opened.fh, ino.0);
-                self.fs
-                    .stats()
-                    .passthrough_opens
-                    .fetch_add(1, Ordering::Relaxed);
-                return reply.opened_passthrough(fh, FopenFlags::empty(), id);
+        let mut modes = self.modes.lock().unwrap_or_else(|e| e.into_inner());
+        let bound = modes.backing.get(&ino.0).map(|b| b.1);
+        let passthrough = match (&opened.passthrough, bound) {
+            // Daemon-served opens of this inode are still open: stay in their mode.
+            (Some(_), None) if modes.daemon.contains_key(&ino.0) => false,
+            (Some(entry), None) => match reply.open_backing(entry.data_file()) {
+                Ok(id) => {
+                    modes.backing.insert(ino.0, (id, entry.version, 0));
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "passthrough open failed; serving from the daemon");
+                    false
+                }
+            },
+            (Some(entry), Some(v)) if v == entry.version => true,
+            (_, Some(_)) => {
+                // Another version is open in passthrough mode, and the kernel would fail this
+                // open with EIO: refuse it with a reason instead.
+                drop(modes);
+                tracing::warn!(
+                    ino = ino.0,
+                    "open refused: another version is open in passthrough mode"
+                );
+                let _ = self.fs.release(opened.fh);
+                return reply.error(Errno::from_i32(libc::EBUSY));
             }
+            (None, None) => false,
+        };
+        if passthrough {
+            let bound = modes.backing.get_mut(&ino.0).expect("bound above");
+            bound.2 += 1;
+            reply.opened_passthrough(fh, FopenFlags::empty(), &bound.0);
+            modes.handles.insert(opened.fh, (ino.0, true));
+            self.fs
+                .stats()
+                .passthrough_opens
+                .fetch_add(1, Ordering::Relaxed);
+            return;
         }
+        modes.served_by_daemon(opened.fh, ino.0);
         let flags = if opened.keep_cache {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
@@ -208,20 +260,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let ino = self
-            .passthrough_fh
+        self.modes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh.0);
-        if let Some(ino) = ino {
-            let mut ids = self.backing_ids.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, _, count)) = ids.get_mut(&ino) {
-                *count -= 1;
-                if *count == 0 {
-                    ids.remove(&ino);
-                }
-            }
-        }
+            .released(fh.0);
         reply_empty(self.fs.release(fh.0), reply);
     }
 
@@ -242,13 +284,19 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .fs
             .create(parent.0, name, mode & !umask, exclusive, truncate)
         {
-            Ok((a, o)) => reply.created(
-                &self.fs.ttl(&a),
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(o.fh),
-                FopenFlags::empty(),
-            ),
+            Ok((a, o)) => {
+                self.modes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .served_by_daemon(o.fh, a.ino);
+                reply.created(
+                    &self.fs.ttl(&a),
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(o.fh),
+                    FopenFlags::empty(),
+                )
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
