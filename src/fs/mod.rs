@@ -913,12 +913,16 @@ impl<S: Source> DyadFs<S> {
         if start >= end || entry.all_present(start..end) {
             return;
         }
-        let reader = self.reader.clone();
-        let _ = self.readahead.send(Box::new(move || {
-            if let Err(e) = reader.fill(&entry, start..end) {
-                tracing::debug!(path = %entry.path, error = %e, "readahead failed");
-            }
-        }));
+        // One job per chunk: the readahead threads pull the window in parallel, so one
+        // chunk's transfer overlaps another's disk write.
+        for idx in start..end {
+            let (reader, entry) = (self.reader.clone(), entry.clone());
+            let _ = self.readahead.send(Box::new(move || {
+                if let Err(e) = reader.fill_ahead(&entry, idx..idx + 1) {
+                    tracing::debug!(path = %entry.path, error = %e, "readahead failed");
+                }
+            }));
+        }
     }
 
     fn verify_in_background(&self, entry: Arc<Entry>) {

@@ -96,6 +96,21 @@ impl<S: Source + ?Sized> Reader<S> {
     /// those another reader is filling. `Ok(false)`: the cache is full of open files, so this
     /// caller's chunks were not cached.
     pub fn fill(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
+        self.fill_claimed(entry, range, true)
+    }
+
+    /// Readahead: fills the absent chunks of `range` nobody else is filling, without waiting
+    /// for the others (a reader that needs them waits; the readahead thread moves on).
+    pub fn fill_ahead(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
+        self.fill_claimed(entry, range, false)
+    }
+
+    fn fill_claimed(
+        &self,
+        entry: &Arc<Entry>,
+        range: Range<u64>,
+        wait: bool,
+    ) -> Result<bool, Error> {
         let claim = entry.claim(range.clone());
         let mut fill = Fill {
             entry,
@@ -136,7 +151,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 });
             }
         }
-        if claim.others {
+        if claim.others && wait {
             entry.wait_fills(range)?;
         }
         Ok(true)
