@@ -187,7 +187,11 @@ fn opens_of_a_file_cached_while_open_do_not_mix_io_modes() {
     let before = m.stat("passthrough_opens");
     assert!(fs::read(m.path("x.bin")).unwrap() == data);
     if m.stats()["passthrough"].as_bool() == Some(true) {
-        assert_eq!(m.stat("passthrough_opens"), before + 1, "passthrough once alone");
+        assert_eq!(
+            m.stat("passthrough_opens"),
+            before + 1,
+            "passthrough once alone"
+        );
     }
 }
 

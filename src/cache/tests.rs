@@ -117,6 +117,36 @@ fn checksum_failure_drops_the_chunk() {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// A peer is served only verified bytes: after a restart, the bytes read for it are checked
+/// against the stored checksums and a corrupt chunk is dropped instead of sent.
+#[test]
+fn bytes_read_for_a_peer_are_verified_on_the_way() {
+    let (dir, config, stats) = setup(100 << 20);
+    let data_path = {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let a = cache.entry("a", v(3 << 20)).unwrap();
+        fill(&cache, &a, 7);
+        a.data_path.clone()
+    };
+    let f = OpenOptions::new().write(true).open(&data_path).unwrap();
+    f.write_all_at(&[8], (1 << 20) + 5).unwrap();
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    let a = cache.entry("a", v(3 << 20)).unwrap();
+    let mut buf = vec![0; 1 << 20];
+    assert!(a.read_verified(&cache, 0, &mut buf).unwrap());
+    assert!(buf.iter().all(|&b| b == 7));
+    let mut two = vec![0; 2 << 20];
+    assert!(!a.read_verified(&cache, 1 << 20, &mut two).unwrap());
+    assert!(!a.all_present(1..2), "the corrupt chunk is dropped");
+    assert!(a.all_present(2..3));
+    assert_eq!(stats.checksum_failures.load(Ordering::Relaxed), 1);
+    // A partial chunk is checked through verify; an absent one is refused.
+    let mut tail = vec![0; 4096];
+    assert!(a.read_verified(&cache, 2 << 20, &mut tail).unwrap());
+    assert!(!a.read_verified(&cache, 1 << 20, &mut tail).unwrap());
+    let _ = fs::remove_dir_all(dir);
+}
+
 #[test]
 fn lru_eviction_spares_open_files() {
     let (dir, config, stats) = setup(3 << 20);

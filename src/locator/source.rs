@@ -4,7 +4,6 @@
 //! that publishes completed files and unpublishes dropped ones.
 
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -164,13 +163,12 @@ impl ChunkStore for CacheStore {
         let v: Version = version.into();
         let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
         let entry = self.cache.lookup(path, v).ok_or_else(missing)?;
-        let range = entry.chunks_for(offset, buf.len() as u64);
-        if !entry.all_present(range.clone())
-            || !entry.verify(&self.cache, range).map_err(io::Error::other)?
+        if !entry
+            .read_verified(&self.cache, offset, buf)
+            .map_err(io::Error::other)?
         {
             return Err(missing());
         }
-        entry.data_file().read_exact_at(buf, offset)?;
         self.stats
             .bytes_served_to_peers
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
