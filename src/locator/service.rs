@@ -16,7 +16,7 @@ use super::node::{Known, NodeTier};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::cache::Version;
 use crate::stats::Stats;
-use crate::transport::pull::{RpcFuture, RpcHandler, rpc};
+use crate::transport::pull::{RpcFuture, RpcHandler, Rpcs};
 use crate::transport::wire::{Located, Message};
 
 #[derive(Default)]
@@ -40,6 +40,7 @@ pub struct LocatorService {
     /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
     /// tried last as holders, so a dead or frozen node costs one timeout, not one per file.
     suspects: Mutex<HashMap<NodeId, Instant>>,
+    rpcs: Rpcs,
     stats: Arc<Stats>,
 }
 
@@ -77,6 +78,7 @@ impl LocatorService {
             on_release: std::sync::OnceLock::new(),
             timeout,
             suspects: Mutex::default(),
+            rpcs: Rpcs::default(),
             stats,
         })
     }
@@ -115,7 +117,7 @@ impl LocatorService {
             return None;
         }
         let addr = self.membership.member(to)?.addr;
-        match rpc(addr, &msg, timeout).await {
+        match self.rpcs.call(addr, &msg, timeout).await {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(node = to, error = %e, "locator RPC failed");

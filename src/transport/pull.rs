@@ -168,10 +168,12 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
     } = server;
     match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
         (Message::Hello { .. }, _) => {}
-        (msg, Some(rpc)) => {
+        (mut msg, Some(rpc)) => loop {
             let reply = rpc.handle(msg).await;
-            return write_frame(&mut s, &reply).await;
-        }
+            write_frame(&mut s, &reply).await?;
+            // The caller keeps the connection for its next RPC (or closes it: EOF).
+            msg = read_frame(&mut s).await?.map_err(bad_frame)?;
+        },
         (other, None) => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
     }
     write_frame(&mut s, &hello(&worker, node_id)).await?;
@@ -265,24 +267,77 @@ fn stage(
     Ok((slot, crc))
 }
 
-/// Sends one RPC and waits (bounded) for its reply.
-pub async fn rpc(peer: SocketAddr, msg: &Message, timeout: Duration) -> Result<Message, PullError> {
-    let t = timeout;
-    let run = async {
-        let mut s = TcpStream::connect(peer).await?;
+/// Sends one-message RPCs (locator traffic), keeping idle connections per peer between calls:
+/// a lookup then costs one round trip instead of a TCP handshake and a round trip.
+#[derive(Default)]
+pub struct Rpcs {
+    idle: std::sync::Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
+}
+
+impl Rpcs {
+    /// Sends `msg` to `peer` and waits (bounded) for its reply.
+    pub async fn call(
+        &self,
+        peer: SocketAddr,
+        msg: &Message,
+        timeout: Duration,
+    ) -> Result<Message, PullError> {
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&peer)
+            .and_then(Vec::pop);
+        if let Some(s) = pooled {
+            // An idle connection may have died with a restarted peer (the request then never
+            // arrived): one fresh try. Requests are idempotent, so a rare repeat is harmless.
+            match self.call_on(s, peer, msg, timeout).await {
+                Err(PullError::Io { .. }) => {}
+                r => return r,
+            }
+        }
+        let s = tokio::time::timeout(timeout, TcpStream::connect(peer))
+            .await
+            .map_err(|_| PullError::Timeout {
+                peer,
+                what: "connect",
+                timeout,
+            })?
+            .map_err(|source| PullError::Io { peer, source })?;
         let _ = s.set_nodelay(true);
-        write_frame(&mut s, msg).await?;
-        read_frame(&mut s).await
-    };
-    tokio::time::timeout(t, run)
-        .await
-        .map_err(|_| PullError::Timeout {
-            peer,
-            what: "an RPC reply",
-            timeout: t,
-        })?
-        .map_err(|source| PullError::Io { peer, source })?
-        .map_err(|source| PullError::Wire { peer, source })
+        self.call_on(s, peer, msg, timeout).await
+    }
+
+    /// One call on one connection, which goes back to the pool only after a complete reply (a
+    /// late reply must never be read as the answer to the next call).
+    async fn call_on(
+        &self,
+        mut s: TcpStream,
+        peer: SocketAddr,
+        msg: &Message,
+        timeout: Duration,
+    ) -> Result<Message, PullError> {
+        let run = async {
+            write_frame(&mut s, msg).await?;
+            read_frame(&mut s).await
+        };
+        let reply = tokio::time::timeout(timeout, run)
+            .await
+            .map_err(|_| PullError::Timeout {
+                peer,
+                what: "an RPC reply",
+                timeout,
+            })?
+            .map_err(|source| PullError::Io { peer, source })?
+            .map_err(|source| PullError::Wire { peer, source })?;
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(peer)
+            .or_default()
+            .push(s);
+        Ok(reply)
+    }
 }
 
 /// A byte range of one version of a file.
