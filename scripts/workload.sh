@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Real workloads on a 4-node dyadfs cluster whose shared file system is the bottleneck, each
+# run in three configurations side by side:
+#   shared  every rank reads the throttled shared FS directly
+#   local   every rank reads a local copy on the cache disk directly (the physical limit)
+#   dyadfs  every rank reads through its own node's dyadfs mount (4 daemons, 2 racks, UCX tcp)
+# Workloads: "dataloader" (an unmodified torch DataLoader over npz files, DistributedSampler with
+# set_epoch, batch 32, 4 workers, one rank per node) and "dlio" (DLIO unet3d scaled down, pytorch
+# reader, 4 MPI ranks one per node; with computation time 0, then the shipped 0.636 s/step).
+#
+# The shared FS is an ext4 image on a loop device; reads of it are throttled with the cgroup v1
+# blkio controller and every process of the run (daemons, ranks) is in that cgroup, so the
+# nodes share one bandwidth as on a parallel file system. Each rank runs in a private mount
+# namespace with its node's view bound at one path. The page cache is dropped before every
+# epoch (the nodes of a real cluster do not share one). Writes the table and plot to OUT.
+# Needs root. Idempotent; cleans up after itself (mounts, loop device, cgroup, temp dir).
+#
+# Usage: scripts/workload.sh
+# Env:   THROTTLE_BPS (104857600), THROTTLE_IOPS (0: none), EPOCHS (3), WORKLOADS ("dataloader dlio"),
+#        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+THROTTLE_BPS=${THROTTLE_BPS:-$((100 << 20))}
+THROTTLE_IOPS=${THROTTLE_IOPS:-0}
+EPOCHS=${EPOCHS:-3}
+WORKLOADS=${WORKLOADS:-dataloader dlio}
+FILES=${FILES:-4096}
+SIZE=${SIZE:-262144}
+DLIO_FILES=${DLIO_FILES:-256}
+DLIO_SIZE=${DLIO_SIZE:-4194304}
+OUT=${OUT:-$ROOT/docs/workloads}
+NODES=4
+export UCX_TLS=tcp UCX_NET_DEVICES=lo
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+
+log "installing what the run needs"
+scripts/install-deps.sh
+VENV=${DYADFS_VENV:-$ROOT/.venv}
+PY=$VENV/bin/python3
+for p in openmpi-bin libopenmpi-dev util-linux; do
+  dpkg -s "$p" >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null
+done
+# DLIO without its hard dependencies on tensorflow, DALI and torchvision (unused by the
+# pytorch/npz path; a stand-in tensorflow module satisfies its imports).
+"$PY" -c 'import dlio_benchmark, mpi4py, hydra, matplotlib, dftracer' 2>/dev/null || {
+  "$VENV/bin/pip" install -q --no-deps dlio-benchmark==2.0.0
+  "$VENV/bin/pip" install -q Pillow PyYAML h5py mpi4py omegaconf pandas psutil pydftracer==1.0.2 \
+    hydra-core matplotlib
+}
+cargo build --release --quiet
+BIN=$ROOT/target/release/dyadfs
+
+W=$(mktemp -d /var/tmp/dyadfs-workload.XXXX)
+CG=/sys/fs/cgroup/blkio/dyadfs-workload-$$
+LOOP=
+cleanup() {
+  set +e
+  for i in $(seq 0 $((NODES - 1))); do mountpoint -q "$W/n$i/mnt" && fusermount3 -u "$W/n$i/mnt"; done
+  mountpoint -q "$W/shared" && umount "$W/shared"
+  [ -n "$LOOP" ] && losetup -d "$LOOP"
+  if [ -d "$CG" ]; then
+    echo $$ > /sys/fs/cgroup/blkio/cgroup.procs
+    sleep 1
+    rmdir "$CG"
+  fi
+  rm -rf "$W"
+}
+trap cleanup EXIT
+mkdir -p "$W/shared" "$W/view" "$W/local" "$OUT"
+
+log "the shared FS: ext4 on a loop device, reads throttled to $((THROTTLE_BPS >> 20)) MiB/s"
+truncate -s 12G "$W/shared.img"
+mkfs.ext4 -q -F "$W/shared.img"
+LOOP=$(losetup -f --show "$W/shared.img")
+mount "$LOOP" "$W/shared"
+DEV=$(lsblk -dno MAJ:MIN "$LOOP" | tr -d ' ')
+mkdir "$CG"
+echo "$DEV $THROTTLE_BPS" > "$CG/blkio.throttle.read_bps_device"
+[ "$THROTTLE_IOPS" -gt 0 ] && echo "$DEV $THROTTLE_IOPS" > "$CG/blkio.throttle.read_iops_device"
+echo $$ > "$CG/cgroup.procs" # this shell, and so every process it starts from now on
+
+PORT=$((21000 + RANDOM % 400 * 10))
+for i in $(seq 0 $((NODES - 1))); do
+  echo "$i 127.0.0.1:$((PORT + i)) r$((i / 2))"
+done > "$W/peers"
+start_cluster() {
+  for i in $(seq 0 $((NODES - 1))); do
+    rm -rf "$W/n$i/ssd"
+    mkdir -p "$W/n$i/mnt"
+    "$BIN" mount "$W/n$i/mnt" --ssd "$W/n$i/ssd" --backing "$W/shared" --node-id "$i" \
+      --peers "$W/peers"
+  done
+}
+stop_cluster() {
+  for i in $(seq 0 $((NODES - 1))); do fusermount3 -u "$W/n$i/mnt"; done
+  sleep 1
+}
+# Sum of a stats key over the nodes.
+total() {
+  local i sum=0
+  for i in $(seq 0 $((NODES - 1))); do
+    sum=$((sum + $("$BIN" stats "$W/n$i/mnt" --json | "$PY" -c "import json,sys; print(json.load(sys.stdin)['$1'])")))
+  done
+  echo "$sum"
+}
+sources() {
+  case $1 in
+    shared) echo "$W/shared" ;;
+    local) echo "$W/local" ;;
+    dyadfs) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
+  esac
+}
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+RESULTS=$W/results.jsonl
+
+# Runs one epoch ("$@" prints the epoch's seconds, samples and AU), then records it with, for
+# dyadfs, where the files came from: opens of complete local copies, bytes pulled from peers,
+# bytes read from the shared FS (summed over the nodes).
+epoch() {
+  local workload=$1 cfg=$2 e=$3; shift 3
+  local l0=0 p0=0 b0=0 l1=0 p1=0 b1=0 result
+  drop
+  if [ "$cfg" = dyadfs ]; then
+    l0=$(total local_hits); p0=$(total bytes_from_peers); b0=$(total bytes_from_backing)
+  fi
+  result=$("$@")
+  if [ "$cfg" = dyadfs ]; then
+    l1=$(total local_hits); p1=$(total bytes_from_peers); b1=$(total bytes_from_backing)
+  fi
+  read -r seconds samples au <<< "$result"
+  "$PY" - "$workload" "$cfg" "$e" "$seconds" "$samples" "$au" $((l1 - l0)) $((p1 - p0)) \
+    $((b1 - b0)) >> "$RESULTS" <<'PY'
+import json, sys
+w, cfg, e, s, n, au, local, peer, backing = sys.argv[1:]
+row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samples": int(n),
+       "samples_per_s": round(int(n) / float(s), 1)}
+if au != "-":
+    row["au_percent"] = float(au)
+if cfg == "dyadfs":
+    row.update(local_hits=int(local), peer=int(peer), backing=int(backing))
+print(json.dumps(row))
+PY
+  log "$workload $cfg epoch $e: $(tail -1 "$RESULTS")"
+}
+
+# Workload 1: one train.py rank per node, all at once; prints "seconds samples -".
+dataloader_epoch() {
+  local srcs=$1 e=$2 i
+  for i in $(seq 0 $((NODES - 1))); do
+    RANK=$i scripts/workload/in_view.sh "$srcs" "$W/view" "$PY" scripts/workload/train.py \
+      --data "$W/view/dl" --rank "$i" --world $NODES --first-epoch "$e" > "$W/rank$i.json" &
+  done
+  wait
+  cat "$W"/rank*.json | "$PY" -c '
+import json, sys
+r = [json.loads(l) for l in sys.stdin]
+print(max(x["seconds"] for x in r), sum(x["samples"] for x in r), "-")'
+}
+
+# Workload 2: DLIO over 4 MPI ranks (one per node view), one epoch per run so the page cache
+# can be dropped in between; prints "seconds samples au%".
+dlio_epoch() {
+  local srcs=$1 e=$2 compute=$3 out=$W/dlio-out-$RANDOM
+  # From $W: DLIO writes its logs into the working directory.
+  (cd "$W" && mpirun --allow-run-as-root --oversubscribe -np $NODES \
+    --mca btl self,vader --mca oob_tcp_if_include lo \
+    -x PYTHONPATH="$ROOT/scripts/workload/standins" \
+    "$ROOT/scripts/workload/in_view.sh" "$srcs" "$W/view" "$VENV/bin/dlio_benchmark" \
+    "${DLIO_ARGS[@]}" ++workload.workflow.generate_data=False ++workload.workflow.train=True \
+    ++workload.train.epochs=1 ++workload.train.computation_time="$compute" \
+    ++workload.dataset.data_folder="$W/view/unet3d" hydra.run.dir="$out" > "$out.log" 2>&1) \
+    || { tail -30 "$out.log" >&2; return 1; }
+  "$PY" - "$out" <<'PY'
+import json, sys
+d = sys.argv[1]
+epoch = json.load(open(f"{d}/per_epoch_stats.json"))["1"]
+summary = json.load(open(f"{d}/summary.json"))
+m = summary["metric"]
+seconds = float(epoch["duration"])
+# DLIO's throughput is over all ranks; whole batches only, so not every file is read.
+samples = round(m["train_throughput_samples_per_second"][0] * seconds)
+print(seconds, samples, round(m["train_au_percentage"][0], 2))
+PY
+}
+DLIO_ARGS=(workload=unet3d_a100 ++workload.workflow.checkpoint=False
+  ++workload.dataset.num_files_train="$DLIO_FILES" ++workload.dataset.record_length="$DLIO_SIZE"
+  ++workload.dataset.record_length_stdev=$((DLIO_SIZE / 4))
+  ++workload.dataset.record_length_resize="$DLIO_SIZE")
+
+for workload in $WORKLOADS; do
+  case $workload in
+    dataloader)
+      log "generating $FILES npz files of $SIZE bytes (shared FS and local copy)"
+      "$PY" scripts/workload/dataset.py "$W/shared/dl" "$FILES" "$SIZE"
+      "$PY" scripts/workload/dataset.py "$W/local/dl" "$FILES" "$SIZE"
+      runs=("dataloader dataloader_epoch")
+      ;;
+    dlio)
+      log "generating the DLIO unet3d dataset: $DLIO_FILES files of ~$DLIO_SIZE bytes"
+      for d in shared local; do
+        (cd "$W" && PYTHONPATH="$ROOT/scripts/workload/standins" "$VENV/bin/dlio_benchmark" \
+          "${DLIO_ARGS[@]}" ++workload.workflow.generate_data=True ++workload.workflow.train=False \
+          ++workload.dataset.data_folder="$W/$d/unet3d" hydra.run.dir="$W/dlio-gen-$d" > "$W/dlio-gen-$d.log" 2>&1)
+      done
+      runs=("dlio dlio_epoch 0" "dlio-compute dlio_epoch 0.636")
+      ;;
+    *) echo "unknown workload $workload" >&2; exit 2 ;;
+  esac
+  for run in "${runs[@]}"; do
+    read -r name fn compute <<< "$run"
+    for cfg in shared local dyadfs; do
+      [ "$cfg" = dyadfs ] && start_cluster
+      for e in $(seq 1 "$EPOCHS"); do
+        epoch "$name" "$cfg" "$e" $fn "$(sources $cfg)" "$((e - 1))" ${compute:+"$compute"}
+      done
+      [ "$cfg" = dyadfs ] && stop_cluster
+    done
+  done
+done
+
+"$PY" scripts/workload/report.py "$RESULTS" "$OUT" \
+  "THROTTLE_BPS=$THROTTLE_BPS THROTTLE_IOPS=$THROTTLE_IOPS EPOCHS=$EPOCHS FILES=$FILES SIZE=$SIZE DLIO_FILES=$DLIO_FILES DLIO_SIZE=$DLIO_SIZE scripts/workload.sh"
+cp "$RESULTS" "$OUT/results.jsonl"
+log "results: $OUT/results.md, $OUT/epochs.png"

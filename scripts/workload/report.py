@@ -1,0 +1,79 @@
+"""Turns scripts/workload.sh's results (one JSON object per epoch) into a Markdown table and a
+PNG of epoch time per configuration.
+
+Usage: python3 report.py RESULTS.jsonl OUTDIR "COMMAND"
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+CONFIGS = ["shared", "local", "dyadfs"]
+LABELS = {"shared": "(a) shared FS directly", "local": "(b) local copy directly",
+          "dyadfs": "(c) dyadfs"}
+
+
+def mib(b):
+    return f"{b / 2**20:.0f}"
+
+
+def main():
+    path, out, command = sys.argv[1:4]
+    rows = [json.loads(line) for line in open(path)]
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    get = {(r["workload"], r["config"], r["epoch"]): r for r in rows}
+    lines = [f"Command: `{command}`", ""]
+    for w in workloads:
+        has_au = any("au_percent" in r for r in rows if r["workload"] == w)
+        lines += [f"### {w}", "",
+                  "| config | epoch | seconds | samples/s |" + (" AU % |" if has_au else "")
+                  + " local opens | MiB from peers | MiB from shared FS |",
+                  "|---|---|---|---|" + ("---|" if has_au else "") + "---|---|---|"]
+        for c in CONFIGS:
+            for r in sorted((r for r in rows if r["workload"] == w and r["config"] == c),
+                            key=lambda r: r["epoch"]):
+                src = ([str(r["local_hits"]), mib(r["peer"]), mib(r["backing"])] if c == "dyadfs"
+                       else ["", "", ""])
+                au = [f"{r['au_percent']:.1f}"] if has_au else []
+                lines.append("| " + " | ".join([LABELS[c], str(r["epoch"]), f"{r['seconds']:.2f}",
+                                                 f"{r['samples_per_s']:.1f}"] + au + src) + " |")
+        epochs = sorted({r["epoch"] for r in rows if r["workload"] == w})
+        checks = []
+        e1 = (get.get((w, "dyadfs", 1)), get.get((w, "shared", 1)))
+        if all(e1):
+            checks.append(f"epoch 1: dyadfs / shared FS = {e1[0]['seconds'] / e1[1]['seconds']:.2f}"
+                          " (target <= 1.1)")
+        for e in epochs[1:]:
+            d, l = get.get((w, "dyadfs", e)), get.get((w, "local", e))
+            if d and l:
+                checks.append(f"epoch {e}: dyadfs / local copy = {d['seconds'] / l['seconds']:.2f}"
+                              " (target <= 1.2)")
+        lines += ["", "; ".join(checks), ""]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        epochs = sorted({r["epoch"] for r in rows if r["workload"] == w})
+        width = 0.8 / len(CONFIGS)
+        for k, c in enumerate(CONFIGS):
+            xs = [e + (k - 1) * width for e in epochs]
+            ys = [get[(w, c, e)]["seconds"] if (w, c, e) in get else 0 for e in epochs]
+            ax.bar(xs, ys, width, label=LABELS[c])
+        ax.set_title(w)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("epoch time (s)")
+        ax.set_xticks(epochs)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "epochs.png"), dpi=100)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
