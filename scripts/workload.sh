@@ -17,7 +17,9 @@
 #
 # Usage: scripts/workload.sh
 # Env:   THROTTLE_BPS (104857600), THROTTLE_IOPS (0: none), EPOCHS (3), WORKLOADS ("dataloader dlio"),
-#        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads)
+#        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads),
+#        DYADFS_BIN (a dyadfs binary to use instead of building this tree; DYADFS_BIN_NOTE says
+#        what it is in the results), DYADFS_VENV (.venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -48,8 +50,16 @@ done
   "$VENV/bin/pip" install -q Pillow PyYAML h5py mpi4py omegaconf pandas psutil pydftracer==1.0.2 \
     hydra-core matplotlib
 }
-cargo build --release --quiet
-BIN=$ROOT/target/release/dyadfs
+# The binary under test: DYADFS_BIN, else this tree's release build (under the lock the
+# project's builds share, so that two builds never run at once).
+if [ -n "${DYADFS_BIN:-}" ]; then
+  BIN=$DYADFS_BIN
+  BUILT=${DYADFS_BIN_NOTE:-"the binary $DYADFS_BIN"}
+else
+  BUILT="dyadfs built from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock || echo ' with uncommitted changes')"
+  flock /tmp/cargo.lock cargo build --release --quiet
+  BIN=$ROOT/target/release/dyadfs
+fi
 
 W=$(mktemp -d /var/tmp/dyadfs-workload.XXXX)
 CG=/sys/fs/cgroup/blkio/dyadfs-workload-$$
@@ -79,6 +89,22 @@ mkdir "$CG"
 echo "$DEV $THROTTLE_BPS" > "$CG/blkio.throttle.read_bps_device"
 [ "$THROTTLE_IOPS" -gt 0 ] && echo "$DEV $THROTTLE_IOPS" > "$CG/blkio.throttle.read_iops_device"
 echo $$ > "$CG/cgroup.procs" # this shell, and so every process it starts from now on
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+RESULTS=$W/results.jsonl
+
+# Check that the throttle bites, for direct and for buffered reads (page cache dropped first),
+# from a process of this cgroup; the figures go into the results.
+dd if=/dev/zero of="$W/shared/throttle-check" bs=1M count=200 status=none
+for flag in direct buffered; do
+  drop
+  t0=$(date +%s.%N)
+  dd if="$W/shared/throttle-check" of=/dev/null bs=1M status=none \
+    $([ $flag = direct ] && echo iflag=direct)
+  t1=$(date +%s.%N)
+  echo "{\"throttle_check\": \"$flag\", \"mib_per_s\": $(echo "200 / ($t1 - $t0)" | bc -l | xargs printf %.1f)}" >> "$RESULTS"
+  log "throttle check, $flag reads of 200 MiB: $(tail -1 "$RESULTS")"
+done
+rm "$W/shared/throttle-check"
 
 PORT=$((21000 + RANDOM % 400 * 10))
 for i in $(seq 0 $((NODES - 1))); do
@@ -111,45 +137,65 @@ sources() {
     dyadfs) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
   esac
 }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-RESULTS=$W/results.jsonl
+# CPU seconds the daemons have used, and the machine's busy and idle CPU seconds so far.
+daemon_pids() {
+  local i
+  for i in $(seq 0 $((NODES - 1))); do
+    "$BIN" stats "$W/n$i/mnt" --json | "$PY" -c "import json,sys; print(json.load(sys.stdin)['pid'])"
+  done
+}
+cpu() {
+  local t=0 p
+  for p in $DAEMONS; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t $(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat)"
+}
 
 # Runs one epoch ("$@" prints the epoch's seconds, samples and AU), then records it with, for
 # dyadfs, where the files came from: opens of complete local copies, bytes pulled from peers,
-# bytes read from the shared FS (summed over the nodes).
+# bytes read from the shared FS (summed over the nodes), and the CPU time the daemons used; for
+# every configuration, how busy the machine's CPUs were during the epoch.
 epoch() {
   local workload=$1 cfg=$2 e=$3; shift 3
-  local l0=0 p0=0 b0=0 l1=0 p1=0 b1=0 result
+  local l0=0 p0=0 b0=0 l1=0 p1=0 b1=0 result d0 d1 busy0 busy1 idle0 idle1
   drop
   if [ "$cfg" = dyadfs ]; then
     l0=$(total local_hits); p0=$(total bytes_from_peers); b0=$(total bytes_from_backing)
   fi
+  read -r d0 busy0 idle0 <<< "$(cpu)"
   result=$("$@")
+  read -r d1 busy1 idle1 <<< "$(cpu)"
   if [ "$cfg" = dyadfs ]; then
     l1=$(total local_hits); p1=$(total bytes_from_peers); b1=$(total bytes_from_backing)
   fi
   read -r seconds samples au <<< "$result"
   "$PY" - "$workload" "$cfg" "$e" "$seconds" "$samples" "$au" $((l1 - l0)) $((p1 - p0)) \
-    $((b1 - b0)) >> "$RESULTS" <<'PY'
-import json, sys
-w, cfg, e, s, n, au, local, peer, backing = sys.argv[1:]
+    $((b1 - b0)) $((d1 - d0)) $((busy1 - busy0)) $((idle1 - idle0)) >> "$RESULTS" <<'PY'
+import json, os, sys
+w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle = sys.argv[1:]
+hz = os.sysconf("SC_CLK_TCK")
 row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samples": int(n),
-       "samples_per_s": round(int(n) / float(s), 1)}
+       "samples_per_s": round(int(n) / float(s), 1),
+       # Over the whole run of the epoch's processes, start-up included.
+       "cpu_busy_percent": round(100 * int(busy) / max(1, int(busy) + int(idle)), 1)}
 if au != "-":
     row["au_percent"] = float(au)
 if cfg == "dyadfs":
-    row.update(local_hits=int(local), peer=int(peer), backing=int(backing))
+    row.update(local_hits=int(local), peer=int(peer), backing=int(backing),
+               daemon_cpu_s=round(int(daemon) / hz, 2))
 print(json.dumps(row))
 PY
   log "$workload $cfg epoch $e: $(tail -1 "$RESULTS")"
 }
 
-# Workload 1: one train.py rank per node, all at once; prints "seconds samples -".
+# Workload 1: one train.py rank per node, all at once (they start the epoch together, once all
+# have imported torch); prints "seconds samples -".
 dataloader_epoch() {
-  local srcs=$1 e=$2 i
+  local srcs=$1 e=$2 i barrier
+  barrier=$(mktemp -d "$W/barrier.XXXX")
   for i in $(seq 0 $((NODES - 1))); do
     RANK=$i scripts/workload/in_view.sh "$srcs" "$W/view" "$PY" scripts/workload/train.py \
-      --data "$W/view/dl" --rank "$i" --world $NODES --first-epoch "$e" > "$W/rank$i.json" &
+      --data "$W/view/dl" --rank "$i" --world $NODES --first-epoch "$e" --barrier "$barrier" \
+      > "$W/rank$i.json" &
   done
   wait
   cat "$W"/rank*.json | "$PY" -c '
@@ -210,7 +256,8 @@ for workload in $WORKLOADS; do
   for run in "${runs[@]}"; do
     read -r name fn compute <<< "$run"
     for cfg in shared local dyadfs; do
-      [ "$cfg" = dyadfs ] && start_cluster
+      DAEMONS=
+      [ "$cfg" = dyadfs ] && start_cluster && DAEMONS=$(daemon_pids)
       for e in $(seq 1 "$EPOCHS"); do
         epoch "$name" "$cfg" "$e" $fn "$(sources $cfg)" "$((e - 1))" ${compute:+"$compute"}
       done
@@ -220,6 +267,7 @@ for workload in $WORKLOADS; do
 done
 
 "$PY" scripts/workload/report.py "$RESULTS" "$OUT" \
-  "THROTTLE_BPS=$THROTTLE_BPS THROTTLE_IOPS=$THROTTLE_IOPS EPOCHS=$EPOCHS FILES=$FILES SIZE=$SIZE DLIO_FILES=$DLIO_FILES DLIO_SIZE=$DLIO_SIZE scripts/workload.sh"
+  "THROTTLE_BPS=$THROTTLE_BPS THROTTLE_IOPS=$THROTTLE_IOPS EPOCHS=$EPOCHS FILES=$FILES SIZE=$SIZE DLIO_FILES=$DLIO_FILES DLIO_SIZE=$DLIO_SIZE scripts/workload.sh" \
+  "$BUILT, $(nproc) CPUs, $(free -g | awk '/^Mem:/{print $2}') GiB"
 cp "$RESULTS" "$OUT/results.jsonl"
 log "results: $OUT/results.md, $OUT/epochs.png"

@@ -1,7 +1,7 @@
 """Turns scripts/workload.sh's results (one JSON object per epoch) into a Markdown table and a
 PNG of epoch time per configuration.
 
-Usage: python3 report.py RESULTS.jsonl OUTDIR "COMMAND"
+Usage: python3 report.py RESULTS.jsonl OUTDIR "COMMAND" "WHAT RAN IT"
 """
 import json
 import os
@@ -22,25 +22,33 @@ def mib(b):
 
 
 def main():
-    path, out, command = sys.argv[1:4]
-    rows = [json.loads(line) for line in open(path)]
+    path, out, command, machine = sys.argv[1:5]
+    lines = [json.loads(line) for line in open(path)]
+    rows = [r for r in lines if "workload" in r]
+    throttle = [r for r in lines if "throttle_check" in r]
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     get = {(r["workload"], r["config"], r["epoch"]): r for r in rows}
-    lines = [f"Command: `{command}`", ""]
+    lines = [f"Command: `{command}` ({machine})", ""]
+    if throttle:
+        lines += ["Throttle check (200 MiB read from the shared FS by a process of the cgroup, page "
+                  "cache dropped first): " + ", ".join(f"{r['throttle_check']} {r['mib_per_s']} MiB/s"
+                                                       for r in throttle), ""]
     for w in workloads:
         has_au = any("au_percent" in r for r in rows if r["workload"] == w)
         lines += [f"### {w}", "",
                   "| config | epoch | seconds | samples/s |" + (" AU % |" if has_au else "")
-                  + " local opens | MiB from peers | MiB from shared FS |",
-                  "|---|---|---|---|" + ("---|" if has_au else "") + "---|---|---|"]
+                  + " CPU busy % | local opens | MiB from peers | MiB from shared FS |"
+                  " daemon CPU s |",
+                  "|---|---|---|---|" + ("---|" if has_au else "") + "---|---|---|---|---|"]
         for c in CONFIGS:
             for r in sorted((r for r in rows if r["workload"] == w and r["config"] == c),
                             key=lambda r: r["epoch"]):
-                src = ([str(r["local_hits"]), mib(r["peer"]), mib(r["backing"])] if c == "dyadfs"
-                       else ["", "", ""])
+                src = ([str(r["local_hits"]), mib(r["peer"]), mib(r["backing"]),
+                        f"{r['daemon_cpu_s']:.1f}"] if c == "dyadfs" else ["", "", "", ""])
                 au = [f"{r['au_percent']:.1f}"] if has_au else []
                 lines.append("| " + " | ".join([LABELS[c], str(r["epoch"]), f"{r['seconds']:.2f}",
-                                                 f"{r['samples_per_s']:.1f}"] + au + src) + " |")
+                                                 f"{r['samples_per_s']:.1f}"] + au
+                                                + [f"{r['cpu_busy_percent']:.0f}"] + src) + " |")
         epochs = sorted({r["epoch"] for r in rows if r["workload"] == w})
         checks = []
         e1 = (get.get((w, "dyadfs", 1)), get.get((w, "shared", 1)))

@@ -6,6 +6,7 @@ input pipeline's. Prints one JSON line per epoch: rank, epoch, seconds, samples,
 whose bytes differ from what dataset.py wrote; only with --verify).
 
 Usage: python3 train.py --data DIR --rank R --world W --epochs 1 [--first-epoch E] [--verify]
+                        [--barrier DIR]
 """
 import argparse
 import json
@@ -35,6 +36,14 @@ class NpzDataset(Dataset):
         return torch.from_numpy(x), i
 
 
+def barrier(directory, rank, world):
+    """Waits until all `world` ranks have arrived in `directory`."""
+    os.makedirs(directory, exist_ok=True)
+    open(os.path.join(directory, str(rank)), "w").close()
+    while len(os.listdir(directory)) < world:
+        time.sleep(0.01)
+
+
 def main():
     # Several ranks with 4 workers each share few cores on one test machine; torch warns.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -47,10 +56,14 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--verify", action="store_true", help="check every sample's bytes")
+    p.add_argument("--barrier", help="a directory the ranks meet in before the first epoch, so"
+                   " that no rank's epoch overlaps another's start-up (importing torch)")
     a = p.parse_args()
     ds = NpzDataset(a.data)
     sampler = DistributedSampler(ds, num_replicas=a.world, rank=a.rank, shuffle=True, seed=0)
     loader = DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers)
+    if a.barrier:
+        barrier(a.barrier, a.rank, a.world)
     for epoch in range(a.first_epoch, a.first_epoch + a.epochs):
         sampler.set_epoch(epoch)
         t0 = time.perf_counter()
