@@ -195,6 +195,27 @@ fn opens_of_a_file_cached_while_open_do_not_mix_io_modes() {
     }
 }
 
+/// A small file is fetched whole at its first open, so that open is already a passthrough open
+/// (where the kernel offers passthrough) and its reads never reach the daemon.
+#[test]
+fn the_first_open_of_a_small_file_is_passthrough() {
+    let f = Fixture::new("openfill");
+    let data = pattern(2 * MIB + 3, 9);
+    f.write("s.npz", &data);
+    let m = f.mount(&[]);
+    assert!(fs::read(m.path("s.npz")).unwrap() == data);
+    assert_eq!(m.stat("bytes_from_backing"), data.len() as u64);
+    assert_eq!(
+        m.stat("local_hits"),
+        0,
+        "the first open is a fetch, not a hit"
+    );
+    if m.stats()["passthrough"].as_bool() == Some(true) {
+        assert_eq!(m.stat("passthrough_opens"), 1);
+        assert_eq!(m.stat("bytes_from_local"), 0, "no read came to the daemon");
+    }
+}
+
 #[test]
 fn random_reads_and_mmap_are_byte_exact() {
     for (i, mode) in MODES.iter().enumerate() {

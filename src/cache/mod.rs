@@ -86,8 +86,33 @@ pub struct Entry {
     pub keep: AtomicBool,
 }
 
+#[derive(Default)]
 struct Index {
     entries: HashMap<String, Arc<Entry>>,
+    /// The path whose data file is in each slot (named by the path's hash): a hash collision is
+    /// found without scanning every entry.
+    slots: HashMap<u64, String>,
+}
+
+impl Index {
+    fn insert(&mut self, entry: Arc<Entry>) {
+        self.slots
+            .insert(format::path_hash(&entry.path), entry.path.clone());
+        self.entries.insert(entry.path.clone(), entry);
+    }
+
+    fn remove(&mut self, path: &str) -> Option<Arc<Entry>> {
+        let entry = self.entries.remove(path)?;
+        let hash = format::path_hash(path);
+        if self.slots.get(&hash).is_some_and(|p| p == path) {
+            self.slots.remove(&hash);
+        }
+        Some(entry)
+    }
+
+    fn in_slot(&self, hash: u64) -> Option<Arc<Entry>> {
+        self.entries.get(self.slots.get(&hash)?).cloned()
+    }
 }
 
 pub struct Cache {
@@ -139,7 +164,7 @@ impl Cache {
             return Err(CacheError::Locked(config.dir.clone()));
         }
         let chunk_size = u64::from(config.chunk_size);
-        let mut entries = HashMap::new();
+        let mut index = Index::default();
         let mut used = 0;
         for sub in fs::read_dir(&data_dir)? {
             let sub = sub?.path();
@@ -153,7 +178,7 @@ impl Cache {
                     match load_entry(&file, chunk_size) {
                         Ok(entry) => {
                             used += lock(&entry.state).present_bytes;
-                            entries.insert(entry.path.clone(), Arc::new(entry));
+                            index.insert(Arc::new(entry));
                         }
                         Err(e) => {
                             tracing::warn!(meta = %file.display(), error = %e, "dropping cache entry");
@@ -178,12 +203,17 @@ impl Cache {
                 (avail + used).saturating_sub(total / 10)
             }
         };
-        tracing::info!(entries = entries.len(), used, capacity, "cache loaded");
+        tracing::info!(
+            entries = index.entries.len(),
+            used,
+            capacity,
+            "cache loaded"
+        );
         Ok(Cache {
             dir: config.dir.clone(),
             chunk_size,
             capacity,
-            index: Mutex::new(Index { entries }),
+            index: Mutex::new(index),
             used: AtomicU64::new(used),
             tick: AtomicU64::new(1),
             stats,
@@ -255,7 +285,7 @@ impl Cache {
                 e.touch(self.next_tick());
                 return Ok(e.clone());
             }
-            let old = index.entries.remove(path).expect("present");
+            let old = index.remove(path).expect("present");
             self.drop_entry(&old);
         }
         let hash = format::path_hash(path);
@@ -264,13 +294,8 @@ impl Cache {
         let data_path = sub.join(format!("{hash:016x}.dat"));
         let meta_path = sub.join(format!("{hash:016x}.meta"));
         // A different path with the same hash: the newcomer takes the slot.
-        if let Some(other) = index
-            .entries
-            .values()
-            .find(|e| e.data_path == data_path)
-            .cloned()
-        {
-            index.entries.remove(&other.path);
+        if let Some(other) = index.in_slot(hash) {
+            index.remove(&other.path);
             self.drop_entry(&other);
         }
         let _ = fs::remove_file(&meta_path);
@@ -303,7 +328,7 @@ impl Cache {
             pulled: AtomicBool::new(false),
             keep: AtomicBool::new(false),
         });
-        index.entries.insert(path.to_string(), entry.clone());
+        index.insert(entry.clone());
         Ok(entry)
     }
 
@@ -364,7 +389,7 @@ impl Cache {
                 break;
             }
             tracing::debug!(path = %victim.path, "evicting");
-            index.entries.remove(&victim.path);
+            index.remove(&victim.path);
             self.drop_entry(&victim);
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
@@ -431,9 +456,7 @@ impl Cache {
             pulled: AtomicBool::new(false),
             keep: AtomicBool::new(true),
         });
-        lock(&self.index)
-            .entries
-            .insert(path.to_string(), adopted.clone());
+        lock(&self.index).insert(adopted.clone());
         adopted.persist()?;
         self.emit(CacheEvent::Complete {
             path: path.to_string(),
@@ -450,7 +473,7 @@ impl Cache {
             .get(path)
             .is_some_and(|e| e.version == version)
         {
-            let e = index.entries.remove(path).expect("present");
+            let e = index.remove(path).expect("present");
             self.drop_entry(&e);
         }
     }

@@ -28,7 +28,7 @@ pub use error::Error;
 use read::{MAX_READAHEAD_CHUNKS, Reader, Source, WHOLE_FILE_MAX};
 
 use crate::cache::{Cache, Entry, Version};
-use crate::locator::names::{Name, Namespace};
+use crate::locator::names::{self, Name, Namespace};
 use crate::stats::{STATS_XATTR, Stats};
 use write::{Producer, Staged};
 
@@ -548,9 +548,23 @@ impl<S: Source> DyadFs<S> {
             *kv = Some(attr.version);
             same
         };
-        let complete = entry.is_complete();
+        let mut complete = entry.is_complete();
         if complete {
             self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
+        } else if entry.version.size <= WHOLE_FILE_MAX
+            && self.stats().passthrough.load(Ordering::Relaxed)
+            && !names::is_object(&key)
+        {
+            // The first read fetches a small file whole anyway. Fetching it now lets this very
+            // open be a passthrough open, so the reader's many small reads (np.load parses a
+            // zip directory, then headers) never come to the daemon. A failed fetch is left to
+            // the first read, which retries it and reports the error. Not for produced files:
+            // the kernel binds one passthrough file per inode, so a reader holding one version
+            // open in passthrough would keep the next version from being opened (EBUSY).
+            if let Err(e) = self.reader.fill(&entry, 0..entry.chunk_count()) {
+                tracing::debug!(path = %entry.path, error = %e, "fetch at open failed");
+            }
+            complete = entry.is_complete();
         }
         // The kernel reads a passthrough file without us, so it must be verified first. A
         // small file is verified now; a large one (after a restart) is served by the daemon,
