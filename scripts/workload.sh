@@ -150,10 +150,12 @@ cpu() {
   echo "$t $(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat)"
 }
 
-# Runs one epoch ("$@" prints the epoch's seconds, samples and AU), then records it with, for
+# Runs one epoch ("$@" prints the epoch's seconds, samples, AU and, if it can, how busy the CPUs
+# were during the epoch), then records it with, for
 # dyadfs, where the files came from: opens of complete local copies, bytes pulled from peers,
 # bytes read from the shared FS (summed over the nodes), and the CPU time the daemons used; for
-# every configuration, how busy the machine's CPUs were during the epoch.
+# every configuration, how busy the machine's CPUs were (during the epoch if the workload says,
+# else during the whole run of its processes, start-up included).
 epoch() {
   local workload=$1 cfg=$2 e=$3; shift 3
   local l0=0 p0=0 b0=0 l1=0 p1=0 b1=0 result d0 d1 busy0 busy1 idle0 idle1
@@ -167,16 +169,18 @@ epoch() {
   if [ "$cfg" = dyadfs ]; then
     l1=$(total local_hits); p1=$(total bytes_from_peers); b1=$(total bytes_from_backing)
   fi
-  read -r seconds samples au <<< "$result"
+  read -r seconds samples au epoch_busy <<< "$result"
   "$PY" - "$workload" "$cfg" "$e" "$seconds" "$samples" "$au" $((l1 - l0)) $((p1 - p0)) \
-    $((b1 - b0)) $((d1 - d0)) $((busy1 - busy0)) $((idle1 - idle0)) >> "$RESULTS" <<'PY'
+    $((b1 - b0)) $((d1 - d0)) $((busy1 - busy0)) $((idle1 - idle0)) "${epoch_busy:-}" \
+    >> "$RESULTS" <<'PY'
 import json, os, sys
-w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle = sys.argv[1:]
+w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle, epoch_busy = sys.argv[1:]
 hz = os.sysconf("SC_CLK_TCK")
 row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samples": int(n),
        "samples_per_s": round(int(n) / float(s), 1),
-       # Over the whole run of the epoch's processes, start-up included.
-       "cpu_busy_percent": round(100 * int(busy) / max(1, int(busy) + int(idle)), 1)}
+       "cpu_busy_percent": float(epoch_busy) if epoch_busy else
+       round(100 * int(busy) / max(1, int(busy) + int(idle)), 1),
+       "cpu_busy_during": "epoch" if epoch_busy else "run"}
 if au != "-":
     row["au_percent"] = float(au)
 if cfg == "dyadfs":
@@ -188,7 +192,7 @@ PY
 }
 
 # Workload 1: one train.py rank per node, all at once (they start the epoch together, once all
-# have imported torch); prints "seconds samples -".
+# have imported torch); prints "seconds samples - cpu-busy%" (the slowest rank's epoch).
 dataloader_epoch() {
   local srcs=$1 e=$2 i barrier
   barrier=$(mktemp -d "$W/barrier.XXXX")
@@ -201,7 +205,8 @@ dataloader_epoch() {
   cat "$W"/rank*.json | "$PY" -c '
 import json, sys
 r = [json.loads(l) for l in sys.stdin]
-print(max(x["seconds"] for x in r), sum(x["samples"] for x in r), "-")'
+last = max(r, key=lambda x: x["seconds"])
+print(last["seconds"], sum(x["samples"] for x in r), "-", last["cpu_busy_percent"])'
 }
 
 # Workload 2: DLIO over 4 MPI ranks (one per node view), one epoch per run so the page cache

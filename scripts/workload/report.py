@@ -60,7 +60,13 @@ def main():
             if d and l:
                 checks.append(f"epoch {e}: dyadfs / local copy = {d['seconds'] / l['seconds']:.2f}"
                               " (target <= 1.2)")
-        lines += ["", "; ".join(checks), ""]
+        during = {r.get("cpu_busy_during", "run") for r in rows if r["workload"] == w}
+        lines += ["", "; ".join(checks), "",
+                  "CPU busy: all CPUs of the machine, "
+                  + ("during the epoch" if during == {"epoch"} else
+                     "during the whole run of the epoch's processes (start-up included)")
+                  + ". local opens: opens of a complete copy in the node's cache. daemon CPU: "
+                  "user + system time of the 4 daemons during the epoch.", ""]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -3,7 +3,8 @@ training job's rank would run it: NpzDataset (np.load(path)["x"] in __getitem__)
 DistributedSampler split (a different shard every epoch through set_epoch), and
 DataLoader(batch_size=32, num_workers=4). No model: the step is empty, so the epoch time is the
 input pipeline's. Prints one JSON line per epoch: rank, epoch, seconds, samples, bad (samples
-whose bytes differ from what dataset.py wrote; only with --verify).
+whose bytes differ from what dataset.py wrote; only with --verify), and cpu_busy_percent (how
+busy the machine's CPUs were during the epoch, all processes).
 
 Usage: python3 train.py --data DIR --rank R --world W --epochs 1 [--first-epoch E] [--verify]
                         [--barrier DIR]
@@ -44,6 +45,13 @@ def barrier(directory, rank, world):
         time.sleep(0.01)
 
 
+def cpu_ticks():
+    """The machine's (busy, idle) CPU ticks so far."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[0] + v[1] + v[2] + v[5] + v[6], v[3] + v[4]
+
+
 def main():
     # Several ranks with 4 workers each share few cores on one test machine; torch warns.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -66,16 +74,19 @@ def main():
         barrier(a.barrier, a.rank, a.world)
     for epoch in range(a.first_epoch, a.first_epoch + a.epochs):
         sampler.set_epoch(epoch)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_ticks()
         samples = bad = 0
         for x, idx in loader:
             samples += len(idx)
             if a.verify:
                 for row, i in zip(x.numpy(), idx.tolist()):
                     bad += not np.array_equal(row, sample(i, row.size))
-        seconds = time.perf_counter() - t0
+        seconds, c1 = time.perf_counter() - t0, cpu_ticks()
+        busy, idle = c1[0] - c0[0], c1[1] - c0[1]
         print(json.dumps({"rank": a.rank, "epoch": epoch, "seconds": round(seconds, 3),
-                          "samples": samples, "bad": bad}), flush=True)
+                          "samples": samples, "bad": bad,
+                          "cpu_busy_percent": round(100 * busy / max(1, busy + idle), 1)}),
+              flush=True)
 
 
 if __name__ == "__main__":
