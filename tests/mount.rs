@@ -169,7 +169,8 @@ fn concurrent_threads_and_processes_fetch_each_chunk_once() {
 #[test]
 fn opens_of_a_file_cached_while_open_do_not_mix_io_modes() {
     let f = Fixture::new("iomode");
-    let data = pattern(3 * MIB, 7);
+    // Larger than what is fetched at open, so the first open is served by the daemon.
+    let data = pattern(9 * MIB, 7);
     f.write("x.bin", &data);
     let m = f.mount(&[]);
     let mut first = File::open(m.path("x.bin")).unwrap();

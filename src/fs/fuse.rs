@@ -210,14 +210,15 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             (None, None) => false,
         };
         if passthrough {
-            let bound = modes.backing.get_mut(&ino.0).expect("bound above");
-            bound.2 += 1;
-            reply.opened_passthrough(fh, FopenFlags::empty(), &bound.0);
-            modes.handles.insert(opened.fh, (ino.0, true));
+            // Counted before the reply, so the opener sees it counted once its open returns.
             self.fs
                 .stats()
                 .passthrough_opens
                 .fetch_add(1, Ordering::Relaxed);
+            let bound = modes.backing.get_mut(&ino.0).expect("bound above");
+            bound.2 += 1;
+            reply.opened_passthrough(fh, FopenFlags::empty(), &bound.0);
+            modes.handles.insert(opened.fh, (ino.0, true));
             return;
         }
         modes.served_by_daemon(opened.fh, ino.0);
