@@ -63,17 +63,20 @@ fi
 
 W=$(mktemp -d /var/tmp/dyadfs-workload.XXXX)
 CG=/sys/fs/cgroup/blkio/dyadfs-workload-$$
+CPUCG=/sys/fs/cgroup/cpuacct/dyadfs-workload-$$
 LOOP=
 cleanup() {
   set +e
   for i in $(seq 0 $((NODES - 1))); do mountpoint -q "$W/n$i/mnt" && fusermount3 -u "$W/n$i/mnt"; done
   mountpoint -q "$W/shared" && umount "$W/shared"
   [ -n "$LOOP" ] && losetup -d "$LOOP"
-  if [ -d "$CG" ]; then
-    echo $$ > /sys/fs/cgroup/blkio/cgroup.procs
-    sleep 1
-    rmdir "$CG"
-  fi
+  for g in "$CG" "$CPUCG"; do
+    if [ -d "$g" ]; then
+      echo $$ > "$(dirname "$g")/cgroup.procs"
+      sleep 1
+      rmdir "$g"
+    fi
+  done
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -89,6 +92,10 @@ mkdir "$CG"
 echo "$DEV $THROTTLE_BPS" > "$CG/blkio.throttle.read_bps_device"
 [ "$THROTTLE_IOPS" -gt 0 ] && echo "$DEV $THROTTLE_IOPS" > "$CG/blkio.throttle.read_iops_device"
 echo $$ > "$CG/cgroup.procs" # this shell, and so every process it starts from now on
+# A CPU accounting group for the same processes: CPU time the machine spent outside the run
+# during an epoch (another job on the machine) is recorded, so that a disturbed run shows.
+mkdir "$CPUCG"
+echo $$ > "$CPUCG/cgroup.procs"
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 RESULTS=$W/results.jsonl
 
@@ -137,7 +144,8 @@ sources() {
     dyadfs) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
   esac
 }
-# CPU seconds the daemons have used, and the machine's busy and idle CPU seconds so far.
+# CPU ticks the daemons have used, the machine's busy and idle CPU ticks so far, and the run's
+# CPU nanoseconds.
 daemon_pids() {
   local i
   for i in $(seq 0 $((NODES - 1))); do
@@ -147,7 +155,7 @@ daemon_pids() {
 cpu() {
   local t=0 p
   for p in $DAEMONS; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-  echo "$t $(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat)"
+  echo "$t $(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat) $(cat "$CPUCG/cpuacct.usage")"
 }
 
 # Runs one epoch ("$@" prints the epoch's seconds, samples, AU and, if it can, how busy the CPUs
@@ -158,29 +166,32 @@ cpu() {
 # else during the whole run of its processes, start-up included).
 epoch() {
   local workload=$1 cfg=$2 e=$3; shift 3
-  local l0=0 p0=0 b0=0 l1=0 p1=0 b1=0 result d0 d1 busy0 busy1 idle0 idle1
+  local l0=0 p0=0 b0=0 l1=0 p1=0 b1=0 result d0 d1 busy0 busy1 idle0 idle1 run0 run1
   drop
   if [ "$cfg" = dyadfs ]; then
     l0=$(total local_hits); p0=$(total bytes_from_peers); b0=$(total bytes_from_backing)
   fi
-  read -r d0 busy0 idle0 <<< "$(cpu)"
+  read -r d0 busy0 idle0 run0 <<< "$(cpu)"
   result=$("$@")
-  read -r d1 busy1 idle1 <<< "$(cpu)"
+  read -r d1 busy1 idle1 run1 <<< "$(cpu)"
   if [ "$cfg" = dyadfs ]; then
     l1=$(total local_hits); p1=$(total bytes_from_peers); b1=$(total bytes_from_backing)
   fi
   read -r seconds samples au epoch_busy <<< "$result"
   "$PY" - "$workload" "$cfg" "$e" "$seconds" "$samples" "$au" $((l1 - l0)) $((p1 - p0)) \
-    $((b1 - b0)) $((d1 - d0)) $((busy1 - busy0)) $((idle1 - idle0)) "${epoch_busy:-}" \
+    $((b1 - b0)) $((d1 - d0)) $((busy1 - busy0)) $((idle1 - idle0)) "${epoch_busy:-}" $((run1 - run0)) \
     >> "$RESULTS" <<'PY'
 import json, os, sys
-w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle, epoch_busy = sys.argv[1:]
+w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle, epoch_busy, run = sys.argv[1:]
 hz = os.sysconf("SC_CLK_TCK")
 row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samples": int(n),
        "samples_per_s": round(int(n) / float(s), 1),
        "cpu_busy_percent": float(epoch_busy) if epoch_busy else
        round(100 * int(busy) / max(1, int(busy) + int(idle)), 1),
-       "cpu_busy_during": "epoch" if epoch_busy else "run"}
+       "cpu_busy_during": "epoch" if epoch_busy else "run",
+       # CPU time of processes outside the run (and of kernel threads) while the epoch's
+       # processes ran: about 0 on an otherwise idle machine.
+       "other_cpu_s": round(max(0.0, int(busy) / hz - int(run) / 1e9), 2)}
 if au != "-":
     row["au_percent"] = float(au)
 if cfg == "dyadfs":
@@ -189,6 +200,8 @@ if cfg == "dyadfs":
 print(json.dumps(row))
 PY
   log "$workload $cfg epoch $e: $(tail -1 "$RESULTS")"
+  "$PY" -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(r["other_cpu_s"] > 1)' \
+    "$(tail -1 "$RESULTS")" || log "WARNING: other processes used the CPUs during this epoch"
 }
 
 # Workload 1: one train.py rank per node, all at once (they start the epoch together, once all

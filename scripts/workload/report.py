@@ -37,9 +37,9 @@ def main():
         has_au = any("au_percent" in r for r in rows if r["workload"] == w)
         lines += [f"### {w}", "",
                   "| config | epoch | seconds | samples/s |" + (" AU % |" if has_au else "")
-                  + " CPU busy % | local opens | MiB from peers | MiB from shared FS |"
+                  + " CPU busy % | other CPU s | local opens | MiB from peers | MiB from shared FS |"
                   " daemon CPU s |",
-                  "|---|---|---|---|" + ("---|" if has_au else "") + "---|---|---|---|---|"]
+                  "|---|---|---|---|" + ("---|" if has_au else "") + "---|---|---|---|---|---|"]
         for c in CONFIGS:
             for r in sorted((r for r in rows if r["workload"] == w and r["config"] == c),
                             key=lambda r: r["epoch"]):
@@ -48,7 +48,9 @@ def main():
                 au = [f"{r['au_percent']:.1f}"] if has_au else []
                 lines.append("| " + " | ".join([LABELS[c], str(r["epoch"]), f"{r['seconds']:.2f}",
                                                  f"{r['samples_per_s']:.1f}"] + au
-                                                + [f"{r['cpu_busy_percent']:.0f}"] + src) + " |")
+                                                + [f"{r['cpu_busy_percent']:.0f}",
+                                                   f"{r.get('other_cpu_s', float('nan')):.1f}"]
+                                                + src) + " |")
         epochs = sorted({r["epoch"] for r in rows if r["workload"] == w})
         checks = []
         e1 = (get.get((w, "dyadfs", 1)), get.get((w, "shared", 1)))
@@ -65,7 +67,9 @@ def main():
                   "CPU busy: all CPUs of the machine, "
                   + ("during the epoch" if during == {"epoch"} else
                      "during the whole run of the epoch's processes (start-up included)")
-                  + ". local opens: opens of a complete copy in the node's cache. daemon CPU: "
+                  + ". other CPU: CPU time of processes outside the run and of kernel threads "
+                  "while the epoch's processes ran (another job on the machine shows here)"
+                  ". local opens: opens of a complete copy in the node's cache. daemon CPU: "
                   "user + system time of the 4 daemons during the epoch.", ""]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.md"), "w") as f:
