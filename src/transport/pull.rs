@@ -267,11 +267,45 @@ fn stage(
     Ok((slot, crc))
 }
 
+/// Idle connections per peer, kept between uses: connecting costs at least a TCP handshake.
+/// A connection goes back only after a complete exchange, so the next user never reads a late
+/// answer meant for another.
+struct IdlePool<C> {
+    idle: std::sync::Mutex<HashMap<SocketAddr, Vec<C>>>,
+}
+
+impl<C> Default for IdlePool<C> {
+    fn default() -> Self {
+        IdlePool {
+            idle: Default::default(),
+        }
+    }
+}
+
+impl<C> IdlePool<C> {
+    fn take(&self, peer: SocketAddr) -> Option<C> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&peer)
+            .and_then(Vec::pop)
+    }
+
+    fn put(&self, peer: SocketAddr, conn: C) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(peer)
+            .or_default()
+            .push(conn);
+    }
+}
+
 /// Sends one-message RPCs (locator traffic), keeping idle connections per peer between calls:
 /// a lookup then costs one round trip instead of a TCP handshake and a round trip.
 #[derive(Default)]
 pub struct Rpcs {
-    idle: std::sync::Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
+    idle: IdlePool<TcpStream>,
 }
 
 impl Rpcs {
@@ -282,13 +316,7 @@ impl Rpcs {
         msg: &Message,
         timeout: Duration,
     ) -> Result<Message, PullError> {
-        let pooled = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&peer)
-            .and_then(Vec::pop);
-        if let Some(s) = pooled {
+        if let Some(s) = self.idle.take(peer) {
             // An idle connection may have died with a restarted peer (the request then never
             // arrived): one fresh try. Requests are idempotent, so a rare repeat is harmless.
             match self.call_on(s, peer, msg, timeout).await {
@@ -308,8 +336,7 @@ impl Rpcs {
         self.call_on(s, peer, msg, timeout).await
     }
 
-    /// One call on one connection, which goes back to the pool only after a complete reply (a
-    /// late reply must never be read as the answer to the next call).
+    /// One call on one connection, which goes back to the pool after a complete reply.
     async fn call_on(
         &self,
         mut s: TcpStream,
@@ -330,12 +357,7 @@ impl Rpcs {
             })?
             .map_err(|source| PullError::Io { peer, source })?
             .map_err(|source| PullError::Wire { peer, source })?;
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(peer)
-            .or_default()
-            .push(s);
+        self.idle.put(peer, s);
         Ok(reply)
     }
 }
@@ -357,7 +379,7 @@ pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8]) -> io::Result<()> + Send);
 pub struct Puller {
     pub worker: Arc<Worker>,
     pub cfg: PullConfig,
-    idle: std::sync::Mutex<HashMap<SocketAddr, Vec<(TcpStream, super::ucx::PeerId)>>>,
+    idle: IdlePool<(TcpStream, super::ucx::PeerId)>,
 }
 
 impl Puller {
@@ -365,7 +387,7 @@ impl Puller {
         Puller {
             worker,
             cfg,
-            idle: Default::default(),
+            idle: IdlePool::default(),
         }
     }
 
@@ -377,12 +399,7 @@ impl Puller {
         want: &Want,
         sink: Sink<'_>,
     ) -> Result<u64, PullError> {
-        let pooled = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&peer)
-            .and_then(Vec::pop);
+        let pooled = self.idle.take(peer);
         let reused = pooled.is_some();
         let conn = match pooled {
             Some(c) => c,
@@ -413,13 +430,7 @@ impl Puller {
         };
         let r = pull_chunks(&self.worker, &self.cfg, conn, want, sink).await;
         match r {
-            Ok(_) => self
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(peer)
-                .or_default()
-                .push((s, ucx_peer)),
+            Ok(_) => self.idle.put(peer, (s, ucx_peer)),
             Err(_) => self.worker.disconnect(ucx_peer),
         }
         r
