@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -23,30 +23,11 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
 }
 
-/// The Python of the project's venv (scripts/install-deps.sh makes it, with numpy and torch).
+/// The venv's Python, in the Python examples' directory.
 fn python() -> Command {
-    let venv = std::env::var_os("DYADFS_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv"));
-    let py = venv.join("bin/python3");
-    assert!(
-        py.exists(),
-        "{} missing: run scripts/install-deps.sh",
-        py.display()
-    );
-    let mut c = Command::new(py);
+    let mut c = venv_python();
     c.current_dir(examples().join("python"));
     c
-}
-
-fn check(what: &str, out: Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// Starts `consumer` on node 1, lets it block on the first name, then runs `producer` on
@@ -54,8 +35,8 @@ fn check(what: &str, out: Output) -> String {
 fn hand_off(c: &Cluster, mut producer: Command, mut consumer: Command) -> String {
     let waiting = consumer.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    check("producer", producer.output().unwrap());
-    check("consumer", waiting.wait_with_output().unwrap())
+    succeeded("producer", producer.output().unwrap());
+    succeeded("consumer", waiting.wait_with_output().unwrap())
         + &format!("(node 1 waited {} times)", c.nodes[1].stat("name_waits"))
 }
 
@@ -85,7 +66,7 @@ fn the_c_producer_and_consumer_pair() {
             .arg(examples().join(format!("c/{prog}.c")))
             .output()
             .unwrap();
-        check(&format!("gcc {prog}.c"), out);
+        succeeded(&format!("gcc {prog}.c"), out);
     }
     let (out_dir, in_dir) = (c.nodes[0].path("c"), c.nodes[1].path("c"));
     std::fs::create_dir(&out_dir).unwrap();

@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::*;
 use serde_json::Value;
@@ -18,20 +18,6 @@ fn workload() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/workload")
 }
 
-/// The Python of the project's venv (scripts/install-deps.sh makes it, with numpy and torch).
-fn python() -> Command {
-    let venv = std::env::var_os("DYADFS_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv"));
-    let py = venv.join("bin/python3");
-    assert!(
-        py.exists(),
-        "{} missing: run scripts/install-deps.sh",
-        py.display()
-    );
-    Command::new(py)
-}
-
 /// Runs one epoch on every node at once (rank i reads through node i's mount); returns each
 /// rank's report.
 fn epoch(c: &Cluster, epoch: u32) -> Vec<Value> {
@@ -40,7 +26,7 @@ fn epoch(c: &Cluster, epoch: u32) -> Vec<Value> {
         .iter()
         .enumerate()
         .map(|(rank, node)| {
-            python()
+            venv_python()
                 .arg(workload().join("train.py"))
                 .arg("--data")
                 .arg(node.path("ds"))
@@ -56,13 +42,7 @@ fn epoch(c: &Cluster, epoch: u32) -> Vec<Value> {
     ranks
         .into_iter()
         .map(|r| {
-            let out = r.wait_with_output().unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "train.py failed: {stdout}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let stdout = succeeded("train.py", r.wait_with_output().unwrap());
             serde_json::from_str(stdout.lines().last().unwrap_or_default())
                 .unwrap_or_else(|e| panic!("bad report {stdout:?}: {e}"))
         })
@@ -72,17 +52,13 @@ fn epoch(c: &Cluster, epoch: u32) -> Vec<Value> {
 #[test]
 fn a_torch_dataloader_reads_byte_exact_and_epoch_two_skips_the_shared_fs() {
     let mut c = Cluster::new("workload", 2, 0);
-    let out = python()
+    let out = venv_python()
         .arg(workload().join("dataset.py"))
         .arg(c.backing.join("ds"))
         .args([FILES.to_string(), SIZE.to_string()])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded("dataset.py", out);
     c.start(2);
     let dataset: u64 = std::fs::read_dir(c.backing.join("ds"))
         .unwrap()

@@ -277,3 +277,29 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// The Python of the project's venv (`scripts/install-deps.sh` makes it, with numpy and torch;
+/// `DYADFS_VENV` moves it). Tests that need it fail, not skip, without it.
+pub fn venv_python() -> Command {
+    let venv = std::env::var_os("DYADFS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv"));
+    let py = venv.join("bin/python3");
+    assert!(
+        py.exists(),
+        "{} missing: run scripts/install-deps.sh",
+        py.display()
+    );
+    Command::new(py)
+}
+
+/// Panics with `what` and the program's output unless it succeeded; returns its stdout.
+pub fn succeeded(what: &str, out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
