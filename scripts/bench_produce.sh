@@ -18,35 +18,21 @@ scripts/install-deps.sh
 cargo build --release --quiet
 BIN=$PWD/target/release/dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-produce-bench.XXXX)
-CG=/sys/fs/cgroup/blkio/dyadfs-produce-bench-$$
-LOOP=
+. scripts/lib/slow-fs.sh
 cleanup() {
   local m
   for m in a b; do mountpoint -q "$W/$m/mnt" && fusermount3 -u "$W/$m/mnt"; done
-  mountpoint -q "$W/shared" && umount "$W/shared"
-  [ -n "$LOOP" ] && losetup -d "$LOOP"
-  if [ -d "$CG" ]; then
-    echo $$ > /sys/fs/cgroup/blkio/cgroup.procs
-    sleep 1 # the unmounted daemons exit
-    rmdir "$CG"
-  fi
+  slow_fs_stop
   rm -rf "$W"
 }
 trap cleanup EXIT
-mkdir -p "$W"/{a,b}/mnt "$W/shared" "$W/bin"
+mkdir -p "$W"/{a,b}/mnt "$W/bin"
 gcc -O2 -o "$W/bin/producer" examples/c/producer.c
 gcc -O2 -o "$W/bin/consumer" examples/c/consumer.c
 
-# The slow shared file system: every process below runs in a cgroup whose reads of it are
-# throttled (writes are not: cgroup v1 cannot throttle buffered writeback).
-truncate -s 8G "$W/shared.img"
-mkfs.ext4 -q -F "$W/shared.img"
-LOOP=$(losetup -f --show "$W/shared.img")
-mount "$LOOP" "$W/shared"
+# The slow shared file system; this shell and every process below read it throttled.
+slow_fs_start "$W/shared" 8G "$THROTTLE"
 mkdir -p "$W/shared/backing"
-mkdir "$CG"
-echo "$(lsblk -dno MAJ:MIN "$LOOP" | tr -d ' ') $THROTTLE" > "$CG/blkio.throttle.read_bps_device"
-echo $$ > "$CG/cgroup.procs"
 
 PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r0\n' $PORT $((PORT + 1)) > "$W/peers"

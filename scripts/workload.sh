@@ -62,36 +62,23 @@ else
 fi
 
 W=$(mktemp -d /var/tmp/dyadfs-workload.XXXX)
-CG=/sys/fs/cgroup/blkio/dyadfs-workload-$$
+. scripts/lib/slow-fs.sh
 CPUCG=/sys/fs/cgroup/cpuacct/dyadfs-workload-$$
-LOOP=
 cleanup() {
   set +e
   for i in $(seq 0 $((NODES - 1))); do mountpoint -q "$W/n$i/mnt" && fusermount3 -u "$W/n$i/mnt"; done
-  mountpoint -q "$W/shared" && umount "$W/shared"
-  [ -n "$LOOP" ] && losetup -d "$LOOP"
-  for g in "$CG" "$CPUCG"; do
-    if [ -d "$g" ]; then
-      echo $$ > "$(dirname "$g")/cgroup.procs"
-      sleep 1
-      rmdir "$g"
-    fi
-  done
+  slow_fs_stop
+  if [ -d "$CPUCG" ]; then
+    echo $$ > /sys/fs/cgroup/cpuacct/cgroup.procs
+    rmdir "$CPUCG"
+  fi
   rm -rf "$W"
 }
 trap cleanup EXIT
-mkdir -p "$W/shared" "$W/view" "$W/local" "$OUT"
+mkdir -p "$W/view" "$W/local" "$OUT"
 
 log "the shared FS: ext4 on a loop device, reads throttled to $((THROTTLE_BPS >> 20)) MiB/s"
-truncate -s 12G "$W/shared.img"
-mkfs.ext4 -q -F "$W/shared.img"
-LOOP=$(losetup -f --show "$W/shared.img")
-mount "$LOOP" "$W/shared"
-DEV=$(lsblk -dno MAJ:MIN "$LOOP" | tr -d ' ')
-mkdir "$CG"
-echo "$DEV $THROTTLE_BPS" > "$CG/blkio.throttle.read_bps_device"
-[ "$THROTTLE_IOPS" -gt 0 ] && echo "$DEV $THROTTLE_IOPS" > "$CG/blkio.throttle.read_iops_device"
-echo $$ > "$CG/cgroup.procs" # this shell, and so every process it starts from now on
+slow_fs_start "$W/shared" 12G "$THROTTLE_BPS" "$THROTTLE_IOPS"
 # A CPU accounting group for the same processes: CPU time the machine spent outside the run
 # during an epoch (another job on the machine) is recorded, so that a disturbed run shows.
 mkdir "$CPUCG"
