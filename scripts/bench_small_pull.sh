@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Small-file pull benchmark, side by side in one run (medians of RUNS runs): FILES files of SIZE
+# bytes read whole, in shuffled order by 4 processes, (a) from a local copy on the same disk and
+# (b) through node B's mount while only node A (other rack) holds them, so every file is
+# located, pulled over UCX, written to B's cache and published. The page cache is dropped
+# before each run. Reports files/s and the CPU both daemons spend per file: that CPU is what
+# the training input pipeline competes with on a busy node (docs/workloads.md).
+# Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144}
+export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+[ -n "${DYADFS_BIN:-}" ] || { scripts/install-deps.sh; cargo build --release --quiet; }
+BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
+W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
+cleanup() {
+  for n in a b; do mountpoint -q "$W/$n/mnt" && fusermount3 -u "$W/$n/mnt"; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+mkdir -p "$W"/{backing,local} "$W"/{a,b}/mnt
+python3 - "$W/backing" "$FILES" "$SIZE" <<'PY'
+import os, sys
+for i in range(int(sys.argv[2])):
+    open(os.path.join(sys.argv[1], f"{i:05}.bin"), "wb").write(os.urandom(int(sys.argv[3])))
+PY
+cp -r "$W/backing/." "$W/local/"
+(cd "$W/backing" && ls) | shuf > "$W/order"
+PORT=$((9000 + RANDOM % 1000))
+printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
+mount_node() { "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" --peers "$W/peers" ${MOUNT_ARGS:-}; }
+daemon_of() { pgrep -f -- "$BIN mount $W/$1/mnt "; }
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
+# Reads every file in $W/order under $1 whole, 4 processes.
+read_all() { (cd "$1" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+mount_node a 0
+read_all "$W/a/mnt"    # node A fetches everything from the shared FS
+for _ in $(seq "$RUNS"); do
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  t0=$(now); read_all "$W/local"; t1=$(now)
+  echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/local.txt"
+
+  rm -rf "$W/b/ssd"; mount_node b 1
+  # Node A restarts warm and republishes its copies to their homes, half of which are on B,
+  # which has just restarted with empty tables.
+  fusermount3 -u "$W/a/mnt"; sleep 0.3; mount_node a 0; sleep 2
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  A=$(daemon_of a) B=$(daemon_of b)
+  a0=$(cpu_ms "$A") b0=$(cpu_ms "$B")
+  t0=$(now); read_all "$W/b/mnt"; t1=$(now)
+  sleep 0.5   # publishes trail the reads
+  a1=$(cpu_ms "$A") b1=$(cpu_ms "$B")
+  peers=$("$BIN" stats "$W/b/mnt" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_from_peers"])')
+  [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
+  fusermount3 -u "$W/b/mnt"; sleep 0.3
+  echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/dyadfs.txt"
+  echo "$(echo "($a1 - $a0) * 1000 / $FILES" | bc -l)" >> "$W/cpu_a.txt"
+  echo "$(echo "($b1 - $b0) * 1000 / $FILES" | bc -l)" >> "$W/cpu_b.txt"
+done
+runs() { xargs printf '%.0f ' < "$1"; }
+printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s)\n' \
+  "$FILES" "$SIZE" "$RUNS" "$UCX_TLS"
+printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "$W/local.txt")" "$(runs "$W/local.txt")"
+printf '  dyadfs, pulled from node A   %8.0f files/s   runs: %s\n' "$(median < "$W/dyadfs.txt")" "$(runs "$W/dyadfs.txt")"
+printf '  daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
+  "$(median < "$W/cpu_b.txt")" "$(median < "$W/cpu_a.txt")" "$(runs "$W/cpu_b.txt")"
