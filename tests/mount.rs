@@ -355,25 +355,29 @@ fn crash_leftovers_and_corruption_are_never_served() {
     wait_gone(pid);
     drop(m);
     assert!(!is_mounted(&f.mnt));
-    // Damage the cache: flip a data byte, tear a header, leave a temp header.
-    let mut metas: Vec<_> = walk(&f.ssd.join("data"))
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "meta"))
-        .collect();
-    metas.sort();
-    assert_eq!(metas.len(), files.len());
-    let dat = metas[0].with_extension("dat");
-    let file = fs::OpenOptions::new().write(true).open(&dat).unwrap();
+    // Damage the cache: flip a data byte of one file, tear the log's last record (a crash
+    // mid-append: the last file read is forgotten), leave a foreign file.
+    let dat = |p: &str| {
+        let h = dyadfs::cache::format::path_hash(p);
+        f.ssd
+            .join("data")
+            .join(format!("{:02x}", h >> 56))
+            .join(format!("{h:016x}.dat"))
+    };
+    let d0 = dat("0.bin");
+    let file = fs::OpenOptions::new().write(true).open(&d0).unwrap();
     let mut byte = [0u8];
-    File::open(&dat)
+    File::open(&d0)
         .unwrap()
         .read_exact_at(&mut byte, 2 * MIB as u64 + 10)
         .unwrap();
     file.write_all_at(&[byte[0] ^ 0xff], 2 * MIB as u64 + 10)
         .unwrap();
-    let torn = fs::read(&metas[1]).unwrap();
-    fs::write(&metas[1], &torn[..torn.len() / 2]).unwrap();
-    fs::write(metas[2].with_extension("meta.tmp"), b"half").unwrap();
+    let log = f.ssd.join("index.log");
+    let bytes = fs::read(&log).unwrap();
+    fs::write(&log, &bytes[..bytes.len() - 20]).unwrap();
+    let stray = d0.with_extension("meta.tmp");
+    fs::write(&stray, b"half").unwrap();
 
     let m = f.mount(&[]);
     for (p, d) in &files {
@@ -382,7 +386,7 @@ fn crash_leftovers_and_corruption_are_never_served() {
     assert_eq!(m.stat("checksum_failures"), 1);
     // The corrupted chunk and the file with the torn header came from backing again.
     assert_eq!(m.stat("bytes_from_backing"), (MIB + 3 * MIB) as u64);
-    assert!(!metas[2].with_extension("meta.tmp").exists());
+    assert!(!stray.exists());
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -1,10 +1,9 @@
-//! On-disk format of a cache entry's header (the `.meta` file beside each `.dat` file).
+//! On-disk format of a cache entry's header (a record of the cache's log, [`super::journal`]).
 //!
 //! The header repeats the entry's identity (path and source version) so a hash collision or a
 //! swapped file is caught, records which chunks of the `.dat` file are present with the crc32c
-//! of each, and ends with a crc32c of everything before it so a torn or foreign file is
-//! rejected. Headers are written to a temp file and renamed into place, so a crash leaves either
-//! the old header or the new one. Any change to this layout must bump [`FORMAT_VERSION`]; the
+//! of each, and ends with a crc32c of everything before it so a torn or foreign record is
+//! rejected. Any change to this layout (or the log's) must bump [`FORMAT_VERSION`]; the
 //! golden-bytes test below fails otherwise.
 //!
 //! Layout (little endian):

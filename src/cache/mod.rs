@@ -1,6 +1,7 @@
 //! The node-local NVMe cache: one sparse `.dat` file per cached source file (same size, same
-//! offsets, so the kernel can read it directly in passthrough mode) plus a checksummed `.meta`
-//! header saying which chunks are present (see [`format`]).
+//! offsets, so the kernel can read it directly in passthrough mode) plus a checksummed header
+//! saying which chunks are present (see [`format`]), recorded in one log for the whole cache
+//! (see [`journal`]).
 //!
 //! Chunks move Absent -> Filling (claimed by one filler: single flight) -> Present. A present
 //! chunk is *verified* once per daemon lifetime against its crc32c before it is served; chunks
@@ -8,10 +9,11 @@
 //! reserved) chunks; least recently used entries that nobody holds open are evicted whole.
 
 pub mod format;
+pub mod journal;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -21,6 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use format::{ChunkRecord, Header};
+use journal::{Journal, Record};
 
 use crate::stats::Stats;
 
@@ -72,10 +75,9 @@ pub struct Entry {
     chunk_size: u64,
     data: File,
     data_path: PathBuf,
-    meta_path: PathBuf,
+    journal: Arc<Journal>,
     state: Mutex<State>,
     filled: Condvar,
-    persist_lock: Mutex<()>,
     pins: AtomicU32,
     last_use: AtomicU64,
     /// Whether any of this entry's bytes were fetched from the backing store (stats).
@@ -126,6 +128,7 @@ pub struct Cache {
     stats: Arc<Stats>,
     /// Told when a file becomes complete or leaves the cache (the locator publishes these).
     events: std::sync::OnceLock<crossbeam_channel::Sender<CacheEvent>>,
+    journal: Arc<Journal>,
     _lock: File,
 }
 
@@ -149,11 +152,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Cache {
     /// Opens (or creates) the cache directory, takes its lock and reloads every intact entry.
-    /// Leftovers of a crash (temp files, data without a header, headers that do not check out)
-    /// are deleted.
+    /// Leftovers of a crash (temp files, data without a live header, headers that do not check
+    /// out) are deleted, and the log is rewritten with the live headers only.
     pub fn open(config: &CacheConfig, stats: Arc<Stats>) -> Result<Cache, CacheError> {
         let data_dir = config.dir.join("data");
-        fs::create_dir_all(&data_dir)?;
+        // Every data subdirectory exists from the start: no mkdir per new entry.
+        for sub in 0..=0xffu64 {
+            fs::create_dir_all(data_dir.join(format!("{sub:02x}")))?;
+        }
         let lock_file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -164,8 +170,21 @@ impl Cache {
             return Err(CacheError::Locked(config.dir.clone()));
         }
         let chunk_size = u64::from(config.chunk_size);
-        let mut index = Index::default();
-        let mut used = 0;
+        let log_path = config.dir.join("index.log");
+        // The live header of each data file: the last record for a path wins, and of two live
+        // paths sharing a data file (a hash collision) the later one.
+        let mut last: HashMap<String, Option<Header>> = HashMap::new();
+        for record in journal::read(&log_path)? {
+            match record {
+                Record::Put(h) => last.insert(h.path.clone(), Some(h)),
+                Record::Drop(path) => last.insert(path, None),
+            };
+        }
+        let mut by_slot: HashMap<u64, Header> = HashMap::new();
+        for (_, h) in last.into_iter().filter_map(|(p, h)| Some((p, h?))) {
+            by_slot.insert(format::path_hash(&h.path), h);
+        }
+        let mut loaded = Vec::new();
         for sub in fs::read_dir(&data_dir)? {
             let sub = sub?.path();
             if !sub.is_dir() {
@@ -174,27 +193,35 @@ impl Cache {
             for file in fs::read_dir(&sub)? {
                 let file = file?.path();
                 let name = file.file_name().unwrap_or_default().to_string_lossy();
-                if name.ends_with(".meta") {
-                    match load_entry(&file, chunk_size) {
-                        Ok(entry) => {
-                            used += lock(&entry.state).present_bytes;
-                            index.insert(Arc::new(entry));
-                        }
-                        Err(e) => {
-                            tracing::warn!(meta = %file.display(), error = %e, "dropping cache entry");
-                            let _ = fs::remove_file(&file);
-                            let _ = fs::remove_file(file.with_extension("dat"));
-                        }
-                    }
-                } else if name.ends_with(".dat") {
-                    if !file.with_extension("meta").exists() {
+                let header = name
+                    .strip_suffix(".dat")
+                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                    .and_then(|hash| by_slot.remove(&hash));
+                // Data without a live header (a fill cut short, a dropped entry), or anything
+                // foreign, is deleted.
+                let Some(header) = header else {
+                    let _ = fs::remove_file(&file);
+                    continue;
+                };
+                match check_entry(&header, &file, chunk_size) {
+                    Ok(data) => loaded.push((header, data, file)),
+                    Err(e) => {
+                        tracing::warn!(path = %header.path, error = %e, "dropping cache entry");
                         let _ = fs::remove_file(&file);
                     }
-                } else {
-                    // Temp headers of a crashed write, or anything foreign.
-                    let _ = fs::remove_file(&file);
                 }
             }
+        }
+        let journal = Arc::new(Journal::create(
+            &log_path,
+            loaded.iter().map(|(h, _, _)| h.clone()),
+        )?);
+        let mut index = Index::default();
+        let mut used = 0;
+        for (header, data, data_path) in loaded {
+            let entry = reloaded_entry(header, data, data_path, chunk_size, journal.clone());
+            used += lock(&entry.state).present_bytes;
+            index.insert(Arc::new(entry));
         }
         let capacity = match config.capacity {
             Some(c) => c,
@@ -218,6 +245,7 @@ impl Cache {
             tick: AtomicU64::new(1),
             stats,
             events: std::sync::OnceLock::new(),
+            journal,
             _lock: lock_file,
         })
     }
@@ -288,17 +316,21 @@ impl Cache {
             let old = index.remove(path).expect("present");
             self.drop_entry(&old);
         }
+        if self.journal.wants_rewrite() {
+            self.rewrite_journal(&index);
+        }
         let hash = format::path_hash(path);
-        let sub = self.dir.join("data").join(format!("{:02x}", hash >> 56));
-        fs::create_dir_all(&sub)?;
-        let data_path = sub.join(format!("{hash:016x}.dat"));
-        let meta_path = sub.join(format!("{hash:016x}.meta"));
+        let data_path = self
+            .dir
+            .join("data")
+            .join(format!("{:02x}", hash >> 56))
+            .join(format!("{hash:016x}.dat"));
         // A different path with the same hash: the newcomer takes the slot.
         if let Some(other) = index.in_slot(hash) {
             index.remove(&other.path);
             self.drop_entry(&other);
         }
-        let _ = fs::remove_file(&meta_path);
+        // Never truncate a file an old copy's open handles may still read.
         let _ = fs::remove_file(&data_path);
         let data = OpenOptions::new()
             .read(true)
@@ -314,14 +346,13 @@ impl Cache {
             chunk_size: self.chunk_size,
             data,
             data_path,
-            meta_path,
+            journal: self.journal.clone(),
             state: Mutex::new(State {
                 chunks: vec![Chunk::Absent; n],
                 present_bytes: 0,
                 evicted: false,
             }),
             filled: Condvar::new(),
-            persist_lock: Mutex::new(()),
             pins: AtomicU32::new(0),
             last_use: AtomicU64::new(self.next_tick()),
             fetched: AtomicBool::new(false),
@@ -334,6 +365,17 @@ impl Cache {
 
     fn next_tick(&self) -> u64 {
         self.tick.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Rewrites the log with the live headers only (it has grown well past them).
+    fn rewrite_journal(&self, index: &Index) {
+        let entries: Vec<Arc<Entry>> = index.entries.values().cloned().collect();
+        let r = self
+            .journal
+            .rewrite(|| entries.iter().filter_map(|e| e.header()).collect());
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "could not rewrite the cache log; appending on");
+        }
     }
 
     /// Removes an entry's files and returns its bytes. The caller has taken it out of the index.
@@ -353,7 +395,12 @@ impl Cache {
                 *c = Chunk::Absent;
             }
         }
-        let _ = fs::remove_file(&entry.meta_path);
+        drop(st);
+        // The tombstone goes first: a crash in between leaves data without a header (deleted
+        // at start), never a header for deleted or replaced data.
+        if let Err(e) = self.journal.drop_path(&entry.path) {
+            tracing::warn!(path = %entry.path, error = %e, "could not record a dropped entry");
+        }
         let _ = fs::remove_file(&entry.data_path);
     }
 
@@ -436,7 +483,7 @@ impl Cache {
             chunk_size: self.chunk_size,
             data,
             data_path: entry.data_path.clone(),
-            meta_path: entry.meta_path.clone(),
+            journal: self.journal.clone(),
             state: Mutex::new(State {
                 chunks: crcs
                     .into_iter()
@@ -449,7 +496,6 @@ impl Cache {
                 evicted: false,
             }),
             filled: Condvar::new(),
-            persist_lock: Mutex::new(()),
             pins: AtomicU32::new(0),
             last_use: AtomicU64::new(self.next_tick()),
             fetched: AtomicBool::new(false),
@@ -484,25 +530,34 @@ impl Cache {
     }
 }
 
-fn load_entry(meta_path: &Path, chunk_size: u64) -> Result<Entry, CacheError> {
-    let header = Header::decode(&fs::read(meta_path)?)?;
+/// Opens the data file of a logged header, checking that the two belong together.
+fn check_entry(header: &Header, data_path: &Path, chunk_size: u64) -> Result<File, CacheError> {
     if u64::from(header.chunk_size) != chunk_size {
         return Err(CacheError::Corrupt(format!(
             "chunk size {} differs from the configured {chunk_size}",
             header.chunk_size
         )));
     }
-    let n = header.version.size.div_ceil(chunk_size) as usize;
-    if header.chunks.len() != n {
+    if header.chunks.len() as u64 != header.version.size.div_ceil(chunk_size) {
         return Err(CacheError::Corrupt(
             "chunk count does not match size".into(),
         ));
     }
-    let data_path = meta_path.with_extension("dat");
-    let data = OpenOptions::new().read(true).write(true).open(&data_path)?;
+    let data = OpenOptions::new().read(true).write(true).open(data_path)?;
     if data.metadata()?.len() != header.version.size {
         return Err(CacheError::Corrupt("data file size does not match".into()));
     }
+    Ok(data)
+}
+
+/// An entry reloaded at start: its chunks are present as logged, but unverified.
+fn reloaded_entry(
+    header: Header,
+    data: File,
+    data_path: PathBuf,
+    chunk_size: u64,
+    journal: Arc<Journal>,
+) -> Entry {
     let mut present_bytes = 0;
     let chunks = header
         .chunks
@@ -519,26 +574,25 @@ fn load_entry(meta_path: &Path, chunk_size: u64) -> Result<Entry, CacheError> {
             None => Chunk::Absent,
         })
         .collect();
-    Ok(Entry {
+    Entry {
         path: header.path,
         version: header.version,
         chunk_size,
         data,
         data_path,
-        meta_path: meta_path.to_path_buf(),
+        journal,
         state: Mutex::new(State {
             chunks,
             present_bytes,
             evicted: false,
         }),
         filled: Condvar::new(),
-        persist_lock: Mutex::new(()),
         pins: AtomicU32::new(0),
         last_use: AtomicU64::new(0),
         fetched: AtomicBool::new(false),
         pulled: AtomicBool::new(false),
         keep: AtomicBool::new(false),
-    })
+    }
 }
 
 fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
@@ -573,6 +627,10 @@ impl Entry {
 
     pub fn chunk_len(&self, idx: u64) -> u64 {
         chunk_len(self.version.size, self.chunk_size, idx)
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
     }
 
     /// Chunks covering bytes `[offset, offset + len)`, clipped to the file.
@@ -805,38 +863,30 @@ impl Entry {
         &self.data
     }
 
-    /// Writes the header (atomically: temp file + rename) unless the entry left the cache.
-    pub fn persist(&self) -> Result<(), CacheError> {
-        let _serial = lock(&self.persist_lock);
-        let header = {
-            let st = lock(&self.state);
-            if st.evicted {
-                return Ok(());
-            }
-            Header {
-                chunk_size: self.chunk_size as u32,
-                version: self.version,
-                path: self.path.clone(),
-                chunks: st
-                    .chunks
-                    .iter()
-                    .map(|c| match c {
-                        Chunk::Present { crc, .. } => Some(*crc),
-                        _ => None,
-                    })
-                    .collect::<Vec<ChunkRecord>>(),
-            }
-        };
-        let tmp = self.meta_path.with_extension("meta.tmp");
-        let mut f = File::create(&tmp)?;
-        f.write_all(&header.encode())?;
-        drop(f);
-        fs::rename(&tmp, &self.meta_path)?;
-        // Eviction may have raced the rename: never leave a header for removed data.
-        if lock(&self.state).evicted {
-            let _ = fs::remove_file(&self.meta_path);
+    /// The header recording this entry's present chunks; `None` once it left the cache.
+    fn header(&self) -> Option<Header> {
+        let st = lock(&self.state);
+        if st.evicted {
+            return None;
         }
-        Ok(())
+        Some(Header {
+            chunk_size: self.chunk_size as u32,
+            version: self.version,
+            path: self.path.clone(),
+            chunks: st
+                .chunks
+                .iter()
+                .map(|c| match c {
+                    Chunk::Present { crc, .. } => Some(*crc),
+                    _ => None,
+                })
+                .collect::<Vec<ChunkRecord>>(),
+        })
+    }
+
+    /// Records the present chunks in the cache's log, unless the entry left the cache.
+    pub fn persist(&self) -> Result<(), CacheError> {
+        Ok(self.journal.put(|| self.header())?)
     }
 }
 

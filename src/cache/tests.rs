@@ -71,27 +71,62 @@ fn reload_after_restart_keeps_complete_and_partial_entries() {
 #[test]
 fn crash_leftovers_are_discarded() {
     let (dir, config, stats) = setup(100 << 20);
-    let (data_path, meta_path) = {
+    let (a_data, orphan_data) = {
         let cache = Cache::open(&config, stats.clone()).unwrap();
         let a = cache.entry("a", v(1 << 20)).unwrap();
         fill(&cache, &a, 1);
         // Data written but never recorded in a header: a fill cut short by a crash.
         let orphan = cache.entry("orphan", v(10)).unwrap();
         orphan.write_at(0, b"0123456789").unwrap();
-        (a.data_path.clone(), a.meta_path.clone())
+        (a.data_path.clone(), orphan.data_path.clone())
     };
-    fs::write(meta_path.with_extension("meta.tmp"), b"half a header").unwrap();
+    let stray = a_data.with_extension("meta.tmp");
+    fs::write(&stray, b"foreign").unwrap();
+    let log = dir.join("index.log");
     let cache = Cache::open(&config, stats.clone()).unwrap();
     assert_eq!(cache.cached_files(), 1);
-    assert!(!meta_path.with_extension("meta.tmp").exists());
-    drop(cache);
-    // A torn header drops the entry and its data.
-    let bytes = fs::read(&meta_path).unwrap();
-    fs::write(&meta_path, &bytes[..bytes.len() - 3]).unwrap();
+    assert!(!stray.exists() && !orphan_data.exists());
+    // A record torn by a crash mid-append is ignored: the entry it described is dropped.
+    let a = cache.entry("a", v(1 << 20)).unwrap();
+    a.persist().unwrap();
+    drop((a, cache));
+    let bytes = fs::read(&log).unwrap();
+    let one_record = bytes.len() / 2 - 6;
+    fs::write(&log, &bytes[..bytes.len() - one_record - 3]).unwrap();
     let cache = Cache::open(&config, stats).unwrap();
     assert_eq!(cache.cached_files(), 0);
     assert_eq!(cache.used_bytes(), 0);
-    assert!(!data_path.exists());
+    assert!(!a_data.exists());
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// A dropped entry stays dropped across a restart, even when another path took its data file.
+#[test]
+fn tombstones_and_slot_takeovers_survive_a_restart() {
+    let (dir, config, stats) = setup(100 << 20);
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let a = cache.entry("a", v(1 << 20)).unwrap();
+        fill(&cache, &a, 1);
+        let b = cache.entry("b", v(1 << 20)).unwrap();
+        fill(&cache, &b, 2);
+        cache.forget("a", v(1 << 20));
+        // "b" replaced by a new version, half filled.
+        let b2 = cache.entry("b", v(2 << 20)).unwrap();
+        let claim = b2.claim(0..1);
+        assert!(cache.reserve(&b2, 1 << 20));
+        let buf = vec![3u8; 1 << 20];
+        b2.write_at(0, &buf).unwrap();
+        b2.complete(claim.mine[0], crc32c::crc32c(&buf));
+        b2.persist().unwrap();
+    }
+    let cache = Cache::open(&config, stats).unwrap();
+    assert_eq!(cache.cached_files(), 1);
+    assert!(cache.lookup("a", v(1 << 20)).is_none());
+    assert!(cache.lookup("b", v(1 << 20)).is_none());
+    let b2 = cache.lookup("b", v(2 << 20)).unwrap();
+    assert!(b2.all_present(0..1) && !b2.all_present(1..2));
+    assert!(b2.verify(&cache, 0..1).unwrap());
     let _ = fs::remove_dir_all(dir);
 }
 
@@ -162,7 +197,7 @@ fn lru_eviction_spares_open_files() {
     fill(&cache, &d, 4);
     assert!(!a.is_evicted());
     assert!(b.is_evicted());
-    assert!(!b.data_path.exists() && !b.meta_path.exists());
+    assert!(!b.data_path.exists());
     assert_eq!(stats.evictions.load(Ordering::Relaxed), 1);
     assert_eq!(cache.used_bytes(), 3 << 20);
     // Everything else open too: nothing can be evicted, the reservation is refused.

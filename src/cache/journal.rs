@@ -1,0 +1,217 @@
+//! The cache's headers live in one append-only log (`<ssd>/index.log`), not in a file per
+//! entry: recording a new entry is one `write` to an open file instead of creating, writing and
+//! renaming a second inode per cached file (which costs more than the data write for small
+//! training samples). The last record for a path wins; dropping an entry appends a tombstone
+//! before its data file is deleted. A torn or corrupt record (a crash mid-append) ends the log:
+//! what follows is ignored. The log is rewritten with only the live headers at every start and
+//! whenever it has grown well past that size.
+//!
+//! Layout (little endian): magic `"DYADFSJ\0"` | format u32, then records
+//! `len u32 | kind u8 | payload | crc32c(kind, payload) u32` with `len` counting kind, payload
+//! and crc; kind 1 = a [`Header`] (its own encoding), kind 2 = a dropped path (UTF-8).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::CacheError;
+use super::format::{FORMAT_VERSION, Header};
+
+pub const MAGIC: &[u8; 8] = b"DYADFSJ\0";
+const PUT: u8 = 1;
+const DROP: u8 = 2;
+/// The log is rewritten once it exceeds twice its size after the last rewrite plus this.
+const SLACK: u64 = 16 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Put(Header),
+    Drop(String),
+}
+
+pub struct Journal {
+    path: PathBuf,
+    log: Mutex<Log>,
+}
+
+struct Log {
+    file: File,
+    len: u64,
+    rewrite_at: u64,
+}
+
+fn lock(m: &Mutex<Log>) -> std::sync::MutexGuard<'_, Log> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn encode(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 9);
+    out.extend_from_slice(&(payload.len() as u32 + 5).to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(payload);
+    let crc = crc32c::crc32c(&out[4..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The records of the log at `path` up to the first torn or corrupt one; none if the file is
+/// missing or from another format.
+pub fn read(path: &Path) -> io::Result<Vec<Record>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(decode(&bytes))
+}
+
+fn decode(bytes: &[u8]) -> Vec<Record> {
+    let mut out = Vec::new();
+    if bytes.len() < 12 || &bytes[..8] != MAGIC || bytes[8..12] != FORMAT_VERSION.to_le_bytes() {
+        return out;
+    }
+    let mut rest = &bytes[12..];
+    while rest.len() >= 4 {
+        let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        if len < 5 || rest.len() < 4 + len {
+            break;
+        }
+        let (body, crc) = rest[4..4 + len].split_at(len - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            break;
+        }
+        let record = match body[0] {
+            PUT => Header::decode(&body[1..]).ok().map(Record::Put),
+            DROP => String::from_utf8(body[1..].to_vec()).ok().map(Record::Drop),
+            _ => None,
+        };
+        let Some(record) = record else { break };
+        out.push(record);
+        rest = &rest[4 + len..];
+    }
+    out
+}
+
+impl Journal {
+    /// Starts a fresh log at `path` holding `headers` (written aside, then renamed over the old
+    /// log, so a crash leaves one or the other).
+    pub fn create(
+        path: &Path,
+        headers: impl IntoIterator<Item = Header>,
+    ) -> Result<Journal, CacheError> {
+        let log = write_log(path, headers)?;
+        Ok(Journal {
+            path: path.to_path_buf(),
+            log: Mutex::new(log),
+        })
+    }
+
+    /// Appends the header `make` returns (`None`: the entry left the cache, record nothing).
+    /// `make` runs under the log's lock, so an entry's records are appended in the order its
+    /// states were taken, and a tombstone is never followed by a stale header.
+    pub fn put(&self, make: impl FnOnce() -> Option<Header>) -> io::Result<()> {
+        let mut log = lock(&self.log);
+        let Some(header) = make() else { return Ok(()) };
+        log.append(&encode(PUT, &header.encode()))
+    }
+
+    /// Records that `path` left the cache (before its data file is deleted).
+    pub fn drop_path(&self, path: &str) -> io::Result<()> {
+        lock(&self.log).append(&encode(DROP, path.as_bytes()))
+    }
+
+    pub fn wants_rewrite(&self) -> bool {
+        let log = lock(&self.log);
+        log.len > log.rewrite_at
+    }
+
+    /// Replaces the log by one holding only the headers `live` returns (called under the
+    /// log's lock, so nothing is appended to the old log meanwhile).
+    pub fn rewrite(&self, live: impl FnOnce() -> Vec<Header>) -> Result<(), CacheError> {
+        let mut log = lock(&self.log);
+        *log = write_log(&self.path, live())?;
+        Ok(())
+    }
+}
+
+impl Log {
+    fn append(&mut self, record: &[u8]) -> io::Result<()> {
+        self.file.write_all(record)?;
+        self.len += record.len() as u64;
+        Ok(())
+    }
+}
+
+fn write_log(path: &Path, headers: impl IntoIterator<Item = Header>) -> Result<Log, CacheError> {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    for h in headers {
+        bytes.extend_from_slice(&encode(PUT, &h.encode()));
+    }
+    let tmp = path.with_extension("log.tmp");
+    fs::write(&tmp, &bytes)?;
+    fs::rename(&tmp, path)?;
+    let file = OpenOptions::new().append(true).open(path)?;
+    let len = bytes.len() as u64;
+    Ok(Log {
+        file,
+        len,
+        rewrite_at: 2 * len + SLACK,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Version;
+
+    fn header(path: &str, crc: u32) -> Header {
+        Header {
+            chunk_size: 1 << 20,
+            version: Version {
+                size: 10,
+                mtime_ns: 7,
+            },
+            path: path.into(),
+            chunks: vec![Some(crc)],
+        }
+    }
+
+    #[test]
+    fn records_come_back_in_order_and_a_torn_tail_is_ignored() {
+        let dir = std::env::temp_dir().join(format!("dyadfs-journal-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("index.log");
+        let j = Journal::create(&path, [header("a", 1)]).unwrap();
+        j.put(|| Some(header("b", 2))).unwrap();
+        j.put(|| None).unwrap();
+        j.drop_path("a").unwrap();
+        j.put(|| Some(header("b", 3))).unwrap();
+        let want = vec![
+            Record::Put(header("a", 1)),
+            Record::Put(header("b", 2)),
+            Record::Drop("a".into()),
+            Record::Put(header("b", 3)),
+        ];
+        assert_eq!(read(&path).unwrap(), want);
+        // Every cut inside the last record (a crash mid-append) keeps exactly the others.
+        let bytes = fs::read(&path).unwrap();
+        let last = encode(PUT, &header("b", 3).encode()).len();
+        for cut in 1..last {
+            assert_eq!(decode(&bytes[..bytes.len() - cut]), want[..3]);
+        }
+        // A flipped byte in a record ends the log there.
+        let mut bad = bytes.clone();
+        bad[14] ^= 1;
+        assert_eq!(decode(&bad), vec![]);
+        j.rewrite(|| vec![header("b", 3)]).unwrap();
+        j.drop_path("b").unwrap();
+        assert_eq!(
+            read(&path).unwrap(),
+            vec![Record::Put(header("b", 3)), Record::Drop("b".into())]
+        );
+        assert_eq!(read(&dir.join("missing")).unwrap(), vec![]);
+        let _ = fs::remove_dir_all(dir);
+    }
+}
