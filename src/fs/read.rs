@@ -30,6 +30,10 @@ pub enum Origin {
     Peer,
 }
 
+/// Where a source hands the bytes of a range: `sink(offset, bytes, crc)`, pieces starting at
+/// chunk boundaries, `crc` the crc32c of `bytes` when the source already checked it (a peer's).
+pub type FillSink<'a> = &'a mut (dyn FnMut(u64, &[u8], Option<u32>) -> io::Result<()> + Send);
+
 /// Where missing chunks come from.
 pub trait Source: Send + Sync + 'static {
     /// Reads exactly `buf.len()` bytes of `path` at `offset`; fails (ESTALE) if the file is no
@@ -41,6 +45,22 @@ pub trait Source: Send + Sync + 'static {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<Origin>;
+
+    /// Hands `len` bytes of `path` at `offset` (a chunk boundary) to `sink`. A source whose
+    /// bytes arrive in buffers of their own (pulled chunks) overrides this to skip a copy.
+    fn read_into(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        len: u64,
+        sink: FillSink<'_>,
+    ) -> io::Result<Origin> {
+        let mut buf = vec![0; len as usize];
+        let origin = self.read_at(path, version, offset, &mut buf)?;
+        sink(offset, &buf, None)?;
+        Ok(origin)
+    }
 }
 
 pub struct Reader<S: ?Sized> {
@@ -127,20 +147,21 @@ impl<S: Source + ?Sized> Reader<S> {
             for run in runs(&fill.pending.clone()) {
                 let offset = run.start * self.cache.chunk_size();
                 let len: u64 = run.clone().map(|i| entry.chunk_len(i)).sum();
-                let mut buf = vec![0; len as usize];
+                let mut crcs: Vec<Option<u32>> = vec![None; (run.end - run.start) as usize];
+                let mut sink = |off: u64, bytes: &[u8], crc: Option<u32>| {
+                    entry.write_at(off, bytes)?;
+                    record_crcs(entry, run.clone(), &mut crcs, off, bytes, crc)
+                };
                 let origin = self
                     .source
-                    .read_at(&entry.path, entry.version, offset, &mut buf)
+                    .read_into(&entry.path, entry.version, offset, len, &mut sink)
                     .map_err(Error::Source)?;
                 self.count(entry, origin, len);
-                entry
-                    .write_at(offset, &buf)
-                    .map_err(crate::cache::CacheError::Io)?;
-                let mut at = 0;
-                for idx in run {
-                    let n = entry.chunk_len(idx) as usize;
-                    fill.complete(idx, crc32c::crc32c(&buf[at..at + n]));
-                    at += n;
+                for (idx, crc) in run.zip(crcs) {
+                    let crc = crc.ok_or_else(|| {
+                        Error::Source(io::Error::other("the source skipped a chunk"))
+                    })?;
+                    fill.complete(idx, crc);
                 }
             }
             entry.persist()?;
@@ -219,6 +240,37 @@ impl Drop for Fill<'_> {
         }
         self.cache.release(self.reserved);
     }
+}
+
+/// Notes the crc32c of each chunk of `run` that the piece `bytes` at `off` covers (given when
+/// the piece is one chunk whose crc the source checked, computed otherwise).
+fn record_crcs(
+    entry: &Entry,
+    run: Range<u64>,
+    crcs: &mut [Option<u32>],
+    off: u64,
+    bytes: &[u8],
+    crc: Option<u32>,
+) -> io::Result<()> {
+    let chunk = entry.chunks_for(off, 1).start;
+    let mut at = 0;
+    for idx in chunk.. {
+        if at == bytes.len() {
+            break;
+        }
+        let n = entry.chunk_len(idx) as usize;
+        if !run.contains(&idx) || at + n > bytes.len() || off % entry.chunk_size() != 0 {
+            return Err(io::Error::other(
+                "a source piece is not whole chunks of the range",
+            ));
+        }
+        crcs[(idx - run.start) as usize] = Some(match crc {
+            Some(c) if n == bytes.len() => c,
+            _ => crc32c::crc32c(&bytes[at..at + n]),
+        });
+        at += n;
+    }
+    Ok(())
 }
 
 /// Splits sorted chunk indices into contiguous runs, so each run is one source read.

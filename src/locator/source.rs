@@ -13,7 +13,7 @@ use super::service::LocatorService;
 use super::tiers::{Reply, pick_holder};
 use crate::cache::{Cache, CacheEvent, Version};
 use crate::fs::BackingStore;
-use crate::fs::read::{Origin, Source};
+use crate::fs::read::{FillSink, Origin, Source};
 use crate::stats::Stats;
 use crate::transport::pull::{ChunkStore, Puller, Want};
 use crate::transport::wire::WireVersion;
@@ -34,17 +34,18 @@ impl ClusterSource {
         path: &str,
         version: Version,
         offset: u64,
-        buf: &mut [u8],
+        len: u64,
+        sink: FillSink<'_>,
     ) -> io::Result<Origin> {
         if let Some(producer) = names::producer_of(path) {
-            return match self.pull_from_peers(path, version, &[producer], offset, buf) {
+            return match self.pull_from_peers(path, version, &[producer], offset, len, sink) {
                 Some(()) => Ok(Origin::Peer),
                 None => Err(io::Error::other(format!(
                     "producer {producer} of {path} could not serve it"
                 ))),
             };
         }
-        self.backing.read_at(path, version, offset, buf)
+        self.backing.read_into(path, version, offset, len, sink)
     }
 
     /// Tries the holders in preference order; `None` if none could serve the range.
@@ -54,7 +55,8 @@ impl ClusterSource {
         version: Version,
         holders: &[u32],
         offset: u64,
-        buf: &mut [u8],
+        len: u64,
+        sink: FillSink<'_>,
     ) -> Option<()> {
         let suspects = self.locator.suspects();
         let mut tried = Vec::new();
@@ -75,16 +77,12 @@ impl ClusterSource {
                 path: path.to_string(),
                 version: version.into(),
                 offset,
-                len: buf.len() as u64,
+                len,
             };
-            let mut sink = |off: u64, bytes: &[u8]| {
-                let at = (off - offset) as usize;
-                buf[at..at + bytes.len()].copy_from_slice(bytes);
-                Ok(())
-            };
+            let mut pulled = |off: u64, bytes: &[u8], crc: u32| sink(off, bytes, Some(crc));
             let r = self
                 .runtime
-                .block_on(self.puller.pull(addr, &want, &mut sink));
+                .block_on(self.puller.pull(addr, &want, &mut pulled));
             match r {
                 Ok(_) => return Some(()),
                 Err(e) => {
@@ -107,6 +105,23 @@ impl Source for ClusterSource {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<Origin> {
+        let len = buf.len() as u64;
+        let mut copy = |off: u64, bytes: &[u8], _crc: Option<u32>| {
+            let at = (off - offset) as usize;
+            buf[at..at + bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        };
+        self.read_into(path, version, offset, len, &mut copy)
+    }
+
+    fn read_into(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        len: u64,
+        sink: FillSink<'_>,
+    ) -> io::Result<Origin> {
         let deadline = Instant::now() + self.locator.timeout;
         let mut pause = Duration::from_millis(10);
         let mut waited = false;
@@ -114,15 +129,15 @@ impl Source for ClusterSource {
             match self.runtime.block_on(self.locator.locate(path, version)) {
                 Reply::Holders(h) => {
                     if self
-                        .pull_from_peers(path, version, &h, offset, buf)
+                        .pull_from_peers(path, version, &h, offset, len, sink)
                         .is_some()
                     {
                         return Ok(Origin::Peer);
                     }
-                    return self.read_backing(path, version, offset, buf);
+                    return self.read_backing(path, version, offset, len, sink);
                 }
                 Reply::Fetch => {
-                    let r = self.read_backing(path, version, offset, buf);
+                    let r = self.read_backing(path, version, offset, len, sink);
                     if r.is_err() {
                         self.runtime
                             .block_on(self.locator.fetch_failed(path, version));
@@ -140,7 +155,7 @@ impl Source for ClusterSource {
                     );
                     pause = (pause * 2).min(Duration::from_millis(200));
                 }
-                Reply::WaitFor(_) => return self.read_backing(path, version, offset, buf),
+                Reply::WaitFor(_) => return self.read_backing(path, version, offset, len, sink),
             }
         }
     }

@@ -371,8 +371,9 @@ pub struct Want {
     pub len: u64,
 }
 
-/// Where pulled chunks go: `sink(offset, bytes)`.
-pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8]) -> io::Result<()> + Send);
+/// Where pulled chunks go: `sink(offset, bytes, crc32c)`, straight from the registered slot
+/// the chunk was pulled into, its checksum already checked.
+pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8], u32) -> io::Result<()> + Send);
 
 /// Pulls from holders, keeping one idle connection (control stream + UCX endpoint) per holder
 /// between pulls: connecting costs a TCP handshake, a hello and a UCX wireup.
@@ -582,7 +583,7 @@ async fn pull_chunks(
         if crc32c::crc32c(bytes) != crc {
             return Err(PullError::Checksum { peer, offset: off });
         }
-        sink(off, bytes).map_err(io_err)?;
+        sink(off, bytes, crc).map_err(io_err)?;
         done += 1;
     }
     Ok(len)

@@ -70,7 +70,7 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
     };
     let rt = runtime()?;
     let start = Instant::now();
-    let mut sink = |off: u64, bytes: &[u8]| out.write_all_at(bytes, off);
+    let mut sink = |off: u64, bytes: &[u8], _crc: u32| out.write_all_at(bytes, off);
     let puller = pull::Puller::new(w, cfg);
     let n = rt
         .block_on(puller.pull(
