@@ -17,7 +17,7 @@ use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::cache::Version;
 use crate::stats::Stats;
 use crate::transport::pull::{RpcFuture, RpcHandler, Rpcs};
-use crate::transport::wire::{Located, Message};
+use crate::transport::wire::{Located, Message, WireVersion};
 
 #[derive(Default)]
 struct RackState {
@@ -157,19 +157,41 @@ impl LocatorService {
         }
     }
 
-    /// Tells this node's rack home that it gained (or lost) a complete copy. `false`: the home
-    /// did not acknowledge (unreachable); the caller retries.
-    pub async fn publish(self: &Arc<Self>, path: &str, version: Version, held: bool) -> bool {
-        let rack_home = self
-            .membership
-            .rack_home(path, self.membership.rack_of(self.me()));
-        let msg = Message::Publish {
-            path: path.to_string(),
-            version: version.into(),
-            node: self.me(),
-            held,
-        };
-        matches!(self.call(rack_home, msg).await, Some(Message::Ack))
+    /// Tells the rack homes that this node gained (`true`) or lost a complete copy of each
+    /// file, one RPC per home (concurrently). Returns which were acknowledged; the caller
+    /// retries the others (their home is unreachable).
+    pub async fn publish(self: &Arc<Self>, changes: &[(String, Version, bool)]) -> Vec<bool> {
+        let rack = self.membership.rack_of(self.me());
+        let mut by_home: HashMap<NodeId, Vec<usize>> = HashMap::new();
+        for (i, (path, _, _)) in changes.iter().enumerate() {
+            by_home
+                .entry(self.membership.rack_home(path, rack))
+                .or_default()
+                .push(i);
+        }
+        let mut calls = tokio::task::JoinSet::new();
+        for (home, items) in by_home {
+            let msgs = items
+                .iter()
+                .map(|&i| Message::Publish {
+                    path: changes[i].0.clone(),
+                    version: changes[i].1.into(),
+                    node: self.me(),
+                    held: changes[i].2,
+                })
+                .collect();
+            let me = self.clone();
+            calls.spawn(async move { (items, me.call(home, Message::Batch(msgs)).await) });
+        }
+        let mut acked = vec![false; changes.len()];
+        while let Some(Ok((items, reply))) = calls.join_next().await {
+            if let Some(Message::Batch(replies)) = reply {
+                for (i, r) in items.into_iter().zip(replies) {
+                    acked[i] = r == Message::Ack;
+                }
+            }
+        }
+        acked
     }
 
     pub async fn fetch_failed(self: &Arc<Self>, path: &str, version: Version) {
@@ -199,30 +221,40 @@ impl LocatorService {
                 let r = lock(&self.global).lookup(&key, requester, Instant::now(), self.timeout);
                 Message::Located(to_located(r))
             }
+            Message::Batch(msgs) => {
+                // The rack-level changes a batch of publishes causes go to their global homes
+                // in batches too.
+                let mut to_global: HashMap<NodeId, Vec<Message>> = HashMap::new();
+                let mut replies = Vec::with_capacity(msgs.len());
+                for msg in msgs {
+                    if let Message::Publish {
+                        path,
+                        version,
+                        node,
+                        held,
+                    } = msg
+                    {
+                        if let Some((home, change)) = self.rack_publish(path, version, node, held) {
+                            to_global.entry(home).or_default().push(change);
+                        }
+                        replies.push(Message::Ack);
+                    } else {
+                        replies.push(Box::pin(self.clone().answer(msg)).await);
+                    }
+                }
+                for (home, changes) in to_global {
+                    self.call(home, Message::Batch(changes)).await;
+                }
+                Message::Batch(replies)
+            }
             Message::Publish {
                 path,
                 version,
                 node,
                 held,
             } => {
-                let key = (path, version.into());
-                let changed = {
-                    let mut rack = lock(&self.rack);
-                    if held {
-                        rack.table.publish(&key, node)
-                    } else {
-                        rack.table.unpublish(&key, node)
-                    }
-                };
-                if changed {
-                    let msg = Message::RackChanged {
-                        path: key.0.clone(),
-                        version,
-                        rack: self.membership.rack_of(node).to_string(),
-                        node,
-                        held,
-                    };
-                    self.call(self.membership.global_home(&key.0), msg).await;
+                if let Some((home, change)) = self.rack_publish(path, version, node, held) {
+                    self.call(home, change).await;
                 }
                 Message::Ack
             }
@@ -279,6 +311,37 @@ impl LocatorService {
                 message: format!("not a locator message: {other:?}"),
             },
         }
+    }
+
+    /// Records at this rack home that `node` gained or lost a copy; returns the message for
+    /// the file's global home when the rack gained its first copy or lost its last.
+    fn rack_publish(
+        &self,
+        path: String,
+        version: WireVersion,
+        node: NodeId,
+        held: bool,
+    ) -> Option<(NodeId, Message)> {
+        let key = (path, version.into());
+        let changed = {
+            let mut rack = lock(&self.rack);
+            if held {
+                rack.table.publish(&key, node)
+            } else {
+                rack.table.unpublish(&key, node)
+            }
+        };
+        changed.then(|| {
+            let home = self.membership.global_home(&key.0);
+            let msg = Message::RackChanged {
+                path: key.0,
+                version,
+                rack: self.membership.rack_of(node).to_string(),
+                node,
+                held,
+            };
+            (home, msg)
+        })
     }
 
     async fn rack_lookup(self: &Arc<Self>, key: Key, requester: NodeId) -> Message {

@@ -192,8 +192,8 @@ impl ChunkStore for CacheStore {
 }
 
 /// Publishes every complete copy (those reloaded at start first), unpublishes dropped ones.
-/// A publish its home did not acknowledge (the home is down or not up yet) is retried every
-/// second for up to ten minutes.
+/// Changes queued together go out together (one RPC per rack home). A change its home did not
+/// acknowledge (the home is down or not up yet) is retried every second for up to ten minutes.
 pub fn start_publisher(
     cache: &Arc<Cache>,
     locator: Arc<LocatorService>,
@@ -201,6 +201,8 @@ pub fn start_publisher(
 ) {
     const RETRY_EVERY: Duration = Duration::from_secs(1);
     const GIVE_UP_AFTER: Duration = Duration::from_secs(600);
+    /// Most changes sent in one round.
+    const MAX_BATCH: usize = 512;
     let (tx, rx) = crossbeam_channel::unbounded();
     for (path, version) in cache.complete_entries() {
         let _ = tx.send(CacheEvent::Complete { path, version });
@@ -210,26 +212,36 @@ pub fn start_publisher(
     std::thread::Builder::new()
         .name("publisher".into())
         .spawn(move || {
-            let mut retry: Vec<(CacheEvent, Instant)> = Vec::new();
+            let mut retry: Vec<((String, Version, bool), Instant)> = Vec::new();
+            let mut last_retry = Instant::now();
             loop {
-                let event = match rx.recv_timeout(RETRY_EVERY) {
+                let first = match rx.recv_timeout(RETRY_EVERY) {
                     Ok(ev) => Some(ev),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
                 };
-                let due: Vec<_> = std::mem::take(&mut retry);
-                let fresh = event.map(|ev| (ev, Instant::now()));
-                for (ev, first) in due.into_iter().chain(fresh) {
-                    let ok = match &ev {
-                        CacheEvent::Complete { path, version } => {
-                            rt.block_on(locator.publish(path, *version, true))
-                        }
-                        CacheEvent::Dropped { path, version } => {
-                            rt.block_on(locator.publish(path, *version, false))
-                        }
-                    };
-                    if !ok && first.elapsed() < GIVE_UP_AFTER {
-                        retry.push((ev, first));
+                let now = Instant::now();
+                let mut round: Vec<((String, Version, bool), Instant)> = first
+                    .into_iter()
+                    .chain(rx.try_iter().take(MAX_BATCH - 1))
+                    .map(|ev| match ev {
+                        CacheEvent::Complete { path, version } => ((path, version, true), now),
+                        CacheEvent::Dropped { path, version } => ((path, version, false), now),
+                    })
+                    .collect();
+                if last_retry.elapsed() >= RETRY_EVERY {
+                    last_retry = now;
+                    round.append(&mut retry);
+                }
+                if round.is_empty() {
+                    continue;
+                }
+                let changes: Vec<(String, Version, bool)> =
+                    round.iter().map(|(c, _)| c.clone()).collect();
+                let acked = rt.block_on(locator.publish(&changes));
+                for ((change, since), ok) in round.into_iter().zip(acked) {
+                    if !ok && since.elapsed() < GIVE_UP_AFTER {
+                        retry.push((change, since));
                     }
                 }
             }

@@ -130,6 +130,9 @@ pub enum Message {
         version: WireVersion,
         drop: bool,
     },
+    /// Several locator messages in one RPC (publishes queued together); answered by a `Batch`
+    /// of their replies, in order.
+    Batch(Vec<Message>),
 }
 
 /// What a lookup tells the requester to do.
