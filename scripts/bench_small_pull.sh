@@ -31,6 +31,8 @@ printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
 mount_node() { "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" --peers "$W/peers" ${MOUNT_ARGS:-}; }
 daemon_of() { pgrep -f -- "$BIN mount $W/$1/mnt "; }
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
+# Context switches of all of a process's threads (each costs CPU: on this VM, a lot).
+switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
 # Reads every file in $W/order under $1 whole, 4 processes.
 read_all() { (cd "$1" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
 now() { date +%s.%N; }
@@ -49,16 +51,18 @@ for _ in $(seq "$RUNS"); do
   fusermount3 -u "$W/a/mnt"; sleep 0.3; mount_node a 0; sleep 2
   sync; echo 3 > /proc/sys/vm/drop_caches
   A=$(daemon_of a) B=$(daemon_of b)
-  a0=$(cpu_ms "$A") b0=$(cpu_ms "$B")
+  a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
   t0=$(now); read_all "$W/b/mnt"; t1=$(now)
   sleep 0.5   # publishes trail the reads
-  a1=$(cpu_ms "$A") b1=$(cpu_ms "$B")
+  a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
   peers=$("$BIN" stats "$W/b/mnt" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_from_peers"])')
   [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
   fusermount3 -u "$W/b/mnt"; sleep 0.3
   echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/dyadfs.txt"
   echo "$(echo "($a1 - $a0) * 1000 / $FILES" | bc -l)" >> "$W/cpu_a.txt"
   echo "$(echo "($b1 - $b0) * 1000 / $FILES" | bc -l)" >> "$W/cpu_b.txt"
+  echo "$(echo "($sa1 - $sa0) / $FILES" | bc -l)" >> "$W/sw_a.txt"
+  echo "$(echo "($sb1 - $sb0) / $FILES" | bc -l)" >> "$W/sw_b.txt"
 done
 runs() { xargs printf '%.0f ' < "$1"; }
 printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s)\n' \
@@ -67,3 +71,5 @@ printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "
 printf '  dyadfs, pulled from node A   %8.0f files/s   runs: %s\n' "$(median < "$W/dyadfs.txt")" "$(runs "$W/dyadfs.txt")"
 printf '  daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
   "$(median < "$W/cpu_b.txt")" "$(median < "$W/cpu_a.txt")" "$(runs "$W/cpu_b.txt")"
+printf '  context switches per file:   puller B %.1f, holder A %.1f\n' \
+  "$(median < "$W/sw_b.txt")" "$(median < "$W/sw_a.txt")"
