@@ -389,19 +389,6 @@ fn crash_leftovers_and_corruption_are_never_served() {
     assert!(!stray.exists());
 }
 
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
 #[test]
 fn a_changed_backing_file_is_served_fresh() {
     for (i, mode) in MODES.iter().enumerate() {

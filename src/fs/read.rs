@@ -252,17 +252,18 @@ fn record_crcs(
     bytes: &[u8],
     crc: Option<u32>,
 ) -> io::Result<()> {
-    let chunk = entry.chunks_for(off, 1).start;
+    let not_whole = || io::Error::other("a source piece is not whole chunks of the range");
+    if !off.is_multiple_of(entry.chunk_size()) {
+        return Err(not_whole());
+    }
     let mut at = 0;
-    for idx in chunk.. {
+    for idx in off / entry.chunk_size().. {
         if at == bytes.len() {
             break;
         }
         let n = entry.chunk_len(idx) as usize;
-        if !run.contains(&idx) || at + n > bytes.len() || off % entry.chunk_size() != 0 {
-            return Err(io::Error::other(
-                "a source piece is not whole chunks of the range",
-            ));
+        if !run.contains(&idx) || at + n > bytes.len() {
+            return Err(not_whole());
         }
         crcs[(idx - run.start) as usize] = Some(match crc {
             Some(c) if n == bytes.len() => c,
