@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 CHUNK=2097152
 export UCX_TLS=${1:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+# The tcp segment size the daemons use (src/transport/ucx): ucx_perftest gets the same.
+export UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-256k} UCX_TCP_RX_SEG_SIZE=${UCX_TCP_RX_SEG_SIZE:-256k}
 scripts/install-deps.sh
 cargo build --release --quiet
 BIN=$PWD/target/release/dyadfs
