@@ -75,6 +75,8 @@ pub struct Entry {
     chunk_size: u64,
     data: File,
     data_path: PathBuf,
+    /// `data` opened for direct I/O (peers' reads of cold chunks), opened on first use.
+    direct: std::sync::OnceLock<Option<File>>,
     journal: Arc<Journal>,
     state: Mutex<State>,
     filled: Condvar,
@@ -346,6 +348,7 @@ impl Cache {
             chunk_size: self.chunk_size,
             data,
             data_path,
+            direct: Default::default(),
             journal: self.journal.clone(),
             state: Mutex::new(State {
                 chunks: vec![Chunk::Absent; n],
@@ -483,6 +486,7 @@ impl Cache {
             chunk_size: self.chunk_size,
             data,
             data_path: entry.data_path.clone(),
+            direct: Default::default(),
             journal: self.journal.clone(),
             state: Mutex::new(State {
                 chunks: crcs
@@ -580,6 +584,7 @@ fn reloaded_entry(
         chunk_size,
         data,
         data_path,
+        direct: Default::default(),
         journal,
         state: Mutex::new(State {
             chunks,
@@ -806,24 +811,26 @@ impl Entry {
         false
     }
 
-    /// Reads whole present chunks at `offset` for a peer, verifying those not yet verified from
-    /// the same bytes: one read instead of two after a restart. `Ok(false)`: a chunk is absent
-    /// or failed its checksum (then dropped).
+    /// Reads whole present chunks at `offset` for a peer into `room[..len]`, verifying those
+    /// not yet verified from the same bytes: one read instead of two after a restart.
+    /// `Ok(false)`: a chunk is absent or failed its checksum (then dropped). `room` may be
+    /// written past `len` (a direct read rounds up to whole disk blocks).
     pub fn read_verified(
         &self,
         cache: &Cache,
         offset: u64,
-        buf: &mut [u8],
+        room: &mut [u8],
+        len: usize,
     ) -> Result<bool, CacheError> {
-        let range = self.chunks_for(offset, buf.len() as u64);
+        let range = self.chunks_for(offset, len as u64);
         let whole = offset.is_multiple_of(self.chunk_size)
-            && range.clone().map(|i| self.chunk_len(i)).sum::<u64>() == buf.len() as u64;
+            && range.clone().map(|i| self.chunk_len(i)).sum::<u64>() == len as u64;
         if !whole {
             // Partial chunks cannot be checked from their own bytes.
             if !self.all_present(range.clone()) || !self.verify(cache, range)? {
                 return Ok(false);
             }
-            self.data.read_exact_at(buf, offset)?;
+            self.data.read_exact_at(&mut room[..len], offset)?;
             return Ok(true);
         }
         let expected: Vec<Chunk> = {
@@ -833,7 +840,8 @@ impl Entry {
         if !expected.iter().all(|c| matches!(c, Chunk::Present { .. })) {
             return Ok(false);
         }
-        self.data.read_exact_at(buf, offset)?;
+        self.read_for_peer(offset, room, len)?;
+        let buf = &room[..len];
         let mut all_good = true;
         let mut at = 0;
         for (idx, chunk) in range.zip(expected) {
@@ -851,6 +859,67 @@ impl Entry {
             self.persist()?;
         }
         Ok(all_good)
+    }
+
+    /// Reads `room[..len]` at `offset` for a peer. Bytes already in the page cache are copied
+    /// from it; bytes that are not are read from the disk straight into `room` (O_DIRECT), not
+    /// through the page cache: on a node serving its cache to others, that copy costs as much
+    /// CPU as the whole transfer (`perf` of `scripts/bench_cluster.sh`), and the pages would
+    /// only push the node's own working set out.
+    fn read_for_peer(&self, offset: u64, room: &mut [u8], len: usize) -> io::Result<()> {
+        const BLOCK: usize = 4096;
+        let buf = &mut room[..len];
+        // SAFETY: one iovec over `buf`, which is valid for writes of its length for the call.
+        let cached = unsafe {
+            let iov = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: len,
+            };
+            libc::preadv2(
+                self.data.as_raw_fd(),
+                &iov,
+                1,
+                offset as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if cached == len as isize {
+            return Ok(());
+        }
+        let padded = len.next_multiple_of(BLOCK);
+        let aligned = offset.is_multiple_of(BLOCK as u64)
+            && (room.as_ptr() as usize).is_multiple_of(BLOCK)
+            && padded <= room.len();
+        if let Some(direct) = self.direct_file().filter(|_| aligned) {
+            // A short count only at the end of the file, past `len`.
+            let mut done = 0;
+            while done < len {
+                match direct.read_at(&mut room[done..padded], offset + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            if done >= len {
+                return Ok(());
+            }
+        }
+        self.data.read_exact_at(&mut room[..len], offset)
+    }
+
+    /// The data file opened for direct I/O, once; `None` where the file system refuses it.
+    fn direct_file(&self) -> Option<&File> {
+        self.direct
+            .get_or_init(|| {
+                use std::os::unix::fs::OpenOptionsExt;
+                OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&self.data_path)
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// Reads bytes of present chunks (the caller has ensured and verified them).

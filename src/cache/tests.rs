@@ -168,17 +168,17 @@ fn bytes_read_for_a_peer_are_verified_on_the_way() {
     let cache = Cache::open(&config, stats.clone()).unwrap();
     let a = cache.entry("a", v(3 << 20)).unwrap();
     let mut buf = vec![0; 1 << 20];
-    assert!(a.read_verified(&cache, 0, &mut buf).unwrap());
+    assert!(a.read_verified(&cache, 0, &mut buf, 1 << 20).unwrap());
     assert!(buf.iter().all(|&b| b == 7));
     let mut two = vec![0; 2 << 20];
-    assert!(!a.read_verified(&cache, 1 << 20, &mut two).unwrap());
+    assert!(!a.read_verified(&cache, 1 << 20, &mut two, 2 << 20).unwrap());
     assert!(!a.all_present(1..2), "the corrupt chunk is dropped");
     assert!(a.all_present(2..3));
     assert_eq!(stats.checksum_failures.load(Ordering::Relaxed), 1);
     // A partial chunk is checked through verify; an absent one is refused.
     let mut tail = vec![0; 4096];
-    assert!(a.read_verified(&cache, 2 << 20, &mut tail).unwrap());
-    assert!(!a.read_verified(&cache, 1 << 20, &mut tail).unwrap());
+    assert!(a.read_verified(&cache, 2 << 20, &mut tail, 4096).unwrap());
+    assert!(!a.read_verified(&cache, 1 << 20, &mut tail, 4096).unwrap());
     let _ = fs::remove_dir_all(dir);
 }
 
@@ -227,5 +227,39 @@ fn a_new_version_replaces_the_old_copy() {
     assert!(old.is_evicted());
     assert!(!new.all_present(0..1));
     assert_eq!(cache.used_bytes(), 0);
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// Chunks a peer asks for that are not in the page cache are read directly from the disk
+/// into the (block-aligned) slot, rounded up to whole blocks: the bytes must be the same.
+#[test]
+fn cold_chunks_read_for_a_peer_are_exact() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    let size = (1 << 20) + 100;
+    let a = cache.entry("a", v(size)).unwrap();
+    let claim = a.claim(0..2);
+    assert!(cache.reserve(&a, size));
+    let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    a.write_at(0, &bytes).unwrap();
+    for i in claim.mine {
+        let r = i as usize * (1 << 20)..((i as usize + 1) << 20).min(size as usize);
+        assert!(a.complete(i, crc32c::crc32c(&bytes[r])));
+    }
+    // Out of the page cache: written back, then dropped.
+    a.data_file().sync_all().unwrap();
+    // SAFETY: advice on a file descriptor we own; no memory is involved.
+    unsafe { libc::posix_fadvise(a.data_file().as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
+    // SAFETY: a non-zero-size layout; freed below with the same layout.
+    let room = unsafe { std::alloc::alloc_zeroed(layout) };
+    // SAFETY: `room` is a live allocation of 1 MiB, used only through this slice.
+    let slot = unsafe { std::slice::from_raw_parts_mut(room, 1 << 20) };
+    assert!(a.read_verified(&cache, 0, slot, 1 << 20).unwrap());
+    assert!(slot[..] == bytes[..1 << 20]);
+    assert!(a.read_verified(&cache, 1 << 20, slot, 100).unwrap());
+    assert!(slot[..100] == bytes[1 << 20..]);
+    // SAFETY: allocated above with this layout, not used after.
+    unsafe { std::alloc::dealloc(room, layout) };
     let _ = fs::remove_dir_all(dir);
 }

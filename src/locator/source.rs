@@ -173,20 +173,21 @@ impl ChunkStore for CacheStore {
         path: &str,
         version: WireVersion,
         offset: u64,
-        buf: &mut [u8],
+        room: &mut [u8],
+        len: usize,
     ) -> io::Result<()> {
         let v: Version = version.into();
         let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
         let entry = self.cache.lookup(path, v).ok_or_else(missing)?;
         if !entry
-            .read_verified(&self.cache, offset, buf)
+            .read_verified(&self.cache, offset, room, len)
             .map_err(io::Error::other)?
         {
             return Err(missing());
         }
         self.stats
             .bytes_served_to_peers
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            .fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
     }
 }

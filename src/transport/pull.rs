@@ -19,13 +19,16 @@ use super::wire::{self, Message, PROTOCOL_VERSION, WireError, WireVersion};
 
 /// Where a holder reads chunks from (the NVMe cache in the daemon, a directory in tests).
 pub trait ChunkStore: Send + Sync + 'static {
-    /// Reads exactly `buf.len()` bytes of `path` at `offset`, failing if not at `version`.
+    /// Reads exactly `len` bytes of `path` at `offset` into `room[..len]`, failing if not at
+    /// `version`. `room` is the whole slot: a store may write past `len` (direct reads round
+    /// up to whole disk blocks).
     fn read_at(
         &self,
         path: &str,
         version: WireVersion,
         offset: u64,
-        buf: &mut [u8],
+        room: &mut [u8],
+        len: usize,
     ) -> io::Result<()>;
 }
 
@@ -40,7 +43,8 @@ impl ChunkStore for DirStore {
         path: &str,
         version: WireVersion,
         offset: u64,
-        buf: &mut [u8],
+        room: &mut [u8],
+        len: usize,
     ) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
         if path.split('/').any(|c| c == "..") {
@@ -50,7 +54,7 @@ impl ChunkStore for DirStore {
         if WireVersion::from(crate::fs::version_of(&f.metadata()?)) != version {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
-        f.read_exact_at(buf, offset)
+        f.read_exact_at(&mut room[..len], offset)
     }
 }
 
@@ -256,10 +260,11 @@ fn stage(
     let mut slot = slab
         .take(Duration::from_secs(30))
         .ok_or("holder has no free slot")?;
-    let buf = slot.bytes_mut(len as usize);
+    let room = slot.bytes_mut(slab.slot_size());
     store
-        .read_at(path, version, offset, buf)
+        .read_at(path, version, offset, room, len as usize)
         .map_err(|e| format!("{path}: {e}"))?;
+    let buf = &mut room[..len as usize];
     let crc = crc32c::crc32c(buf);
     if faults.corrupt && !buf.is_empty() {
         buf[0] ^= 0xff;
