@@ -355,7 +355,14 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         locator: locator.clone(),
         runtime: runtime.handle().clone(),
     });
+    {
+        let c = cache.clone();
+        let _ = locator.holdings.set(Box::new(move || c.complete_entries()));
+    }
     crate::locator::source::start_publisher(&cache, locator.clone(), runtime.handle());
+    // This node's tables start empty: the others re-announce what they held before it serves.
+    let answered = runtime.block_on(locator.rejoin(args.peer_timeout.min(Duration::from_secs(2))));
+    tracing::info!(answered, "told the peers this node (re)started");
     let pull_config = crate::transport::pull::PullConfig {
         node_id: id,
         chunk: args.chunk_size as u32,

@@ -232,3 +232,40 @@ fn rendezvous_bootstraps_without_a_peers_file() {
     drop(nodes);
     let _ = Path::new(&rdv);
 }
+
+/// A node that restarts has empty tables: the others re-announce what those tables held
+/// (copies it is rack home of, racks' copies it is global home of) before it serves, so reads
+/// through it find the copies instead of going back to the backing store.
+#[test]
+fn a_restarted_node_learns_the_holders_again() {
+    let mut c = Cluster::new("rejoin", 4, 7);
+    let files: Vec<(String, Vec<u8>)> = (0..48)
+        .map(|k| {
+            (
+                format!("r{k:02}"),
+                pattern(MIB / 8 + k * 131, 70 + k as u64),
+            )
+        })
+        .collect();
+    for (p, d) in &files {
+        fs::write(c.backing.join(p), d).unwrap();
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    c.start(4);
+    // Node 0 (rack r0) and node 2 (rack r1) hold everything.
+    for m in [&c.nodes[0], &c.nodes[2]] {
+        for (p, d) in &files {
+            read_check(m, p, d);
+        }
+    }
+    assert_eq!(c.total("bytes_from_backing"), total);
+    // Node 3 restarts with an empty cache: its rack and global tables are gone.
+    c.nodes.remove(3).unmount();
+    fs::remove_dir_all(c.root.join("s3")).unwrap();
+    c.start_node(3);
+    for (p, d) in &files {
+        read_check(&c.nodes[3], p, d);
+    }
+    assert_eq!(c.nodes[3].stat("bytes_from_backing"), 0);
+    assert_eq!(c.nodes[3].stat("bytes_from_peers"), total);
+}

@@ -103,6 +103,8 @@ pub const WAIT_POLL: Duration = Duration::from_millis(5);
 
 /// What a holder does when told to release an object (set by the daemon: it knows the cache).
 pub type ReleaseFn = Box<dyn Fn(&str, u64, i64, bool) + Send + Sync>;
+/// The complete copies a node holds: (path, version).
+pub type HoldingsFn = Box<dyn Fn() -> Vec<(String, crate::cache::Version)> + Send + Sync>;
 
 /// The namespace of a single-node mount: one table in this process.
 #[derive(Default)]

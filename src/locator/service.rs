@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::membership::{Membership, NodeId};
-use super::names::{Name, NameTable, Namespace, ReleaseFn, WAIT_POLL};
+use super::names::{HoldingsFn, Name, NameTable, Namespace, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::cache::Version;
@@ -35,6 +35,9 @@ pub struct LocatorService {
     names: Mutex<NameTable>,
     /// What to do when told a produced object of ours is no longer named (set by the daemon).
     pub on_release: std::sync::OnceLock<ReleaseFn>,
+    /// The complete copies this node holds (set by the daemon; re-announced to a home that
+    /// restarted).
+    pub holdings: std::sync::OnceLock<HoldingsFn>,
     /// Bound on every RPC and on how long a fetch may hold off the others.
     pub timeout: Duration,
     /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
@@ -76,6 +79,7 @@ impl LocatorService {
             global: Mutex::default(),
             names: Mutex::default(),
             on_release: std::sync::OnceLock::new(),
+            holdings: std::sync::OnceLock::new(),
             timeout,
             suspects: Mutex::default(),
             rpcs: Rpcs::default(),
@@ -85,6 +89,68 @@ impl LocatorService {
 
     pub fn me(&self) -> NodeId {
         self.membership.own()
+    }
+
+    /// Tells every peer this node (re)started with empty tables, so they re-announce what the
+    /// tables held; waits (at most `timeout` per peer, all at once) for their answers. A peer
+    /// that is not up yet has nothing to announce: its failure is ignored, never suspected.
+    pub async fn rejoin(self: &Arc<Self>, timeout: Duration) -> usize {
+        let mut calls = tokio::task::JoinSet::new();
+        for m in self.membership.members() {
+            if m.id == self.me() {
+                continue;
+            }
+            let (me, addr) = (self.clone(), m.addr);
+            calls.spawn(async move {
+                let msg = Message::Rejoined { node: me.me() };
+                me.rpcs.call(addr, &msg, timeout).await
+            });
+        }
+        let mut answered = 0;
+        while let Some(r) = calls.join_next().await {
+            answered += matches!(r, Ok(Ok(Message::Ack))) as usize;
+        }
+        answered
+    }
+
+    /// What `node`, just (re)started, lost: this node's copies it is rack home of, and this
+    /// rack's files it is global home of.
+    async fn reannounce(self: &Arc<Self>, node: NodeId) {
+        let rack = self.membership.rack_of(self.me());
+        let mine: Vec<Message> = self
+            .holdings
+            .get()
+            .map(|f| f())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(path, _)| self.membership.rack_home(path, rack) == node)
+            .map(|(path, version)| Message::Publish {
+                path,
+                version: version.into(),
+                node: self.me(),
+                held: true,
+            })
+            .collect();
+        let copies = mine.len();
+        if !mine.is_empty() {
+            self.call(node, Message::Batch(mine)).await;
+        }
+        let racks: Vec<Message> = lock(&self.rack)
+            .table
+            .held()
+            .filter(|((path, _), _)| self.membership.global_home(path) == node)
+            .map(|((path, version), holder)| Message::RackChanged {
+                path: path.clone(),
+                version: (*version).into(),
+                rack: rack.to_string(),
+                node: holder,
+                held: true,
+            })
+            .collect();
+        if !racks.is_empty() {
+            self.call(node, Message::Batch(racks)).await;
+        }
+        tracing::info!(node, copies, "re-announced to a restarted node");
     }
 
     pub fn suspect(&self, node: NodeId) {
@@ -272,6 +338,12 @@ impl LocatorService {
                 } else {
                     g.rack_lost(&key, &rack);
                 }
+                Message::Ack
+            }
+            Message::Rejoined { node } => {
+                // Its address may be reused by a new process: drop the suspicion now.
+                lock(&self.suspects).remove(&node);
+                self.reannounce(node).await;
                 Message::Ack
             }
             Message::FetchFailed {

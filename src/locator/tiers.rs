@@ -108,6 +108,13 @@ impl RackHome {
             .map(|h| h.iter().copied().collect())
             .unwrap_or_default()
     }
+
+    /// Every file the rack holds, with one of its holders.
+    pub fn held(&self) -> impl Iterator<Item = (&Key, NodeId)> {
+        self.holders
+            .iter()
+            .filter_map(|(k, h)| Some((k, *h.iter().next()?)))
+    }
 }
 
 #[derive(Debug, Default)]

@@ -133,6 +133,12 @@ pub enum Message {
     /// Several locator messages in one RPC (publishes queued together); answered by a `Batch`
     /// of their replies, in order.
     Batch(Vec<Message>),
+    /// From a node that has (re)started with empty tables: peers re-announce what those tables
+    /// held (their copies it is rack home of, their racks' copies it is global home of), then
+    /// answer `Ack`.
+    Rejoined {
+        node: u32,
+    },
 }
 
 /// What a lookup tells the requester to do.

@@ -249,19 +249,24 @@ impl Cluster {
 
     pub fn start(&mut self, n: u32) {
         for i in 0..n {
-            let out = self.mount_cmd(i).output().unwrap();
-            assert!(
-                out.status.success(),
-                "node {i}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let mut m = Mounted {
-                mnt: self.root.join(format!("m{i}")),
-                pid: 0,
-            };
-            m.pid = m.stat("pid") as u32;
-            self.nodes.push(m);
+            self.start_node(i);
         }
+    }
+
+    /// Mounts node `i` and puts it at `nodes[i]` (the nodes before it must be there).
+    pub fn start_node(&mut self, i: u32) {
+        let out = self.mount_cmd(i).output().unwrap();
+        assert!(
+            out.status.success(),
+            "node {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut m = Mounted {
+            mnt: self.root.join(format!("m{i}")),
+            pid: 0,
+        };
+        m.pid = m.stat("pid") as u32;
+        self.nodes.insert(i as usize, m);
     }
 
     pub fn total(&self, key: &str) -> u64 {
