@@ -45,10 +45,8 @@ for _ in $(seq "$RUNS"); do
   t0=$(now); read_all "$W/local"; t1=$(now)
   echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/local.txt"
 
+  # B restarts empty; A re-announces its copies to B's tables as B starts.
   rm -rf "$W/b/ssd"; mount_node b 1
-  # Node A restarts warm and republishes its copies to their homes, half of which are on B,
-  # which has just restarted with empty tables.
-  fusermount3 -u "$W/a/mnt"; sleep 0.3; mount_node a 0; sleep 2
   sync; echo 3 > /proc/sys/vm/drop_caches
   A=$(daemon_of a) B=$(daemon_of b)
   a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")

@@ -108,7 +108,12 @@ impl LocatorService {
         }
         let mut answered = 0;
         while let Some(r) = calls.join_next().await {
-            answered += matches!(r, Ok(Ok(Message::Ack))) as usize;
+            match r {
+                Ok(Ok(Message::Ack)) => answered += 1,
+                Ok(Ok(other)) => tracing::warn!(reply = ?other, "unexpected answer to Rejoined"),
+                Ok(Err(e)) => tracing::debug!(error = %e, "a peer did not answer Rejoined"),
+                Err(e) => tracing::warn!(error = %e, "Rejoined task failed"),
+            }
         }
         answered
     }
