@@ -175,16 +175,21 @@ impl Cache {
         let log_path = config.dir.join("index.log");
         // The live header of each data file: the last record for a path wins, and of two live
         // paths sharing a data file (a hash collision) the later one.
-        let mut last: HashMap<String, Option<Header>> = HashMap::new();
-        for record in journal::read(&log_path)? {
+        let mut last: HashMap<String, (usize, Option<Header>)> = HashMap::new();
+        for (at, record) in journal::read(&log_path)?.into_iter().enumerate() {
             match record {
-                Record::Put(h) => last.insert(h.path.clone(), Some(h)),
-                Record::Drop(path) => last.insert(path, None),
+                Record::Put(h) => last.insert(h.path.clone(), (at, Some(h))),
+                Record::Drop(path) => last.insert(path, (at, None)),
             };
         }
-        let mut by_slot: HashMap<u64, Header> = HashMap::new();
-        for (_, h) in last.into_iter().filter_map(|(p, h)| Some((p, h?))) {
-            by_slot.insert(format::path_hash(&h.path), h);
+        let mut by_slot: HashMap<u64, (usize, Header)> = HashMap::new();
+        for (at, h) in last.into_values().filter_map(|(at, h)| Some((at, h?))) {
+            let slot = by_slot
+                .entry(format::path_hash(&h.path))
+                .or_insert((at, h.clone()));
+            if at > slot.0 {
+                *slot = (at, h);
+            }
         }
         let mut loaded = Vec::new();
         for sub in fs::read_dir(&data_dir)? {
@@ -198,7 +203,8 @@ impl Cache {
                 let header = name
                     .strip_suffix(".dat")
                     .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-                    .and_then(|hash| by_slot.remove(&hash));
+                    .and_then(|hash| by_slot.remove(&hash))
+                    .map(|(_, h)| h);
                 // Data without a live header (a fill cut short, a dropped entry), or anything
                 // foreign, is deleted.
                 let Some(header) = header else {
