@@ -874,23 +874,8 @@ impl Entry {
     /// only push the node's own working set out.
     fn read_for_peer(&self, offset: u64, room: &mut [u8], len: usize) -> io::Result<()> {
         const BLOCK: usize = 4096;
-        let buf = &mut room[..len];
-        // SAFETY: one iovec over `buf`, which is valid for writes of its length for the call.
-        let cached = unsafe {
-            let iov = libc::iovec {
-                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-                iov_len: len,
-            };
-            libc::preadv2(
-                self.data.as_raw_fd(),
-                &iov,
-                1,
-                offset as libc::off_t,
-                libc::RWF_NOWAIT,
-            )
-        };
-        if cached == len as isize {
-            return Ok(());
+        if self.all_cached(offset, len) != Some(false) {
+            return self.data.read_exact_at(&mut room[..len], offset);
         }
         let padded = len.next_multiple_of(BLOCK);
         let aligned = offset.is_multiple_of(BLOCK as u64)
@@ -912,6 +897,46 @@ impl Entry {
             }
         }
         self.data.read_exact_at(&mut room[..len], offset)
+    }
+
+    /// Whether every page of `[offset, offset + len)` of the data file is in the page cache,
+    /// asked without reading anything (`cachestat(2)`, Linux >= 6.5; `None` where unsupported).
+    /// A probing read would start readahead into the page cache, the very copy to avoid.
+    fn all_cached(&self, offset: u64, len: usize) -> Option<bool> {
+        /// cachestat's number on every architecture (numbers from 424 on are shared).
+        const SYS_CACHESTAT: libc::c_long = 451;
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Stat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        let range = Range {
+            off: offset,
+            len: len as u64,
+        };
+        let mut stat = Stat::default();
+        // SAFETY: both pointers are to live structs with the kernel's layout, for the call only.
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                self.data.as_raw_fd(),
+                &range as *const Range,
+                &mut stat as *mut Stat,
+                0,
+            )
+        };
+        // SAFETY: sysconf has no memory effects.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+        (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
     }
 
     /// The data file opened for direct I/O, once; `None` where the file system refuses it.
