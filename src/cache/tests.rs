@@ -259,6 +259,23 @@ fn cold_chunks_read_for_a_peer_are_exact() {
     assert!(slot[..] == bytes[..1 << 20]);
     assert!(a.read_verified(&cache, 1 << 20, slot, 100).unwrap());
     assert!(slot[..100] == bytes[1 << 20..]);
+    // Whole chunks are served with their stored checksum...
+    assert_eq!(
+        a.chunk_crc(0, 1 << 20),
+        Some(crc32c::crc32c(&bytes[..1 << 20]))
+    );
+    assert_eq!(
+        a.chunk_crc(1 << 20, 100),
+        Some(crc32c::crc32c(&bytes[1 << 20..]))
+    );
+    assert_eq!(a.chunk_crc(0, 4096), None);
+    // ...so bytes damaged on disk after their check no longer match it at the puller.
+    a.write_at(10, &[bytes[10] ^ 1]).unwrap();
+    assert!(a.read_verified(&cache, 0, slot, 1 << 20).unwrap());
+    assert_ne!(
+        Some(crc32c::crc32c(&slot[..1 << 20])),
+        a.chunk_crc(0, 1 << 20)
+    );
     // SAFETY: allocated above with this layout, not used after.
     unsafe { std::alloc::dealloc(room, layout) };
     let _ = fs::remove_dir_all(dir);

@@ -27,7 +27,7 @@ pub use backing::{BackingStore, version_of};
 pub use error::Error;
 use read::{MAX_READAHEAD_CHUNKS, Reader, Source, WHOLE_FILE_MAX};
 
-use crate::cache::{Cache, Entry, Version};
+use crate::cache::{Cache, Entry, ReadBytes, Version};
 use crate::locator::names::{self, Name, Namespace};
 use crate::stats::{STATS_XATTR, Stats};
 use write::{Producer, Staged};
@@ -172,6 +172,10 @@ struct CachedHandle {
     /// Where the next sequential read would start, and the current readahead window.
     next_offset: AtomicU64,
     window: AtomicU64,
+    /// The entry's data file mapped for this handle's reads (large files read through the
+    /// daemon): made on the first read, unmapped on release, so mappings never outnumber open
+    /// handles.
+    map: std::sync::OnceLock<Option<Arc<crate::cache::Mapping>>>,
 }
 
 enum Handle {
@@ -582,6 +586,7 @@ impl<S: Source> DyadFs<S> {
             entry: entry.clone(),
             next_offset: AtomicU64::new(0),
             window: AtomicU64::new(0),
+            map: Default::default(),
         }));
         Ok(Opened {
             fh,
@@ -888,7 +893,7 @@ impl<S: Source> DyadFs<S> {
         handles.get(&fh).cloned().ok_or(Error::BadHandle(fh))
     }
 
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Error> {
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadBytes, Error> {
         let handle = self.handle(fh)?;
         let handle = match &*handle {
             Handle::Cached(h) => h,
@@ -900,12 +905,16 @@ impl<S: Source> DyadFs<S> {
                     .file
                     .read_exact_at(&mut buf, offset)
                     .map_err(Error::Write)?;
-                return Ok(buf);
+                return Ok(ReadBytes::Owned(buf));
             }
         };
         let entry = &handle.entry;
-        let data = self.reader.read(entry, offset, size)?;
-        if entry.version.size > WHOLE_FILE_MAX {
+        let large = entry.version.size > WHOLE_FILE_MAX;
+        let map = large
+            .then(|| handle.map.get_or_init(|| entry.map()).as_ref())
+            .flatten();
+        let data = self.reader.read_mapped(entry, offset, size, map)?;
+        if large {
             self.read_ahead(handle, offset, data.len() as u64);
         }
         Ok(data)

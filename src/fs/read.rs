@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Error;
-use crate::cache::{Cache, Entry, Version};
+use crate::cache::{Cache, Entry, Mapping, ReadBytes, Version};
 use crate::stats::Stats;
 
 /// Files up to this size are fetched whole on their first read: a training sample is read
@@ -81,11 +81,22 @@ impl<S: ?Sized> Clone for Reader<S> {
 
 impl<S: Source + ?Sized> Reader<S> {
     /// Reads up to `len` bytes at `offset` (short only at end of file).
-    pub fn read(&self, entry: &Arc<Entry>, offset: u64, len: u32) -> Result<Vec<u8>, Error> {
+    pub fn read(&self, entry: &Arc<Entry>, offset: u64, len: u32) -> Result<ReadBytes, Error> {
+        self.read_mapped(entry, offset, len, None)
+    }
+
+    /// As [`Reader::read`], serving cached bytes from `map` (the entry's mapping) if given.
+    pub fn read_mapped(
+        &self,
+        entry: &Arc<Entry>,
+        offset: u64,
+        len: u32,
+        map: Option<&Arc<Mapping>>,
+    ) -> Result<ReadBytes, Error> {
         let size = entry.version.size;
         let end = (offset + u64::from(len)).min(size);
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(ReadBytes::Owned(Vec::new()));
         }
         let want = entry.chunks_for(offset, end - offset);
         let demand = if size <= WHOLE_FILE_MAX {
@@ -99,9 +110,8 @@ impl<S: Source + ?Sized> Reader<S> {
                 return self.read_uncached(entry, offset, end);
             }
             if entry.verify(&self.cache, want.clone())? {
-                let mut buf = vec![0; (end - offset) as usize];
-                entry
-                    .read_at(offset, &mut buf)
+                let buf = entry
+                    .read_bytes(offset, (end - offset) as usize, map)
                     .map_err(crate::cache::CacheError::Io)?;
                 self.stats
                     .bytes_from_local
@@ -179,7 +189,7 @@ impl<S: Source + ?Sized> Reader<S> {
     }
 
     /// Serves a read straight from the source, without caching (the cache is full).
-    fn read_uncached(&self, entry: &Entry, offset: u64, end: u64) -> Result<Vec<u8>, Error> {
+    fn read_uncached(&self, entry: &Entry, offset: u64, end: u64) -> Result<ReadBytes, Error> {
         let mut buf = vec![0; (end - offset) as usize];
         let origin = self
             .source
@@ -187,7 +197,7 @@ impl<S: Source + ?Sized> Reader<S> {
             .map_err(Error::Source)?;
         self.stats.uncached_reads.fetch_add(1, Ordering::Relaxed);
         self.count(entry, origin, buf.len() as u64);
-        Ok(buf)
+        Ok(ReadBytes::Owned(buf))
     }
 
     fn count(&self, entry: &Entry, origin: Origin, bytes: u64) {

@@ -175,7 +175,7 @@ impl ChunkStore for CacheStore {
         offset: u64,
         room: &mut [u8],
         len: usize,
-    ) -> io::Result<()> {
+    ) -> io::Result<Option<u32>> {
         let v: Version = version.into();
         let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
         let entry = self.cache.lookup(path, v).ok_or_else(missing)?;
@@ -188,7 +188,7 @@ impl ChunkStore for CacheStore {
         self.stats
             .bytes_served_to_peers
             .fetch_add(len as u64, Ordering::Relaxed);
-        Ok(())
+        Ok(entry.chunk_crc(offset, len as u64))
     }
 }
 
