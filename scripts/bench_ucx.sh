@@ -9,6 +9,8 @@ RUNS=${RUNS:-5}
 CHUNK=${CHUNK:-2097152}
 WINDOW=${WINDOW:-4}
 export UCX_TLS=${1:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+# The tcp segment size dyadfs uses (src/transport/ucx): ucx_perftest gets the same.
+export UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-256k} UCX_TCP_RX_SEG_SIZE=${UCX_TCP_RX_SEG_SIZE:-256k}
 [ "$UCX_TLS" = all ] && unset UCX_NET_DEVICES
 scripts/install-deps.sh
 cargo build --release --quiet
