@@ -204,6 +204,8 @@ pub fn start_publisher(
     const GIVE_UP_AFTER: Duration = Duration::from_secs(600);
     /// Most changes sent in one round.
     const MAX_BATCH: usize = 512;
+    /// How long a round waits for more changes after its first (the publish delay it adds).
+    const LINGER: Duration = Duration::from_millis(3);
     let (tx, rx) = crossbeam_channel::unbounded();
     for (path, version) in cache.complete_entries() {
         let _ = tx.send(CacheEvent::Complete { path, version });
@@ -222,9 +224,19 @@ pub fn start_publisher(
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
                 };
                 let now = Instant::now();
-                let mut round: Vec<((String, Version, bool), Instant)> = first
+                // Copies completing close together (a training epoch's pulls) go out together:
+                // one RPC per home instead of one per file, which costs both sides a few
+                // thread wake-ups per file.
+                let mut events: Vec<CacheEvent> = first.into_iter().collect();
+                while !events.is_empty() && events.len() < MAX_BATCH {
+                    match rx.recv_deadline(now + LINGER) {
+                        Ok(ev) => events.push(ev),
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+                let mut round: Vec<((String, Version, bool), Instant)> = events
                     .into_iter()
-                    .chain(rx.try_iter().take(MAX_BATCH - 1))
                     .map(|ev| match ev {
                         CacheEvent::Complete { path, version } => ((path, version, true), now),
                         CacheEvent::Dropped { path, version } => ((path, version, false), now),
