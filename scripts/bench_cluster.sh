@@ -10,9 +10,9 @@ CHUNK=2097152
 export UCX_TLS=${1:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 # The tcp segment size the daemons use (src/transport/ucx): ucx_perftest gets the same.
 export UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-256k} UCX_TCP_RX_SEG_SIZE=${UCX_TCP_RX_SEG_SIZE:-256k}
-scripts/install-deps.sh
-cargo build --release --quiet
-BIN=$PWD/target/release/dyadfs
+# DYADFS_BIN: a dyadfs binary to measure instead of this tree's release build.
+[ -n "${DYADFS_BIN:-}" ] || { scripts/install-deps.sh; cargo build --release --quiet; }
+BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
 W=$(mktemp -d /var/tmp/dyadfs-cluster-bench.XXXX)
 cleanup() {
   for n in a b; do mountpoint -q "$W/$n/mnt" && fusermount3 -u "$W/$n/mnt"; done
