@@ -33,6 +33,8 @@ pub enum Record {
 pub struct Journal {
     path: PathBuf,
     log: Mutex<Log>,
+    /// Growth allowed past twice the rewritten size ([`SLACK`]; smaller in tests).
+    slack: std::sync::atomic::AtomicU64,
 }
 
 struct Log {
@@ -100,10 +102,11 @@ impl Journal {
         path: &Path,
         headers: impl IntoIterator<Item = Header>,
     ) -> Result<Journal, CacheError> {
-        let log = write_log(path, headers)?;
+        let log = write_log(path, headers, SLACK)?;
         Ok(Journal {
             path: path.to_path_buf(),
             log: Mutex::new(log),
+            slack: SLACK.into(),
         })
     }
 
@@ -130,7 +133,8 @@ impl Journal {
     /// log's lock, so nothing is appended to the old log meanwhile).
     pub fn rewrite(&self, live: impl FnOnce() -> Vec<Header>) -> Result<(), CacheError> {
         let mut log = lock(&self.log);
-        *log = write_log(&self.path, live())?;
+        let slack = self.slack.load(std::sync::atomic::Ordering::Relaxed);
+        *log = write_log(&self.path, live(), slack)?;
         Ok(())
     }
 }
@@ -143,7 +147,26 @@ impl Log {
     }
 }
 
-fn write_log(path: &Path, headers: impl IntoIterator<Item = Header>) -> Result<Log, CacheError> {
+/// Tests: rewrite once the log is `slack` bytes past twice its rewritten size.
+#[cfg(test)]
+impl Journal {
+    pub fn set_slack(&self, slack: u64) {
+        self.slack
+            .store(slack, std::sync::atomic::Ordering::Relaxed);
+        let mut log = lock(&self.log);
+        log.rewrite_at = log.len + slack;
+    }
+
+    pub fn bytes(&self) -> u64 {
+        lock(&self.log).len
+    }
+}
+
+fn write_log(
+    path: &Path,
+    headers: impl IntoIterator<Item = Header>,
+    slack: u64,
+) -> Result<Log, CacheError> {
     let mut bytes = MAGIC.to_vec();
     bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     for h in headers {
@@ -157,7 +180,7 @@ fn write_log(path: &Path, headers: impl IntoIterator<Item = Header>) -> Result<L
     Ok(Log {
         file,
         len,
-        rewrite_at: 2 * len + SLACK,
+        rewrite_at: 2 * len + slack,
     })
 }
 

@@ -280,3 +280,50 @@ fn cold_chunks_read_for_a_peer_are_exact() {
     unsafe { std::alloc::dealloc(room, layout) };
     let _ = fs::remove_dir_all(dir);
 }
+
+/// A long-running daemon's log is rewritten with the live headers once it has grown past them,
+/// and a restart after that reloads exactly the live entries.
+#[test]
+fn the_log_is_rewritten_when_it_grows() {
+    let (dir, config, stats) = setup(100 << 20);
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        cache.journal.set_slack(4096);
+        let keep = cache.entry("keep", v(1 << 20)).unwrap();
+        fill(&cache, &keep, 1);
+        // Many versions of one path come and go: tombstones and stale headers pile up.
+        for i in 0..200 {
+            let e = cache
+                .entry(
+                    "churn",
+                    Version {
+                        size: 1 << 20,
+                        mtime_ns: i,
+                    },
+                )
+                .unwrap();
+            fill(&cache, &e, 2);
+            for _ in 0..5 {
+                e.persist().unwrap();
+            }
+        }
+        // Every new entry checks the log: it never grew far past its live size.
+        let bytes = cache.journal.bytes();
+        assert!(bytes < 3 * 4096, "log {bytes} bytes");
+    }
+    let cache = Cache::open(&config, stats).unwrap();
+    assert_eq!(cache.cached_files(), 2);
+    assert!(cache.lookup("keep", v(1 << 20)).unwrap().is_complete());
+    let last = Version {
+        size: 1 << 20,
+        mtime_ns: 199,
+    };
+    assert!(
+        cache
+            .lookup("churn", last)
+            .unwrap()
+            .verify(&cache, 0..1)
+            .unwrap()
+    );
+    let _ = fs::remove_dir_all(dir);
+}
