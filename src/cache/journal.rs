@@ -33,14 +33,14 @@ pub enum Record {
 pub struct Journal {
     path: PathBuf,
     log: Mutex<Log>,
-    /// Growth allowed past twice the rewritten size ([`SLACK`]; smaller in tests).
-    slack: std::sync::atomic::AtomicU64,
 }
 
 struct Log {
     file: File,
     len: u64,
     rewrite_at: u64,
+    /// Growth allowed past twice the rewritten size ([`SLACK`]; smaller in tests).
+    slack: u64,
 }
 
 fn lock(m: &Mutex<Log>) -> std::sync::MutexGuard<'_, Log> {
@@ -106,7 +106,6 @@ impl Journal {
         Ok(Journal {
             path: path.to_path_buf(),
             log: Mutex::new(log),
-            slack: SLACK.into(),
         })
     }
 
@@ -133,7 +132,7 @@ impl Journal {
     /// log's lock, so nothing is appended to the old log meanwhile).
     pub fn rewrite(&self, live: impl FnOnce() -> Vec<Header>) -> Result<(), CacheError> {
         let mut log = lock(&self.log);
-        let slack = self.slack.load(std::sync::atomic::Ordering::Relaxed);
+        let slack = log.slack;
         *log = write_log(&self.path, live(), slack)?;
         Ok(())
     }
@@ -151,9 +150,8 @@ impl Log {
 #[cfg(test)]
 impl Journal {
     pub fn set_slack(&self, slack: u64) {
-        self.slack
-            .store(slack, std::sync::atomic::Ordering::Relaxed);
         let mut log = lock(&self.log);
+        log.slack = slack;
         log.rewrite_at = log.len + slack;
     }
 
@@ -181,6 +179,7 @@ fn write_log(
         file,
         len,
         rewrite_at: 2 * len + slack,
+        slack,
     })
 }
 

@@ -184,11 +184,9 @@ impl Cache {
         }
         let mut by_slot: HashMap<u64, (usize, Header)> = HashMap::new();
         for (at, h) in last.into_values().filter_map(|(at, h)| Some((at, h?))) {
-            let slot = by_slot
-                .entry(format::path_hash(&h.path))
-                .or_insert((at, h.clone()));
-            if at > slot.0 {
-                *slot = (at, h);
+            let hash = format::path_hash(&h.path);
+            if by_slot.get(&hash).is_none_or(|(later, _)| *later < at) {
+                by_slot.insert(hash, (at, h));
             }
         }
         let mut loaded = Vec::new();
@@ -348,26 +346,18 @@ impl Cache {
             .open(&data_path)?;
         data.set_len(version.size)?;
         let n = version.size.div_ceil(self.chunk_size) as usize;
-        let entry = Arc::new(Entry {
-            path: path.to_string(),
-            version,
-            chunk_size: self.chunk_size,
-            data,
-            data_path,
-            direct: Default::default(),
-            journal: self.journal.clone(),
-            state: Mutex::new(State {
-                chunks: vec![Chunk::Absent; n],
-                present_bytes: 0,
-                evicted: false,
-            }),
-            filled: Condvar::new(),
-            pins: AtomicU32::new(0),
-            last_use: AtomicU64::new(self.next_tick()),
-            fetched: AtomicBool::new(false),
-            pulled: AtomicBool::new(false),
-            keep: AtomicBool::new(false),
-        });
+        let entry = Arc::new(Entry::new(
+            EntryFiles {
+                path: path.to_string(),
+                version,
+                chunk_size: self.chunk_size,
+                data,
+                data_path,
+                journal: self.journal.clone(),
+            },
+            vec![Chunk::Absent; n],
+            self.next_tick(),
+        ));
         index.insert(entry.clone());
         Ok(entry)
     }
@@ -486,32 +476,24 @@ impl Cache {
             .read(true)
             .write(true)
             .open(&entry.data_path)?;
-        let adopted = Arc::new(Entry {
-            path: entry.path.clone(),
-            version,
-            chunk_size: self.chunk_size,
-            data,
-            data_path: entry.data_path.clone(),
-            direct: Default::default(),
-            journal: self.journal.clone(),
-            state: Mutex::new(State {
-                chunks: crcs
-                    .into_iter()
-                    .map(|crc| Chunk::Present {
-                        crc,
-                        verified: true,
-                    })
-                    .collect(),
-                present_bytes: version.size,
-                evicted: false,
-            }),
-            filled: Condvar::new(),
-            pins: AtomicU32::new(0),
-            last_use: AtomicU64::new(self.next_tick()),
-            fetched: AtomicBool::new(false),
-            pulled: AtomicBool::new(false),
-            keep: AtomicBool::new(true),
-        });
+        let adopted = Arc::new(Entry::new(
+            EntryFiles {
+                path: entry.path.clone(),
+                version,
+                chunk_size: self.chunk_size,
+                data,
+                data_path: entry.data_path.clone(),
+                journal: self.journal.clone(),
+            },
+            crcs.into_iter()
+                .map(|crc| Chunk::Present {
+                    crc,
+                    verified: true,
+                })
+                .collect(),
+            self.next_tick(),
+        ));
+        adopted.keep.store(true, Ordering::Relaxed);
         lock(&self.index).insert(adopted.clone());
         adopted.persist()?;
         self.emit(CacheEvent::Complete {
@@ -560,6 +542,56 @@ fn check_entry(header: &Header, data_path: &Path, chunk_size: u64) -> Result<Fil
     Ok(data)
 }
 
+/// What an entry is a copy of, and where it lives.
+struct EntryFiles {
+    path: String,
+    version: Version,
+    chunk_size: u64,
+    data: File,
+    data_path: PathBuf,
+    journal: Arc<Journal>,
+}
+
+impl Entry {
+    /// An entry holding `chunks` (its present bytes follow from them), last used at `tick`.
+    fn new(files: EntryFiles, chunks: Vec<Chunk>, tick: u64) -> Entry {
+        let EntryFiles {
+            path,
+            version,
+            chunk_size,
+            data,
+            data_path,
+            journal,
+        } = files;
+        let present_bytes = chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| matches!(c, Chunk::Present { .. }))
+            .map(|(i, _)| chunk_len(version.size, chunk_size, i as u64))
+            .sum();
+        Entry {
+            path,
+            version,
+            chunk_size,
+            data,
+            data_path,
+            direct: Default::default(),
+            journal,
+            state: Mutex::new(State {
+                chunks,
+                present_bytes,
+                evicted: false,
+            }),
+            filled: Condvar::new(),
+            pins: AtomicU32::new(0),
+            last_use: AtomicU64::new(tick),
+            fetched: AtomicBool::new(false),
+            pulled: AtomicBool::new(false),
+            keep: AtomicBool::new(false),
+        }
+    }
+}
+
 /// An entry reloaded at start: its chunks are present as logged, but unverified.
 fn reloaded_entry(
     header: Header,
@@ -568,42 +600,26 @@ fn reloaded_entry(
     chunk_size: u64,
     journal: Arc<Journal>,
 ) -> Entry {
-    let mut present_bytes = 0;
     let chunks = header
         .chunks
         .iter()
-        .enumerate()
-        .map(|(i, c)| match c {
-            Some(crc) => {
-                present_bytes += chunk_len(header.version.size, chunk_size, i as u64);
-                Chunk::Present {
-                    crc: *crc,
-                    verified: false,
-                }
-            }
+        .map(|c| match c {
+            Some(crc) => Chunk::Present {
+                crc: *crc,
+                verified: false,
+            },
             None => Chunk::Absent,
         })
         .collect();
-    Entry {
+    let files = EntryFiles {
         path: header.path,
         version: header.version,
         chunk_size,
         data,
         data_path,
-        direct: Default::default(),
         journal,
-        state: Mutex::new(State {
-            chunks,
-            present_bytes,
-            evicted: false,
-        }),
-        filled: Condvar::new(),
-        pins: AtomicU32::new(0),
-        last_use: AtomicU64::new(0),
-        fetched: AtomicBool::new(false),
-        pulled: AtomicBool::new(false),
-        keep: AtomicBool::new(false),
-    }
+    };
+    Entry::new(files, chunks, 0)
 }
 
 fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
@@ -973,30 +989,34 @@ impl Entry {
     /// CPU as the whole transfer (`perf` of `scripts/bench_cluster.sh`), and the pages would
     /// only push the node's own working set out.
     fn read_for_peer(&self, offset: u64, room: &mut [u8], len: usize) -> io::Result<()> {
-        const BLOCK: usize = 4096;
-        if self.all_cached(offset, len) != Some(false) {
-            return self.data.read_exact_at(&mut room[..len], offset);
+        if self.all_cached(offset, len) == Some(false) && self.read_direct(offset, room, len) {
+            return Ok(());
         }
+        self.data.read_exact_at(&mut room[..len], offset)
+    }
+
+    /// Reads at least `room[..len]` at `offset` with O_DIRECT, rounded up to whole blocks;
+    /// `false` where that is impossible (unaligned, refused) or failed: read another way.
+    fn read_direct(&self, offset: u64, room: &mut [u8], len: usize) -> bool {
+        const BLOCK: usize = 4096;
         let padded = len.next_multiple_of(BLOCK);
         let aligned = offset.is_multiple_of(BLOCK as u64)
             && (room.as_ptr() as usize).is_multiple_of(BLOCK)
             && padded <= room.len();
-        if let Some(direct) = self.direct_file().filter(|_| aligned) {
-            // A short count only at the end of the file, past `len`.
-            let mut done = 0;
-            while done < len {
-                match direct.read_at(&mut room[done..padded], offset + done as u64) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-            if done >= len {
-                return Ok(());
+        let Some(direct) = self.direct_file().filter(|_| aligned) else {
+            return false;
+        };
+        // A short count only at the end of the file, past `len`.
+        let mut done = 0;
+        while done < len {
+            match direct.read_at(&mut room[done..padded], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
             }
         }
-        self.data.read_exact_at(&mut room[..len], offset)
+        done >= len
     }
 
     /// Whether every page of `[offset, offset + len)` of the data file is in the page cache,
