@@ -285,8 +285,8 @@ impl Drop for Worker {
 /// their transport's prefix, value).
 /// The tcp transport moves an RMA get as active-message fragments of `TCP_TX_SEG_SIZE` (8 KiB
 /// by default): one 256 KiB sample is 32 sends, each waking the progress threads of both
-/// nodes. Larger segments cut the daemons' context switches per pulled sample from ~50 to
-/// ~22 and their CPU by a third (`scripts/bench_small_pull.sh`).
+/// nodes. Larger segments cut the daemons' context switches per pulled sample from ~54 to
+/// ~22 and their CPU by about a quarter (`scripts/bench_small_pull.sh`).
 const TUNING: &[(&str, &str, &str)] = &[
     ("UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "256k"),
     ("UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "256k"),
