@@ -336,14 +336,22 @@ impl Cache {
             index.remove(&other.path);
             self.drop_entry(&other);
         }
-        // Never truncate a file an old copy's open handles may still read.
-        let _ = fs::remove_file(&data_path);
-        let data = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&data_path)?;
+        // A new file, never one an old copy's open handles may still read: a leftover is
+        // unlinked first. Usually there is none, so one name lookup, not two.
+        let create = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&data_path)
+        };
+        let data = match create() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&data_path)?;
+                create()?
+            }
+            r => r?,
+        };
         data.set_len(version.size)?;
         let n = version.size.div_ceil(self.chunk_size) as usize;
         let entry = Arc::new(Entry::new(
