@@ -16,7 +16,7 @@ use super::node::{Known, NodeTier};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::cache::Version;
 use crate::stats::Stats;
-use crate::transport::pull::{RpcFuture, RpcHandler, Rpcs};
+use crate::transport::pull::{PullError, RpcFuture, RpcHandler, Rpcs};
 use crate::transport::wire::{Located, Message, WireVersion};
 
 #[derive(Default)]
@@ -184,11 +184,36 @@ impl LocatorService {
             // Boxed: answering may call again (rack home -> global home on this node).
             return Some(Box::pin(self.clone().answer(msg)).await);
         }
+        let addr = self.reachable(to)?;
+        self.outcome(to, self.rpcs.call(addr, &msg, timeout).await)
+    }
+
+    /// As [`LocatorService::call`], from a plain thread (a FUSE request's), with blocking I/O:
+    /// the reply wakes the thread directly. `runtime` answers messages addressed to this node.
+    fn call_from_thread(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        to: NodeId,
+        msg: Message,
+    ) -> Option<Message> {
+        if to == self.me() {
+            return Some(runtime.block_on(self.clone().answer(msg)));
+        }
+        let addr = self.reachable(to)?;
+        self.outcome(to, self.rpcs.call_blocking(addr, &msg, self.timeout))
+    }
+
+    /// The address of `to`, unless it is suspect (then a call to it is a miss at once).
+    fn reachable(&self, to: NodeId) -> Option<std::net::SocketAddr> {
         if self.suspects().contains(&to) {
             return None;
         }
-        let addr = self.membership.member(to)?.addr;
-        match self.rpcs.call(addr, &msg, timeout).await {
+        Some(self.membership.member(to)?.addr)
+    }
+
+    /// A call's reply; a failed call makes its addressee suspect.
+    fn outcome(&self, to: NodeId, r: Result<Message, PullError>) -> Option<Message> {
+        match r {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(node = to, error = %e, "locator RPC failed");
@@ -198,8 +223,14 @@ impl LocatorService {
         }
     }
 
-    /// What this node should do about a file it misses.
-    pub async fn locate(self: &Arc<Self>, path: &str, version: Version) -> Reply {
+    /// What this node should do about a file it misses. Called from a FUSE request's thread;
+    /// `runtime` answers the question when this node is the path's rack home.
+    pub fn locate(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        path: &str,
+        version: Version,
+    ) -> Reply {
         let key: Key = (path.to_string(), version);
         if let Some(Known::Holders(h)) = self.node.get(&key) {
             self.stats.lookups_node.fetch_add(1, Ordering::Relaxed);
@@ -215,7 +246,7 @@ impl LocatorService {
             requester: self.me(),
             global: false,
         };
-        match self.call(rack_home, msg).await {
+        match self.call_from_thread(runtime, rack_home, msg) {
             Some(Message::Located(l)) => {
                 let r = to_reply(l);
                 if let Reply::Holders(h) = &r {

@@ -80,9 +80,7 @@ impl ClusterSource {
                 len,
             };
             let mut pulled = |off: u64, bytes: &[u8], crc: u32| sink(off, bytes, Some(crc));
-            let r = self
-                .runtime
-                .block_on(self.puller.pull(addr, &want, &mut pulled));
+            let r = self.puller.pull(addr, &want, &mut pulled);
             match r {
                 Ok(_) => return Some(()),
                 Err(e) => {
@@ -126,7 +124,7 @@ impl Source for ClusterSource {
         let mut pause = Duration::from_millis(10);
         let mut waited = false;
         loop {
-            match self.runtime.block_on(self.locator.locate(path, version)) {
+            match self.locator.locate(&self.runtime, path, version) {
                 Reply::Holders(h) => {
                     if self
                         .pull_from_peers(path, version, &h, offset, len, sink)
@@ -226,14 +224,12 @@ pub fn start_publisher(
                 let now = Instant::now();
                 // Copies completing close together (a training epoch's pulls) go out together:
                 // one RPC per home instead of one per file, which costs both sides a few
-                // thread wake-ups per file.
+                // thread wake-ups per file. The thread sleeps through the linger rather than
+                // waking for each change that arrives in it.
                 let mut events: Vec<CacheEvent> = first.into_iter().collect();
-                while !events.is_empty() && events.len() < MAX_BATCH {
-                    match rx.recv_deadline(now + LINGER) {
-                        Ok(ev) => events.push(ev),
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
-                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-                    }
+                if !events.is_empty() {
+                    std::thread::sleep(LINGER);
+                    events.extend(rx.try_iter().take(MAX_BATCH - 1));
                 }
                 let mut round: Vec<((String, Version, bool), Instant)> = events
                     .into_iter()

@@ -4,8 +4,9 @@
 //! slot of its own, verifies the checksum, hands the bytes to its sink and releases the remote
 //! slot. Several requests are in flight per pull; every wait is bounded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -184,72 +185,168 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         (other, None) => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
     }
     write_frame(&mut s, &hello(&worker, node_id)).await?;
-    let (mut rd, mut wr) = s.into_split();
-    // Slots lent to this puller: returned when released, or all at once when it goes away.
-    let lent: Arc<std::sync::Mutex<HashMap<u64, Slot>>> = Arc::default();
-    // Requests are staged in order by one task while this one keeps reading, so a Release
-    // is seen even while staging waits for a free slot.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, String, WireVersion, u64, u32)>(1024);
-    let stager_lent = lent.clone();
-    let stager = tokio::spawn(async move {
-        while let Some((id, path, version, offset, len)) = rx.recv().await {
-            let (slab, store) = (worker.slab().clone(), store.clone());
-            let staged = tokio::task::spawn_blocking(move || {
-                stage(&slab, &*store, &path, version, offset, len, faults)
-            })
-            .await
-            .map_err(io::Error::other)?;
-            let reply = match staged {
-                Ok((slot, crc32c)) => {
-                    let addr = slot.addr();
-                    stager_lent
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(addr, slot);
-                    Message::Staged {
-                        id,
-                        addr,
-                        len,
-                        crc32c,
-                    }
-                }
-                Err(message) => Message::Error { id, message },
-            };
-            write_frame(&mut wr, &reply).await?;
-        }
-        io::Result::Ok(())
-    });
-    let result = loop {
-        match read_frame(&mut rd).await.and_then(|r| r.map_err(bad_frame)) {
-            Ok(Message::Request {
-                id,
-                path,
-                version,
-                offset,
-                len,
-            }) => {
-                if tx.send((id, path, version, offset, len)).await.is_err() {
-                    break Err(io::Error::other("stager stopped"));
+    // A puller's chunks are served by a thread of its own with blocking I/O: a chunk then
+    // costs this node one wake-up for the request (and one for a disk read), where the
+    // reactor, a task and the blocking pool cost seven context switches per chunk
+    // (`scripts/bench_small_pull.sh`). Pullers keep few connections (one per concurrent pull).
+    let s = s.into_std()?;
+    s.set_nonblocking(false)?;
+    std::thread::Builder::new()
+        .name("serve-pull".into())
+        .spawn(
+            move || match serve_pulls(s, worker.slab(), &*store, faults) {
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+                Err(e) => tracing::info!(error = %e, "closing puller connection"),
+                Ok(()) => {}
+            },
+        )?;
+    Ok(())
+}
+
+/// A request waiting for its chunk to be staged.
+struct Request {
+    id: u64,
+    path: String,
+    version: WireVersion,
+    offset: u64,
+    len: u32,
+}
+
+/// How long a request waiting for a free slot waits before looking for releases again.
+const SLOT_POLL: Duration = Duration::from_millis(10);
+/// How long a request waits for a free slot in all.
+const SLOT_WAIT: Duration = Duration::from_secs(30);
+
+/// Serves one puller's requests in order until it disconnects. Slots lent to it return when it
+/// releases them, or all at once when it goes away. While a request waits for a free slot, the
+/// frames the puller sent meanwhile are read, so its releases free slots.
+fn serve_pulls(
+    s: std::net::TcpStream,
+    slab: &Arc<super::ucx::Slab>,
+    store: &dyn ChunkStore,
+    faults: Faults,
+) -> io::Result<()> {
+    s.set_write_timeout(Some(SLOT_WAIT))?;
+    let mut frames = FrameReader::new(s.try_clone()?);
+    let mut out = s;
+    let mut lent: HashMap<u64, Slot> = HashMap::new();
+    let mut queued: VecDeque<Request> = VecDeque::new();
+    loop {
+        let Some(r) = queued.pop_front() else {
+            let msg = frames.next(true)?.expect("a blocking read returns a frame");
+            note(msg, &mut lent, &mut queued)?;
+            continue;
+        };
+        let waited = std::time::Instant::now();
+        let slot = loop {
+            if let Some(slot) = slab.take(SLOT_POLL) {
+                break Some(slot);
+            }
+            while let Some(msg) = frames.next(false)? {
+                note(msg, &mut lent, &mut queued)?;
+            }
+            if waited.elapsed() >= SLOT_WAIT {
+                break None;
+            }
+        };
+        let staged = match slot {
+            Some(slot) => stage(slot, store, &r.path, r.version, r.offset, r.len, faults),
+            None => Err("holder has no free slot".to_string()),
+        };
+        let reply = match staged {
+            Ok((slot, crc32c)) => {
+                let addr = slot.addr();
+                lent.insert(addr, slot);
+                Message::Staged {
+                    id: r.id,
+                    addr,
+                    len: r.len,
+                    crc32c,
                 }
             }
-            Ok(Message::Release { addr }) => {
-                lent.lock().unwrap_or_else(|e| e.into_inner()).remove(&addr);
-            }
-            Ok(other) => break Err(io::Error::other(format!("unexpected {other:?}"))),
-            Err(e) => break Err(e),
+            Err(message) => Message::Error { id: r.id, message },
+        };
+        out.write_all(&wire::encode(&reply))?;
+    }
+}
+
+/// Takes in a frame from a puller: a request joins the queue, a release returns its slot.
+fn note(
+    msg: Message,
+    lent: &mut HashMap<u64, Slot>,
+    queued: &mut VecDeque<Request>,
+) -> io::Result<()> {
+    match msg {
+        Message::Request {
+            id,
+            path,
+            version,
+            offset,
+            len,
+        } => queued.push_back(Request {
+            id,
+            path,
+            version,
+            offset,
+            len,
+        }),
+        Message::Release { addr } => {
+            lent.remove(&addr);
         }
-    };
-    stager.abort();
-    result
+        other => return Err(io::Error::other(format!("unexpected {other:?}"))),
+    }
+    Ok(())
+}
+
+/// Reads frames from a blocking socket, keeping what arrived beyond the current frame.
+struct FrameReader {
+    s: std::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    fn new(s: std::net::TcpStream) -> Self {
+        FrameReader { s, buf: Vec::new() }
+    }
+
+    /// The next frame. `wait`: block for it (within the socket's read timeout: then an error of
+    /// kind `WouldBlock` or `TimedOut`); otherwise `Ok(None)` if none has arrived whole.
+    fn next(&mut self, wait: bool) -> io::Result<Option<Message>> {
+        loop {
+            if let Some(prefix) = self.buf.first_chunk::<4>() {
+                let len = wire::check_len(*prefix).map_err(bad_frame)?;
+                if self.buf.len() >= 4 + len {
+                    let msg = wire::decode(&self.buf[4..4 + len]).map_err(bad_frame)?;
+                    self.buf.drain(..4 + len);
+                    return Ok(Some(msg));
+                }
+            }
+            let mut chunk = [0u8; 16 << 10];
+            if !wait {
+                self.s.set_nonblocking(true)?;
+            }
+            let r = self.s.read(&mut chunk);
+            if !wait {
+                self.s.set_nonblocking(false)?;
+            }
+            match r {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !wait => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 fn bad_frame(e: WireError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// Reads one chunk into a free slot (waiting for one, bounded) and checksums it.
+/// Reads one chunk into `slot` and checksums it (unless the store knows its checksum).
 fn stage(
-    slab: &Arc<super::ucx::Slab>,
+    mut slot: Slot,
     store: &dyn ChunkStore,
     path: &str,
     version: WireVersion,
@@ -257,13 +354,11 @@ fn stage(
     len: u32,
     faults: Faults,
 ) -> Result<(Slot, u32), String> {
-    if len as usize > slab.slot_size() {
+    let size = slot.capacity();
+    if len as usize > size {
         return Err(format!("request of {len} bytes exceeds the slot size"));
     }
-    let mut slot = slab
-        .take(Duration::from_secs(30))
-        .ok_or("holder has no free slot")?;
-    let room = slot.bytes_mut(slab.slot_size());
+    let room = slot.bytes_mut(size);
     let known = store
         .read_at(path, version, offset, room, len as usize)
         .map_err(|e| format!("{path}: {e}"))?;
@@ -314,6 +409,8 @@ impl<C> IdlePool<C> {
 #[derive(Default)]
 pub struct Rpcs {
     idle: IdlePool<TcpStream>,
+    /// Connections for calls made from plain threads ([`Rpcs::call_blocking`]).
+    idle_blocking: IdlePool<FrameReader>,
 }
 
 impl Rpcs {
@@ -342,6 +439,54 @@ impl Rpcs {
             .map_err(|source| PullError::Io { peer, source })?;
         let _ = s.set_nodelay(true);
         self.call_on(s, peer, msg, timeout).await
+    }
+
+    /// As [`Rpcs::call`], with blocking I/O on the calling thread (a FUSE request's): the
+    /// reply wakes that thread directly, not a reactor thread that then wakes it.
+    pub fn call_blocking(
+        &self,
+        peer: SocketAddr,
+        msg: &Message,
+        timeout: Duration,
+    ) -> Result<Message, PullError> {
+        let what = "an RPC reply";
+        if let Some(s) = self.idle_blocking.take(peer) {
+            // As in `call`: one fresh try after a dead idle connection.
+            match self.call_blocking_on(s, peer, msg, timeout) {
+                Err(PullError::Io { .. }) => {}
+                r => return r,
+            }
+        }
+        let s = std::net::TcpStream::connect_timeout(&peer, timeout)
+            .map_err(|e| stream_error(peer, e, "connect", timeout))?;
+        let _ = s.set_nodelay(true);
+        s.set_read_timeout(Some(timeout))
+            .and_then(|()| s.set_write_timeout(Some(timeout)))
+            .map_err(|e| stream_error(peer, e, what, timeout))?;
+        self.call_blocking_on(FrameReader::new(s), peer, msg, timeout)
+    }
+
+    fn call_blocking_on(
+        &self,
+        mut s: FrameReader,
+        peer: SocketAddr,
+        msg: &Message,
+        timeout: Duration,
+    ) -> Result<Message, PullError> {
+        let err = |e| stream_error(peer, e, "an RPC reply", timeout);
+        s.s.write_all(&wire::encode(msg)).map_err(err)?;
+        let reply = s
+            .next(true)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::InvalidData => PullError::Protocol {
+                    peer,
+                    what: e.to_string(),
+                },
+                _ => err(e),
+            })?
+            .expect("a blocking read returns a frame");
+        self.idle_blocking.put(peer, s);
+        Ok(reply)
     }
 
     /// One call on one connection, which goes back to the pool after a complete reply.
@@ -385,10 +530,19 @@ pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8], u32) -> io::Result<()> + Send
 
 /// Pulls from holders, keeping one idle connection (control stream + UCX endpoint) per holder
 /// between pulls: connecting costs a TCP handshake, a hello and a UCX wireup.
+///
+/// Blocking: a pull runs on the thread that needs the bytes (a FUSE request or readahead
+/// thread), so each reply wakes that thread directly, not a reactor thread that then wakes it.
 pub struct Puller {
     pub worker: Arc<Worker>,
     pub cfg: PullConfig,
-    idle: IdlePool<(TcpStream, super::ucx::PeerId)>,
+    idle: IdlePool<Conn>,
+}
+
+/// A holder connection: its control stream and its UCX endpoint.
+struct Conn {
+    frames: FrameReader,
+    ucx_peer: super::ucx::PeerId,
 }
 
 impl Puller {
@@ -402,83 +556,70 @@ impl Puller {
 
     /// Pulls `want` from the holder at `peer`, handing each verified chunk to the sink.
     /// Returns the bytes pulled.
-    pub async fn pull(
-        &self,
-        peer: SocketAddr,
-        want: &Want,
-        sink: Sink<'_>,
-    ) -> Result<u64, PullError> {
+    pub fn pull(&self, peer: SocketAddr, want: &Want, sink: Sink<'_>) -> Result<u64, PullError> {
         let pooled = self.idle.take(peer);
         let reused = pooled.is_some();
         let conn = match pooled {
             Some(c) => c,
-            None => connect(&self.worker, &self.cfg, peer).await?,
+            None => connect(&self.worker, &self.cfg, peer)?,
         };
-        match self.pull_on(peer, conn, want, sink).await {
+        match self.pull_on(peer, conn, want, sink) {
             // An idle connection may have died with a restarted holder: one fresh try.
             Err(PullError::Io { .. } | PullError::Ucx { .. }) if reused => {
-                let conn = connect(&self.worker, &self.cfg, peer).await?;
-                self.pull_on(peer, conn, want, sink).await
+                let conn = connect(&self.worker, &self.cfg, peer)?;
+                self.pull_on(peer, conn, want, sink)
             }
             r => r,
         }
     }
 
     /// One pull on one connection, which goes back to the pool if it worked.
-    async fn pull_on(
+    fn pull_on(
         &self,
         peer: SocketAddr,
-        (mut s, ucx_peer): (TcpStream, super::ucx::PeerId),
+        mut conn: Conn,
         want: &Want,
         sink: Sink<'_>,
     ) -> Result<u64, PullError> {
-        let conn = Conn {
-            peer,
-            stream: &mut s,
-            ucx_peer,
-        };
-        let r = pull_chunks(&self.worker, &self.cfg, conn, want, sink).await;
+        let r = pull_chunks(&self.worker, &self.cfg, peer, &mut conn, want, sink);
         match r {
-            Ok(_) => self.idle.put(peer, (s, ucx_peer)),
-            Err(_) => self.worker.disconnect(ucx_peer),
+            Ok(_) => self.idle.put(peer, conn),
+            Err(_) => self.worker.disconnect(conn.ucx_peer),
         }
         r
     }
 }
 
+/// Maps a failed read or write on a control stream to the error a pull reports: a read
+/// timeout (`what` did not arrive in time) or an I/O error.
+fn stream_error(peer: SocketAddr, e: io::Error, what: &'static str, t: Duration) -> PullError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => PullError::Timeout {
+            peer,
+            what,
+            timeout: t,
+        },
+        _ => PullError::Io { peer, source: e },
+    }
+}
+
 /// Opens a control stream to a holder, exchanges hellos and creates the UCX endpoint.
-async fn connect(
-    worker: &Arc<Worker>,
-    cfg: &PullConfig,
-    peer: SocketAddr,
-) -> Result<(TcpStream, super::ucx::PeerId), PullError> {
+fn connect(worker: &Arc<Worker>, cfg: &PullConfig, peer: SocketAddr) -> Result<Conn, PullError> {
     let t = cfg.timeout;
-    let timeout = |what| PullError::Timeout {
-        peer,
-        what,
-        timeout: t,
-    };
-    let io_err = |source| PullError::Io { peer, source };
-    let wire_err = |source| PullError::Wire { peer, source };
-    let mut s = tokio::time::timeout(t, TcpStream::connect(peer))
-        .await
-        .map_err(|_| timeout("connect"))?
-        .map_err(io_err)?;
+    let err = |what| move |e| stream_error(peer, e, what, t);
+    let mut s = std::net::TcpStream::connect_timeout(&peer, t).map_err(err("connect"))?;
     let _ = s.set_nodelay(true);
-    write_frame(&mut s, &hello(worker, cfg.node_id))
-        .await
-        .map_err(io_err)?;
-    let info = match tokio::time::timeout(t, read_frame(&mut s))
-        .await
-        .map_err(|_| timeout("hello"))?
-        .map_err(io_err)?
-        .map_err(wire_err)?
-    {
-        Message::Hello {
+    s.set_read_timeout(Some(t)).map_err(err("connect"))?;
+    s.set_write_timeout(Some(t)).map_err(err("connect"))?;
+    s.write_all(&wire::encode(&hello(worker, cfg.node_id)))
+        .map_err(err("hello"))?;
+    let mut frames = FrameReader::new(s);
+    let info = match frames.next(true).map_err(err("hello"))? {
+        Some(Message::Hello {
             worker_address,
             rkey,
             ..
-        } => super::ucx::PeerInfo {
+        }) => super::ucx::PeerInfo {
             worker_address,
             rkey,
         },
@@ -489,71 +630,59 @@ async fn connect(
             });
         }
     };
-    let w = worker.clone();
-    let ucx_peer = tokio::task::spawn_blocking(move || w.connect(info, t))
-        .await
-        .expect("connect task")
+    let ucx_peer = worker
+        .connect(info, t)
         .map_err(|source| PullError::Ucx { peer, source })?;
-    Ok((s, ucx_peer))
+    Ok(Conn { frames, ucx_peer })
 }
 
-/// A holder connection: its control stream and its UCX endpoint.
-struct Conn<'a> {
-    peer: SocketAddr,
-    stream: &'a mut TcpStream,
-    ucx_peer: super::ucx::PeerId,
-}
-
-async fn pull_chunks(
+fn pull_chunks(
     worker: &Arc<Worker>,
     cfg: &PullConfig,
-    conn: Conn<'_>,
+    peer: SocketAddr,
+    conn: &mut Conn,
     want: &Want,
     sink: Sink<'_>,
 ) -> Result<u64, PullError> {
-    let Conn {
-        peer,
-        stream: s,
-        ucx_peer,
-    } = conn;
     let (offset, len) = (want.offset, want.len);
     let t = cfg.timeout;
-    let timeout = |what| PullError::Timeout {
-        peer,
-        what,
-        timeout: t,
-    };
-    let io_err = |source| PullError::Io { peer, source };
+    let err = |what| move |e| stream_error(peer, e, what, t);
     let chunk = u64::from(cfg.chunk.min(worker.slab().slot_size() as u32));
     let n = len.div_ceil(chunk);
     let at = |i: u64| (offset + i * chunk, chunk.min(len - i * chunk) as u32);
     let (mut sent, mut done) = (0u64, 0u64);
+    // Frames to send, written together: a release rides with the next requests.
+    let mut outgoing: Vec<u8> = Vec::new();
     while done < n {
         while sent < n && sent - done < cfg.window as u64 {
             let (off, l) = at(sent);
-            let req = Message::Request {
+            outgoing.extend(wire::encode(&Message::Request {
                 id: sent,
                 path: want.path.clone(),
                 version: want.version,
                 offset: off,
                 len: l,
-            };
-            write_frame(s, &req).await.map_err(io_err)?;
+            }));
             sent += 1;
         }
-        let reply = tokio::time::timeout(t, read_frame(s))
-            .await
-            .map_err(|_| timeout("a staged chunk"))?
-            .map_err(io_err)?
-            .map_err(|source| PullError::Wire { peer, source })?;
+        if !outgoing.is_empty() {
+            conn.frames
+                .s
+                .write_all(&outgoing)
+                .map_err(err("a request to be sent"))?;
+            outgoing.clear();
+        }
+        let reply = conn.frames.next(true).map_err(err("a staged chunk"))?;
         let (id, addr, l, crc) = match reply {
-            Message::Staged {
+            Some(Message::Staged {
                 id,
                 addr,
                 len,
                 crc32c,
-            } if id == done => (id, addr, len, crc32c),
-            Message::Error { message, .. } => return Err(PullError::Remote { peer, message }),
+            }) if id == done => (id, addr, len, crc32c),
+            Some(Message::Error { message, .. }) => {
+                return Err(PullError::Remote { peer, message });
+            }
             other => {
                 return Err(PullError::Protocol {
                     peer,
@@ -561,37 +690,38 @@ async fn pull_chunks(
                 });
             }
         };
-        let slab = worker.slab().clone();
-        let slot = match slab.take(Duration::ZERO) {
-            Some(slot) => slot,
-            None => tokio::task::spawn_blocking(move || slab.take(t))
-                .await
-                .expect("slot task")
-                .ok_or(PullError::NoSlot(t))?,
-        };
-        let got = worker.get(ucx_peer, addr, slot, l as usize);
+        let slot = worker.slab().take(t).ok_or(PullError::NoSlot(t))?;
         // On timeout the receiver is dropped; the slot returns to the pool when UCX completes.
-        let (slot, r) = tokio::time::timeout(t, got)
-            .await
-            .map_err(|_| timeout("an RMA get"))?
-            .map_err(|_| PullError::Ucx {
-                peer,
-                source: UcxError {
-                    op: "ucp_get_nbx",
-                    status: -1,
-                    message: "worker stopped".into(),
+        let (slot, r) = worker
+            .get(conn.ucx_peer, addr, slot, l as usize)
+            .wait(t)
+            .map_err(|timed_out| match timed_out {
+                true => PullError::Timeout {
+                    peer,
+                    what: "an RMA get",
+                    timeout: t,
+                },
+                false => PullError::Ucx {
+                    peer,
+                    source: UcxError::gone("ucp_get_nbx"),
                 },
             })?;
         r.map_err(|source| PullError::Ucx { peer, source })?;
-        write_frame(s, &Message::Release { addr })
-            .await
-            .map_err(io_err)?;
+        outgoing.extend(wire::encode(&Message::Release { addr }));
+        if sent == n {
+            // No request follows to carry it.
+            conn.frames
+                .s
+                .write_all(&outgoing)
+                .map_err(err("a release to be sent"))?;
+            outgoing.clear();
+        }
         let bytes = slot.bytes(l as usize);
         let (off, _) = at(id);
         if crc32c::crc32c(bytes) != crc {
             return Err(PullError::Checksum { peer, offset: off });
         }
-        sink(off, bytes, crc).map_err(io_err)?;
+        sink(off, bytes, crc).map_err(|source| PullError::Io { peer, source })?;
         done += 1;
     }
     Ok(len)

@@ -68,12 +68,11 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
         window: args.window as usize,
         timeout: args.ucx.timeout,
     };
-    let rt = runtime()?;
     let start = Instant::now();
     let mut sink = |off: u64, bytes: &[u8], _crc: u32| out.write_all_at(bytes, off);
     let puller = pull::Puller::new(w, cfg);
-    let n = rt
-        .block_on(puller.pull(
+    let n = puller
+        .pull(
             args.peer,
             &pull::Want {
                 path: args.path.clone(),
@@ -82,7 +81,7 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
                 len,
             },
             &mut sink,
-        ))
+        )
         .map_err(|e| e.to_string())?;
     let secs = start.elapsed().as_secs_f64();
     println!(

@@ -44,7 +44,7 @@ impl UcxError {
         }
     }
 
-    fn gone(op: &'static str) -> UcxError {
+    pub(crate) fn gone(op: &'static str) -> UcxError {
         UcxError {
             op,
             status: sys::UCS_ERR_CANCELED,
@@ -257,8 +257,8 @@ impl Worker {
         remote_addr: u64,
         slot: Slot,
         len: usize,
-    ) -> tokio::sync::oneshot::Receiver<(Slot, Result<(), UcxError>)> {
-        let (done, rx) = tokio::sync::oneshot::channel();
+    ) -> Completion<(Slot, Result<(), UcxError>)> {
+        let (done, rx) = completion();
         assert!(len <= slot.capacity(), "get larger than its slot");
         self.send(Cmd::Get {
             peer,
@@ -344,6 +344,67 @@ fn worker_address(worker: sys::ucp_worker_h) -> Result<Vec<u8>, UcxError> {
     Ok(bytes)
 }
 
+/// The result of a get, for the thread that waits for it. It sleeps on a condvar at once,
+/// where a channel would first spin and yield: on a busy node each yield is a context switch
+/// (1.5 per pulled file, `perf record -e sched:sched_switch` of `scripts/bench_small_pull.sh`).
+pub struct Completion<T>(Arc<Shared<T>>);
+
+/// The progress thread's end of a [`Completion`]. If the waiter gave up, the result is dropped
+/// with the last end (a get's slot then returns to its pool).
+pub struct Completer<T>(Arc<Shared<T>>);
+
+type Shared<T> = (std::sync::Mutex<Outcome<T>>, std::sync::Condvar);
+
+enum Outcome<T> {
+    Pending,
+    Done(T),
+    /// The completer went away without a result (the worker stopped).
+    Abandoned,
+}
+
+fn completion<T>() -> (Completer<T>, Completion<T>) {
+    let shared = Arc::new((std::sync::Mutex::new(Outcome::Pending), Default::default()));
+    (Completer(shared.clone()), Completion(shared))
+}
+
+impl<T> Completer<T> {
+    fn complete(self, value: T) {
+        self.settle(Outcome::Done(value));
+    }
+
+    fn settle(&self, outcome: Outcome<T>) {
+        let (state, ready) = &*self.0;
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*state, Outcome::Pending) {
+            *state = outcome;
+            ready.notify_one();
+        }
+    }
+}
+
+impl<T> Drop for Completer<T> {
+    fn drop(&mut self) {
+        self.settle(Outcome::Abandoned);
+    }
+}
+
+impl<T> Completion<T> {
+    /// The result; `Err(true)` if it did not come within `timeout`, `Err(false)` if it never
+    /// will (the worker stopped).
+    pub fn wait(self, timeout: Duration) -> Result<T, bool> {
+        let (state, ready) = &*self.0;
+        let guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut guard, _) = ready
+            .wait_timeout_while(guard, timeout, |s| matches!(s, Outcome::Pending))
+            .unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *guard, Outcome::Abandoned) {
+            Outcome::Done(v) => Ok(v),
+            Outcome::Pending => Err(true),
+            Outcome::Abandoned => Err(false),
+        }
+    }
+}
+
 /// A get in flight: owned by UCX (through `user_data`) until its callback runs.
 struct PendingGet {
     slot: Slot,
@@ -351,7 +412,7 @@ struct PendingGet {
 }
 
 /// Where a get's slot and result go when UCX completes it.
-type GetDone = tokio::sync::oneshot::Sender<(Slot, Result<(), UcxError>)>;
+type GetDone = Completer<(Slot, Result<(), UcxError>)>;
 
 unsafe extern "C" fn get_done(
     request: *mut c_void,
@@ -362,7 +423,7 @@ unsafe extern "C" fn get_done(
     // callback exactly once per request, so the box is reclaimed exactly once.
     let pending = unsafe { Box::from_raw(user_data as *mut PendingGet) };
     let result = check("ucp_get_nbx", status);
-    let _ = pending.done.send((pending.slot, result));
+    pending.done.complete((pending.slot, result));
     // SAFETY: the request completed (this is its callback) and is freed once, here.
     unsafe { sys::ucp_request_free(request) };
 }
@@ -407,7 +468,7 @@ fn progress(owned: Owned, cmds: Receiver<Cmd>) {
                         post_get(p, remote_addr, slot, len, done);
                     }
                     _ => {
-                        let _ = done.send((
+                        done.complete((
                             slot,
                             Err(UcxError::new("ucp_get_nbx", sys::UCS_ERR_ENDPOINT_TIMEOUT)),
                         ));
@@ -536,6 +597,6 @@ fn post_get(p: &Peer, remote_addr: u64, slot: Slot, len: usize, done: GetDone) {
         // SAFETY: `pending` came from Box::into_raw above and UCX did not take it.
         let pending = unsafe { Box::from_raw(pending) };
         let result = check("ucp_get_nbx", sys::ucs_ptr_status(req));
-        let _ = pending.done.send((pending.slot, result));
+        pending.done.complete((pending.slot, result));
     }
 }
