@@ -147,8 +147,9 @@ pub struct MountArgs {
     pub threads: u16,
 
     /// Threads filling readahead chunks in the background: each pulls (or reads) one chunk at
-    /// a time, so this is the number of chunks of a large file in flight
-    #[arg(long, value_name = "N", default_value_t = 4,
+    /// a time, so this is the number of chunks of a large file in flight (the readahead window
+    /// is at most 8 chunks)
+    #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "Performance")]
     pub readahead_threads: u16,
 
