@@ -312,8 +312,10 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         Some(a) => a,
         None => members.member(id).expect("own id checked").addr,
     };
+    // One worker: the runtime only answers locator RPCs and sends publishes (pulls run on the
+    // threads that need the bytes), and a second worker mostly costs wake-ups to steal work.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("control")
         .enable_all()
         .build()

@@ -203,7 +203,7 @@ pub fn start_publisher(
     /// Most changes sent in one round.
     const MAX_BATCH: usize = 512;
     /// How long a round waits for more changes after its first (the publish delay it adds).
-    const LINGER: Duration = Duration::from_millis(3);
+    const LINGER: Duration = Duration::from_millis(10);
     let (tx, rx) = crossbeam_channel::unbounded();
     for (path, version) in cache.complete_entries() {
         let _ = tx.send(CacheEvent::Complete { path, version });
