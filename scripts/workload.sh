@@ -19,7 +19,8 @@
 # Env:   THROTTLE_BPS (104857600), THROTTLE_IOPS (0: none), EPOCHS (3), WORKLOADS ("dataloader dlio"),
 #        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads),
 #        DYADFS_BIN (a dyadfs binary to use instead of building this tree; DYADFS_BIN_NOTE says
-#        what it is in the results), DYADFS_VENV (.venv)
+#        what it is in the results), DYADFS_VENV (.venv), CONFIGS ("shared local dyadfs": the
+#        configurations to run; fewer for a quick A/B of two binaries)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,6 +28,7 @@ THROTTLE_BPS=${THROTTLE_BPS:-$((100 << 20))}
 THROTTLE_IOPS=${THROTTLE_IOPS:-0}
 EPOCHS=${EPOCHS:-3}
 WORKLOADS=${WORKLOADS:-dataloader dlio}
+CONFIGS=${CONFIGS:-shared local dyadfs}
 FILES=${FILES:-4096}
 SIZE=${SIZE:-262144}
 DLIO_FILES=${DLIO_FILES:-256}
@@ -144,6 +146,19 @@ cpu() {
   for p in $DAEMONS; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
   echo "$t $(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat) $(cat "$CPUCG/cpuacct.usage")"
 }
+# Per thread group of the daemons (thread names without their number: fuser, control,
+# ucx-progress, serve-pull, publisher, readahead...): CPU ticks and context switches so far. A
+# thread that ended during the epoch is not counted (daemon_cpu_s, from the processes, is).
+threads() {
+  local p t
+  for p in $DAEMONS; do
+    for t in /proc/"$p"/task/*; do
+      awk -v n="$(cat "$t/comm" 2>/dev/null)" '{print n, $14 + $15}' "$t/stat" 2>/dev/null | tr '\n' ' '
+      awk '/ctxt_switches/ {s += $2} END {print s}' "$t/status" 2>/dev/null
+    done
+  done | awk 'NF == 3 {sub(/-[0-9]+$/, "", $1); c[$1] += $2; s[$1] += $3}
+              END {for (k in c) print k, c[k], s[k]}'
+}
 
 # Runs one epoch ("$@" prints the epoch's seconds, samples, AU and, if it can, how busy the CPUs
 # were during the epoch), then records it with, for
@@ -159,7 +174,9 @@ epoch() {
     l0=$(total local_hits); p0=$(total bytes_from_peers); b0=$(total bytes_from_backing)
   fi
   read -r d0 busy0 idle0 run0 <<< "$(cpu)"
+  threads > "$W/threads.0"
   result=$("$@")
+  threads > "$W/threads.1"
   read -r d1 busy1 idle1 run1 <<< "$(cpu)"
   if [ "$cfg" = dyadfs ]; then
     l1=$(total local_hits); p1=$(total bytes_from_peers); b1=$(total bytes_from_backing)
@@ -167,9 +184,9 @@ epoch() {
   read -r seconds samples au epoch_busy <<< "$result"
   "$PY" - "$workload" "$cfg" "$e" "$seconds" "$samples" "$au" $((l1 - l0)) $((p1 - p0)) \
     $((b1 - b0)) $((d1 - d0)) $((busy1 - busy0)) $((idle1 - idle0)) "${epoch_busy:-}" $((run1 - run0)) \
-    >> "$RESULTS" <<'PY'
+    "$W/threads.0" "$W/threads.1" >> "$RESULTS" <<'PY'
 import json, os, sys
-w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle, epoch_busy, run = sys.argv[1:]
+w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle, epoch_busy, run, t0, t1 = sys.argv[1:]
 hz = os.sysconf("SC_CLK_TCK")
 row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samples": int(n),
        "samples_per_s": round(int(n) / float(s), 1),
@@ -184,6 +201,15 @@ if au != "-":
 if cfg == "dyadfs":
     row.update(local_hits=int(local), peer=int(peer), backing=int(backing),
                daemon_cpu_s=round(int(daemon) / hz, 2))
+    # Where the daemons' CPU went, per thread group: CPU seconds and context switches.
+    def load(f):
+        return {k: (int(c), int(x)) for k, c, x in (l.split() for l in open(f))}
+    before, after = load(t0), load(t1)
+    row["daemon_threads"] = {
+        k: {"cpu_s": round((c - before.get(k, (0, 0))[0]) / hz, 2),
+            "switches": x - before.get(k, (0, 0))[1]}
+        for k, (c, x) in sorted(after.items())
+        if c - before.get(k, (0, 0))[0] or x - before.get(k, (0, 0))[1]}
 print(json.dumps(row))
 PY
   log "$workload $cfg epoch $e: $(tail -1 "$RESULTS")"
@@ -260,7 +286,7 @@ for workload in $WORKLOADS; do
   esac
   for run in "${runs[@]}"; do
     read -r name fn compute <<< "$run"
-    for cfg in shared local dyadfs; do
+    for cfg in $CONFIGS; do
       DAEMONS=
       [ "$cfg" = dyadfs ] && start_cluster && DAEMONS=$(daemon_pids)
       for e in $(seq 1 "$EPOCHS"); do
