@@ -1,5 +1,5 @@
-//! The pull protocol over the control channel (tokio TCP, [`wire`] frames) and the UCX data
-//! plane. A holder stages each requested chunk from its [`ChunkStore`] into a registered slot
+//! The pull protocol over the control channel (TCP, [`wire`] frames: blocking on both ends of a
+//! pull, tokio for the locator RPCs sharing the port) and the UCX data plane. A holder stages each requested chunk from its [`ChunkStore`] into a registered slot
 //! and answers with the slot's address and the chunk's crc32c; the puller RMA-gets it into a
 //! slot of its own, verifies the checksum, hands the bytes to its sink and releases the remote
 //! slot. Several requests are in flight per pull; every wait is bounded.

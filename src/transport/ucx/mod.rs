@@ -1,6 +1,6 @@
 //! The one folder that knows UCX. A [`Worker`] owns a UCP context and worker on its own
 //! progress thread (UCX's single-thread mode): every UCX call happens there, other threads send
-//! commands and are answered over channels. The thread sleeps on the worker's event fd
+//! commands and are answered over channels (a get, through a [`Completion`]). The thread sleeps on the worker's event fd
 //! (`ucp_worker_arm` + `poll`) and is woken by `ucp_worker_signal` when a command arrives, so
 //! it never spins when idle.
 //!
