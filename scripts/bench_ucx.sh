@@ -3,6 +3,8 @@
 #   dyadfs: pull a 1 GiB file between two processes (`dyadfs transport serve|pull`),
 #   ucx_perftest -t ucp_get with the same message size (the chunk size) on the same transport.
 # Usage: scripts/bench_ucx.sh [TLS]   (default tcp over loopback; e.g. "shm" or "all")
+# Env: RUNS (5), CHUNK (2097152), WINDOW (4), DYADFS_BIN (a dyadfs binary to measure instead of
+# building this tree, e.g. an older commit's for a side-by-side comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -12,9 +14,8 @@ export UCX_TLS=${1:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 # The tcp segment size dyadfs uses (src/transport/ucx): ucx_perftest gets the same.
 export UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-256k} UCX_TCP_RX_SEG_SIZE=${UCX_TCP_RX_SEG_SIZE:-256k}
 [ "$UCX_TLS" = all ] && unset UCX_NET_DEVICES
-scripts/install-deps.sh
-cargo build --release --quiet
-BIN=$PWD/target/release/dyadfs
+[ -n "${DYADFS_BIN:-}" ] || { scripts/install-deps.sh; cargo build --release --quiet; }
+BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
 W=$(mktemp -d /var/tmp/dyadfs-ucx-bench.XXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
