@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::ucx::{Slot, UcxError, Worker};
+use super::ucx::{NoResult, Slot, UcxError, Worker};
 use super::wire::{self, Message, PROTOCOL_VERSION, WireError, WireVersion};
 
 /// Where a holder reads chunks from (the NVMe cache in the daemon, a directory in tests).
@@ -545,6 +545,17 @@ struct Conn {
     ucx_peer: super::ucx::PeerId,
 }
 
+impl Conn {
+    /// Writes the frames gathered in `outgoing` (if any) in one write and empties it.
+    fn send(&mut self, outgoing: &mut Vec<u8>) -> io::Result<()> {
+        if !outgoing.is_empty() {
+            self.frames.s.write_all(outgoing)?;
+            outgoing.clear();
+        }
+        Ok(())
+    }
+}
+
 impl Puller {
     pub fn new(worker: Arc<Worker>, cfg: PullConfig) -> Puller {
         Puller {
@@ -665,13 +676,8 @@ fn pull_chunks(
             }));
             sent += 1;
         }
-        if !outgoing.is_empty() {
-            conn.frames
-                .s
-                .write_all(&outgoing)
-                .map_err(err("a request to be sent"))?;
-            outgoing.clear();
-        }
+        conn.send(&mut outgoing)
+            .map_err(err("a request to be sent"))?;
         let reply = conn.frames.next(true).map_err(err("a staged chunk"))?;
         let (id, addr, l, crc) = match reply {
             Some(Message::Staged {
@@ -695,13 +701,13 @@ fn pull_chunks(
         let (slot, r) = worker
             .get(conn.ucx_peer, addr, slot, l as usize)
             .wait(t)
-            .map_err(|timed_out| match timed_out {
-                true => PullError::Timeout {
+            .map_err(|e| match e {
+                NoResult::TimedOut => PullError::Timeout {
                     peer,
                     what: "an RMA get",
                     timeout: t,
                 },
-                false => PullError::Ucx {
+                NoResult::Abandoned => PullError::Ucx {
                     peer,
                     source: UcxError::gone("ucp_get_nbx"),
                 },
@@ -710,11 +716,8 @@ fn pull_chunks(
         outgoing.extend(wire::encode(&Message::Release { addr }));
         if sent == n {
             // No request follows to carry it.
-            conn.frames
-                .s
-                .write_all(&outgoing)
+            conn.send(&mut outgoing)
                 .map_err(err("a release to be sent"))?;
-            outgoing.clear();
         }
         let bytes = slot.bytes(l as usize);
         let (off, _) = at(id);

@@ -1,8 +1,8 @@
 //! The one folder that knows UCX. A [`Worker`] owns a UCP context and worker on its own
 //! progress thread (UCX's single-thread mode): every UCX call happens there, other threads send
-//! commands and are answered over channels (a get, through a [`Completion`]). The thread sleeps on the worker's event fd
-//! (`ucp_worker_arm` + `poll`) and is woken by `ucp_worker_signal` when a command arrives, so
-//! it never spins when idle.
+//! commands and are answered over channels (a get, through a [`Completion`]). The thread sleeps
+//! on the worker's event fd (`ucp_worker_arm` + `poll`) and is woken by `ucp_worker_signal` when
+//! a command arrives, so it never spins when idle.
 //!
 //! Memory: one slab is mapped and registered once (`ucp_mem_map`) and split into slots; its
 //! rkey is packed once. Remote rkeys are unpacked once per peer. A slot lent to an RMA get
@@ -388,10 +388,18 @@ impl<T> Drop for Completer<T> {
     }
 }
 
+/// Why a [`Completion`] gave no result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoResult {
+    /// It did not come within the timeout.
+    TimedOut,
+    /// It never will: the worker stopped.
+    Abandoned,
+}
+
 impl<T> Completion<T> {
-    /// The result; `Err(true)` if it did not come within `timeout`, `Err(false)` if it never
-    /// will (the worker stopped).
-    pub fn wait(self, timeout: Duration) -> Result<T, bool> {
+    /// The result, waiting at most `timeout` for it.
+    pub fn wait(self, timeout: Duration) -> Result<T, NoResult> {
         let (state, ready) = &*self.0;
         let guard = state.lock().unwrap_or_else(|e| e.into_inner());
         let (mut guard, _) = ready
@@ -399,8 +407,8 @@ impl<T> Completion<T> {
             .unwrap_or_else(|e| e.into_inner());
         match std::mem::replace(&mut *guard, Outcome::Abandoned) {
             Outcome::Done(v) => Ok(v),
-            Outcome::Pending => Err(true),
-            Outcome::Abandoned => Err(false),
+            Outcome::Pending => Err(NoResult::TimedOut),
+            Outcome::Abandoned => Err(NoResult::Abandoned),
         }
     }
 }
