@@ -2,8 +2,9 @@
 # Small-file pull benchmark, side by side in one run (medians of RUNS runs): FILES files of SIZE
 # bytes read whole, in shuffled order by 4 processes, (a) from a local copy on the same disk and
 # (b) through node B's mount while only node A (other rack) holds them, so every file is
-# located, pulled over UCX, written to B's cache and published. The page cache is dropped
-# before each run. Reports files/s and the CPU both daemons spend per file: that CPU is what
+# located, pulled over UCX, written to B's cache and published; and (c) B mounted empty with
+# --replicate, copying every file A holds without being read (timed from the mount until B
+# has them all; B's CPU counted from its start). The page cache is dropped before each run. Reports files/s and the CPU both daemons spend per file: that CPU is what
 # the training input pipeline competes with on a busy node (docs/workloads.md).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS)
 set -euo pipefail
@@ -40,6 +41,16 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 mount_node a 0
 read_all "$W/a/mnt"    # node A fetches everything from the shared FS
+# Appends a run's figures to the files of $1 (files/s, CPU and switches per file of A and B).
+record() {
+  local k=$1 t0=$2 t1=$3
+  echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/$k.txt"
+  echo "$(echo "($a1 - $a0) * 1000 / $FILES" | bc -l)" >> "$W/$k.cpu_a.txt"
+  echo "$(echo "($b1 - $b0) * 1000 / $FILES" | bc -l)" >> "$W/$k.cpu_b.txt"
+  echo "$(echo "($sa1 - $sa0) / $FILES" | bc -l)" >> "$W/$k.sw_a.txt"
+  echo "$(echo "($sb1 - $sb0) / $FILES" | bc -l)" >> "$W/$k.sw_b.txt"
+}
+stat_b() { "$BIN" stats "$W/b/mnt" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 for _ in $(seq "$RUNS"); do
   sync; echo 3 > /proc/sys/vm/drop_caches
   t0=$(now); read_all "$W/local"; t1=$(now)
@@ -53,21 +64,34 @@ for _ in $(seq "$RUNS"); do
   t0=$(now); read_all "$W/b/mnt"; t1=$(now)
   sleep 0.5   # publishes trail the reads
   a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
-  peers=$("$BIN" stats "$W/b/mnt" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_from_peers"])')
+  peers=$(stat_b bytes_from_peers)
   [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
   fusermount3 -u "$W/b/mnt"; sleep 0.3
-  echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/dyadfs.txt"
-  echo "$(echo "($a1 - $a0) * 1000 / $FILES" | bc -l)" >> "$W/cpu_a.txt"
-  echo "$(echo "($b1 - $b0) * 1000 / $FILES" | bc -l)" >> "$W/cpu_b.txt"
-  echo "$(echo "($sa1 - $sa0) / $FILES" | bc -l)" >> "$W/sw_a.txt"
-  echo "$(echo "($sb1 - $sb0) / $FILES" | bc -l)" >> "$W/sw_b.txt"
+  record dyadfs "$t0" "$t1"
+
+  # B restarts empty with --replicate and copies everything A holds without being read.
+  rm -rf "$W/b/ssd"; sync; echo 3 > /proc/sys/vm/drop_caches
+  a0=$(cpu_ms "$A") sa0=$(switches "$A")
+  t0=$(now); MOUNT_ARGS="${MOUNT_ARGS:-} --replicate" mount_node b 1
+  B=$(daemon_of b) b0=0 sb0=0
+  until [ "$(stat_b replicated_files)" = "$FILES" ]; do sleep 0.1; done
+  t1=$(now)
+  a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+  fusermount3 -u "$W/b/mnt"; sleep 0.3
+  record replicate "$t0" "$t1"
 done
 runs() { xargs printf '%.0f ' < "$1"; }
 printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s)\n' \
   "$FILES" "$SIZE" "$RUNS" "$UCX_TLS"
 printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "$W/local.txt")" "$(runs "$W/local.txt")"
-printf '  dyadfs, pulled from node A   %8.0f files/s   runs: %s\n' "$(median < "$W/dyadfs.txt")" "$(runs "$W/dyadfs.txt")"
-printf '  daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
-  "$(median < "$W/cpu_b.txt")" "$(median < "$W/cpu_a.txt")" "$(runs "$W/cpu_b.txt")"
-printf '  context switches per file:   puller B %.1f, holder A %.1f\n' \
-  "$(median < "$W/sw_b.txt")" "$(median < "$W/sw_a.txt")"
+for k in dyadfs replicate; do
+  case $k in
+    dyadfs) what="dyadfs, pulled from node A " ;;
+    replicate) what="--replicate, B copies all" ;;
+  esac
+  printf '  %s   %8.0f files/s   runs: %s\n' "$what" "$(median < "$W/$k.txt")" "$(runs "$W/$k.txt")"
+  printf '    daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
+    "$(median < "$W/$k.cpu_b.txt")" "$(median < "$W/$k.cpu_a.txt")" "$(runs "$W/$k.cpu_b.txt")"
+  printf '    context switches per file: puller B %.1f, holder A %.1f\n' \
+    "$(median < "$W/$k.sw_b.txt")" "$(median < "$W/$k.sw_a.txt")"
+done

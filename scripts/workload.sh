@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Real workloads on a 4-node dyadfs cluster whose shared file system is the bottleneck, each
-# run in three configurations side by side:
-#   shared  every rank reads the throttled shared FS directly
-#   local   every rank reads a local copy on the cache disk directly (the physical limit)
-#   dyadfs  every rank reads through its own node's dyadfs mount (4 daemons, 2 racks, UCX tcp)
+# run in four configurations side by side:
+#   shared     every rank reads the throttled shared FS directly
+#   local      every rank reads a local copy on the cache disk directly (the physical limit)
+#   dyadfs     every rank reads through its own node's dyadfs mount (4 daemons, 2 racks, UCX tcp)
+#   replicate  the same with `dyadfs mount --replicate` (each node copies what the others fetch)
 # Workloads: "dataloader" (an unmodified torch DataLoader over npz files, DistributedSampler with
 # set_epoch, batch 32, 4 workers, one rank per node) and "dlio" (DLIO unet3d scaled down, pytorch
 # reader, 4 MPI ranks one per node; with computation time 0, then the shipped 0.636 s/step).
@@ -19,8 +20,8 @@
 # Env:   THROTTLE_BPS (104857600), THROTTLE_IOPS (0: none), EPOCHS (3), WORKLOADS ("dataloader dlio"),
 #        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads),
 #        DYADFS_BIN (a dyadfs binary to use instead of building this tree; DYADFS_BIN_NOTE says
-#        what it is in the results), DYADFS_VENV (.venv), CONFIGS ("shared local dyadfs": the
-#        configurations to run; fewer for a quick A/B of two binaries)
+#        what it is in the results), DYADFS_VENV (.venv), CONFIGS ("shared local dyadfs
+#        replicate": the configurations to run; fewer for a quick A/B of two binaries)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,7 +29,7 @@ THROTTLE_BPS=${THROTTLE_BPS:-$((100 << 20))}
 THROTTLE_IOPS=${THROTTLE_IOPS:-0}
 EPOCHS=${EPOCHS:-3}
 WORKLOADS=${WORKLOADS:-dataloader dlio}
-CONFIGS=${CONFIGS:-shared local dyadfs}
+CONFIGS=${CONFIGS:-shared local dyadfs replicate}
 FILES=${FILES:-4096}
 SIZE=${SIZE:-262144}
 DLIO_FILES=${DLIO_FILES:-256}
@@ -106,12 +107,14 @@ PORT=$((21000 + RANDOM % 400 * 10))
 for i in $(seq 0 $((NODES - 1))); do
   echo "$i 127.0.0.1:$((PORT + i)) r$((i / 2))"
 done > "$W/peers"
+# The configurations that run the dyadfs cluster.
+is_cluster() { [ "$1" = dyadfs ] || [ "$1" = replicate ]; }
 start_cluster() {
   for i in $(seq 0 $((NODES - 1))); do
     rm -rf "$W/n$i/ssd"
     mkdir -p "$W/n$i/mnt"
     "$BIN" mount "$W/n$i/mnt" --ssd "$W/n$i/ssd" --backing "$W/shared" --node-id "$i" \
-      --peers "$W/peers"
+      --peers "$W/peers" $([ "$1" = replicate ] && echo --replicate)
   done
 }
 stop_cluster() {
@@ -130,7 +133,7 @@ sources() {
   case $1 in
     shared) echo "$W/shared" ;;
     local) echo "$W/local" ;;
-    dyadfs) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
+    dyadfs|replicate) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
   esac
 }
 # CPU ticks the daemons have used, the machine's busy and idle CPU ticks so far, and the run's
@@ -168,25 +171,28 @@ threads() {
 # else during the whole run of its processes, start-up included).
 epoch() {
   local workload=$1 cfg=$2 e=$3; shift 3
-  local l0=0 p0=0 b0=0 l1=0 p1=0 b1=0 result d0 d1 busy0 busy1 idle0 idle1 run0 run1
+  local l0=0 p0=0 b0=0 r0=0 l1=0 p1=0 b1=0 r1=0 result d0 d1 busy0 busy1 idle0 idle1 run0 run1
   drop
-  if [ "$cfg" = dyadfs ]; then
+  if is_cluster "$cfg"; then
     l0=$(total local_hits); p0=$(total bytes_from_peers); b0=$(total bytes_from_backing)
+    r0=$(total bytes_replicated)
   fi
   read -r d0 busy0 idle0 run0 <<< "$(cpu)"
   threads > "$W/threads.0"
   result=$("$@")
   threads > "$W/threads.1"
   read -r d1 busy1 idle1 run1 <<< "$(cpu)"
-  if [ "$cfg" = dyadfs ]; then
+  if is_cluster "$cfg"; then
     l1=$(total local_hits); p1=$(total bytes_from_peers); b1=$(total bytes_from_backing)
+    r1=$(total bytes_replicated)
   fi
   read -r seconds samples au epoch_busy <<< "$result"
   "$PY" - "$workload" "$cfg" "$e" "$seconds" "$samples" "$au" $((l1 - l0)) $((p1 - p0)) \
     $((b1 - b0)) $((d1 - d0)) $((busy1 - busy0)) $((idle1 - idle0)) "${epoch_busy:-}" $((run1 - run0)) \
-    "$W/threads.0" "$W/threads.1" >> "$RESULTS" <<'PY'
+    "$W/threads.0" "$W/threads.1" $((r1 - r0)) >> "$RESULTS" <<'PY'
 import json, os, sys
-w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle, epoch_busy, run, t0, t1 = sys.argv[1:]
+(w, cfg, e, s, n, au, local, peer, backing, daemon, busy, idle, epoch_busy, run, t0, t1,
+ replicated) = sys.argv[1:]
 hz = os.sysconf("SC_CLK_TCK")
 row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samples": int(n),
        "samples_per_s": round(int(n) / float(s), 1),
@@ -198,9 +204,10 @@ row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samp
        "other_cpu_s": round(max(0.0, int(busy) / hz - int(run) / 1e9), 2)}
 if au != "-":
     row["au_percent"] = float(au)
-if cfg == "dyadfs":
+if cfg in ("dyadfs", "replicate"):
+    # peer: all bytes pulled from other nodes' caches, those replication copied included.
     row.update(local_hits=int(local), peer=int(peer), backing=int(backing),
-               daemon_cpu_s=round(int(daemon) / hz, 2))
+               replicated=int(replicated), daemon_cpu_s=round(int(daemon) / hz, 2))
     # Where the daemons' CPU went, per thread group: CPU seconds and context switches.
     def load(f):
         return {k: (int(c), int(x)) for k, c, x in (l.split() for l in open(f))}
@@ -288,17 +295,17 @@ for workload in $WORKLOADS; do
     read -r name fn compute <<< "$run"
     for cfg in $CONFIGS; do
       DAEMONS=
-      [ "$cfg" = dyadfs ] && start_cluster && DAEMONS=$(daemon_pids)
+      is_cluster "$cfg" && start_cluster "$cfg" && DAEMONS=$(daemon_pids)
       for e in $(seq 1 "$EPOCHS"); do
         epoch "$name" "$cfg" "$e" $fn "$(sources $cfg)" "$((e - 1))" ${compute:+"$compute"}
       done
-      [ "$cfg" = dyadfs ] && stop_cluster
+      is_cluster "$cfg" && stop_cluster
     done
   done
 done
 
+mkdir -p "$OUT" && cp "$RESULTS" "$OUT/results.jsonl"
 "$PY" scripts/workload/report.py "$RESULTS" "$OUT" \
   "THROTTLE_BPS=$THROTTLE_BPS THROTTLE_IOPS=$THROTTLE_IOPS EPOCHS=$EPOCHS FILES=$FILES SIZE=$SIZE DLIO_FILES=$DLIO_FILES DLIO_SIZE=$DLIO_SIZE scripts/workload.sh" \
   "$BUILT, $(nproc) CPUs, $(free -g | awk '/^Mem:/{print $2}') GiB"
-cp "$RESULTS" "$OUT/results.jsonl"
 log "results: $OUT/results.md, $OUT/epochs.png"

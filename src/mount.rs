@@ -82,6 +82,9 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
     let probe = args.ssd.join(".dyadfs-write-probe");
     fs::write(&probe, b"probe").map_err(not_writable)?;
     let _ = fs::remove_file(&probe);
+    if args.replicate && args.peers.is_none() && args.rendezvous.is_none() {
+        return Err("--replicate needs other nodes: give --peers or --rendezvous".into());
+    }
     if args.peers.is_some() || args.rendezvous.is_some() {
         let id = node_id(args)?;
         if let Some(file) = &args.peers {
@@ -329,8 +332,15 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    // Background copies (`--replicate`, ours or a peer's) go through a worker of their own whose
+    // progress thread has the lowest CPU priority.
+    let background = Arc::new(
+        crate::transport::ucx::Worker::new_background(4, args.chunk_size as usize)
+            .map_err(|e| format!("UCX: {e}"))?,
+    );
     let server = crate::transport::pull::Server {
         worker: worker.clone(),
+        background: Some(background.clone()),
         store: Arc::new(crate::locator::source::CacheStore {
             cache: cache.clone(),
             stats: stats.clone(),
@@ -370,7 +380,15 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         chunk: args.chunk_size as u32,
         window: 4,
         timeout: args.peer_timeout,
+        background: false,
     };
+    let copier = crate::transport::pull::Puller::new(
+        background,
+        crate::transport::pull::PullConfig {
+            background: true,
+            ..pull_config.clone()
+        },
+    );
     let source = Arc::new(crate::locator::source::ClusterSource {
         locator,
         puller: crate::transport::pull::Puller::new(worker, pull_config),
@@ -378,7 +396,15 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         runtime: runtime.handle().clone(),
         stats: stats.clone(),
     });
-    tracing::info!(node = id, %listen, "cluster mode");
+    tracing::info!(node = id, %listen, replicate = args.replicate, "cluster mode");
+    if args.replicate {
+        crate::locator::replicate::start_replicator(
+            source.clone(),
+            copier,
+            cache.clone(),
+            stats.clone(),
+        );
+    }
     let fs =
         DyadFs::new(backing, names, producer, source, cache, stats, config).map_err(backing_err)?;
     let r = run_session(args, fs, set);

@@ -28,6 +28,8 @@ pub struct Stats {
     pub files_produced: AtomicU64,
     pub bytes_written: AtomicU64,
     pub name_waits: AtomicU64,
+    pub replicated_files: AtomicU64,
+    pub bytes_replicated: AtomicU64,
     pub passthrough: AtomicBool,
 }
 
@@ -68,6 +70,12 @@ pub struct Snapshot {
     /// Lookups of unpublished names that waited for a producer (`--wait`).
     #[serde(default)]
     pub name_waits: u64,
+    /// Files and bytes `--replicate` copied from other nodes (counted in `bytes_from_peers`
+    /// too).
+    #[serde(default)]
+    pub replicated_files: u64,
+    #[serde(default)]
+    pub bytes_replicated: u64,
 }
 
 impl Stats {
@@ -97,6 +105,8 @@ impl Stats {
             files_produced: get(&self.files_produced),
             bytes_written: get(&self.bytes_written),
             name_waits: get(&self.name_waits),
+            replicated_files: get(&self.replicated_files),
+            bytes_replicated: get(&self.bytes_replicated),
         }
     }
 }
@@ -104,7 +114,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 23] = [
+        let rows: [(&str, String); 25] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -120,6 +130,8 @@ impl Snapshot {
             ("files produced", self.files_produced.to_string()),
             ("bytes written", human(self.bytes_written)),
             ("name waits", self.name_waits.to_string()),
+            ("replicated files", self.replicated_files.to_string()),
+            ("bytes replicated", human(self.bytes_replicated)),
             ("uncached reads", self.uncached_reads.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),

@@ -506,6 +506,7 @@ fn bad_input_is_refused_and_nothing_is_mounted() {
     expect_error(run(mnt, ssd, &file, &[]), "backing dir");
     expect_error(run(mnt, ssd, backing, &["--capacity", "12Q"]), "12Q");
     expect_error(run(mnt, ssd, backing, &["--capacity", "lots"]), "lots");
+    expect_error(run(mnt, ssd, backing, &["--replicate"]), "--replicate");
     // No /dev/fuse: a private mount namespace with an empty /dev.
     let out = Command::new("unshare")
         .args([

@@ -12,9 +12,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CONFIGS = ["shared", "local", "dyadfs"]
+CONFIGS = ["shared", "local", "dyadfs", "replicate"]
 LABELS = {"shared": "(a) shared FS directly", "local": "(b) local copy directly",
-          "dyadfs": "(c) dyadfs"}
+          "dyadfs": "(c) dyadfs", "replicate": "(d) dyadfs --replicate"}
+CLUSTER = ("dyadfs", "replicate")
 
 
 def mib(b):
@@ -37,14 +38,19 @@ def main():
         has_au = any("au_percent" in r for r in rows if r["workload"] == w)
         lines += [f"### {w}", "",
                   "| config | epoch | seconds | samples/s |" + (" AU % |" if has_au else "")
-                  + " CPU busy % | other CPU s | local opens | MiB from peers | MiB from shared FS |"
-                  " daemon CPU s |",
+                  + " CPU busy % | other CPU s | local opens | MiB from peers (replicated) |"
+                  " MiB from shared FS | daemon CPU s |",
                   "|---|---|---|---|" + ("---|" if has_au else "") + "---|---|---|---|---|---|"]
         for c in CONFIGS:
             for r in sorted((r for r in rows if r["workload"] == w and r["config"] == c),
                             key=lambda r: r["epoch"]):
-                src = ([str(r["local_hits"]), mib(r["peer"]), mib(r["backing"]),
-                        f"{r['daemon_cpu_s']:.1f}"] if c == "dyadfs" else ["", "", "", ""])
+                src = ["", "", "", ""]
+                if c in CLUSTER:
+                    peer = mib(r["peer"])
+                    if c == "replicate":
+                        peer += f" ({mib(r['replicated'])})"
+                    src = [str(r["local_hits"]), peer, mib(r["backing"]),
+                           f"{r['daemon_cpu_s']:.1f}"]
                 au = [f"{r['au_percent']:.1f}"] if has_au else []
                 lines.append("| " + " | ".join([LABELS[c], str(r["epoch"]), f"{r['seconds']:.2f}",
                                                  f"{r['samples_per_s']:.1f}"] + au
@@ -53,24 +59,26 @@ def main():
                                                 + src) + " |")
         epochs = sorted({r["epoch"] for r in rows if r["workload"] == w})
         checks = []
-        e1 = (get.get((w, "dyadfs", 1)), get.get((w, "shared", 1)))
-        if all(e1):
-            checks.append(f"epoch 1: dyadfs / shared FS = {e1[0]['seconds'] / e1[1]['seconds']:.2f}"
-                          " (target <= 1.1)")
-        for e in epochs[1:]:
-            d, l = get.get((w, "dyadfs", e)), get.get((w, "local", e))
-            if d and l:
-                checks.append(f"epoch {e}: dyadfs / local copy = {d['seconds'] / l['seconds']:.2f}"
-                              " (target <= 1.2)")
+        for c in CLUSTER:
+            e1 = (get.get((w, c, 1)), get.get((w, "shared", 1)))
+            if all(e1):
+                checks.append(f"epoch 1: {LABELS[c][4:]} / shared FS = "
+                              f"{e1[0]['seconds'] / e1[1]['seconds']:.2f} (target <= 1.1)")
+            for e in epochs[1:]:
+                d, l = get.get((w, c, e)), get.get((w, "local", e))
+                if d and l:
+                    checks.append(f"epoch {e}: {LABELS[c][4:]} / local copy = "
+                                  f"{d['seconds'] / l['seconds']:.2f} (target <= 1.2)")
         during = {r.get("cpu_busy_during", "run") for r in rows if r["workload"] == w}
-        lines += ["", "; ".join(checks), "",
+        lines += [""] + [c + "  " for c in checks] + ["",
                   "CPU busy: all CPUs of the machine, "
                   + ("during the epoch" if during == {"epoch"} else
                      "during the whole run of the epoch's processes (start-up included)")
                   + ". other CPU: CPU time of processes outside the run and of kernel threads "
                   "while the epoch's processes ran (another job on the machine shows here)"
                   ". local opens: opens of a complete copy in the node's cache. daemon CPU: "
-                  "user + system time of the 4 daemons during the epoch.", ""]
+                  "user + system time of the 4 daemons during the epoch. (replicated): the part of "
+                  "the bytes from peers that --replicate copied in the background.", ""]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -80,7 +88,7 @@ def main():
         epochs = sorted({r["epoch"] for r in rows if r["workload"] == w})
         width = 0.8 / len(CONFIGS)
         for k, c in enumerate(CONFIGS):
-            xs = [e + (k - 1) * width for e in epochs]
+            xs = [e + (k - (len(CONFIGS) - 1) / 2) * width for e in epochs]
             ys = [get[(w, c, e)]["seconds"] if (w, c, e) in get else 0 for e in epochs]
             ax.bar(xs, ys, width, label=LABELS[c])
         ax.set_title(w)

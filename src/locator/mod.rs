@@ -2,12 +2,13 @@
 //! (node -> rack -> global). `membership` says who is in the cluster and who is home for a
 //! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
 //! cache; `tiers` holds the rack and global tables and their coordination rules; `names` is
-//! the namespace of produced files.
+//! the namespace of produced files; `replicate` copies what peers fetched (`--replicate`).
 
 pub mod membership;
 pub mod names;
 pub mod node;
 pub mod rendezvous;
+pub mod replicate;
 pub mod service;
 pub mod source;
 pub mod tiers;

@@ -259,6 +259,31 @@ impl LocatorService {
         }
     }
 
+    /// The copies racks gained that global home `home` recorded after position `after` of its
+    /// feed (at most `max`), and the position to ask from next; `None` if it did not answer.
+    /// From a plain thread, like [`LocatorService::locate`].
+    pub fn gained(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        home: NodeId,
+        after: u64,
+        max: u32,
+    ) -> Option<(u64, Vec<(Key, NodeId)>)> {
+        match self.call_from_thread(runtime, home, Message::Gained { after, max })? {
+            Message::GainedList { next, copies } => Some((
+                next,
+                copies
+                    .into_iter()
+                    .map(|(path, version, node)| ((path, version.into()), node))
+                    .collect(),
+            )),
+            other => {
+                tracing::warn!(reply = ?other, "unexpected answer to Gained");
+                None
+            }
+        }
+    }
+
     /// Tells the rack homes that this node gained (`true`) or lost a complete copy of each
     /// file, one RPC per home (concurrently). Returns which were acknowledged; the caller
     /// retries the others (their home is unreachable).
@@ -399,6 +424,14 @@ impl LocatorService {
                     }
                     tokio::time::sleep(WAIT_POLL).await;
                 }
+            }
+            Message::Gained { after, max } => {
+                let (next, copies) = lock(&self.global).gained_since(after, max as usize);
+                let copies = copies
+                    .into_iter()
+                    .map(|((path, version), node)| (path, version.into(), node))
+                    .collect();
+                Message::GainedList { next, copies }
             }
             Message::NameList { dir } => Message::Names(lock(&self.names).list(&dir)),
             Message::NameSet { dir, name, entry } => {

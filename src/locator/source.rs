@@ -58,6 +58,21 @@ impl ClusterSource {
         len: u64,
         sink: FillSink<'_>,
     ) -> Option<()> {
+        self.pull_with(&self.puller, path, version, holders, offset, len, sink)
+    }
+
+    /// As `pull_from_peers`, with the given puller (the replicator's background one).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn pull_with(
+        &self,
+        puller: &Puller,
+        path: &str,
+        version: Version,
+        holders: &[u32],
+        offset: u64,
+        len: u64,
+        sink: FillSink<'_>,
+    ) -> Option<()> {
         let suspects = self.locator.suspects();
         let mut tried = Vec::new();
         let salt = crate::cache::format::path_hash(path) ^ u64::from(self.locator.me());
@@ -80,7 +95,7 @@ impl ClusterSource {
                 len,
             };
             let mut pulled = |off: u64, bytes: &[u8], crc: u32| sink(off, bytes, Some(crc));
-            let r = self.puller.pull(addr, &want, &mut pulled);
+            let r = puller.pull(addr, &want, &mut pulled);
             match r {
                 Ok(_) => return Some(()),
                 Err(e) => {

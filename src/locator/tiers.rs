@@ -127,6 +127,9 @@ struct GlobalEntry {
 #[derive(Debug, Default)]
 pub struct GlobalHome {
     entries: HashMap<Key, GlobalEntry>,
+    /// Every rack's first copy of a file, in arrival order: the feed replicating nodes read
+    /// with [`GlobalHome::gained_since`].
+    gained: Vec<(Key, NodeId)>,
 }
 
 impl GlobalHome {
@@ -156,6 +159,20 @@ impl GlobalHome {
         let e = self.entries.entry(key.clone()).or_default();
         e.racks.insert(rack.to_string(), node);
         e.fetcher = None;
+        self.gained.push((key.clone(), node));
+    }
+
+    /// Up to `max` copies gained after position `after` of the feed, and the position to ask
+    /// from next. A position beyond the feed (this home restarted) starts again from 0. A copy
+    /// may have been dropped since: its node then refuses the pull.
+    pub fn gained_since(&self, after: u64, max: usize) -> (u64, Vec<(Key, NodeId)>) {
+        let from = if after > self.gained.len() as u64 {
+            0
+        } else {
+            after as usize
+        };
+        let out: Vec<(Key, NodeId)> = self.gained[from..].iter().take(max).cloned().collect();
+        ((from + out.len()) as u64, out)
     }
 
     pub fn rack_lost(&mut self, key: &Key, rack: &str) {
@@ -276,6 +293,26 @@ mod tests {
         g.rack_lost(&k, "r1");
         g.rack_lost(&k, "r0");
         assert_eq!(g.lookup(&k, 3, t, timeout), Reply::Fetch);
+    }
+
+    #[test]
+    fn global_home_feeds_gained_copies_in_order_from_a_position() {
+        let mut g = GlobalHome::default();
+        assert_eq!(g.gained_since(0, 10), (0, vec![]));
+        g.rack_gained(&key("a"), "r0", 1);
+        g.rack_gained(&key("b"), "r1", 2);
+        g.rack_gained(&key("a"), "r1", 3);
+        assert_eq!(
+            g.gained_since(0, 2),
+            (2, vec![(key("a"), 1), (key("b"), 2)])
+        );
+        assert_eq!(g.gained_since(2, 2), (3, vec![(key("a"), 3)]));
+        assert_eq!(g.gained_since(3, 2), (3, vec![]));
+        assert_eq!(
+            g.gained_since(99, 1),
+            (1, vec![(key("a"), 1)]),
+            "a position past the end (the home restarted) starts over"
+        );
     }
 
     #[test]

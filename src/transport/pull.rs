@@ -95,6 +95,8 @@ pub struct PullConfig {
     pub window: usize,
     /// Bound on every wait (connect, each reply, each get).
     pub timeout: Duration,
+    /// Background copies (`--replicate`): holders serve them at the lowest CPU priority.
+    pub background: bool,
 }
 
 async fn read_frame(s: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Result<Message, WireError>> {
@@ -113,13 +115,14 @@ async fn write_frame(s: &mut (impl AsyncWriteExt + Unpin), m: &Message) -> io::R
     s.write_all(&wire::encode(m)).await
 }
 
-fn hello(worker: &Worker, node_id: u32) -> Message {
+fn hello(worker: &Worker, node_id: u32, background: bool) -> Message {
     let info = worker.info();
     Message::Hello {
         protocol: PROTOCOL_VERSION,
         node_id,
         worker_address: info.worker_address,
         rkey: info.rkey,
+        background,
     }
 }
 
@@ -141,6 +144,9 @@ pub trait RpcHandler: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct Server {
     pub worker: Arc<Worker>,
+    /// Serves background pullers (`--replicate`) with its own progress thread at the lowest
+    /// CPU priority, so their gets wait behind the readers' (else `worker` serves them).
+    pub background: Option<Arc<Worker>>,
     pub store: Arc<dyn ChunkStore>,
     pub node_id: u32,
     pub faults: Faults,
@@ -169,13 +175,14 @@ pub async fn serve(listener: TcpListener, server: Server) -> io::Result<()> {
 async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
     let Server {
         worker,
+        background: background_worker,
         store,
         node_id,
         faults,
         rpc,
     } = server;
-    match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
-        (Message::Hello { .. }, _) => {}
+    let background = match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
+        (Message::Hello { background, .. }, _) => background,
         (mut msg, Some(rpc)) => loop {
             let reply = rpc.handle(msg).await;
             write_frame(&mut s, &reply).await?;
@@ -183,23 +190,35 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
             msg = read_frame(&mut s).await?.map_err(bad_frame)?;
         },
         (other, None) => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
-    }
-    write_frame(&mut s, &hello(&worker, node_id)).await?;
+    };
+    let worker = match background_worker {
+        Some(w) if background => w,
+        _ => worker,
+    };
+    write_frame(&mut s, &hello(&worker, node_id, background)).await?;
     // A puller's chunks are served by a thread of its own with blocking I/O: a chunk then
     // costs this node one wake-up for the request (and one for a disk read), where the
     // reactor, a task and the blocking pool cost seven context switches per chunk
     // (`scripts/bench_small_pull.sh`). Pullers keep few connections (one per concurrent pull).
     let s = s.into_std()?;
     s.set_nonblocking(false)?;
+    let name = if background {
+        "serve-copy"
+    } else {
+        "serve-pull"
+    };
     std::thread::Builder::new()
-        .name("serve-pull".into())
-        .spawn(
-            move || match serve_pulls(s, worker.slab(), &*store, faults) {
+        .name(name.into())
+        .spawn(move || {
+            if background {
+                super::lower_thread_priority();
+            }
+            match serve_pulls(s, worker.slab(), &*store, faults) {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
                 Err(e) => tracing::info!(error = %e, "closing puller connection"),
                 Ok(()) => {}
-            },
-        )?;
+            }
+        })?;
     Ok(())
 }
 
@@ -622,7 +641,7 @@ fn connect(worker: &Arc<Worker>, cfg: &PullConfig, peer: SocketAddr) -> Result<C
     let _ = s.set_nodelay(true);
     s.set_read_timeout(Some(t)).map_err(err("connect"))?;
     s.set_write_timeout(Some(t)).map_err(err("connect"))?;
-    s.write_all(&wire::encode(&hello(worker, cfg.node_id)))
+    s.write_all(&wire::encode(&hello(worker, cfg.node_id, cfg.background)))
         .map_err(err("hello"))?;
     let mut frames = FrameReader::new(s);
     let info = match frames.next(true).map_err(err("hello"))? {

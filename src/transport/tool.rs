@@ -38,6 +38,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         };
         let server = pull::Server {
             worker: w,
+            background: None,
             store,
             node_id: args.ucx.node_id,
             faults,
@@ -67,6 +68,7 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
         chunk: args.ucx.slot_size as u32,
         window: args.window as usize,
         timeout: args.ucx.timeout,
+        background: false,
     };
     let start = Instant::now();
     let mut sink = |off: u64, bytes: &[u8], _crc: u32| out.write_all_at(bytes, off);

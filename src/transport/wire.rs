@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::locator::names::Name;
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest frame accepted: control messages are small; this bounds what a bad peer can make us
 /// allocate.
 pub const MAX_FRAME: usize = 16 << 20;
@@ -47,6 +47,10 @@ pub enum Message {
         worker_address: Vec<u8>,
         #[serde(with = "serde_bytes_compat")]
         rkey: Vec<u8>,
+        /// The puller copies in the background (`--replicate`): the holder serves it on
+        /// lowest-priority threads, through its background UCX worker if it has one.
+        #[serde(default)]
+        background: bool,
     },
     /// Stage bytes `[offset, offset + len)` of a file at a version (one chunk; `len` at most
     /// the holder's slot size).
@@ -138,6 +142,17 @@ pub enum Message {
     /// answer `Ack`.
     Rejoined {
         node: u32,
+    },
+    /// From a replicating node to a global home: the copies racks gained after position
+    /// `after` of its feed (at most `max`).
+    Gained {
+        after: u64,
+        max: u32,
+    },
+    /// The answer to `Gained`: (path, version, holder), and the position to ask from next.
+    GainedList {
+        next: u64,
+        copies: Vec<(String, WireVersion, u32)>,
     },
 }
 
@@ -233,6 +248,7 @@ mod tests {
                 node_id: 3,
                 worker_address: vec![1, 2, 3, 250],
                 rkey: vec![9, 8],
+                background: true,
             },
             Message::Request {
                 id: 7,
@@ -257,12 +273,24 @@ mod tests {
                 id: 7,
                 message: "no such file".into(),
             },
+            Message::Gained { after: 3, max: 512 },
+            Message::GainedList {
+                next: 4,
+                copies: vec![(
+                    "train/x.npz".into(),
+                    WireVersion {
+                        size: 1,
+                        mtime_ns: 2,
+                    },
+                    3,
+                )],
+            },
         ]
     }
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v1.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v2.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -271,7 +299,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v1.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v2.bin"),
                 &all,
             )
             .unwrap();
@@ -304,6 +332,7 @@ mod tests {
             node_id: 0,
             worker_address: vec![],
             rkey: vec![],
+            background: false,
         });
         assert_eq!(decode(&future[4..]), Err(WireError::Version(99)));
     }

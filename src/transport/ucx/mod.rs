@@ -125,6 +125,16 @@ unsafe impl Send for Owned {}
 impl Worker {
     /// Creates the context, worker and slab (`slots` x `slot_size` bytes) and starts progress.
     pub fn new(slots: usize, slot_size: usize) -> Result<Worker, UcxError> {
+        Self::start(slots, slot_size, false)
+    }
+
+    /// As [`Worker::new`], with the progress thread at the lowest CPU priority: for background
+    /// copies (`--replicate`), which then move bytes only when the readers leave CPU idle.
+    pub fn new_background(slots: usize, slot_size: usize) -> Result<Worker, UcxError> {
+        Self::start(slots, slot_size, true)
+    }
+
+    fn start(slots: usize, slot_size: usize, background: bool) -> Result<Worker, UcxError> {
         let params = sys::ucp_params_t {
             field_mask: sys::UCP_PARAM_FIELD_FEATURES as u64,
             features: (sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
@@ -198,9 +208,19 @@ impl Worker {
             memh,
             efd,
         };
+        let name = if background {
+            "ucx-background"
+        } else {
+            "ucx-progress"
+        };
         let thread = std::thread::Builder::new()
-            .name("ucx-progress".into())
-            .spawn(move || progress(owned, rx))
+            .name(name.into())
+            .spawn(move || {
+                if background {
+                    crate::transport::lower_thread_priority();
+                }
+                progress(owned, rx)
+            })
             .map_err(|e| UcxError {
                 op: "spawn",
                 status: sys::UCS_ERR_NO_RESOURCE,

@@ -1,0 +1,209 @@
+//! Replication (`dyadfs mount --replicate`): a background thread copies into this node's cache
+//! the files other nodes fetched, so a later epoch that gives this node another shard of the
+//! dataset finds it local instead of pulling it file by file while the training waits.
+//!
+//! The thread reads each global home's feed of copies racks gained (`Message::Gained`) and
+//! pulls what this node lacks from the holder named there: never from the backing store, never
+//! evicting (it stops while the cache is [`FILL_LIMIT`] full). It runs at the lowest CPU
+//! priority, so it uses the CPU a cold epoch leaves idle while the shared file system is the
+//! bottleneck. Each node then moves the whole dataset once over the network; without
+//! replication each epoch moves most of a shard.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::membership::NodeId;
+use super::names;
+use super::source::ClusterSource;
+use super::tiers::Key;
+use crate::cache::{Cache, Version};
+use crate::fs::read::{FillSink, Origin, Reader, Source};
+use crate::stats::Stats;
+use crate::transport::pull::Puller;
+
+/// Replication stops while the cache holds more than this share of its capacity, leaving the
+/// rest to the files this node's readers ask for.
+pub const FILL_LIMIT: f64 = 0.9;
+/// Most copies asked of one global home at a time.
+const FEED_BATCH: u32 = 512;
+/// Pause between feed polls once nothing new arrives: from the first to the last, doubling.
+const POLL_FIRST: Duration = Duration::from_millis(50);
+const POLL_LAST: Duration = Duration::from_secs(1);
+
+/// Pulls one file from the holders the feed named; anything else is an error (the replicator
+/// skips the file: a reader that needs it later locates it as usual).
+struct FromHolders {
+    cluster: Arc<ClusterSource>,
+    copier: Arc<Puller>,
+    holders: Vec<NodeId>,
+    /// Bytes this source pulled (a reader may fill part of the file meanwhile).
+    pulled: AtomicU64,
+}
+
+impl Source for FromHolders {
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<Origin> {
+        let len = buf.len() as u64;
+        let mut copy = |off: u64, bytes: &[u8], _crc: Option<u32>| {
+            let at = (off - offset) as usize;
+            buf[at..at + bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        };
+        self.read_into(path, version, offset, len, &mut copy)
+    }
+
+    fn read_into(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        len: u64,
+        sink: FillSink<'_>,
+    ) -> io::Result<Origin> {
+        self.cluster
+            .pull_with(
+                &self.copier,
+                path,
+                version,
+                &self.holders,
+                offset,
+                len,
+                sink,
+            )
+            .ok_or_else(|| io::Error::other("no holder named by the feed could serve it"))?;
+        self.pulled.fetch_add(len, Ordering::Relaxed);
+        Ok(Origin::Peer)
+    }
+}
+
+/// Starts the replicator thread of a node. `copier` pulls through the background UCX worker.
+pub fn start_replicator(
+    cluster: Arc<ClusterSource>,
+    copier: Puller,
+    cache: Arc<Cache>,
+    stats: Arc<Stats>,
+) {
+    std::thread::Builder::new()
+        .name("replicator".into())
+        .spawn(move || {
+            crate::transport::lower_thread_priority();
+            Replicator {
+                cluster,
+                copier: Arc::new(copier),
+                cache,
+                stats,
+                next: HashMap::new(),
+                seen: HashSet::new(),
+            }
+            .run()
+        })
+        .expect("spawn replicator");
+}
+
+struct Replicator {
+    cluster: Arc<ClusterSource>,
+    copier: Arc<Puller>,
+    cache: Arc<Cache>,
+    stats: Arc<Stats>,
+    /// Per global home, the position in its feed to ask from next.
+    next: HashMap<NodeId, u64>,
+    /// Files already copied or tried (a failed one is left to readers).
+    seen: HashSet<Key>,
+}
+
+impl Replicator {
+    fn run(mut self) {
+        let homes: Vec<NodeId> = self
+            .cluster
+            .locator
+            .membership
+            .members()
+            .map(|m| m.id)
+            .collect();
+        let mut pause = POLL_FIRST;
+        loop {
+            let mut new = false;
+            for &home in &homes {
+                new |= self.poll(home);
+            }
+            if new {
+                pause = POLL_FIRST;
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(POLL_LAST);
+            }
+        }
+    }
+
+    /// Copies what `home`'s feed lists after our position; `true` if it listed anything.
+    fn poll(&mut self, home: NodeId) -> bool {
+        let locator = &self.cluster.locator;
+        let after = self.next.get(&home).copied().unwrap_or(0);
+        let Some((next, copies)) = locator.gained(&self.cluster.runtime, home, after, FEED_BATCH)
+        else {
+            return false;
+        };
+        self.next.insert(home, next);
+        let me = locator.me();
+        for (key, holder) in &copies {
+            // Produced files have their own life cycle (names, versions, the producer).
+            if *holder == me || names::is_object(&key.0) || self.seen.contains(key) {
+                continue;
+            }
+            if self.cache.used_bytes() + key.1.size
+                > (self.cache.capacity() as f64 * FILL_LIMIT) as u64
+            {
+                // Full: leave the rest for later (our position is not advanced past it).
+                self.next.insert(home, after);
+                return false;
+            }
+            self.seen.insert(key.clone());
+            if let Err(e) = self.copy(key, *holder) {
+                tracing::debug!(path = %key.0, holder, error = %e, "not replicated");
+            }
+        }
+        !copies.is_empty()
+    }
+
+    fn copy(&self, (path, version): &Key, holder: NodeId) -> Result<(), crate::fs::Error> {
+        if self
+            .cache
+            .lookup(path, *version)
+            .is_some_and(|e| e.is_complete())
+        {
+            return Ok(());
+        }
+        let source = Arc::new(FromHolders {
+            cluster: self.cluster.clone(),
+            copier: self.copier.clone(),
+            holders: vec![holder],
+            pulled: AtomicU64::new(0),
+        });
+        let reader = Reader {
+            cache: self.cache.clone(),
+            stats: self.stats.clone(),
+            source: source.clone(),
+        };
+        let entry = self.cache.entry(path, *version)?;
+        entry.pin(&self.cache);
+        // Chunks a reader is filling meanwhile are left to it.
+        let r = reader.fill_ahead(&entry, 0..entry.chunk_count());
+        entry.unpin();
+        let pulled = source.pulled.load(Ordering::Relaxed);
+        if pulled > 0 {
+            self.stats.replicated_files.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_replicated
+                .fetch_add(pulled, Ordering::Relaxed);
+        }
+        r.map(|_| ())
+    }
+}
