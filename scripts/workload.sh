@@ -121,13 +121,14 @@ stop_cluster() {
   for i in $(seq 0 $((NODES - 1))); do fusermount3 -u "$W/n$i/mnt"; done
   sleep 1
 }
-# Sum of a stats key over the nodes.
-total() {
-  local i sum=0
+# Sums of stats keys over the nodes, in the order given; each node's are read at once (with
+# --replicate, copies move between two reads).
+totals() {
+  local i keys="$*"
   for i in $(seq 0 $((NODES - 1))); do
-    sum=$((sum + $("$BIN" stats "$W/n$i/mnt" --json | "$PY" -c "import json,sys; print(json.load(sys.stdin)['$1'])")))
-  done
-  echo "$sum"
+    "$BIN" stats "$W/n$i/mnt" --json |
+      "$PY" -c "import json,sys; s = json.load(sys.stdin); print(*(s[k] for k in sys.argv[1:]))" $keys
+  done | awk '{for (k = 1; k <= NF; k++) t[k] += $k; n = NF} END {for (k = 1; k <= n; k++) printf "%.0f ", t[k]; print ""}'
 }
 sources() {
   case $1 in
@@ -174,8 +175,7 @@ epoch() {
   local l0=0 p0=0 b0=0 r0=0 l1=0 p1=0 b1=0 r1=0 result d0 d1 busy0 busy1 idle0 idle1 run0 run1
   drop
   if is_cluster "$cfg"; then
-    l0=$(total local_hits); p0=$(total bytes_from_peers); b0=$(total bytes_from_backing)
-    r0=$(total bytes_replicated)
+    read -r l0 p0 b0 r0 <<< "$(totals local_hits bytes_from_peers bytes_from_backing bytes_replicated)"
   fi
   read -r d0 busy0 idle0 run0 <<< "$(cpu)"
   threads > "$W/threads.0"
@@ -183,8 +183,7 @@ epoch() {
   threads > "$W/threads.1"
   read -r d1 busy1 idle1 run1 <<< "$(cpu)"
   if is_cluster "$cfg"; then
-    l1=$(total local_hits); p1=$(total bytes_from_peers); b1=$(total bytes_from_backing)
-    r1=$(total bytes_replicated)
+    read -r l1 p1 b1 r1 <<< "$(totals local_hits bytes_from_peers bytes_from_backing bytes_replicated)"
   fi
   read -r seconds samples au epoch_busy <<< "$result"
   "$PY" - "$workload" "$cfg" "$e" "$seconds" "$samples" "$au" $((l1 - l0)) $((p1 - p0)) \

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::membership::NodeId;
 use super::names;
@@ -32,6 +32,62 @@ const FEED_BATCH: u32 = 512;
 /// Pause between feed polls once nothing new arrives: from the first to the last, doubling.
 const POLL_FIRST: Duration = Duration::from_millis(50);
 const POLL_LAST: Duration = Duration::from_secs(1);
+/// Copies pause while less than this share of the machine's CPU time was idle over the last
+/// [`IDLE_WINDOW`]: lowest priority alone still lets them take CPU the readers are about to
+/// need (a reader's request, woken, waits for the copy's thread to be preempted; locks the
+/// copy holds), so they leave the readers some slack.
+const MIN_IDLE: f64 = 0.2;
+const IDLE_WINDOW: Duration = Duration::from_millis(100);
+
+/// Waits, before each copy, until the machine's CPUs have been idle enough lately.
+struct IdleGate {
+    /// (busy, idle) CPU ticks of the machine at the last sample, and when it was taken.
+    last: Option<(u64, u64)>,
+    at: Instant,
+}
+
+impl IdleGate {
+    fn new() -> IdleGate {
+        IdleGate {
+            last: cpu_ticks(),
+            at: Instant::now(),
+        }
+    }
+
+    fn wait(&mut self) {
+        while self.at.elapsed() >= IDLE_WINDOW {
+            let now = cpu_ticks();
+            let share = match (self.last, now) {
+                (Some((b0, i0)), Some((b1, i1))) if b1 + i1 > b0 + i0 => {
+                    (i1 - i0) as f64 / ((b1 + i1) - (b0 + i0)) as f64
+                }
+                // No /proc/stat, or no tick passed: do not hold copies back.
+                _ => 1.0,
+            };
+            self.last = now;
+            self.at = Instant::now();
+            if share >= MIN_IDLE {
+                return;
+            }
+            std::thread::sleep(IDLE_WINDOW);
+        }
+    }
+}
+
+/// The machine's busy and idle CPU ticks so far (the `cpu` line of /proc/stat; iowait counts
+/// as idle).
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .map(|t| t.parse().unwrap_or(0))
+        .collect();
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    Some((ticks.iter().sum::<u64>() - idle, idle))
+}
 
 /// Pulls one file from the holders the feed named; anything else is an error (the replicator
 /// skips the file: a reader that needs it later locates it as usual).
@@ -102,6 +158,7 @@ pub fn start_replicator(
                 stats,
                 next: HashMap::new(),
                 seen: HashSet::new(),
+                gate: IdleGate::new(),
             }
             .run()
         })
@@ -117,6 +174,7 @@ struct Replicator {
     next: HashMap<NodeId, u64>,
     /// Files already copied or tried (a failed one is left to readers).
     seen: HashSet<Key>,
+    gate: IdleGate,
 }
 
 impl Replicator {
@@ -166,6 +224,7 @@ impl Replicator {
                 return false;
             }
             self.seen.insert(key.clone());
+            self.gate.wait();
             if let Err(e) = self.copy(key, *holder) {
                 tracing::debug!(path = %key.0, holder, error = %e, "not replicated");
             }
