@@ -4,10 +4,12 @@
 //!
 //! The thread reads each global home's feed of copies racks gained (`Message::Gained`) and
 //! pulls what this node lacks from the holder named there: never from the backing store, never
-//! evicting (it stops while the cache is [`FILL_LIMIT`] full). It runs at the lowest CPU
-//! priority, so it uses the CPU a cold epoch leaves idle while the shared file system is the
-//! bottleneck. Each node then moves the whole dataset once over the network; without
-//! replication each epoch moves most of a shard.
+//! evicting (it stops while the cache is [`FILL_LIMIT`] full). Copies use the CPU a cold epoch
+//! leaves idle while the shared file system is the bottleneck: the thread, the holder's serving
+//! thread and both UCX progress threads (a background worker on each node) run at the lowest
+//! priority, and copies pause while the machine has been busy ([`IdleGate`]). Each node then
+//! moves the whole dataset once over the network; without replication each epoch moves most
+//! of a shard.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -77,12 +79,18 @@ impl IdleGate {
 /// The machine's busy and idle CPU ticks so far (the `cpu` line of /proc/stat; iowait counts
 /// as idle).
 fn cpu_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    busy_idle(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// (busy, idle) from the text of /proc/stat: `cpu user nice system idle iowait irq softirq
+/// steal guest guest_nice`, guest time being part of user time already.
+fn busy_idle(stat: &str) -> Option<(u64, u64)> {
     let ticks: Vec<u64> = stat
         .lines()
         .next()?
+        .strip_prefix("cpu ")?
         .split_whitespace()
-        .skip(1)
+        .take(8)
         .map(|t| t.parse().unwrap_or(0))
         .collect();
     let idle = ticks.get(3)? + ticks.get(4)?;
@@ -264,5 +272,24 @@ impl Replicator {
                 .fetch_add(pulled, Ordering::Relaxed);
         }
         r.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_and_idle_ticks_come_from_the_cpu_line() {
+        let stat = "cpu  100 5 20 300 7 1 2 3 50 0\ncpu0 50 2 10 150 3 0 1 1 25 0\n";
+        assert_eq!(
+            busy_idle(stat),
+            Some((131, 307)),
+            "guest time is not counted twice"
+        );
+        assert_eq!(busy_idle("intr 1 2\n"), None);
+        assert_eq!(busy_idle(""), None);
+        let (b, i) = cpu_ticks().expect("Linux has /proc/stat");
+        assert!(b + i > 0);
     }
 }
