@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::membership::NodeId;
 use super::names;
-use super::source::ClusterSource;
+use super::source::{ClusterSource, read_at_via_pieces};
 use super::tiers::Key;
 use crate::cache::{Cache, Version};
 use crate::fs::read::{FillSink, Origin, Reader, Source};
@@ -115,13 +115,7 @@ impl Source for FromHolders {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<Origin> {
-        let len = buf.len() as u64;
-        let mut copy = |off: u64, bytes: &[u8], _crc: Option<u32>| {
-            let at = (off - offset) as usize;
-            buf[at..at + bytes.len()].copy_from_slice(bytes);
-            Ok(())
-        };
-        self.read_into(path, version, offset, len, &mut copy)
+        read_at_via_pieces(self, path, version, offset, buf)
     }
 
     fn read_into(
@@ -224,9 +218,13 @@ impl Replicator {
             if *holder == me || names::is_object(&key.0) || self.seen.contains(key) {
                 continue;
             }
-            if self.cache.used_bytes() + key.1.size
-                > (self.cache.capacity() as f64 * FILL_LIMIT) as u64
-            {
+            let limit = (self.cache.capacity() as f64 * FILL_LIMIT) as u64;
+            if key.1.size > limit {
+                // Never fits: skip it rather than wait for it.
+                self.seen.insert(key.clone());
+                continue;
+            }
+            if self.cache.used_bytes() + key.1.size > limit {
                 // Full: leave the rest for later (our position is not advanced past it).
                 self.next.insert(home, after);
                 return false;

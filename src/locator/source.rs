@@ -110,6 +110,23 @@ impl ClusterSource {
     }
 }
 
+/// `Source::read_at` of a source whose bytes arrive in pieces through `read_into`.
+pub(crate) fn read_at_via_pieces(
+    source: &impl Source,
+    path: &str,
+    version: Version,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<Origin> {
+    let len = buf.len() as u64;
+    let mut copy = |off: u64, bytes: &[u8], _crc: Option<u32>| {
+        let at = (off - offset) as usize;
+        buf[at..at + bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    };
+    source.read_into(path, version, offset, len, &mut copy)
+}
+
 impl Source for ClusterSource {
     fn read_at(
         &self,
@@ -118,13 +135,7 @@ impl Source for ClusterSource {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<Origin> {
-        let len = buf.len() as u64;
-        let mut copy = |off: u64, bytes: &[u8], _crc: Option<u32>| {
-            let at = (off - offset) as usize;
-            buf[at..at + bytes.len()].copy_from_slice(bytes);
-            Ok(())
-        };
-        self.read_into(path, version, offset, len, &mut copy)
+        read_at_via_pieces(self, path, version, offset, buf)
     }
 
     fn read_into(
