@@ -4,8 +4,9 @@
 # (b) through node B's mount while only node A (other rack) holds them, so every file is
 # located, pulled over UCX, written to B's cache and published; and (c) B mounted empty with
 # --replicate, copying every file A holds without being read (timed from the mount until B
-# has them all; B's CPU counted from its start). The page cache is dropped before each run. Reports files/s and the CPU both daemons spend per file: that CPU is what
-# the training input pipeline competes with on a busy node (docs/workloads.md).
+# has them all; B's CPU counted from its start). The page cache is dropped before each run.
+# Reports files/s and the CPU both daemons spend per file: that CPU is what the training input
+# pipeline competes with on a busy node (docs/workloads.md).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -197,10 +197,11 @@ pub struct MountArgs {
           help_heading = "Cluster")]
     pub peer_timeout: Duration,
 
-    /// Copy the files other nodes fetch into this node's cache too, in the background at the
-    /// lowest CPU priority and only while the cache is under 90% full (nothing is evicted for
-    /// it), so a later epoch that reads another shard finds it local. Each node then moves the
-    /// whole dataset over the network once
+    /// Copy the files other nodes fetch into this node's cache too, in the background: at the
+    /// lowest CPU priority, paused while the machine's CPUs are less than 20% idle, and only
+    /// while the cache is under 90% full (nothing is evicted for it), so a later epoch that
+    /// reads another shard finds it local. Each node then moves the whole dataset over the
+    /// network once
     #[arg(long, help_heading = "Cluster")]
     pub replicate: bool,
 

@@ -382,13 +382,6 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         timeout: args.peer_timeout,
         background: false,
     };
-    let copier = crate::transport::pull::Puller::new(
-        background,
-        crate::transport::pull::PullConfig {
-            background: true,
-            ..pull_config.clone()
-        },
-    );
     let source = Arc::new(crate::locator::source::ClusterSource {
         locator,
         puller: crate::transport::pull::Puller::new(worker, pull_config),
@@ -398,6 +391,13 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
     });
     tracing::info!(node = id, %listen, replicate = args.replicate, "cluster mode");
     if args.replicate {
+        let copier = crate::transport::pull::Puller::new(
+            background,
+            crate::transport::pull::PullConfig {
+                background: true,
+                ..source.puller.cfg.clone()
+            },
+        );
         crate::locator::replicate::start_replicator(
             source.clone(),
             copier,

@@ -1,8 +1,9 @@
 //! The pull protocol over the control channel (TCP, [`wire`] frames: blocking on both ends of a
-//! pull, tokio for the locator RPCs sharing the port) and the UCX data plane. A holder stages each requested chunk from its [`ChunkStore`] into a registered slot
-//! and answers with the slot's address and the chunk's crc32c; the puller RMA-gets it into a
-//! slot of its own, verifies the checksum, hands the bytes to its sink and releases the remote
-//! slot. Several requests are in flight per pull; every wait is bounded.
+//! pull, tokio for the locator RPCs sharing the port) and the UCX data plane. A holder stages
+//! each requested chunk from its [`ChunkStore`] into a registered slot and answers with the
+//! slot's address and the chunk's crc32c; the puller RMA-gets it into a slot of its own,
+//! verifies the checksum, hands the bytes to its sink and releases the remote slot. Several
+//! requests are in flight per pull; every wait is bounded.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -425,6 +426,9 @@ impl<C> IdlePool<C> {
 
 /// Sends one-message RPCs (locator traffic), keeping idle connections per peer between calls:
 /// a lookup then costs one round trip instead of a TCP handshake and a round trip.
+/// What a blocking RPC waits for, in its timeout errors.
+const RPC_REPLY: &str = "an RPC reply";
+
 #[derive(Default)]
 pub struct Rpcs {
     idle: IdlePool<TcpStream>,
@@ -468,7 +472,6 @@ impl Rpcs {
         msg: &Message,
         timeout: Duration,
     ) -> Result<Message, PullError> {
-        let what = "an RPC reply";
         if let Some(s) = self.idle_blocking.take(peer) {
             // As in `call`: one fresh try after a dead idle connection.
             match self.call_blocking_on(s, peer, msg, timeout) {
@@ -481,7 +484,7 @@ impl Rpcs {
         let _ = s.set_nodelay(true);
         s.set_read_timeout(Some(timeout))
             .and_then(|()| s.set_write_timeout(Some(timeout)))
-            .map_err(|e| stream_error(peer, e, what, timeout))?;
+            .map_err(|e| stream_error(peer, e, RPC_REPLY, timeout))?;
         self.call_blocking_on(FrameReader::new(s), peer, msg, timeout)
     }
 
@@ -492,7 +495,7 @@ impl Rpcs {
         msg: &Message,
         timeout: Duration,
     ) -> Result<Message, PullError> {
-        let err = |e| stream_error(peer, e, "an RPC reply", timeout);
+        let err = |e| stream_error(peer, e, RPC_REPLY, timeout);
         s.s.write_all(&wire::encode(msg)).map_err(err)?;
         let reply = s
             .next(true)
