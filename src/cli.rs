@@ -118,6 +118,13 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Storage")]
     pub capacity: Option<u64>,
 
+    /// Cache data files kept open while idle (an LRU: files are opened on demand, so any number
+    /// of files can be cached under any descriptor limit) [default: half the descriptor limit,
+    /// which the daemon raises to its hard limit at start, at most 65536]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+          help_heading = "Storage")]
+    pub open_files: Option<u64>,
+
     /// Cache granularity, 1M to 4M: the unit of fetching, checksumming and transfer between nodes
     #[arg(long, value_name = "SIZE", default_value = "2M", value_parser = parse_chunk_size,
           help_heading = "Storage")]

@@ -8,6 +8,7 @@
 //! reloaded after a restart start unverified. Capacity is accounted in bytes of present (or
 //! reserved) chunks; least recently used entries that nobody holds open are evicted whole.
 
+pub mod files;
 pub mod format;
 pub mod journal;
 
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use files::{DataFiles, Mode};
 use format::{ChunkRecord, Header};
 use journal::{Journal, Record};
 
@@ -52,6 +54,8 @@ pub struct CacheConfig {
     pub chunk_size: u32,
     /// Bytes the cache may hold; `None` leaves 10% of the cache filesystem free.
     pub capacity: Option<u64>,
+    /// Data files kept open while idle (see [`files`]).
+    pub open_files: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,20 +68,41 @@ enum Chunk {
 struct State {
     chunks: Vec<Chunk>,
     present_bytes: u64,
-    /// Set when the entry leaves the index (evicted or replaced): nothing is persisted again.
+    /// Set when the entry leaves the index (evicted or replaced): nothing is persisted again,
+    /// and its data file is never opened again (its slot may hold another entry's file).
     evicted: bool,
+    /// Reloaded at start and its data file not looked at yet (see `Entry::file`).
+    unchecked: bool,
 }
 
-/// One cached file. Held by open handles (`pin`) and by the index.
+/// What every entry of one cache shares.
+struct Shared {
+    dir: PathBuf,
+    chunk_size: u64,
+    journal: Journal,
+    files: DataFiles,
+    /// Bytes of present chunks plus reservations of fills in flight.
+    used: AtomicU64,
+}
+
+impl Shared {
+    /// The data file of the slot `hash`: one directory level keeps directories small.
+    fn data_path(&self, hash: u64) -> PathBuf {
+        self.dir
+            .join("data")
+            .join(format!("{:02x}", hash >> 56))
+            .join(format!("{hash:016x}.dat"))
+    }
+}
+
+/// One cached file. Held by open handles (`pin`) and by the index. It owns no descriptor: its
+/// data file is opened through the cache's bounded [`DataFiles`] when used.
 pub struct Entry {
     pub path: String,
     pub version: Version,
-    chunk_size: u64,
-    data: File,
-    data_path: PathBuf,
-    /// `data` opened for direct I/O (peers' reads of cold chunks), opened on first use.
-    direct: std::sync::OnceLock<Option<File>>,
-    journal: Arc<Journal>,
+    /// Unique for the cache's lifetime: the key of its open data files.
+    id: u64,
+    shared: Arc<Shared>,
     state: Mutex<State>,
     filled: Condvar,
     pins: AtomicU32,
@@ -90,47 +115,50 @@ pub struct Entry {
     pub keep: AtomicBool,
 }
 
+/// The entries by slot (the hash of their path, which names their data file): a slot holds one
+/// entry at a time (a colliding newcomer takes it), so one map finds both.
 #[derive(Default)]
 struct Index {
-    entries: HashMap<String, Arc<Entry>>,
-    /// The path whose data file is in each slot (named by the path's hash): a hash collision is
-    /// found without scanning every entry.
-    slots: HashMap<u64, String>,
+    slots: HashMap<u64, Arc<Entry>>,
 }
 
 impl Index {
-    fn insert(&mut self, entry: Arc<Entry>) {
+    fn get(&self, path: &str) -> Option<&Arc<Entry>> {
         self.slots
-            .insert(format::path_hash(&entry.path), entry.path.clone());
-        self.entries.insert(entry.path.clone(), entry);
+            .get(&format::path_hash(path))
+            .filter(|e| e.path == path)
+    }
+
+    fn insert(&mut self, entry: Arc<Entry>) {
+        self.slots.insert(format::path_hash(&entry.path), entry);
     }
 
     fn remove(&mut self, path: &str) -> Option<Arc<Entry>> {
-        let entry = self.entries.remove(path)?;
         let hash = format::path_hash(path);
-        if self.slots.get(&hash).is_some_and(|p| p == path) {
-            self.slots.remove(&hash);
+        if self.slots.get(&hash)?.path != path {
+            return None;
         }
-        Some(entry)
+        self.slots.remove(&hash)
     }
 
     fn in_slot(&self, hash: u64) -> Option<Arc<Entry>> {
-        self.entries.get(self.slots.get(&hash)?).cloned()
+        self.slots.get(&hash).cloned()
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Arc<Entry>> {
+        self.slots.values()
     }
 }
 
 pub struct Cache {
-    dir: PathBuf,
-    chunk_size: u64,
+    shared: Arc<Shared>,
     capacity: u64,
     index: Mutex<Index>,
-    /// Bytes of present chunks plus reservations of fills in flight.
-    used: AtomicU64,
     tick: AtomicU64,
+    next_id: AtomicU64,
     stats: Arc<Stats>,
     /// Told when a file becomes complete or leaves the cache (the locator publishes these).
     events: std::sync::OnceLock<crossbeam_channel::Sender<CacheEvent>>,
-    journal: Arc<Journal>,
     _lock: File,
 }
 
@@ -146,6 +174,12 @@ pub enum CacheEvent {
 /// How long a reader waits for another reader's fill of the same chunk before giving up.
 const FILL_WAIT: Duration = Duration::from_secs(120);
 
+/// In a cache of more than [`SCAN_CHEAP`] entries, eviction frees this fraction of the capacity
+/// beyond what a reservation needs: the scan for victims visits every entry, so with millions
+/// of entries it must not run for every new file.
+const EVICT_SLACK_DIVISOR: u64 = 64;
+const SCAN_CHEAP: usize = 4096;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a cache lock leaves consistent-enough state (chunks are only marked
     // present after their bytes are written); keep serving rather than poisoning every reader.
@@ -153,9 +187,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Cache {
-    /// Opens (or creates) the cache directory, takes its lock and reloads every intact entry.
-    /// Leftovers of a crash (temp files, data without a live header, headers that do not check
-    /// out) are deleted, and the log is rewritten with the live headers only.
+    /// Opens (or creates) the cache directory, takes its lock and reloads every entry its log
+    /// records, without touching their data files (a million entries load in moments; each
+    /// data file is checked when first opened, and its chunks when first served). The log is
+    /// rewritten with the live headers only. Data files no header names (a crash's leftovers)
+    /// are deleted by [`Cache::sweep_orphans`], which the daemon runs in the background.
     pub fn open(config: &CacheConfig, stats: Arc<Stats>) -> Result<Cache, CacheError> {
         let data_dir = config.dir.join("data");
         // Every data subdirectory exists from the start: no mkdir per new entry.
@@ -189,46 +225,35 @@ impl Cache {
                 by_slot.insert(hash, (at, h));
             }
         }
-        let mut loaded = Vec::new();
-        for sub in fs::read_dir(&data_dir)? {
-            let sub = sub?.path();
-            if !sub.is_dir() {
-                continue;
-            }
-            for file in fs::read_dir(&sub)? {
-                let file = file?.path();
-                let name = file.file_name().unwrap_or_default().to_string_lossy();
-                let header = name
-                    .strip_suffix(".dat")
-                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-                    .and_then(|hash| by_slot.remove(&hash))
-                    .map(|(_, h)| h);
-                // Data without a live header (a fill cut short, a dropped entry), or anything
-                // foreign, is deleted.
-                let Some(header) = header else {
-                    let _ = fs::remove_file(&file);
-                    continue;
-                };
-                match check_entry(&header, &file, chunk_size) {
-                    Ok(data) => loaded.push((header, data, file)),
-                    Err(e) => {
-                        tracing::warn!(path = %header.path, error = %e, "dropping cache entry");
-                        let _ = fs::remove_file(&file);
-                    }
+        let mut loaded = Vec::with_capacity(by_slot.len());
+        for (_, header) in by_slot.into_values() {
+            match check_header(&header, chunk_size) {
+                Ok(()) => loaded.push(header),
+                Err(e) => {
+                    // Its data file is left to the orphan sweep.
+                    tracing::warn!(path = %header.path, error = %e, "dropping cache entry");
                 }
             }
         }
-        let journal = Arc::new(Journal::create(
-            &log_path,
-            loaded.iter().map(|(h, _, _)| h.clone()),
-        )?);
+        let journal = Journal::create(&log_path, loaded.iter().cloned())?;
+        let shared = Arc::new(Shared {
+            dir: config.dir.clone(),
+            chunk_size,
+            journal,
+            files: DataFiles::new(config.open_files),
+            used: AtomicU64::new(0),
+        });
         let mut index = Index::default();
+        index.slots.reserve(loaded.len());
         let mut used = 0;
-        for (header, data, data_path) in loaded {
-            let entry = reloaded_entry(header, data, data_path, chunk_size, journal.clone());
+        let mut next_id = 0;
+        for header in loaded {
+            next_id += 1;
+            let entry = reloaded_entry(header, next_id, shared.clone());
             used += lock(&entry.state).present_bytes;
             index.insert(Arc::new(entry));
         }
+        shared.used.store(used, Ordering::Relaxed);
         let capacity = match config.capacity {
             Some(c) => c,
             None => {
@@ -237,23 +262,52 @@ impl Cache {
             }
         };
         tracing::info!(
-            entries = index.entries.len(),
+            entries = index.slots.len(),
             used,
             capacity,
+            open_files = config.open_files,
             "cache loaded"
         );
         Ok(Cache {
-            dir: config.dir.clone(),
-            chunk_size,
+            shared,
             capacity,
             index: Mutex::new(index),
-            used: AtomicU64::new(used),
             tick: AtomicU64::new(1),
+            next_id: AtomicU64::new(next_id + 1),
             stats,
             events: std::sync::OnceLock::new(),
-            journal,
             _lock: lock_file,
         })
+    }
+
+    /// Deletes every data file that no entry owns (a fill cut short by a crash, a dropped
+    /// entry, anything foreign) and returns how many. Safe while the cache serves: a slot's
+    /// file is only judged under the index lock, under which new entries create theirs.
+    pub fn sweep_orphans(&self) -> io::Result<u64> {
+        let mut removed = 0;
+        for sub in fs::read_dir(self.shared.dir.join("data"))? {
+            let sub = sub?.path();
+            if !sub.is_dir() {
+                continue;
+            }
+            for file in fs::read_dir(&sub)? {
+                let file = file?.path();
+                let name = file.file_name().unwrap_or_default().to_string_lossy();
+                let slot = name
+                    .strip_suffix(".dat")
+                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                    .filter(|hash| self.shared.data_path(*hash) == file);
+                let index = lock(&self.index);
+                if slot.is_none_or(|hash| !index.slots.contains_key(&hash)) {
+                    let _ = fs::remove_file(&file);
+                    removed += 1;
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(removed, "deleted cache data files no entry owns");
+        }
+        Ok(removed)
     }
 
     /// Subscribes to [`CacheEvent`]s (once per cache).
@@ -270,26 +324,21 @@ impl Cache {
     /// The entry for `path` if cached at `version`; never creates one.
     pub fn lookup(&self, path: &str, version: Version) -> Option<Arc<Entry>> {
         let index = lock(&self.index);
-        index
-            .entries
-            .get(path)
-            .filter(|e| e.version == version)
-            .cloned()
+        index.get(path).filter(|e| e.version == version).cloned()
     }
 
     /// Every complete entry (to publish after a restart).
     pub fn complete_entries(&self) -> Vec<(String, Version)> {
         let index = lock(&self.index);
         index
-            .entries
-            .values()
+            .entries()
             .filter(|e| e.is_complete())
             .map(|e| (e.path.clone(), e.version))
             .collect()
     }
 
     pub fn chunk_size(&self) -> u64 {
-        self.chunk_size
+        self.shared.chunk_size
     }
 
     pub fn capacity(&self) -> u64 {
@@ -297,15 +346,25 @@ impl Cache {
     }
 
     pub fn used_bytes(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
+        self.shared.used.load(Ordering::Relaxed)
+    }
+
+    /// Data files held open while idle.
+    pub fn open_files(&self) -> u64 {
+        self.shared.files.open_count()
+    }
+
+    /// The cache's descriptor LRU: other opens (backing files) retry through it when the
+    /// process runs out of descriptors.
+    pub fn files(&self) -> &DataFiles {
+        &self.shared.files
     }
 
     /// Number of entries holding at least one present chunk.
     pub fn cached_files(&self) -> u64 {
         let index = lock(&self.index);
         index
-            .entries
-            .values()
+            .entries()
             .filter(|e| lock(&e.state).present_bytes > 0)
             .count() as u64
     }
@@ -314,7 +373,7 @@ impl Cache {
     /// version is dropped (its open handles keep reading their own, now unlinked, copy).
     pub fn entry(&self, path: &str, version: Version) -> Result<Arc<Entry>, CacheError> {
         let mut index = lock(&self.index);
-        if let Some(e) = index.entries.get(path) {
+        if let Some(e) = index.get(path) {
             if e.version == version {
                 e.touch(self.next_tick());
                 return Ok(e.clone());
@@ -322,15 +381,11 @@ impl Cache {
             let old = index.remove(path).expect("present");
             self.drop_entry(&old);
         }
-        if self.journal.wants_rewrite() {
+        if self.shared.journal.wants_rewrite() {
             self.rewrite_journal(&index);
         }
         let hash = format::path_hash(path);
-        let data_path = self
-            .dir
-            .join("data")
-            .join(format!("{:02x}", hash >> 56))
-            .join(format!("{hash:016x}.dat"));
+        let data_path = self.shared.data_path(hash);
         // A different path with the same hash: the newcomer takes the slot.
         if let Some(other) = index.in_slot(hash) {
             index.remove(&other.path);
@@ -338,12 +393,15 @@ impl Cache {
         }
         // A new file, never one an old copy's open handles may still read: a leftover is
         // unlinked first. Usually there is none, so one name lookup, not two.
+        let files = &self.shared.files;
         let create = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&data_path)
+            files.open_retrying(|| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&data_path)
+            })
         };
         let data = match create() {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -353,19 +411,17 @@ impl Cache {
             r => r?,
         };
         data.set_len(version.size)?;
-        let n = version.size.div_ceil(self.chunk_size) as usize;
+        let n = version.size.div_ceil(self.shared.chunk_size) as usize;
         let entry = Arc::new(Entry::new(
-            EntryFiles {
-                path: path.to_string(),
-                version,
-                chunk_size: self.chunk_size,
-                data,
-                data_path,
-                journal: self.journal.clone(),
-            },
+            path.to_string(),
+            version,
+            self.next_id(),
+            self.shared.clone(),
             vec![Chunk::Absent; n],
             self.next_tick(),
         ));
+        // The new file is likely read or written next: keep it open.
+        files.insert(entry.id, Mode::ReadWrite, data);
         index.insert(entry.clone());
         Ok(entry)
     }
@@ -374,10 +430,15 @@ impl Cache {
         self.tick.fetch_add(1, Ordering::Relaxed)
     }
 
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Rewrites the log with the live headers only (it has grown well past them).
     fn rewrite_journal(&self, index: &Index) {
-        let entries: Vec<Arc<Entry>> = index.entries.values().cloned().collect();
+        let entries: Vec<Arc<Entry>> = index.entries().cloned().collect();
         let r = self
+            .shared
             .journal
             .rewrite(|| entries.iter().filter_map(|e| e.header()).collect());
         if let Err(e) = r {
@@ -395,7 +456,9 @@ impl Cache {
                 version: entry.version,
             });
         }
-        self.used.fetch_sub(st.present_bytes, Ordering::Relaxed);
+        self.shared
+            .used
+            .fetch_sub(st.present_bytes, Ordering::Relaxed);
         st.present_bytes = 0;
         for c in st.chunks.iter_mut() {
             if matches!(c, Chunk::Present { .. }) {
@@ -403,12 +466,13 @@ impl Cache {
             }
         }
         drop(st);
+        self.shared.files.close(entry.id);
         // The tombstone goes first: a crash in between leaves data without a header (deleted
-        // at start), never a header for deleted or replaced data.
-        if let Err(e) = self.journal.drop_path(&entry.path) {
+        // by the orphan sweep), never a header for deleted or replaced data.
+        if let Err(e) = self.shared.journal.drop_path(&entry.path) {
             tracing::warn!(path = %entry.path, error = %e, "could not record a dropped entry");
         }
-        let _ = fs::remove_file(&entry.data_path);
+        let _ = fs::remove_file(entry.data_path());
     }
 
     /// Reserves room for `bytes` of new chunks of `for_entry`, evicting least recently used
@@ -419,13 +483,19 @@ impl Cache {
             return false;
         }
         let mut index = lock(&self.index);
-        if self.used.load(Ordering::Relaxed) + bytes <= self.capacity {
-            self.used.fetch_add(bytes, Ordering::Relaxed);
+        if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+            self.shared.used.fetch_add(bytes, Ordering::Relaxed);
             return true;
         }
-        let mut victims: Vec<Arc<Entry>> = index
-            .entries
-            .values()
+        // In a large cache, free a little more than needed, so the next fills need no scan.
+        let slack = if index.slots.len() > SCAN_CHEAP {
+            self.capacity / EVICT_SLACK_DIVISOR
+        } else {
+            0
+        };
+        let target = self.capacity.saturating_sub(bytes + slack);
+        let mut victims: Vec<(u64, Arc<Entry>)> = index
+            .entries()
             .filter(|e| {
                 !std::ptr::eq(e.as_ref(), for_entry)
                     && e.pins.load(Ordering::Relaxed) == 0
@@ -435,11 +505,11 @@ impl Cache {
                 let st = lock(&e.state);
                 st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
             })
-            .cloned()
+            .map(|e| (e.last_use.load(Ordering::Relaxed), e.clone()))
             .collect();
-        victims.sort_by_key(|e| e.last_use.load(Ordering::Relaxed));
-        for victim in victims {
-            if self.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+        victims.sort_unstable_by_key(|(tick, _)| *tick);
+        for (_, victim) in victims {
+            if self.shared.used.load(Ordering::Relaxed) <= target {
                 break;
             }
             tracing::debug!(path = %victim.path, "evicting");
@@ -447,8 +517,8 @@ impl Cache {
             self.drop_entry(&victim);
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        if self.used.load(Ordering::Relaxed) + bytes <= self.capacity {
-            self.used.fetch_add(bytes, Ordering::Relaxed);
+        if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+            self.shared.used.fetch_add(bytes, Ordering::Relaxed);
             true
         } else {
             false
@@ -465,34 +535,30 @@ impl Cache {
         file: &Path,
     ) -> Result<Arc<Entry>, CacheError> {
         let entry = self.entry(path, version)?;
+        let chunk_size = self.shared.chunk_size;
         let mut crcs = Vec::with_capacity(entry.chunk_count() as usize);
         {
-            let src = File::open(file)?;
-            let mut buf = vec![0; self.chunk_size as usize];
+            let src = self.shared.files.open_retrying(|| File::open(file))?;
+            let mut buf = vec![0; chunk_size as usize];
             for i in 0..entry.chunk_count() {
                 let b = &mut buf[..entry.chunk_len(i) as usize];
-                src.read_exact_at(b, i * self.chunk_size)?;
+                src.read_exact_at(b, i * chunk_size)?;
                 crcs.push(crc32c::crc32c(b));
             }
         }
         if !self.reserve(&entry, version.size) {
-            self.used.fetch_add(version.size, Ordering::Relaxed);
+            self.shared.used.fetch_add(version.size, Ordering::Relaxed);
         }
-        // The file replaces the empty data file; the entry reopens it.
-        fs::rename(file, &entry.data_path)?;
-        let data = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&entry.data_path)?;
+        // The file replaces the empty data file, and a new entry (a new id: its descriptor is
+        // opened anew) replaces the empty one.
+        fs::rename(file, entry.data_path())?;
+        lock(&entry.state).evicted = true;
+        self.shared.files.close(entry.id);
         let adopted = Arc::new(Entry::new(
-            EntryFiles {
-                path: entry.path.clone(),
-                version,
-                chunk_size: self.chunk_size,
-                data,
-                data_path: entry.data_path.clone(),
-                journal: self.journal.clone(),
-            },
+            entry.path.clone(),
+            version,
+            self.next_id(),
+            self.shared.clone(),
             crcs.into_iter()
                 .map(|crc| Chunk::Present {
                     crc,
@@ -514,11 +580,7 @@ impl Cache {
     /// Deletes the entry `path` (at `version`) now, whoever holds it open.
     pub fn forget(&self, path: &str, version: Version) {
         let mut index = lock(&self.index);
-        if index
-            .entries
-            .get(path)
-            .is_some_and(|e| e.version == version)
-        {
+        if index.get(path).is_some_and(|e| e.version == version) {
             let e = index.remove(path).expect("present");
             self.drop_entry(&e);
         }
@@ -526,12 +588,12 @@ impl Cache {
 
     /// Returns a reservation (or a present chunk's bytes) to the free pool.
     pub fn release(&self, bytes: u64) {
-        self.used.fetch_sub(bytes, Ordering::Relaxed);
+        self.shared.used.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
-/// Opens the data file of a logged header, checking that the two belong together.
-fn check_entry(header: &Header, data_path: &Path, chunk_size: u64) -> Result<File, CacheError> {
+/// Checks that a logged header fits this cache (its data file is checked when first opened).
+fn check_header(header: &Header, chunk_size: u64) -> Result<(), CacheError> {
     if u64::from(header.chunk_size) != chunk_size {
         return Err(CacheError::Corrupt(format!(
             "chunk size {} differs from the configured {chunk_size}",
@@ -543,52 +605,35 @@ fn check_entry(header: &Header, data_path: &Path, chunk_size: u64) -> Result<Fil
             "chunk count does not match size".into(),
         ));
     }
-    let data = OpenOptions::new().read(true).write(true).open(data_path)?;
-    if data.metadata()?.len() != header.version.size {
-        return Err(CacheError::Corrupt("data file size does not match".into()));
-    }
-    Ok(data)
-}
-
-/// What an entry is a copy of, and where it lives.
-struct EntryFiles {
-    path: String,
-    version: Version,
-    chunk_size: u64,
-    data: File,
-    data_path: PathBuf,
-    journal: Arc<Journal>,
+    Ok(())
 }
 
 impl Entry {
     /// An entry holding `chunks` (its present bytes follow from them), last used at `tick`.
-    fn new(files: EntryFiles, chunks: Vec<Chunk>, tick: u64) -> Entry {
-        let EntryFiles {
-            path,
-            version,
-            chunk_size,
-            data,
-            data_path,
-            journal,
-        } = files;
+    fn new(
+        path: String,
+        version: Version,
+        id: u64,
+        shared: Arc<Shared>,
+        chunks: Vec<Chunk>,
+        tick: u64,
+    ) -> Entry {
         let present_bytes = chunks
             .iter()
             .enumerate()
             .filter(|(_, c)| matches!(c, Chunk::Present { .. }))
-            .map(|(i, _)| chunk_len(version.size, chunk_size, i as u64))
+            .map(|(i, _)| chunk_len(version.size, shared.chunk_size, i as u64))
             .sum();
         Entry {
             path,
             version,
-            chunk_size,
-            data,
-            data_path,
-            direct: Default::default(),
-            journal,
+            id,
+            shared,
             state: Mutex::new(State {
                 chunks,
                 present_bytes,
                 evicted: false,
+                unchecked: false,
             }),
             filled: Condvar::new(),
             pins: AtomicU32::new(0),
@@ -598,16 +643,60 @@ impl Entry {
             keep: AtomicBool::new(false),
         }
     }
+
+    fn data_path(&self) -> PathBuf {
+        self.shared.data_path(format::path_hash(&self.path))
+    }
+
+    /// The entry's data file opened as `mode`, from the cache's LRU or opened now. An entry
+    /// that left the cache never reopens its path (another entry's file may be there now).
+    /// A reloaded entry's file is checked on first open: a missing or resized file (changed
+    /// behind the cache's back) empties the entry, whose chunks are then fetched again.
+    fn file(&self, mode: Mode) -> io::Result<Arc<File>> {
+        let files = &self.shared.files;
+        let mut st = lock(&self.state);
+        if st.evicted {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        if !st.unchecked {
+            drop(st);
+            // Opened under no lock: a drop in between only closes it (it was not evicted when
+            // looked at, and its path is unlinked only after `evicted` is set), and the opened
+            // file is still this entry's.
+            return files.get(self.id, &self.data_path(), mode);
+        }
+        let path = self.data_path();
+        let data = files.open_retrying(|| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+        })?;
+        if data.metadata()?.len() != self.version.size {
+            tracing::warn!(path = %self.path, "cache data file missing or resized: refetching");
+            data.set_len(0)?;
+            data.set_len(self.version.size)?;
+            let present = st.present_bytes;
+            st.chunks.fill(Chunk::Absent);
+            st.present_bytes = 0;
+            st.unchecked = false;
+            drop(st);
+            self.shared.used.fetch_sub(present, Ordering::Relaxed);
+            self.persist().map_err(io::Error::other)?;
+        } else {
+            st.unchecked = false;
+            drop(st);
+        }
+        files.insert(self.id, Mode::ReadWrite, data);
+        files.get(self.id, &path, mode)
+    }
 }
 
-/// An entry reloaded at start: its chunks are present as logged, but unverified.
-fn reloaded_entry(
-    header: Header,
-    data: File,
-    data_path: PathBuf,
-    chunk_size: u64,
-    journal: Arc<Journal>,
-) -> Entry {
+/// An entry reloaded at start: its chunks are present as logged, but unverified, and its data
+/// file unchecked.
+fn reloaded_entry(header: Header, id: u64, shared: Arc<Shared>) -> Entry {
     let chunks = header
         .chunks
         .iter()
@@ -619,15 +708,9 @@ fn reloaded_entry(
             None => Chunk::Absent,
         })
         .collect();
-    let files = EntryFiles {
-        path: header.path,
-        version: header.version,
-        chunk_size,
-        data,
-        data_path,
-        journal,
-    };
-    Entry::new(files, chunks, 0)
+    let entry = Entry::new(header.path, header.version, id, shared, chunks, 0);
+    lock(&entry.state).unchecked = true;
+    entry
 }
 
 fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
@@ -742,15 +825,15 @@ pub struct Claim {
 
 impl Entry {
     pub fn chunk_count(&self) -> u64 {
-        self.version.size.div_ceil(self.chunk_size)
+        self.version.size.div_ceil(self.shared.chunk_size)
     }
 
     pub fn chunk_len(&self, idx: u64) -> u64 {
-        chunk_len(self.version.size, self.chunk_size, idx)
+        chunk_len(self.version.size, self.shared.chunk_size, idx)
     }
 
     pub fn chunk_size(&self) -> u64 {
-        self.chunk_size
+        self.shared.chunk_size
     }
 
     /// Chunks covering bytes `[offset, offset + len)`, clipped to the file.
@@ -759,7 +842,7 @@ impl Entry {
         if offset >= end {
             return 0..0;
         }
-        offset / self.chunk_size..end.div_ceil(self.chunk_size)
+        offset / self.shared.chunk_size..end.div_ceil(self.shared.chunk_size)
     }
 
     fn touch(&self, tick: u64) {
@@ -864,7 +947,7 @@ impl Entry {
 
     /// Writes chunk bytes at their offset in the data file.
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
-        self.data.write_all_at(bytes, offset)
+        self.file(Mode::ReadWrite)?.write_all_at(bytes, offset)
     }
 
     /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
@@ -873,6 +956,7 @@ impl Entry {
     pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
         let mut all_good = true;
         let mut buf = Vec::new();
+        let mut data = None;
         for idx in range {
             let crc = match lock(&self.state).chunks[idx as usize] {
                 Chunk::Present { verified: true, .. } => continue,
@@ -887,7 +971,11 @@ impl Entry {
             };
             let len = self.chunk_len(idx) as usize;
             buf.resize(len, 0);
-            self.data.read_exact_at(&mut buf, idx * self.chunk_size)?;
+            if data.is_none() {
+                data = Some(self.file(Mode::ReadWrite)?);
+            }
+            let data = data.as_ref().expect("opened above");
+            data.read_exact_at(&mut buf, idx * self.shared.chunk_size)?;
             all_good &= self.judge(cache, idx, crc, &buf);
         }
         if !all_good {
@@ -938,14 +1026,15 @@ impl Entry {
         len: usize,
     ) -> Result<bool, CacheError> {
         let range = self.chunks_for(offset, len as u64);
-        let whole = offset.is_multiple_of(self.chunk_size)
+        let whole = offset.is_multiple_of(self.shared.chunk_size)
             && range.clone().map(|i| self.chunk_len(i)).sum::<u64>() == len as u64;
         if !whole {
             // Partial chunks cannot be checked from their own bytes.
             if !self.all_present(range.clone()) || !self.verify(cache, range)? {
                 return Ok(false);
             }
-            self.data.read_exact_at(&mut room[..len], offset)?;
+            self.file(Mode::ReadWrite)?
+                .read_exact_at(&mut room[..len], offset)?;
             return Ok(true);
         }
         let expected: Vec<Chunk> = {
@@ -978,8 +1067,8 @@ impl Entry {
 
     /// The stored crc32c of the chunk that is exactly `[offset, offset + len)`, if present.
     pub fn chunk_crc(&self, offset: u64, len: u64) -> Option<u32> {
-        let idx = offset / self.chunk_size;
-        if !offset.is_multiple_of(self.chunk_size)
+        let idx = offset / self.shared.chunk_size;
+        if !offset.is_multiple_of(self.shared.chunk_size)
             || idx >= self.chunk_count()
             || self.chunk_len(idx) != len
         {
@@ -997,10 +1086,11 @@ impl Entry {
     /// CPU as the whole transfer (`perf` of `scripts/bench_cluster.sh`), and the pages would
     /// only push the node's own working set out.
     fn read_for_peer(&self, offset: u64, room: &mut [u8], len: usize) -> io::Result<()> {
-        if self.all_cached(offset, len) == Some(false) && self.read_direct(offset, room, len) {
+        let data = self.file(Mode::ReadWrite)?;
+        if all_cached(&data, offset, len) == Some(false) && self.read_direct(offset, room, len) {
             return Ok(());
         }
-        self.data.read_exact_at(&mut room[..len], offset)
+        data.read_exact_at(&mut room[..len], offset)
     }
 
     /// Reads at least `room[..len]` at `offset` with O_DIRECT, rounded up to whole blocks;
@@ -1011,7 +1101,11 @@ impl Entry {
         let aligned = offset.is_multiple_of(BLOCK as u64)
             && (room.as_ptr() as usize).is_multiple_of(BLOCK)
             && padded <= room.len();
-        let Some(direct) = self.direct_file().filter(|_| aligned) else {
+        if !aligned {
+            return false;
+        }
+        // Opened on demand (and kept in the LRU while idle); a refusal means read another way.
+        let Ok(direct) = self.file(Mode::Direct) else {
             return false;
         };
         // A short count only at the end of the file, past `len`.
@@ -1026,65 +1120,54 @@ impl Entry {
         }
         done >= len
     }
+}
 
-    /// Whether every page of `[offset, offset + len)` of the data file is in the page cache,
-    /// asked without reading anything (`cachestat(2)`, Linux >= 6.5; `None` where unsupported).
-    /// A probing read would start readahead into the page cache, the very copy to avoid.
-    fn all_cached(&self, offset: u64, len: usize) -> Option<bool> {
-        /// cachestat's number on every architecture (numbers from 424 on are shared).
-        const SYS_CACHESTAT: libc::c_long = 451;
-        #[repr(C)]
-        struct Range {
-            off: u64,
-            len: u64,
-        }
-        #[repr(C)]
-        #[derive(Default)]
-        struct Stat {
-            nr_cache: u64,
-            nr_dirty: u64,
-            nr_writeback: u64,
-            nr_evicted: u64,
-            nr_recently_evicted: u64,
-        }
-        let range = Range {
-            off: offset,
-            len: len as u64,
-        };
-        let mut stat = Stat::default();
-        // SAFETY: both pointers are to live structs with the kernel's layout, for the call only.
-        let r = unsafe {
-            libc::syscall(
-                SYS_CACHESTAT,
-                self.data.as_raw_fd(),
-                &range as *const Range,
-                &mut stat as *mut Stat,
-                0,
-            )
-        };
-        // SAFETY: sysconf has no memory effects.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-        (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
+/// Whether every page of `[offset, offset + len)` of `file` is in the page cache, asked without
+/// reading anything (`cachestat(2)`, Linux >= 6.5; `None` where unsupported). A probing read
+/// would start readahead into the page cache, the very copy to avoid.
+fn all_cached(file: &File, offset: u64, len: usize) -> Option<bool> {
+    /// cachestat's number on every architecture (numbers from 424 on are shared).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
     }
-
-    /// The data file opened for direct I/O, once; `None` where the file system refuses it.
-    fn direct_file(&self) -> Option<&File> {
-        self.direct
-            .get_or_init(|| {
-                use std::os::unix::fs::OpenOptionsExt;
-                OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&self.data_path)
-                    .ok()
-            })
-            .as_ref()
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
     }
+    let range = Range {
+        off: offset,
+        len: len as u64,
+    };
+    let mut stat = Stat::default();
+    // SAFETY: both pointers are to live structs with the kernel's layout, for the call only.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0,
+        )
+    };
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
+}
 
+impl Entry {
     /// Maps the whole data file for reading (`None` if the system refuses): readers that keep
     /// it (an open handle of a large file) are then served without copying.
     pub fn map(&self) -> Option<Arc<Mapping>> {
-        Mapping::new(&self.data, self.version.size as usize).map(Arc::new)
+        let data = self.file(Mode::ReadWrite).ok()?;
+        Mapping::new(&data, self.version.size as usize).map(Arc::new)
     }
 
     /// Bytes `[offset, offset + len)` of present chunks (the caller has ensured and verified
@@ -1102,13 +1185,15 @@ impl Entry {
             ));
         }
         let mut buf = vec![0; len];
-        self.data.read_exact_at(&mut buf, offset)?;
+        self.file(Mode::ReadWrite)?
+            .read_exact_at(&mut buf, offset)?;
         Ok(ReadBytes::Owned(buf))
     }
 
-    /// A handle on the data file, for the kernel to read directly (passthrough).
-    pub fn data_file(&self) -> &File {
-        &self.data
+    /// The data file, for the kernel to read directly (passthrough): the kernel keeps its own
+    /// reference, so the descriptor may close once the open is answered.
+    pub fn data_file(&self) -> io::Result<Arc<File>> {
+        self.file(Mode::ReadWrite)
     }
 
     /// The header recording this entry's present chunks; `None` once it left the cache.
@@ -1118,7 +1203,7 @@ impl Entry {
             return None;
         }
         Some(Header {
-            chunk_size: self.chunk_size as u32,
+            chunk_size: self.shared.chunk_size as u32,
             version: self.version,
             path: self.path.clone(),
             chunks: st
@@ -1134,7 +1219,7 @@ impl Entry {
 
     /// Records the present chunks in the cache's log, unless the entry left the cache.
     pub fn persist(&self) -> Result<(), CacheError> {
-        Ok(self.journal.put(|| self.header())?)
+        Ok(self.shared.journal.put(|| self.header())?)
     }
 }
 

@@ -11,6 +11,7 @@ fn setup(capacity: u64) -> (PathBuf, CacheConfig, Arc<Stats>) {
         dir: dir.clone(),
         chunk_size: 1 << 20,
         capacity: Some(capacity),
+        open_files: 4,
     };
     (dir, config, Arc::new(Stats::default()))
 }
@@ -78,12 +79,13 @@ fn crash_leftovers_are_discarded() {
         // Data written but never recorded in a header: a fill cut short by a crash.
         let orphan = cache.entry("orphan", v(10)).unwrap();
         orphan.write_at(0, b"0123456789").unwrap();
-        (a.data_path.clone(), orphan.data_path.clone())
+        (a.data_path(), orphan.data_path())
     };
     let stray = a_data.with_extension("meta.tmp");
     fs::write(&stray, b"foreign").unwrap();
     let log = dir.join("index.log");
     let cache = Cache::open(&config, stats.clone()).unwrap();
+    assert_eq!(cache.sweep_orphans().unwrap(), 2);
     assert_eq!(cache.cached_files(), 1);
     assert!(!stray.exists() && !orphan_data.exists());
     // A record torn by a crash mid-append is ignored: the entry it described is dropped.
@@ -96,6 +98,7 @@ fn crash_leftovers_are_discarded() {
     let cache = Cache::open(&config, stats).unwrap();
     assert_eq!(cache.cached_files(), 0);
     assert_eq!(cache.used_bytes(), 0);
+    cache.sweep_orphans().unwrap();
     assert!(!a_data.exists());
     let _ = fs::remove_dir_all(dir);
 }
@@ -137,7 +140,7 @@ fn checksum_failure_drops_the_chunk() {
         let cache = Cache::open(&config, stats.clone()).unwrap();
         let a = cache.entry("a", v(2 << 20)).unwrap();
         fill(&cache, &a, 7);
-        a.data_path.clone()
+        a.data_path()
     };
     // Flip one byte of the second chunk behind the cache's back.
     let f = OpenOptions::new().write(true).open(&data_path).unwrap();
@@ -161,7 +164,7 @@ fn bytes_read_for_a_peer_are_verified_on_the_way() {
         let cache = Cache::open(&config, stats.clone()).unwrap();
         let a = cache.entry("a", v(3 << 20)).unwrap();
         fill(&cache, &a, 7);
-        a.data_path.clone()
+        a.data_path()
     };
     let f = OpenOptions::new().write(true).open(&data_path).unwrap();
     f.write_all_at(&[8], (1 << 20) + 5).unwrap();
@@ -197,7 +200,7 @@ fn lru_eviction_spares_open_files() {
     fill(&cache, &d, 4);
     assert!(!a.is_evicted());
     assert!(b.is_evicted());
-    assert!(!b.data_path.exists());
+    assert!(!b.data_path().exists());
     assert_eq!(stats.evictions.load(Ordering::Relaxed), 1);
     assert_eq!(cache.used_bytes(), 3 << 20);
     // Everything else open too: nothing can be evicted, the reservation is refused.
@@ -247,9 +250,16 @@ fn cold_chunks_read_for_a_peer_are_exact() {
         assert!(a.complete(i, crc32c::crc32c(&bytes[r])));
     }
     // Out of the page cache: written back, then dropped.
-    a.data_file().sync_all().unwrap();
+    a.data_file().unwrap().sync_all().unwrap();
     // SAFETY: advice on a file descriptor we own; no memory is involved.
-    unsafe { libc::posix_fadvise(a.data_file().as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    unsafe {
+        libc::posix_fadvise(
+            a.data_file().unwrap().as_raw_fd(),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
     let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
     // SAFETY: a non-zero-size layout; freed below with the same layout.
     let room = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -288,7 +298,7 @@ fn the_log_is_rewritten_when_it_grows() {
     let (dir, config, stats) = setup(100 << 20);
     {
         let cache = Cache::open(&config, stats.clone()).unwrap();
-        cache.journal.set_slack(4096);
+        cache.shared.journal.set_slack(4096);
         let keep = cache.entry("keep", v(1 << 20)).unwrap();
         fill(&cache, &keep, 1);
         // Many versions of one path come and go: tombstones and stale headers pile up.
@@ -308,7 +318,7 @@ fn the_log_is_rewritten_when_it_grows() {
             }
         }
         // Every new entry checks the log: it never grew far past its live size.
-        let bytes = cache.journal.bytes();
+        let bytes = cache.shared.journal.bytes();
         assert!(bytes < 3 * 4096, "log {bytes} bytes");
     }
     let cache = Cache::open(&config, stats).unwrap();

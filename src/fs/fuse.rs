@@ -185,7 +185,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let passthrough = match (&opened.passthrough, bound) {
             // Daemon-served opens of this inode are still open: stay in their mode.
             (Some(_), None) if modes.daemon.contains_key(&ino.0) => false,
-            (Some(entry), None) => match reply.open_backing(entry.data_file()) {
+            (Some(entry), None) => match entry.data_file().and_then(|f| reply.open_backing(&*f)) {
                 Ok(id) => {
                     modes.backing.insert(ino.0, (id, entry.version, 0));
                     true

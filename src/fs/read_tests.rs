@@ -83,6 +83,7 @@ fn reader(source: MemSource, capacity: u64) -> (Reader<MemSource>, std::path::Pa
             dir: dir.clone(),
             chunk_size: 1 << 20,
             capacity: Some(capacity),
+            open_files: 4,
         },
         stats.clone(),
     )
@@ -276,6 +277,7 @@ mod model {
             dir: dir.to_path_buf(),
             chunk_size: 1 << 20,
             capacity: Some(capacity),
+            open_files: 4,
         };
         Arc::new(Cache::open(&config, stats).unwrap())
     }

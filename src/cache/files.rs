@@ -1,0 +1,155 @@
+//! The cache's open data files: a bounded LRU of descriptors, opened on demand. A node caches
+//! millions of files under a descriptor limit of a few thousand (often 1,024), so no entry owns
+//! a descriptor; a reader takes the file from here (an `Arc<File>`: eviction from the LRU only
+//! closes it once the last reader lets go). Running out of descriptors anywhere in the process
+//! sheds the idle ones and retries instead of failing the read.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a data file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Read and write through the page cache: fills, local reads, mappings, passthrough.
+    ReadWrite,
+    /// Read-only with O_DIRECT: peers' reads of cold chunks (see `Entry::read_for_peer`).
+    Direct,
+}
+
+pub struct DataFiles {
+    /// (entry id, mode) -> open file. Keyed by the entry's id, never by its path: a slot's next
+    /// entry must not be handed the previous entry's (unlinked) file.
+    open: moka::sync::Cache<(u64, Mode), Arc<File>>,
+}
+
+/// How often an open that ran out of descriptors is retried (after shedding idle ones).
+const RETRIES: u32 = 5;
+
+impl DataFiles {
+    /// Keeps at most `budget` descriptors open while idle.
+    pub fn new(budget: u64) -> DataFiles {
+        DataFiles {
+            open: moka::sync::Cache::builder()
+                .max_capacity(budget.max(1))
+                .eviction_policy(moka::policy::EvictionPolicy::lru())
+                .build(),
+        }
+    }
+
+    /// The data file of entry `id` at `path`, opened as `mode` unless already open.
+    pub fn get(&self, id: u64, path: &Path, mode: Mode) -> io::Result<Arc<File>> {
+        if let Some(f) = self.open.get(&(id, mode)) {
+            return Ok(f);
+        }
+        let file = Arc::new(self.open_retrying(|| open(path, mode))?);
+        self.open.insert((id, mode), file.clone());
+        Ok(file)
+    }
+
+    /// Keeps `file`, just opened as `mode` for entry `id`.
+    pub fn insert(&self, id: u64, mode: Mode, file: File) {
+        self.open.insert((id, mode), Arc::new(file));
+    }
+
+    /// Runs `open` (any call that makes a descriptor), shedding idle data files and retrying
+    /// while the process or the system is out of descriptors.
+    pub fn open_retrying<T>(&self, mut open: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+        let mut tries = 0;
+        loop {
+            match open() {
+                Err(e) if is_out_of_descriptors(&e) && tries < RETRIES => {
+                    tries += 1;
+                    tracing::warn!(
+                        open = self.open.entry_count(),
+                        "out of file descriptors: closing idle cache files and retrying"
+                    );
+                    self.shed();
+                    // Descriptors held by readers in flight come back within moments.
+                    std::thread::sleep(Duration::from_millis(1 << tries));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Closes the files of an entry that left the cache (readers in flight keep theirs).
+    pub fn close(&self, id: u64) {
+        self.open.invalidate(&(id, Mode::ReadWrite));
+        self.open.invalidate(&(id, Mode::Direct));
+    }
+
+    /// Closes every idle descriptor.
+    pub fn shed(&self) {
+        self.open.invalidate_all();
+        self.open.run_pending_tasks();
+    }
+
+    /// Descriptors held by the LRU (approximate: pending evictions may still count).
+    pub fn open_count(&self) -> u64 {
+        self.open.entry_count()
+    }
+}
+
+fn open(path: &Path, mode: Mode) -> io::Result<File> {
+    match mode {
+        Mode::ReadWrite => OpenOptions::new().read(true).write(true).open(path),
+        Mode::Direct => OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path),
+    }
+}
+
+pub fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_files_are_bounded_and_a_new_id_gets_a_new_file() {
+        let dir = std::env::temp_dir().join(format!("dyadfs-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = DataFiles::new(4);
+        for i in 0..50u64 {
+            let p = dir.join(format!("{i}"));
+            std::fs::write(&p, i.to_le_bytes()).unwrap();
+            files.get(i, &p, Mode::ReadWrite).unwrap();
+        }
+        files.open.run_pending_tasks();
+        assert!(files.open_count() <= 4, "{} open", files.open_count());
+        // Same path, another entry: the file is opened anew (the old one was replaced).
+        let p = dir.join("0");
+        let old = files.get(1000, &p, Mode::ReadWrite).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, b"new").unwrap();
+        let new = files.get(1001, &p, Mode::ReadWrite).unwrap();
+        assert_eq!(new.metadata().unwrap().len(), 3);
+        assert_eq!(old.metadata().unwrap().len(), 8);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn running_out_of_descriptors_is_retried_after_shedding() {
+        let files = DataFiles::new(16);
+        let mut calls = 0;
+        let r = files.open_retrying(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(io::Error::from_raw_os_error(libc::EMFILE))
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(r.unwrap(), 3);
+        let r: io::Result<()> =
+            files.open_retrying(|| Err(io::Error::from_raw_os_error(libc::EMFILE)));
+        assert!(is_out_of_descriptors(&r.unwrap_err()));
+    }
+}
