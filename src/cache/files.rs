@@ -40,11 +40,13 @@ impl DataFiles {
         }
     }
 
-    /// The data file of entry `id` at `path`, opened as `mode` unless already open.
-    pub fn get(&self, id: u64, path: &Path, mode: Mode) -> io::Result<Arc<File>> {
-        if let Some(f) = self.open.get(&(id, mode)) {
-            return Ok(f);
-        }
+    /// The data file of entry `id` if open as `mode`.
+    pub fn cached(&self, id: u64, mode: Mode) -> Option<Arc<File>> {
+        self.open.get(&(id, mode))
+    }
+
+    /// Opens the data file of entry `id` at `path` as `mode` and keeps it open while idle.
+    pub fn open(&self, id: u64, path: &Path, mode: Mode) -> io::Result<Arc<File>> {
         let file = Arc::new(self.open_retrying(|| open(path, mode))?);
         self.open.insert((id, mode), file.clone());
         Ok(file)
@@ -120,16 +122,17 @@ mod tests {
         for i in 0..50u64 {
             let p = dir.join(format!("{i}"));
             std::fs::write(&p, i.to_le_bytes()).unwrap();
-            files.get(i, &p, Mode::ReadWrite).unwrap();
+            files.open(i, &p, Mode::ReadWrite).unwrap();
         }
         files.open.run_pending_tasks();
         assert!(files.open_count() <= 4, "{} open", files.open_count());
         // Same path, another entry: the file is opened anew (the old one was replaced).
         let p = dir.join("0");
-        let old = files.get(1000, &p, Mode::ReadWrite).unwrap();
+        let old = files.open(1000, &p, Mode::ReadWrite).unwrap();
         std::fs::remove_file(&p).unwrap();
         std::fs::write(&p, b"new").unwrap();
-        let new = files.get(1001, &p, Mode::ReadWrite).unwrap();
+        let new = files.open(1001, &p, Mode::ReadWrite).unwrap();
+        assert!(files.cached(1001, Mode::ReadWrite).is_some());
         assert_eq!(new.metadata().unwrap().len(), 3);
         assert_eq!(old.metadata().unwrap().len(), 8);
         let _ = std::fs::remove_dir_all(dir);

@@ -420,7 +420,7 @@ impl Cache {
             vec![Chunk::Absent; n],
             self.next_tick(),
         ));
-        // The new file is likely read or written next: keep it open.
+        // The new file is written next: keep it open.
         files.insert(entry.id, Mode::ReadWrite, data);
         index.insert(entry.clone());
         Ok(entry)
@@ -649,48 +649,51 @@ impl Entry {
     }
 
     /// The entry's data file opened as `mode`, from the cache's LRU or opened now. An entry
-    /// that left the cache never reopens its path (another entry's file may be there now).
-    /// A reloaded entry's file is checked on first open: a missing or resized file (changed
-    /// behind the cache's back) empties the entry, whose chunks are then fetched again.
+    /// that left the cache never reopens its path (another entry's file may be there now): the
+    /// open happens under the entry's lock, and leaving the cache sets `evicted` under it before
+    /// the path is unlinked. A reloaded entry's file is checked on first open: a missing or
+    /// resized file (changed behind the cache's back) empties the entry, whose chunks are then
+    /// fetched again.
     fn file(&self, mode: Mode) -> io::Result<Arc<File>> {
         let files = &self.shared.files;
+        // A file in the LRU was opened while the entry was live: it is this entry's.
+        if let Some(f) = files.cached(self.id, mode) {
+            return Ok(f);
+        }
         let mut st = lock(&self.state);
         if st.evicted {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
-        if !st.unchecked {
-            drop(st);
-            // Opened under no lock: a drop in between only closes it (it was not evicted when
-            // looked at, and its path is unlinked only after `evicted` is set), and the opened
-            // file is still this entry's.
-            return files.get(self.id, &self.data_path(), mode);
-        }
         let path = self.data_path();
-        let data = files.open_retrying(|| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-        })?;
-        if data.metadata()?.len() != self.version.size {
-            tracing::warn!(path = %self.path, "cache data file missing or resized: refetching");
-            data.set_len(0)?;
-            data.set_len(self.version.size)?;
-            let present = st.present_bytes;
-            st.chunks.fill(Chunk::Absent);
-            st.present_bytes = 0;
+        let mut emptied = false;
+        if st.unchecked {
+            let data = files.open_retrying(|| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+            })?;
+            if data.metadata()?.len() != self.version.size {
+                tracing::warn!(path = %self.path, "cache data file missing or resized: refetching");
+                data.set_len(0)?;
+                data.set_len(self.version.size)?;
+                self.shared
+                    .used
+                    .fetch_sub(st.present_bytes, Ordering::Relaxed);
+                st.chunks.fill(Chunk::Absent);
+                st.present_bytes = 0;
+                emptied = true;
+            }
             st.unchecked = false;
-            drop(st);
-            self.shared.used.fetch_sub(present, Ordering::Relaxed);
-            self.persist().map_err(io::Error::other)?;
-        } else {
-            st.unchecked = false;
-            drop(st);
         }
-        files.insert(self.id, Mode::ReadWrite, data);
-        files.get(self.id, &path, mode)
+        let file = files.open(self.id, &path, mode)?;
+        drop(st);
+        if emptied {
+            self.persist().map_err(io::Error::other)?;
+        }
+        Ok(file)
     }
 }
 

@@ -337,3 +337,61 @@ fn the_log_is_rewritten_when_it_grows() {
     );
     let _ = fs::remove_dir_all(dir);
 }
+
+/// Many more entries than open descriptors: every one is written and read back byte-exact,
+/// and an entry that left the cache never reopens its slot's path (a newcomer's file).
+#[test]
+fn more_entries_than_descriptors_and_dropped_entries_stay_closed() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    let entries: Vec<_> = (0..64u8)
+        .map(|i| {
+            let e = cache.entry(&format!("f{i}"), v(100)).unwrap();
+            fill(&cache, &e, i);
+            e
+        })
+        .collect();
+    for (i, e) in entries.iter().enumerate() {
+        assert!(e.verify(&cache, 0..1).unwrap());
+        assert!(e.read_bytes(0, 100, None).unwrap() == vec![i as u8; 100]);
+    }
+    cache.shared.files.shed();
+    assert_eq!(cache.open_files(), 0);
+    let old = entries[0].clone();
+    cache.forget("f0", v(100));
+    let new = cache.entry("f0", v(100)).unwrap();
+    fill(&cache, &new, 99);
+    cache.shared.files.shed();
+    let e = old.write_at(0, b"stale").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    assert!(new.read_bytes(0, 100, None).unwrap() == vec![99; 100]);
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// A reloaded entry whose data file vanished (or was resized) behind the cache's back is
+/// emptied at its first use and filled again, not served and not treated as an I/O error.
+#[test]
+fn a_missing_data_file_is_noticed_at_first_use_after_restart() {
+    let (dir, config, stats) = setup(100 << 20);
+    let data = {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let a = cache.entry("a", v(2 << 20)).unwrap();
+        fill(&cache, &a, 5);
+        a.data_path()
+    };
+    fs::remove_file(&data).unwrap();
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    assert_eq!(cache.used_bytes(), 2 << 20);
+    let a = cache.entry("a", v(2 << 20)).unwrap();
+    assert!(a.is_complete());
+    assert!(a.map().is_some());
+    assert!(!a.is_complete());
+    assert_eq!(cache.used_bytes(), 0);
+    fill(&cache, &a, 6);
+    assert!(a.read_bytes(0, 10, None).unwrap() == vec![6; 10]);
+    drop((a, cache));
+    let cache = Cache::open(&config, stats).unwrap();
+    let a = cache.entry("a", v(2 << 20)).unwrap();
+    assert!(a.verify(&cache, 0..2).unwrap());
+    let _ = fs::remove_dir_all(dir);
+}
