@@ -156,6 +156,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         }
     }
 
+    // (batch_forget's default calls this for each inode.)
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _span = tracing::debug_span!("getattr", ino = ino.0).entered();
         match self.fs.getattr(ino.0) {
@@ -473,9 +478,22 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .enumerate()
             .skip((offset as usize).saturating_sub(2))
         {
-            let attr = file_attr(&e.attr);
-            let ttl = self.fs.ttl(&e.attr);
-            if reply.add(attr.ino, i as u64 + 3, &e.name, &ttl, &attr, Generation(0)) {
+            // Every entry a readdirplus reply carries is a reference the kernel will forget.
+            let a = match self.fs.reference_listed(ino.0, e) {
+                Ok(a) => a,
+                Err(err) => return reply.error(errno(&err)),
+            };
+            let attr = file_attr(&a);
+            if reply.add(
+                attr.ino,
+                i as u64 + 3,
+                &e.name,
+                &self.fs.ttl(&a),
+                &attr,
+                Generation(0),
+            ) {
+                // Full: this entry was not sent after all.
+                self.fs.forget(a.ino, 1);
                 break;
             }
         }

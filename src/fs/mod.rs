@@ -155,6 +155,10 @@ pub struct FsConfig {
 struct Node {
     /// Its path under the mount (a rename moves it).
     path: RwLock<String>,
+    /// References the kernel holds (entries replied to lookups, creates and readdirplus); the
+    /// node is dropped when `forget` brings them to zero, so the table follows the kernel's
+    /// inode cache instead of every path ever seen.
+    lookups: AtomicU64,
     attr: Mutex<(Attr, Instant)>,
     /// The version whose pages the kernel may hold for this inode (see `open`).
     kernel_version: Mutex<Option<Version>>,
@@ -251,7 +255,7 @@ impl<S: Source> DyadFs<S> {
         inodes.by_path.insert(String::new(), ROOT_INO);
         inodes.nodes.insert(
             ROOT_INO,
-            Arc::new(new_node("", Attr::from_meta(ROOT_INO, &root))),
+            Arc::new(new_node("", Attr::from_meta(ROOT_INO, &root), 1)),
         );
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         for i in 0..config.readahead_threads.max(1) {
@@ -333,8 +337,10 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    /// The inode for `path`, created on first sight; its attributes are refreshed.
-    fn upsert(&self, path: String, found: &Found) -> Result<Attr, Error> {
+    /// The inode for `path`, created on first sight; its attributes are refreshed. `refs`: the
+    /// kernel references the reply gives (1 for an entry reply, 0 otherwise), counted under
+    /// the same lock so a concurrent `forget` cannot drop the node in between.
+    fn upsert(&self, path: String, found: &Found, refs: u64) -> Result<Attr, Error> {
         let attr_of = |ino| match found {
             Found::Staged(s) => Attr::from_staged(ino, s),
             Found::Backing(meta) => Ok(Attr::from_meta(ino, meta)),
@@ -343,18 +349,80 @@ impl<S: Source> DyadFs<S> {
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
         if let Some(&ino) = inodes.by_path.get(&path) {
             let attr = attr_of(ino)?;
-            *inodes.nodes[&ino]
-                .attr
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = (attr, Instant::now());
+            let node = &inodes.nodes[&ino];
+            *node.attr.lock().unwrap_or_else(|e| e.into_inner()) = (attr, Instant::now());
+            node.lookups.fetch_add(refs, Ordering::Relaxed);
             return Ok(attr);
         }
         let ino = inodes.next;
         inodes.next += 1;
         let attr = attr_of(ino)?;
         inodes.by_path.insert(path.clone(), ino);
-        inodes.nodes.insert(ino, Arc::new(new_node(&path, attr)));
+        inodes
+            .nodes
+            .insert(ino, Arc::new(new_node(&path, attr, refs)));
         Ok(attr)
+    }
+
+    /// The kernel takes a reference to a known inode; `false` if it was forgotten.
+    fn take_ref(&self, ino: u64) -> bool {
+        let inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        inodes
+            .nodes
+            .get(&ino)
+            .map(|n| n.lookups.fetch_add(1, Ordering::Relaxed))
+            .is_some()
+    }
+
+    /// The kernel takes a reference to a listed entry (readdirplus): its inode now, which is
+    /// the listing's unless that one was forgotten since the directory was opened.
+    pub fn reference_listed(&self, dir: u64, entry: &DirEntry) -> Result<Attr, Error> {
+        let path = join(&Self::path_of(&*self.node(dir)?), &entry.name);
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(node) = inodes.by_path.get(&path).and_then(|i| inodes.nodes.get(i)) {
+            node.lookups.fetch_add(1, Ordering::Relaxed);
+            let ino = inodes.by_path[&path];
+            return Ok(Attr { ino, ..entry.attr });
+        }
+        // The listing's number, unless another node took it since (a rename onto the path).
+        let mut attr = entry.attr;
+        if inodes.nodes.contains_key(&attr.ino) {
+            attr.ino = inodes.next;
+            inodes.next += 1;
+        }
+        inodes.by_path.insert(path.clone(), attr.ino);
+        inodes
+            .nodes
+            .insert(attr.ino, Arc::new(new_node(&path, attr, 1)));
+        Ok(attr)
+    }
+
+    /// The kernel dropped `n` references to `ino`: at zero the inode is forgotten (the root
+    /// never is). Its path maps to it no more; a later lookup makes a new inode.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        let Some(node) = inodes.nodes.get(&ino) else {
+            return;
+        };
+        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(n);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left > 0 {
+            return;
+        }
+        let node = inodes.nodes.remove(&ino).expect("present");
+        let path = Self::path_of(&node);
+        if inodes.by_path.get(&path) == Some(&ino) {
+            inodes.by_path.remove(&path);
+        }
+    }
+
+    /// Inodes the daemon knows (the kernel's references, plus the root).
+    pub fn inode_count(&self) -> usize {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        inodes.nodes.len()
     }
 
     /// Forgets the inode mapping of a path that went away (its number stays valid for the
@@ -372,7 +440,7 @@ impl<S: Source> DyadFs<S> {
             return Ok(attr);
         }
         let found = self.resolve(&path, Duration::ZERO)?;
-        self.upsert(path, &found)
+        self.upsert(path, &found, 0)
     }
 
     /// Looks a name up for thread `caller`; a name not published yet is waited for (`--wait`)
@@ -390,7 +458,10 @@ impl<S: Source> DyadFs<S> {
         if let Some(node) = known {
             match self.fresh_attr(&node) {
                 Err(Error::NotFound) => {}
-                r => return r,
+                Err(e) => return Err(e),
+                // Unless forgotten meanwhile (then it is made anew below).
+                Ok(attr) if self.take_ref(attr.ino) => return Ok(attr),
+                Ok(_) => {}
             }
         }
         let found = match self.resolve(&path, Duration::ZERO) {
@@ -399,7 +470,7 @@ impl<S: Source> DyadFs<S> {
             }
             r => r?,
         };
-        self.upsert(path, &found)
+        self.upsert(path, &found, 1)
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr, Error> {
@@ -448,10 +519,27 @@ impl<S: Source> DyadFs<S> {
                 found.push((n.into(), Found::Staged(s)));
             }
         }
+        // Listed entries get inode numbers (known ones keep theirs) but no node: the kernel
+        // references them through readdirplus (`reference_listed`), or never.
         let mut entries = Vec::with_capacity(found.len());
-        for (name, f) in found {
-            if let Ok(attr) = self.upsert(join(&dir, &name), &f) {
-                entries.push(DirEntry { name, attr });
+        {
+            let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+            for (name, f) in found {
+                let ino = match inodes.by_path.get(&join(&dir, &name)) {
+                    Some(&ino) => ino,
+                    None => {
+                        inodes.next += 1;
+                        inodes.next - 1
+                    }
+                };
+                let attr = match f {
+                    Found::Staged(s) => Attr::from_staged(ino, &s),
+                    Found::Backing(meta) => Ok(Attr::from_meta(ino, &meta)),
+                    Found::Produced(n) => Ok(Attr::from_name(ino, &n)),
+                };
+                if let Ok(attr) = attr {
+                    entries.push(DirEntry { name, attr });
+                }
             }
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -512,7 +600,7 @@ impl<S: Source> DyadFs<S> {
                 if write {
                     return Err(Error::ReadOnly);
                 }
-                let attr = self.upsert(path.clone(), &Found::Backing(meta))?;
+                let attr = self.upsert(path.clone(), &Found::Backing(meta), 0)?;
                 (path, attr)
             }
             Found::Produced(n) => {
@@ -524,10 +612,10 @@ impl<S: Source> DyadFs<S> {
                     if !truncate {
                         self.copy_into(&n, &staged)?;
                     }
-                    self.upsert(path, &Found::Staged(staged.clone()))?;
+                    self.upsert(path, &Found::Staged(staged.clone()), 0)?;
                     return Ok(self.staged_handle(staged, true));
                 }
-                let attr = self.upsert(path, &Found::Produced(n.clone()))?;
+                let attr = self.upsert(path, &Found::Produced(n.clone()), 0)?;
                 (n.object, attr)
             }
         };
@@ -633,7 +721,7 @@ impl<S: Source> DyadFs<S> {
         match self.resolve(&path, Duration::ZERO) {
             Ok(_) if exclusive => return Err(Error::Exists),
             Ok(found) => {
-                let attr = self.upsert(path.clone(), &found)?;
+                let attr = self.upsert(path.clone(), &found, 1)?;
                 let opened = self.open(attr.ino, true, truncate)?;
                 return Ok((self.getattr(attr.ino)?, opened));
             }
@@ -641,7 +729,7 @@ impl<S: Source> DyadFs<S> {
             Err(e) => return Err(e),
         }
         let staged = self.producer.create(&path, mode).map_err(Error::Write)?;
-        let attr = self.upsert(path, &Found::Staged(staged.clone()))?;
+        let attr = self.upsert(path, &Found::Staged(staged.clone()), 1)?;
         Ok((attr, self.staged_handle(staged, true)))
     }
 
@@ -704,7 +792,7 @@ impl<S: Source> DyadFs<S> {
         }
         self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%path, object = %name.object, size = version.size, "published");
-        self.upsert(path, &Found::Produced(name))?;
+        self.upsert(path, &Found::Produced(name), 0)?;
         Ok(())
     }
 
@@ -749,7 +837,7 @@ impl<S: Source> DyadFs<S> {
         self.names
             .set(dir, file, Some(n.clone()))
             .map_err(Error::Names)?;
-        self.upsert(path, &Found::Produced(n))
+        self.upsert(path, &Found::Produced(n), 1)
     }
 
     /// Whether a produced directory has entries (published or being written here).
@@ -869,10 +957,10 @@ impl<S: Source> DyadFs<S> {
                 if let Some(mode) = mode {
                     s.mode.store((mode & 0o7777) as usize, Ordering::Relaxed);
                 }
-                self.upsert(path, &Found::Staged(s))
+                self.upsert(path, &Found::Staged(s), 0)
             }
             found => {
-                let attr = self.upsert(path, &found)?;
+                let attr = self.upsert(path, &found, 0)?;
                 match size {
                     Some(s) if s != attr.size => Err(Error::ReadOnly),
                     _ => Ok(attr),
@@ -1012,9 +1100,10 @@ impl<S: Source> DyadFs<S> {
     }
 }
 
-fn new_node(path: &str, attr: Attr) -> Node {
+fn new_node(path: &str, attr: Attr, lookups: u64) -> Node {
     Node {
         path: RwLock::new(path.to_string()),
+        lookups: AtomicU64::new(lookups),
         attr: Mutex::new((attr, Instant::now())),
         kernel_version: Mutex::new(None),
     }
