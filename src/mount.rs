@@ -324,14 +324,14 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         wait: args.wait,
     };
     let backing_err = |e| format!("backing dir {}: {e}", args.backing.display());
-    let backing = BackingStore::new(args.backing.clone());
+    let backing = BackingStore::new(args.backing.clone()).relieving(cache.files());
     let producer = |id| {
         crate::fs::write::Producer::open(&args.ssd, cache.clone(), id)
             .map(Arc::new)
             .map_err(|e| format!("cache dir {}: {e}", args.ssd.display()))
     };
     if args.peers.is_none() && args.rendezvous.is_none() {
-        let source = Arc::new(BackingStore::new(args.backing.clone()));
+        let source = Arc::new(BackingStore::new(args.backing.clone()).relieving(cache.files()));
         let names = Arc::new(crate::locator::names::LocalNames::default());
         let fs = DyadFs::new(backing, names, producer(0)?, source, cache, stats, config)
             .map_err(backing_err)?;
@@ -432,7 +432,7 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
     let source = Arc::new(crate::locator::source::ClusterSource {
         locator,
         puller: crate::transport::pull::Puller::new(worker, pull_config),
-        backing: BackingStore::new(args.backing.clone()),
+        backing: BackingStore::new(args.backing.clone()).relieving(cache.files()),
         runtime: runtime.handle().clone(),
         stats: stats.clone(),
     });

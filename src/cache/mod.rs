@@ -80,7 +80,7 @@ struct Shared {
     dir: PathBuf,
     chunk_size: u64,
     journal: Journal,
-    files: DataFiles,
+    files: Arc<DataFiles>,
     /// Bytes of present chunks plus reservations of fills in flight.
     used: AtomicU64,
 }
@@ -240,7 +240,7 @@ impl Cache {
             dir: config.dir.clone(),
             chunk_size,
             journal,
-            files: DataFiles::new(config.open_files),
+            files: Arc::new(DataFiles::new(config.open_files)),
             used: AtomicU64::new(0),
         });
         let mut index = Index::default();
@@ -356,8 +356,8 @@ impl Cache {
 
     /// The cache's descriptor LRU: other opens (backing files) retry through it when the
     /// process runs out of descriptors.
-    pub fn files(&self) -> &DataFiles {
-        &self.shared.files
+    pub fn files(&self) -> Arc<DataFiles> {
+        self.shared.files.clone()
     }
 
     /// Number of entries holding at least one present chunk.

@@ -7,12 +7,16 @@ use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::read::{Origin, Source};
 use crate::cache::Version;
+use crate::cache::files::DataFiles;
 
 pub struct BackingStore {
     root: PathBuf,
+    /// Idle cache descriptors to close when the process runs out of them (see `relieving`).
+    relief: Option<Arc<DataFiles>>,
 }
 
 /// The version of a file as the cache records it: (size, mtime).
@@ -25,7 +29,21 @@ pub fn version_of(meta: &Metadata) -> Version {
 
 impl BackingStore {
     pub fn new(root: PathBuf) -> Self {
-        BackingStore { root }
+        BackingStore { root, relief: None }
+    }
+
+    /// Opens that find the process out of descriptors close the cache's idle ones and retry.
+    pub fn relieving(mut self, files: Arc<DataFiles>) -> Self {
+        self.relief = Some(files);
+        self
+    }
+
+    fn open(&self, rel: &str) -> io::Result<File> {
+        let path = self.path(rel);
+        match &self.relief {
+            Some(files) => files.open_retrying(|| File::open(&path)),
+            None => File::open(path),
+        }
     }
 
     /// The backing path of a path relative to the mount root ("" is the root).
@@ -44,7 +62,11 @@ impl BackingStore {
     /// Every entry of a directory with its attributes (what readdirplus needs).
     pub fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Metadata)>> {
         let mut out = Vec::new();
-        for entry in std::fs::read_dir(self.path(rel))? {
+        let dir = match &self.relief {
+            Some(files) => files.open_retrying(|| std::fs::read_dir(self.path(rel)))?,
+            None => std::fs::read_dir(self.path(rel))?,
+        };
+        for entry in dir {
             let entry = entry?;
             // An entry removed between readdir and stat is simply not listed.
             if let Ok(meta) = entry.metadata() {
@@ -71,7 +93,7 @@ impl Source for BackingStore {
         if crate::locator::names::is_object(path) {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        let file = File::open(self.path(path))?;
+        let file = self.open(path)?;
         // Never mix two versions of a file in one cached copy.
         if version_of(&file.metadata()?) != version {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));

@@ -158,7 +158,16 @@ pub struct Server {
 /// connection that sends garbage is closed; the others are unaffected.
 pub async fn serve(listener: TcpListener, server: Server) -> io::Result<()> {
     loop {
-        let (stream, peer) = listener.accept().await?;
+        // Out of descriptors (or any other failed accept): back off and go on; the port stays
+        // open, and the pending connection is accepted once descriptors come back.
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let server = server.clone();
         tokio::spawn(async move {

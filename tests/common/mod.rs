@@ -60,6 +60,33 @@ impl Fixture {
         mounted
     }
 
+    /// Mounts with the daemon's descriptor limit (soft and hard) set to `nofile`.
+    pub fn mount_limited(&self, extra: &[&str], nofile: u32) -> Mounted {
+        let out = Command::new("prlimit")
+            .arg(format!("--nofile={nofile}:{nofile}"))
+            .arg(env!("CARGO_BIN_EXE_dyadfs"))
+            .arg("mount")
+            .arg(&self.mnt)
+            .arg("--ssd")
+            .arg(&self.ssd)
+            .arg("--backing")
+            .arg(&self.backing)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut mounted = Mounted {
+            mnt: self.mnt.clone(),
+            pid: 0,
+        };
+        mounted.pid = mounted.stats()["pid"].as_u64().unwrap() as u32;
+        mounted
+    }
+
     pub fn try_mount(&self, extra: &[&str]) -> Output {
         dyadfs()
             .arg("mount")
