@@ -76,11 +76,32 @@ pub struct Snapshot {
     pub replicated_files: u64,
     #[serde(default)]
     pub bytes_replicated: u64,
+    /// Inodes the daemon holds for the kernel, and cache data files held open while idle.
+    #[serde(default)]
+    pub inodes: u64,
+    #[serde(default)]
+    pub open_files: u64,
+}
+
+/// The gauges a snapshot reads from the cache and the file system.
+pub struct Gauges {
+    pub cached_bytes: u64,
+    pub cached_files: u64,
+    pub capacity_bytes: u64,
+    pub inodes: u64,
+    pub open_files: u64,
 }
 
 impl Stats {
-    pub fn snapshot(&self, cached_bytes: u64, cached_files: u64, capacity_bytes: u64) -> Snapshot {
+    pub fn snapshot(&self, g: Gauges) -> Snapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let Gauges {
+            cached_bytes,
+            cached_files,
+            capacity_bytes,
+            inodes,
+            open_files,
+        } = g;
         Snapshot {
             local_hits: get(&self.local_hits),
             backing_fetches: get(&self.backing_fetches),
@@ -107,6 +128,8 @@ impl Stats {
             name_waits: get(&self.name_waits),
             replicated_files: get(&self.replicated_files),
             bytes_replicated: get(&self.bytes_replicated),
+            inodes,
+            open_files,
         }
     }
 }
@@ -114,7 +137,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 25] = [
+        let rows: [(&str, String); 27] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -138,6 +161,8 @@ impl Snapshot {
             ("capacity", human(self.capacity_bytes)),
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),
+            ("inodes", self.inodes.to_string()),
+            ("open cache files", self.open_files.to_string()),
             ("passthrough", self.passthrough.to_string()),
             ("daemon pid", self.pid.to_string()),
         ];

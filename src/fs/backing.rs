@@ -9,6 +9,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::Kind;
 use super::read::{Origin, Source};
 use crate::cache::Version;
 use crate::cache::files::DataFiles;
@@ -59,8 +60,9 @@ impl BackingStore {
         std::fs::symlink_metadata(self.path(rel))
     }
 
-    /// Every entry of a directory with its attributes (what readdirplus needs).
-    pub fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Metadata)>> {
+    /// Every entry of a directory with its type, from the directory alone (no stat per entry
+    /// where the file system reports types, as every Linux one does).
+    pub fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>> {
         let mut out = Vec::new();
         let dir = match &self.relief {
             Some(files) => files.open_retrying(|| std::fs::read_dir(self.path(rel)))?,
@@ -68,9 +70,9 @@ impl BackingStore {
         };
         for entry in dir {
             let entry = entry?;
-            // An entry removed between readdir and stat is simply not listed.
-            if let Ok(meta) = entry.metadata() {
-                out.push((entry.file_name(), meta));
+            // An entry removed between readdir and a fallback stat is simply not listed.
+            if let Ok(ft) = entry.file_type() {
+                out.push((entry.file_name(), Kind::of(ft)));
             }
         }
         Ok(out)

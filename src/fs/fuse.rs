@@ -125,7 +125,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let _ = config.set_max_write(MAX_REQUEST);
         // ATOMIC_O_TRUNC: an open with O_TRUNC arrives as one open, so rewriting a produced
         // file does not first copy the bytes it is about to discard.
+        // READDIRPLUS_AUTO: the kernel asks for attributes with a listing only where they are
+        // used (`ls -l`, scandir + stat); `find` and plain listings get the lighter readdir,
+        // which does not make an inode per entry.
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_ATOMIC_O_TRUNC;
         let _ = config.add_capabilities(wanted & config.capabilities());
@@ -440,12 +444,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .enumerate()
             .skip((offset as usize).saturating_sub(2))
         {
-            if reply.add(
-                INodeNo(e.attr.ino),
-                i as u64 + 3,
-                file_type(e.attr.kind),
-                &e.name,
-            ) {
+            if reply.add(INodeNo(e.ino), i as u64 + 3, file_type(e.kind), &e.name) {
                 break;
             }
         }
@@ -481,6 +480,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             // Every entry a readdirplus reply carries is a reference the kernel will forget.
             let a = match self.fs.reference_listed(ino.0, e) {
                 Ok(a) => a,
+                // Removed since the directory was listed.
+                Err(Error::NotFound) => continue,
                 Err(err) => return reply.error(errno(&err)),
             };
             let attr = file_attr(&a);

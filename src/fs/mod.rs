@@ -42,6 +42,20 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    fn of(ft: std::fs::FileType) -> Kind {
+        if ft.is_file() {
+            Kind::File
+        } else if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_symlink() {
+            Kind::Symlink
+        } else {
+            Kind::Other
+        }
+    }
+}
+
 /// Attributes of a node, as the kernel will see them.
 #[derive(Debug, Clone, Copy)]
 pub struct Attr {
@@ -63,16 +77,7 @@ pub struct Attr {
 
 impl Attr {
     fn from_meta(ino: u64, meta: &Metadata) -> Attr {
-        let ft = meta.file_type();
-        let kind = if ft.is_file() {
-            Kind::File
-        } else if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else {
-            Kind::Other
-        };
+        let kind = Kind::of(meta.file_type());
         let time = |s: i64, ns: i64| UNIX_EPOCH + Duration::new(s.max(0) as u64, ns as u32);
         Attr {
             ino,
@@ -198,10 +203,15 @@ pub struct Opened {
     pub keep_cache: bool,
 }
 
-/// One directory entry of a listing, with its attributes (readdirplus).
+/// One directory entry of a listing.
 pub struct DirEntry {
     pub name: OsString,
-    pub attr: Attr,
+    pub ino: u64,
+    pub kind: Kind,
+    /// Attributes known when listing (produced names, files being written). A backing entry's
+    /// are read only if the kernel asks for them (readdirplus): `find` over a million files
+    /// must not stat each one on the shared file system.
+    attr: Option<Attr>,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -378,14 +388,22 @@ impl<S: Source> DyadFs<S> {
     /// the listing's unless that one was forgotten since the directory was opened.
     pub fn reference_listed(&self, dir: u64, entry: &DirEntry) -> Result<Attr, Error> {
         let path = join(&Self::path_of(&*self.node(dir)?), &entry.name);
+        let attr = match entry.attr {
+            Some(a) => a,
+            None => match self.backing.stat(&path) {
+                Ok(meta) => Attr::from_meta(entry.ino, &meta),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(Error::NotFound),
+                Err(e) => return Err(Error::Backing(e)),
+            },
+        };
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
         if let Some(node) = inodes.by_path.get(&path).and_then(|i| inodes.nodes.get(i)) {
             node.lookups.fetch_add(1, Ordering::Relaxed);
             let ino = inodes.by_path[&path];
-            return Ok(Attr { ino, ..entry.attr });
+            return Ok(Attr { ino, ..attr });
         }
         // The listing's number, unless another node took it since (a rename onto the path).
-        let mut attr = entry.attr;
+        let mut attr = attr;
         if inodes.nodes.contains_key(&attr.ino) {
             attr.ino = inodes.next;
             inodes.next += 1;
@@ -493,9 +511,10 @@ impl<S: Source> DyadFs<S> {
             return Err(Error::NotDir);
         }
         let dir = Self::path_of(&node);
-        let mut found: Vec<(OsString, Found)> = Vec::new();
+        // A backing entry is listed by name and type only (see `DirEntry::attr`).
+        let mut found: Vec<(OsString, Result<Found, Kind>)> = Vec::new();
         match self.backing.list(&dir) {
-            Ok(listing) => found.extend(listing.into_iter().map(|(n, m)| (n, Found::Backing(m)))),
+            Ok(listing) => found.extend(listing.into_iter().map(|(n, k)| (n, Err(k)))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::Backing(e)),
         }
@@ -508,7 +527,7 @@ impl<S: Source> DyadFs<S> {
             Ok(names) => {
                 for (n, name) in names {
                     if !staged_names.contains(n.as_str()) && seen.insert(n.clone().into()) {
-                        found.push((n.into(), Found::Produced(name)));
+                        found.push((n.into(), Ok(Found::Produced(name))));
                     }
                 }
             }
@@ -516,7 +535,7 @@ impl<S: Source> DyadFs<S> {
         }
         for (n, s) in staged {
             if seen.insert(n.clone().into()) {
-                found.push((n.into(), Found::Staged(s)));
+                found.push((n.into(), Ok(Found::Staged(s))));
             }
         }
         // Listed entries get inode numbers (known ones keep theirs) but no node: the kernel
@@ -533,12 +552,26 @@ impl<S: Source> DyadFs<S> {
                     }
                 };
                 let attr = match f {
-                    Found::Staged(s) => Attr::from_staged(ino, &s),
-                    Found::Backing(meta) => Ok(Attr::from_meta(ino, &meta)),
-                    Found::Produced(n) => Ok(Attr::from_name(ino, &n)),
+                    Err(kind) => {
+                        entries.push(DirEntry {
+                            name,
+                            ino,
+                            kind,
+                            attr: None,
+                        });
+                        continue;
+                    }
+                    Ok(Found::Staged(s)) => Attr::from_staged(ino, &s),
+                    Ok(Found::Backing(meta)) => Ok(Attr::from_meta(ino, &meta)),
+                    Ok(Found::Produced(n)) => Ok(Attr::from_name(ino, &n)),
                 };
                 if let Ok(attr) = attr {
-                    entries.push(DirEntry { name, attr });
+                    entries.push(DirEntry {
+                        name,
+                        ino,
+                        kind: attr.kind,
+                        attr: Some(attr),
+                    });
                 }
             }
         }
@@ -1078,9 +1111,13 @@ impl<S: Source> DyadFs<S> {
             return Err(Error::NoAttr);
         }
         let cache = &self.reader.cache;
-        let snap =
-            self.stats()
-                .snapshot(cache.used_bytes(), cache.cached_files(), cache.capacity());
+        let snap = self.stats().snapshot(crate::stats::Gauges {
+            cached_bytes: cache.used_bytes(),
+            cached_files: cache.cached_files(),
+            capacity_bytes: cache.capacity(),
+            inodes: self.inode_count() as u64,
+            open_files: cache.open_files(),
+        });
         Ok(serde_json::to_vec(&snap).expect("stats serialize"))
     }
 
