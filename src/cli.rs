@@ -143,6 +143,13 @@ pub struct MountArgs {
           help_heading = "Metadata")]
     pub wait: Duration,
 
+    /// Inodes the daemon keeps for the kernel: past this, the least recently looked up are
+    /// invalidated (the kernel forgets them; a later lookup makes them anew). Bounds the
+    /// daemon's memory on datasets of millions of files (about 400 bytes per inode)
+    #[arg(long, value_name = "N", default_value_t = 65536,
+          value_parser = clap::value_parser!(u64).range(1024..), help_heading = "Metadata")]
+    pub max_inodes: u64,
+
     /// Serve every read from the daemon (page cache kept) instead of letting the kernel read
     /// complete cached files directly (FUSE passthrough, needs CAP_SYS_ADMIN and Linux >= 6.9)
     #[arg(long, help_heading = "Performance")]

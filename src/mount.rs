@@ -322,6 +322,7 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         passthrough: !args.no_passthrough,
         readahead_threads: args.readahead_threads.into(),
         wait: args.wait,
+        max_inodes: args.max_inodes as usize,
     };
     let backing_err = |e| format!("backing dir {}: {e}", args.backing.display());
     let backing = BackingStore::new(args.backing.clone()).relieving(cache.files());
@@ -484,8 +485,26 @@ fn run_session<S: crate::fs::read::Source>(
     config.n_threads = Some(args.threads.into());
     config.clone_fd = true;
 
+    let shedder = fs.shedder();
     let mut session = fuser::Session::new(FuseAdapter::new(fs), &args.mountpoint, &config)
         .map_err(|e| format!("cannot mount {}: {e}", args.mountpoint.display()))?;
+    let notifier = session.notifier();
+    std::thread::Builder::new()
+        .name("inode-shed".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                for (parent, name) in shedder.candidates() {
+                    // ENOENT: the kernel already dropped it; any other error ends the session.
+                    match notifier.inval_entry(fuser::INodeNo(parent), &name) {
+                        Ok(()) => {}
+                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                        Err(_) => return,
+                    }
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
     let mut unmounter = session.unmount_callable();
     let mountpoint: PathBuf = args.mountpoint.clone();
     std::thread::Builder::new()

@@ -567,7 +567,8 @@ fn read_all_parallel(m: &Mounted, files: &[(String, Vec<u8>)]) -> Vec<String> {
 /// A real dataset has far more files than the usual descriptor limit (the daemon once failed
 /// every open with EIO past ~1,000 cached files under `ulimit -n 1024`): 2,000 files through a
 /// daemon limited to 128 descriptors, read by 4 threads at once, then again after a restart,
-/// all without an error, with the daemon's descriptors staying under the limit.
+/// all without an error, with the daemon's descriptors under the limit and its inode table
+/// under `--max-inodes`.
 #[test]
 fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
     const NOFILE: u32 = 128;
@@ -583,10 +584,27 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
             f.write(p, d);
         }
         let fds = |m: &Mounted| fs::read_dir(format!("/proc/{}/fd", m.pid)).unwrap().count();
-        let m = f.mount_limited(mode, NOFILE);
+        // The inode table is bounded too: past --max-inodes the kernel is asked to forget.
+        let args: Vec<&str> = mode
+            .iter()
+            .copied()
+            .chain(["--max-inodes", "1024"])
+            .collect();
+        let m = f.mount_limited(&args, NOFILE);
         assert_eq!(read_all_parallel(&m, &files), Vec::<String>::new());
         assert_eq!(m.stat("cached_files"), files.len() as u64);
         assert!(fds(&m) < NOFILE as usize, "{} descriptors open", fds(&m));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while m.stat("inodes") > 1024 {
+            assert!(
+                Instant::now() < deadline,
+                "{} inodes kept",
+                m.stat("inodes")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Forgotten inodes come back on the next lookup.
+        assert_eq!(read_all_parallel(&m, &files[..500]), Vec::<String>::new());
         m.unmount();
         let m = f.mount_limited(mode, NOFILE);
         assert_eq!(read_all_parallel(&m, &files), Vec::<String>::new());

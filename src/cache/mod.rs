@@ -65,8 +65,43 @@ enum Chunk {
     Present { crc: u32, verified: bool },
 }
 
+/// An entry's chunks: most training samples are one chunk, kept inline (a million cached files
+/// should not mean a million extra allocations).
+enum Chunks {
+    One([Chunk; 1]),
+    Many(Box<[Chunk]>),
+}
+
+impl From<Vec<Chunk>> for Chunks {
+    fn from(v: Vec<Chunk>) -> Chunks {
+        match v[..] {
+            [one] => Chunks::One([one]),
+            _ => Chunks::Many(v.into_boxed_slice()),
+        }
+    }
+}
+
+impl std::ops::Deref for Chunks {
+    type Target = [Chunk];
+    fn deref(&self) -> &[Chunk] {
+        match self {
+            Chunks::One(c) => c,
+            Chunks::Many(c) => c,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Chunks {
+    fn deref_mut(&mut self) -> &mut [Chunk] {
+        match self {
+            Chunks::One(c) => c,
+            Chunks::Many(c) => c,
+        }
+    }
+}
+
 struct State {
-    chunks: Vec<Chunk>,
+    chunks: Chunks,
     present_bytes: u64,
     /// Set when the entry leaves the index (evicted or replaced): nothing is persisted again,
     /// and its data file is never opened again (its slot may hold another entry's file).
@@ -261,6 +296,9 @@ impl Cache {
                 (avail + used).saturating_sub(total / 10)
             }
         };
+        // Loading a million headers leaves tens of MiB of freed memory behind: give it back.
+        // SAFETY: malloc_trim only releases free heap memory; it touches no live allocation.
+        unsafe { libc::malloc_trim(0) };
         tracing::info!(
             entries = index.slots.len(),
             used,
@@ -630,7 +668,7 @@ impl Entry {
             id,
             shared,
             state: Mutex::new(State {
-                chunks,
+                chunks: chunks.into(),
                 present_bytes,
                 evicted: false,
                 unchecked: false,

@@ -155,6 +155,9 @@ pub struct FsConfig {
     pub readahead_threads: usize,
     /// How long a lookup of a name nobody has published yet waits for a producer.
     pub wait: Duration,
+    /// Inodes the daemon keeps for the kernel before asking it to forget the least recently
+    /// used (see [`InodeShedder`]).
+    pub max_inodes: usize,
 }
 
 struct Node {
@@ -165,6 +168,8 @@ struct Node {
     /// inode cache instead of every path ever seen.
     lookups: AtomicU64,
     attr: Mutex<(Attr, Instant)>,
+    /// When the kernel last looked it up (a tick of [`Inodes::tick`]): the shedder's order.
+    last_use: AtomicU64,
     /// The version whose pages the kernel may hold for this inode (see `open`).
     kernel_version: Mutex<Option<Version>>,
 }
@@ -174,6 +179,57 @@ struct Inodes {
     by_path: HashMap<String, u64>,
     nodes: HashMap<u64, Arc<Node>>,
     next: u64,
+    tick: AtomicU64,
+}
+
+impl Inodes {
+    fn touch(&self, node: &Node) {
+        node.last_use
+            .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Keeps the inode table near `max` entries however many files the kernel has looked up: the
+/// kernel keeps an inode per file it ever saw while memory allows (a million files' worth on a
+/// training node), so past `max` the least recently used entries are invalidated (the kernel
+/// then drops them and sends `forget`, unless a file is open). Runs on its own thread: the
+/// kernel must not be notified from inside a request.
+pub struct InodeShedder {
+    inodes: Arc<RwLock<Inodes>>,
+    max: usize,
+}
+
+impl InodeShedder {
+    /// (parent inode, name) of the least recently used entries beyond 90% of `max`, if the
+    /// table holds more than `max`.
+    pub fn candidates(&self) -> Vec<(u64, OsString)> {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        if inodes.nodes.len() <= self.max {
+            return Vec::new();
+        }
+        let excess = inodes.nodes.len() - self.max * 9 / 10;
+        let mut by_age: Vec<(u64, u64)> = inodes
+            .nodes
+            .iter()
+            .filter(|(ino, _)| **ino != ROOT_INO)
+            .map(|(ino, n)| (n.last_use.load(Ordering::Relaxed), *ino))
+            .collect();
+        let excess = excess.min(by_age.len());
+        if excess == 0 {
+            return Vec::new();
+        }
+        by_age.select_nth_unstable(excess - 1);
+        by_age[..excess]
+            .iter()
+            .filter_map(|(_, ino)| {
+                let node = &inodes.nodes[ino];
+                let path = node.path.read().unwrap_or_else(|e| e.into_inner());
+                let (dir, name) = split(&path);
+                let parent = *inodes.by_path.get(dir)?;
+                Some((parent, OsString::from(name)))
+            })
+            .collect()
+    }
 }
 
 struct CachedHandle {
@@ -222,7 +278,7 @@ pub struct DyadFs<S: Source> {
     producer: Arc<Producer>,
     reader: Reader<S>,
     config: FsConfig,
-    inodes: RwLock<Inodes>,
+    inodes: Arc<RwLock<Inodes>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
@@ -285,7 +341,7 @@ impl<S: Source> DyadFs<S> {
                 source,
             },
             config,
-            inodes: RwLock::new(inodes),
+            inodes: Arc::new(RwLock::new(inodes)),
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -299,6 +355,14 @@ impl<S: Source> DyadFs<S> {
             self.config.metadata_ttl.min(PRODUCED_TTL)
         } else {
             self.config.metadata_ttl
+        }
+    }
+
+    /// The shedder of this file system's inode table, for a thread of its own.
+    pub fn shedder(&self) -> InodeShedder {
+        InodeShedder {
+            inodes: self.inodes.clone(),
+            max: self.config.max_inodes.max(1),
         }
     }
 
@@ -362,6 +426,7 @@ impl<S: Source> DyadFs<S> {
             let node = &inodes.nodes[&ino];
             *node.attr.lock().unwrap_or_else(|e| e.into_inner()) = (attr, Instant::now());
             node.lookups.fetch_add(refs, Ordering::Relaxed);
+            inodes.touch(node);
             return Ok(attr);
         }
         let ino = inodes.next;
@@ -371,6 +436,7 @@ impl<S: Source> DyadFs<S> {
         inodes
             .nodes
             .insert(ino, Arc::new(new_node(&path, attr, refs)));
+        inodes.touch(&inodes.nodes[&ino]);
         Ok(attr)
     }
 
@@ -380,7 +446,10 @@ impl<S: Source> DyadFs<S> {
         inodes
             .nodes
             .get(&ino)
-            .map(|n| n.lookups.fetch_add(1, Ordering::Relaxed))
+            .map(|n| {
+                n.lookups.fetch_add(1, Ordering::Relaxed);
+                inodes.touch(n);
+            })
             .is_some()
     }
 
@@ -399,6 +468,7 @@ impl<S: Source> DyadFs<S> {
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
         if let Some(node) = inodes.by_path.get(&path).and_then(|i| inodes.nodes.get(i)) {
             node.lookups.fetch_add(1, Ordering::Relaxed);
+            inodes.touch(node);
             let ino = inodes.by_path[&path];
             return Ok(Attr { ino, ..attr });
         }
@@ -412,6 +482,7 @@ impl<S: Source> DyadFs<S> {
         inodes
             .nodes
             .insert(attr.ino, Arc::new(new_node(&path, attr, 1)));
+        inodes.touch(&inodes.nodes[&attr.ino]);
         Ok(attr)
     }
 
@@ -1141,6 +1212,7 @@ fn new_node(path: &str, attr: Attr, lookups: u64) -> Node {
     Node {
         path: RwLock::new(path.to_string()),
         lookups: AtomicU64::new(lookups),
+        last_use: AtomicU64::new(0),
         attr: Mutex::new((attr, Instant::now())),
         kernel_version: Mutex::new(None),
     }
