@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -133,7 +133,7 @@ impl Shared {
 /// One cached file. Held by open handles (`pin`) and by the index. It owns no descriptor: its
 /// data file is opened through the cache's bounded [`DataFiles`] when used.
 pub struct Entry {
-    pub path: String,
+    pub path: Box<str>,
     pub version: Version,
     /// Unique for the cache's lifetime: the key of its open data files.
     id: u64,
@@ -161,7 +161,7 @@ impl Index {
     fn get(&self, path: &str) -> Option<&Arc<Entry>> {
         self.slots
             .get(&format::path_hash(path))
-            .filter(|e| e.path == path)
+            .filter(|e| *e.path == *path)
     }
 
     fn insert(&mut self, entry: Arc<Entry>) {
@@ -170,7 +170,7 @@ impl Index {
 
     fn remove(&mut self, path: &str) -> Option<Arc<Entry>> {
         let hash = format::path_hash(path);
-        if self.slots.get(&hash)?.path != path {
+        if *self.slots.get(&hash)?.path != *path {
             return None;
         }
         self.slots.remove(&hash)
@@ -233,6 +233,9 @@ impl Cache {
         for sub in 0..=0xffu64 {
             fs::create_dir_all(data_dir.join(format!("{sub:02x}")))?;
         }
+        // Only the daemon reads the cache: other local users must not read each other's
+        // cached files (the kernel's passthrough reads use the daemon's credentials).
+        fs::set_permissions(&config.dir, fs::Permissions::from_mode(0o700))?;
         let lock_file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -371,7 +374,7 @@ impl Cache {
         index
             .entries()
             .filter(|e| e.is_complete())
-            .map(|e| (e.path.clone(), e.version))
+            .map(|e| (e.path.to_string(), e.version))
             .collect()
     }
 
@@ -438,6 +441,7 @@ impl Cache {
                     .read(true)
                     .write(true)
                     .create_new(true)
+                    .mode(0o600)
                     .open(&data_path)
             })
         };
@@ -490,7 +494,7 @@ impl Cache {
         st.evicted = true;
         if st.present_bytes > 0 {
             self.emit(CacheEvent::Dropped {
-                path: entry.path.clone(),
+                path: entry.path.to_string(),
                 version: entry.version,
             });
         }
@@ -593,7 +597,7 @@ impl Cache {
         lock(&entry.state).evicted = true;
         self.shared.files.close(entry.id);
         let adopted = Arc::new(Entry::new(
-            entry.path.clone(),
+            entry.path.to_string(),
             version,
             self.next_id(),
             self.shared.clone(),
@@ -663,7 +667,7 @@ impl Entry {
             .map(|(i, _)| chunk_len(version.size, shared.chunk_size, i as u64))
             .sum();
         Entry {
-            path,
+            path: path.into_boxed_str(),
             version,
             id,
             shared,
@@ -711,6 +715,7 @@ impl Entry {
                     .write(true)
                     .create(true)
                     .truncate(false)
+                    .mode(0o600)
                     .open(&path)
             })?;
             if data.metadata()?.len() != self.version.size {
@@ -956,7 +961,7 @@ impl Entry {
         while st.chunks[range.start as usize..range.end as usize].contains(&Chunk::Filling) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(CacheError::FillTimeout(self.path.clone()));
+                return Err(CacheError::FillTimeout(self.path.to_string()));
             }
             st = self
                 .filled
@@ -1246,7 +1251,7 @@ impl Entry {
         Some(Header {
             chunk_size: self.shared.chunk_size as u32,
             version: self.version,
-            path: self.path.clone(),
+            path: self.path.to_string(),
             chunks: st
                 .chunks
                 .iter()

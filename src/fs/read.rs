@@ -119,7 +119,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 return Ok(buf);
             }
         }
-        Err(Error::Corrupt(entry.path.clone()))
+        Err(Error::Corrupt(entry.path.to_string()))
     }
 
     /// Makes chunks `range` present, filling the absent ones from the source and waiting for
@@ -177,7 +177,7 @@ impl<S: Source + ?Sized> Reader<S> {
             entry.persist()?;
             if entry.is_complete() {
                 self.cache.emit(crate::cache::CacheEvent::Complete {
-                    path: entry.path.clone(),
+                    path: entry.path.to_string(),
                     version: entry.version,
                 });
             }
