@@ -20,6 +20,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/backing" "$W"/{a,b}/mnt
+# The job secret every node proves on every connection (as `dyadfs keygen` writes it; made
+# here so that an older DYADFS_BIN, which ignores it, can be measured too).
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
+export DYADFS_SECRET_FILE=$W/secret
 head -c 1G /dev/urandom > "$W/backing/big.bin"
 PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r0\n' $PORT $((PORT + 1)) > "$W/peers"

@@ -27,6 +27,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W"/{a,b}/mnt "$W/bin"
+# The job secret every node proves on every connection (as `dyadfs keygen` writes it; made
+# here so that an older DYADFS_BIN, which ignores it, can be measured too).
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
+export DYADFS_SECRET_FILE=$W/secret
 gcc -O2 -o "$W/bin/producer" examples/c/producer.c
 gcc -O2 -o "$W/bin/consumer" examples/c/consumer.c
 

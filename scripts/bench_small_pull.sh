@@ -21,6 +21,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W"/{backing,local} "$W"/{a,b}/mnt
+# The job secret every node proves on every connection (as `dyadfs keygen` writes it; made
+# here so that an older DYADFS_BIN, which ignores it, can be measured too).
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
+export DYADFS_SECRET_FILE=$W/secret
 python3 - "$W/backing" "$FILES" "$SIZE" <<'PY'
 import os, sys
 for i in range(int(sys.argv[2])):

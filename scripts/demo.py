@@ -42,7 +42,11 @@ def main():
     with open(peers, "w") as f:
         for i in range(a.nodes):
             f.write(f"{i} 127.0.0.1:{a.port + i} rack{i * 2 // a.nodes}\n")
-    env = dict(os.environ, UCX_TLS="tcp", UCX_NET_DEVICES="lo")
+    # The job secret every node proves on every connection (dyadfs keygen writes it 0600).
+    secret = os.path.join(work, "secret")
+    if not os.path.exists(secret):
+        subprocess.run([a.dyadfs, "keygen", secret], check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, UCX_TLS="tcp", UCX_NET_DEVICES="lo", DYADFS_SECRET_FILE=secret)
     mnts = []
     try:
         for i in range(a.nodes):

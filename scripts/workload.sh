@@ -79,6 +79,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/view" "$W/local" "$OUT"
+# The job secret every node proves on every connection (as `dyadfs keygen` writes it; made
+# here so that an older DYADFS_BIN, which ignores it, can be measured too).
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
+export DYADFS_SECRET_FILE=$W/secret
 
 log "the shared FS: ext4 on a loop device, reads throttled to $((THROTTLE_BPS >> 20)) MiB/s"
 slow_fs_start "$W/shared" 12G "$THROTTLE_BPS" "$THROTTLE_IOPS"

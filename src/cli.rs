@@ -28,6 +28,8 @@ pub enum Command {
     Mount(MountArgs),
     /// Print the counters of a running mount
     Stats(StatsArgs),
+    /// Write a new random job secret (mode 0600) for `mount --secret-file`
+    Keygen(KeygenArgs),
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)
     #[command(subcommand)]
     Transport(TransportCommand),
@@ -219,6 +221,22 @@ pub struct MountArgs {
     #[arg(long, help_heading = "Cluster")]
     pub replicate: bool,
 
+    /// The job secret every node proves on every connection (a key file from `dyadfs keygen`,
+    /// owned by the daemon's user, mode 0600). With --rendezvous and no secret, the first daemon
+    /// creates DIR/secret. A multi-node mount without one refuses to start unless --insecure
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "DYADFS_SECRET_FILE",
+        help_heading = "Cluster"
+    )]
+    pub secret_file: Option<PathBuf>,
+
+    /// Let a multi-node mount run without a job secret: anyone who can reach the port can then
+    /// read every cached file and change the produced namespace. Only for closed test networks
+    #[arg(long, help_heading = "Cluster")]
+    pub insecure: bool,
+
     /// Stay in the foreground (logs to stderr) instead of daemonizing
     #[arg(long, short = 'f', help_heading = "Process")]
     pub foreground: bool,
@@ -235,6 +253,12 @@ pub struct MountArgs {
         help_heading = "Process"
     )]
     pub options: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// File to create (never overwritten); give it to every node of the job
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]

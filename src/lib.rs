@@ -9,3 +9,4 @@ pub mod locator;
 pub mod mount;
 pub mod stats;
 pub mod transport;
+pub mod wire_paths;

@@ -21,6 +21,9 @@ fn main() -> ExitCode {
                 print!("{}", s.table());
             }
         }),
+        Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
+            .map(|()| println!("wrote a new job secret to {}", args.file.display()))
+            .map_err(|e| format!("{}: {e}", args.file.display())),
         Command::Transport(TransportCommand::Serve(args)) => dyadfs::transport::tool::serve(args),
         Command::Transport(TransportCommand::Pull(args)) => dyadfs::transport::tool::pull(args),
     };

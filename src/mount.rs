@@ -18,6 +18,7 @@ use crate::fs::fuse::FuseAdapter;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
 use crate::locator::Membership;
 use crate::stats::Stats;
+use crate::transport::auth::Secret;
 
 /// Environment variable through which a background daemon reports readiness to its parent.
 const READY_FD_ENV: &str = "DYADFS_READY_FD";
@@ -89,6 +90,15 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
         let id = node_id(args)?;
         if let Some(file) = &args.peers {
             membership(file, id)?;
+        }
+        if let Some(file) = &args.secret_file {
+            Secret::load(file)?;
+        } else if args.rendezvous.is_none() && !args.insecure {
+            return Err(
+                "a multi-node mount needs a job secret: --secret-file FILE (make one with \
+                        `dyadfs keygen FILE`), or --insecure on a closed test network"
+                    .into(),
+            );
         }
     }
     let ssd = fs::canonicalize(&args.ssd).map_err(not_writable)?;
@@ -363,6 +373,20 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         Some(a) => a,
         None => members.member(id).expect("own id checked").addr,
     };
+    let secret = match (&args.secret_file, &args.rendezvous) {
+        (Some(file), _) => Some(Arc::new(Secret::load(file)?)),
+        (None, Some(dir)) => Some(Arc::new(Secret::rendezvous(
+            dir,
+            args.peer_timeout.max(Duration::from_secs(60)),
+        )?)),
+        (None, None) => {
+            tracing::warn!(
+                "INSECURE: no job secret (--insecure): any process that reaches {listen} can read \
+                 every cached file and change the produced namespace"
+            );
+            None
+        }
+    };
     // One worker: the runtime only answers locator RPCs and sends publishes (pulls run on the
     // threads that need the bytes), and a second worker mostly costs wake-ups to steal work.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -375,8 +399,12 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         crate::transport::ucx::Worker::new(32, args.chunk_size as usize)
             .map_err(|e| format!("UCX: {e}"))?,
     );
-    let locator =
-        crate::locator::service::LocatorService::new(members, args.peer_timeout, stats.clone());
+    let locator = crate::locator::service::LocatorService::new(
+        members,
+        args.peer_timeout,
+        stats.clone(),
+        secret.clone(),
+    );
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -396,6 +424,7 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         node_id: id,
         faults: Default::default(),
         rpc: Some(Arc::new(crate::locator::service::Handler(locator.clone()))),
+        secret: secret.clone(),
     };
     runtime.spawn(async move {
         if let Err(e) = crate::transport::pull::serve(listener, server).await {
@@ -429,6 +458,7 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         window: 4,
         timeout: args.peer_timeout,
         background: false,
+        secret,
     };
     let source = Arc::new(crate::locator::source::ClusterSource {
         locator,

@@ -1,10 +1,17 @@
 //! The backing store: the dataset's directory on the shared parallel file system. dyadfs only
 //! ever reads it. It gives the namespace (stat, listings, symlinks) and is the source of last
 //! resort for file bytes.
+//!
+//! Every path is resolved beneath the root by the kernel (`openat2` with `RESOLVE_BENEATH`), not
+//! by a string check: a symlink in the dataset (or one swapped in after a lookup) never leads a
+//! read out of it, and a path that is not relative and normalised is refused outright (see
+//! [`crate::wire_paths`]).
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::fs::{File, Metadata};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +23,8 @@ use crate::cache::files::DataFiles;
 
 pub struct BackingStore {
     root: PathBuf,
+    /// The root, opened once: every path is resolved beneath it.
+    root_fd: Option<OwnedFd>,
     /// Idle cache descriptors to close when the process runs out of them (see `relieving`).
     relief: Option<Arc<DataFiles>>,
 }
@@ -29,8 +38,26 @@ pub fn version_of(meta: &Metadata) -> Version {
 }
 
 impl BackingStore {
+    /// A store over `root`; if the root cannot be opened, every access fails with that error.
     pub fn new(root: PathBuf) -> Self {
-        BackingStore { root, relief: None }
+        let root_fd = CString::new(root.as_os_str().as_encoded_bytes())
+            .ok()
+            .and_then(|c| {
+                // SAFETY: a valid NUL-terminated path; the result is checked.
+                let fd = unsafe {
+                    libc::open(
+                        c.as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    )
+                };
+                // SAFETY: a descriptor just opened and owned by nothing else.
+                (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+            });
+        BackingStore {
+            root,
+            root_fd,
+            relief: None,
+        }
     }
 
     /// Opens that find the process out of descriptors close the cache's idle ones and retry.
@@ -39,11 +66,42 @@ impl BackingStore {
         self
     }
 
-    fn open(&self, rel: &str) -> io::Result<File> {
-        let path = self.path(rel);
+    /// Opens `rel` (a relative, normalised path; "" is the root) beneath the root with `flags`
+    /// (read-only, close-on-exec added). Symlinks resolve only within the root.
+    fn open_beneath(&self, rel: &str, flags: i32) -> io::Result<File> {
+        crate::wire_paths::dataset_path(rel)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let root = self
+            .root_fd
+            .as_ref()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        let c = CString::new(if rel.is_empty() { "." } else { rel })
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: open_how is plain data; every field is set below.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | flags) as u64;
+        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+        let open = || {
+            // SAFETY: a live directory descriptor, a NUL-terminated path and a valid open_how
+            // of the size passed, for the call only; the result is checked.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    root.as_raw_fd(),
+                    c.as_ptr(),
+                    &how as *const libc::open_how,
+                    std::mem::size_of::<libc::open_how>(),
+                )
+            };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: a descriptor just opened and owned by nothing else.
+            Ok(unsafe { File::from_raw_fd(fd as i32) })
+        };
         match &self.relief {
-            Some(files) => files.open_retrying(|| File::open(&path)),
-            None => File::open(path),
+            Some(files) => files.open_retrying(open),
+            None => open(),
         }
     }
 
@@ -56,19 +114,19 @@ impl BackingStore {
         }
     }
 
+    /// The attributes of `rel` itself (a symlink is not followed).
     pub fn stat(&self, rel: &str) -> io::Result<Metadata> {
-        std::fs::symlink_metadata(self.path(rel))
+        self.open_beneath(rel, libc::O_PATH | libc::O_NOFOLLOW)?
+            .metadata()
     }
 
     /// Every entry of a directory with its type, from the directory alone (no stat per entry
     /// where the file system reports types, as every Linux one does).
     pub fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>> {
+        let dir = self.open_beneath(rel, libc::O_DIRECTORY)?;
         let mut out = Vec::new();
-        let dir = match &self.relief {
-            Some(files) => files.open_retrying(|| std::fs::read_dir(self.path(rel)))?,
-            None => std::fs::read_dir(self.path(rel))?,
-        };
-        for entry in dir {
+        // The directory is read through the descriptor just resolved beneath the root.
+        for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
             let entry = entry?;
             // An entry removed between readdir and a fallback stat is simply not listed.
             if let Ok(ft) = entry.file_type() {
@@ -79,7 +137,25 @@ impl BackingStore {
     }
 
     pub fn read_link(&self, rel: &str) -> io::Result<PathBuf> {
-        std::fs::read_link(self.path(rel))
+        let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let parent = self.open_beneath(dir, libc::O_PATH | libc::O_DIRECTORY)?;
+        let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: a live directory descriptor, a NUL-terminated name and a buffer of the
+        // length passed, for the call only; the result is checked.
+        let n = unsafe {
+            libc::readlinkat(
+                parent.as_raw_fd(),
+                c.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(PathBuf::from(OsString::from_vec(buf)))
     }
 }
 
@@ -95,7 +171,7 @@ impl Source for BackingStore {
         if crate::locator::names::is_object(path) {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        let file = self.open(path)?;
+        let file = self.open_beneath(path, 0)?;
         // Never mix two versions of a file in one cached copy.
         if version_of(&file.metadata()?) != version {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));

@@ -121,8 +121,9 @@ impl Membership {
         self.members.values()
     }
 
+    /// The rack of a member ("" for an id that is not one: never a panic on a wire number).
     pub fn rack_of(&self, id: NodeId) -> &str {
-        &self.members[&id].rack
+        self.members.get(&id).map_or("", |m| m.rack.as_str())
     }
 
     pub fn rack_members(&self, rack: &str) -> &[NodeId] {

@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::membership::NodeId;
 
-/// Cache keys of produced objects start with this; backing paths are relative, so never do.
-pub const OBJECT_PREFIX: &str = "//produced/";
+pub use crate::wire_paths::OBJECT_PREFIX;
 
 pub fn is_object(path: &str) -> bool {
     path.starts_with(OBJECT_PREFIX)

@@ -71,7 +71,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl LocatorService {
-    pub fn new(membership: Membership, timeout: Duration, stats: Arc<Stats>) -> Arc<Self> {
+    pub fn new(
+        membership: Membership,
+        timeout: Duration,
+        stats: Arc<Stats>,
+        secret: Option<Arc<crate::transport::auth::Secret>>,
+    ) -> Arc<Self> {
+        let rpcs = Rpcs::new(secret.map(|k| (membership.own(), k)));
         Arc::new(LocatorService {
             membership,
             node: NodeTier::new(Duration::from_secs(30), Duration::from_millis(500), 1 << 20),
@@ -82,7 +88,7 @@ impl LocatorService {
             holdings: std::sync::OnceLock::new(),
             timeout,
             suspects: Mutex::default(),
-            rpcs: Rpcs::default(),
+            rpcs,
             stats,
         })
     }
@@ -331,6 +337,14 @@ impl LocatorService {
     }
 
     async fn answer(self: Arc<Self>, msg: Message) -> Message {
+        // Nothing from the wire is used before it is checked: a bad frame changes nothing.
+        if let Err(why) = self.check(&msg) {
+            tracing::warn!(%why, "refused a locator message");
+            return Message::Error {
+                id: 0,
+                message: format!("refused: {why}"),
+            };
+        }
         match msg {
             Message::Lookup {
                 path,
@@ -454,6 +468,68 @@ impl LocatorService {
         }
     }
 
+    /// Whether a request's paths, names and node ids are well formed and known (see
+    /// [`crate::wire_paths`]): unknown node ids, paths that could escape a root, and object ids
+    /// that are not tokens of their holder are refused before any table is touched.
+    fn check(&self, msg: &Message) -> Result<(), String> {
+        use crate::wire_paths::{cache_key, dataset_path, name as one_name, object_id};
+        let member = |id: NodeId| {
+            self.membership
+                .member(id)
+                .map(|_| ())
+                .ok_or_else(|| format!("node {id} is not a member"))
+        };
+        let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
+        let dir = |p: &str| dataset_path(p).map_err(|e| format!("{p:?}: {e}"));
+        let one = |n: &str| one_name(n).map_err(|e| format!("{n:?}: {e}"));
+        match msg {
+            Message::Lookup {
+                path, requester, ..
+            } => {
+                key(path)?;
+                member(*requester)
+            }
+            Message::Publish { path, node, .. } | Message::FetchFailed { path, node, .. } => {
+                key(path)?;
+                member(*node)
+            }
+            Message::RackChanged {
+                path, rack, node, ..
+            } => {
+                key(path)?;
+                member(*node)?;
+                if self.membership.rack_of(*node) != rack {
+                    return Err(format!("node {node} is not in rack {rack:?}"));
+                }
+                Ok(())
+            }
+            Message::Rejoined { node } => member(*node),
+            Message::NameGet { dir: d, name, .. } => {
+                dir(d)?;
+                one(name)
+            }
+            Message::NameList { dir: d } => dir(d),
+            Message::NameSet {
+                dir: d,
+                name,
+                entry,
+            } => {
+                dir(d)?;
+                one(name)?;
+                match entry {
+                    Some(n) => check_name(n, &member),
+                    None => Ok(()),
+                }
+            }
+            Message::Unhold { object, .. } => match object_id(object) {
+                Ok(node) if node == self.me() => Ok(()),
+                _ => Err(format!("{object:?} is not an object of this node")),
+            },
+            Message::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m)),
+            _ => Ok(()),
+        }
+    }
+
     /// Records at this rack home that `node` gained or lost a copy; returns the message for
     /// the file's global home when the rack gained its first copy or lost its last.
     fn rack_publish(
@@ -534,6 +610,26 @@ impl LocatorService {
     }
 }
 
+/// A published name is well formed: a directory names no object; a file's object is a token
+/// of its holder, a member.
+pub fn check_name(n: &Name, member: &dyn Fn(NodeId) -> Result<(), String>) -> Result<(), String> {
+    member(n.holder)?;
+    if n.dir {
+        return if n.object.is_empty() {
+            Ok(())
+        } else {
+            Err("a directory with an object".into())
+        };
+    }
+    match crate::wire_paths::object_id(&n.object) {
+        Ok(node) if node == n.holder => Ok(()),
+        _ => Err(format!(
+            "{:?} is not an object of node {}",
+            n.object, n.holder
+        )),
+    }
+}
+
 /// The RPC handler registered on the control port (it needs the service's `Arc`).
 pub struct Handler(pub Arc<LocatorService>);
 
@@ -563,6 +659,28 @@ fn unexpected(m: Message) -> std::io::Error {
     std::io::Error::other(format!("unexpected reply from a name home: {m:?}"))
 }
 
+impl ClusterNames {
+    /// A name from a name home, used only if well formed (see [`check_name`]).
+    fn checked(&self, n: Option<Name>) -> std::io::Result<Option<Name>> {
+        let member = |id: NodeId| {
+            self.locator
+                .membership
+                .member(id)
+                .map(|_| ())
+                .ok_or_else(|| format!("node {id} is not a member"))
+        };
+        match n {
+            Some(n) => match check_name(&n, &member) {
+                Ok(()) => Ok(Some(n)),
+                Err(why) => Err(std::io::Error::other(format!(
+                    "bad name from its home: {why}"
+                ))),
+            },
+            None => Ok(None),
+        }
+    }
+}
+
 impl Namespace for ClusterNames {
     fn get(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
         let msg = Message::NameGet {
@@ -571,7 +689,7 @@ impl Namespace for ClusterNames {
             wait_ms: wait.as_millis() as u64,
         };
         match self.ask(dir, msg, wait)? {
-            Message::NameIs(n) => Ok(n),
+            Message::NameIs(n) => self.checked(n),
             m => Err(unexpected(m)),
         }
     }
@@ -579,7 +697,13 @@ impl Namespace for ClusterNames {
     fn list(&self, dir: &str) -> std::io::Result<Vec<(String, Name)>> {
         let msg = Message::NameList { dir: dir.into() };
         match self.ask(dir, msg, Duration::ZERO)? {
-            Message::Names(n) => Ok(n),
+            // A malformed entry from the home is left out, the rest listed.
+            Message::Names(n) => Ok(n
+                .into_iter()
+                .filter(|(name, n)| {
+                    crate::wire_paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
+                })
+                .collect()),
             m => Err(unexpected(m)),
         }
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::auth::{AuthError, Secret};
 use super::ucx::{NoResult, Slot, UcxError, Worker};
 use super::wire::{self, Message, PROTOCOL_VERSION, WireError, WireVersion};
 
@@ -98,6 +99,8 @@ pub struct PullConfig {
     pub timeout: Duration,
     /// Background copies (`--replicate`): holders serve them at the lowest CPU priority.
     pub background: bool,
+    /// The job secret every connection authenticates with (`None`: `--insecure`).
+    pub secret: Option<Arc<Secret>>,
 }
 
 async fn read_frame(s: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Result<Message, WireError>> {
@@ -152,6 +155,8 @@ pub struct Server {
     pub node_id: u32,
     pub faults: Faults,
     pub rpc: Option<Arc<dyn RpcHandler>>,
+    /// The job secret every connection must prove before anything else (`None`: `--insecure`).
+    pub secret: Option<Arc<Secret>>,
 }
 
 /// Accepts pullers (and RPCs) forever; each connection is served on its own task. A
@@ -190,8 +195,25 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         node_id,
         faults,
         rpc,
+        secret,
     } = server;
+    let peer_id = match &secret {
+        Some(key) => Some(authenticate(&mut s, key, node_id).await?),
+        None => None,
+    };
     let background = match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
+        // The authenticated peer is the only identity: a Hello claiming another is refused.
+        (
+            Message::Hello {
+                node_id: claimed, ..
+            },
+            _,
+        ) if peer_id.is_some_and(|p| p != claimed) => {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("authenticated as node {peer_id:?}, claimed node {claimed}"),
+            ));
+        }
         (Message::Hello { background, .. }, _) => background,
         (mut msg, Some(rpc)) => loop {
             let reply = rpc.handle(msg).await;
@@ -230,6 +252,76 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
             }
         })?;
     Ok(())
+}
+
+/// How long a connection may take to authenticate before it is closed.
+const AUTH_WAIT: Duration = Duration::from_secs(10);
+
+fn auth_error(e: AuthError) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, e)
+}
+
+/// Runs the server's side of the handshake (see [`super::auth`]) on a fresh connection;
+/// returns the peer's authenticated node id. Nothing is answered but the challenge until the
+/// peer's proof checks out; a connection that fails is closed.
+async fn authenticate(s: &mut TcpStream, key: &Secret, me: u32) -> io::Result<u32> {
+    let peer = s.peer_addr().ok();
+    let late = || io::Error::new(io::ErrorKind::TimedOut, "no authentication in time");
+    let r = async {
+        let hello = tokio::time::timeout(AUTH_WAIT, read_frame(s))
+            .await
+            .map_err(|_| late())??
+            .map_err(bad_frame)?;
+        let (challenge, handshake) =
+            super::auth::server_challenge(key, me, hello).map_err(auth_error)?;
+        write_frame(s, &challenge).await?;
+        let proof = tokio::time::timeout(AUTH_WAIT, read_frame(s))
+            .await
+            .map_err(|_| late())??
+            .map_err(bad_frame)?;
+        handshake.check(key, proof).map_err(auth_error)
+    }
+    .await;
+    if let Err(e) = &r {
+        warn_auth_failure(peer, e);
+    }
+    r
+}
+
+/// Logs a failed authentication, at most once a second (a flood must not flood the log).
+fn warn_auth_failure(peer: Option<SocketAddr>, e: &io::Error) {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static SUPPRESSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    if LAST.swap(now, std::sync::atomic::Ordering::Relaxed) != now {
+        let suppressed = SUPPRESSED.swap(0, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(?peer, error = %e, suppressed, "connection failed authentication; closed");
+    } else {
+        SUPPRESSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The client's side of the handshake on a fresh blocking connection.
+fn authenticate_blocking(s: &mut FrameReader, key: &Secret, me: u32) -> io::Result<u32> {
+    let (hello, handshake) = super::auth::client_hello(me)?;
+    s.s.write_all(&wire::encode(&hello))?;
+    let challenge = s.next(true)?.expect("a blocking read returns a frame");
+    let (proof, server) = handshake.answer(key, challenge).map_err(auth_error)?;
+    s.s.write_all(&wire::encode(&proof))?;
+    Ok(server)
+}
+
+/// The client's side of the handshake on a fresh async connection.
+async fn authenticate_async(s: &mut TcpStream, key: &Secret, me: u32) -> io::Result<u32> {
+    let (hello, handshake) = super::auth::client_hello(me)?;
+    write_frame(s, &hello).await?;
+    let challenge = read_frame(s).await?.map_err(bad_frame)?;
+    let (proof, server) = handshake.answer(key, challenge).map_err(auth_error)?;
+    write_frame(s, &proof).await?;
+    Ok(server)
 }
 
 /// A request waiting for its chunk to be staged.
@@ -443,9 +535,19 @@ pub struct Rpcs {
     idle: IdlePool<TcpStream>,
     /// Connections for calls made from plain threads ([`Rpcs::call_blocking`]).
     idle_blocking: IdlePool<FrameReader>,
+    /// This node's id and the job secret new connections authenticate with (`None`:
+    /// `--insecure`).
+    auth: Option<(u32, Arc<Secret>)>,
 }
 
 impl Rpcs {
+    pub fn new(auth: Option<(u32, Arc<Secret>)>) -> Rpcs {
+        Rpcs {
+            auth,
+            ..Default::default()
+        }
+    }
+
     /// Sends `msg` to `peer` and waits (bounded) for its reply.
     pub async fn call(
         &self,
@@ -470,6 +572,17 @@ impl Rpcs {
             })?
             .map_err(|source| PullError::Io { peer, source })?;
         let _ = s.set_nodelay(true);
+        let mut s = s;
+        if let Some((me, key)) = &self.auth {
+            tokio::time::timeout(timeout, authenticate_async(&mut s, key, *me))
+                .await
+                .map_err(|_| PullError::Timeout {
+                    peer,
+                    what: "authentication",
+                    timeout,
+                })?
+                .map_err(|e| refused(peer, e))?;
+        }
         self.call_on(s, peer, msg, timeout).await
     }
 
@@ -494,7 +607,11 @@ impl Rpcs {
         s.set_read_timeout(Some(timeout))
             .and_then(|()| s.set_write_timeout(Some(timeout)))
             .map_err(|e| stream_error(peer, e, RPC_REPLY, timeout))?;
-        self.call_blocking_on(FrameReader::new(s), peer, msg, timeout)
+        let mut s = FrameReader::new(s);
+        if let Some((me, key)) = &self.auth {
+            authenticate_blocking(&mut s, key, *me).map_err(|e| refused(peer, e))?;
+        }
+        self.call_blocking_on(s, peer, msg, timeout)
     }
 
     fn call_blocking_on(
@@ -645,17 +762,40 @@ fn stream_error(peer: SocketAddr, e: io::Error, what: &'static str, t: Duration)
     }
 }
 
+/// A failed handshake: the peer lacks the key (or is not a dyadfs node).
+fn refused(peer: SocketAddr, e: io::Error) -> PullError {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied | io::ErrorKind::InvalidData => PullError::Protocol {
+            peer,
+            what: format!("authentication failed: {e}"),
+        },
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => PullError::Timeout {
+            peer,
+            what: "authentication",
+            timeout: AUTH_WAIT,
+        },
+        _ => PullError::Io { peer, source: e },
+    }
+}
+
 /// Opens a control stream to a holder, exchanges hellos and creates the UCX endpoint.
 fn connect(worker: &Arc<Worker>, cfg: &PullConfig, peer: SocketAddr) -> Result<Conn, PullError> {
     let t = cfg.timeout;
     let err = |what| move |e| stream_error(peer, e, what, t);
-    let mut s = std::net::TcpStream::connect_timeout(&peer, t).map_err(err("connect"))?;
+    let s = std::net::TcpStream::connect_timeout(&peer, t).map_err(err("connect"))?;
     let _ = s.set_nodelay(true);
     s.set_read_timeout(Some(t)).map_err(err("connect"))?;
     s.set_write_timeout(Some(t)).map_err(err("connect"))?;
-    s.write_all(&wire::encode(&hello(worker, cfg.node_id, cfg.background)))
-        .map_err(err("hello"))?;
     let mut frames = FrameReader::new(s);
+    // The holder's rkey is sent only to a peer that proved the key, and sent to a holder only
+    // after it proved it too.
+    if let Some(key) = &cfg.secret {
+        authenticate_blocking(&mut frames, key, cfg.node_id).map_err(|e| refused(peer, e))?;
+    }
+    frames
+        .s
+        .write_all(&wire::encode(&hello(worker, cfg.node_id, cfg.background)))
+        .map_err(err("hello"))?;
     let info = match frames.next(true).map_err(err("hello"))? {
         Some(Message::Hello {
             worker_address,

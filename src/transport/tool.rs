@@ -43,6 +43,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             node_id: args.ucx.node_id,
             faults,
             rpc: None,
+            secret: None,
         };
         pull::serve(listener, server)
             .await
@@ -69,6 +70,7 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
         window: args.window as usize,
         timeout: args.ucx.timeout,
         background: false,
+        secret: None,
     };
     let start = Instant::now();
     let mut sink = |off: u64, bytes: &[u8], _crc: u32| out.write_all_at(bytes, off);

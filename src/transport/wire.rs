@@ -154,6 +154,27 @@ pub enum Message {
         next: u64,
         copies: Vec<(String, WireVersion, u32)>,
     },
+    // Authentication with the job secret, first on every connection (see `transport::auth`).
+    /// Client: who I am, and a fresh nonce.
+    AuthHello {
+        protocol: u32,
+        node_id: u32,
+        #[serde(with = "serde_bytes_compat")]
+        nonce: Vec<u8>,
+    },
+    /// Server: who I am, my fresh nonce, and my MAC over both.
+    AuthChallenge {
+        node_id: u32,
+        #[serde(with = "serde_bytes_compat")]
+        nonce: Vec<u8>,
+        #[serde(with = "serde_bytes_compat")]
+        mac: Vec<u8>,
+    },
+    /// Client: its MAC over both nonces.
+    AuthProof {
+        #[serde(with = "serde_bytes_compat")]
+        mac: Vec<u8>,
+    },
 }
 
 /// What a lookup tells the requester to do.

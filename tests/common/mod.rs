@@ -212,6 +212,8 @@ pub struct Cluster {
     pub root: PathBuf,
     pub backing: PathBuf,
     pub peers: PathBuf,
+    /// The job secret every node mounts with (`dyadfs keygen`).
+    pub secret: PathBuf,
     pub nodes: Vec<Mounted>,
     /// Extra `dyadfs mount` arguments for every node.
     pub extra: Vec<String>,
@@ -245,10 +247,18 @@ impl Cluster {
             .collect();
         let pf = root.join("peers");
         fs::write(&pf, peers).unwrap();
+        let secret = root.join("secret");
+        let out = dyadfs().arg("keygen").arg(&secret).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Cluster {
             root,
             backing,
             peers: pf,
+            secret,
             nodes: Vec::new(),
             extra: Vec::new(),
         }
@@ -270,6 +280,8 @@ impl Cluster {
             .args(["--node-id", &i.to_string(), "--peers"])
             .arg(&self.peers)
             .args(["--peer-timeout", "2s"])
+            .arg("--secret-file")
+            .arg(&self.secret)
             .args(&self.extra);
         c
     }

@@ -1,0 +1,181 @@
+//! The control port trusts only holders of the job secret, and nothing from the wire is used
+//! unchecked. Real daemons on 127.0.0.1 attacked by real clients: one without the key, one with
+//! the key sending a forged name, a daemon with the wrong key; mounts without a (private)
+//! secret are refused.
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::*;
+use dyadfs::locator::names::Name;
+use dyadfs::transport::auth::{self, Secret};
+use dyadfs::transport::wire::{self, Message, PROTOCOL_VERSION};
+
+/// Node `i`'s control address, from the cluster's peers file.
+fn addr(c: &Cluster, i: usize) -> SocketAddr {
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    peers
+        .lines()
+        .nth(i)
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn send(s: &mut TcpStream, m: &Message) -> std::io::Result<()> {
+    s.write_all(&wire::encode(m))
+}
+
+/// The next frame, or `None` if the peer closed the connection (or sent nothing in time).
+fn recv(s: &mut TcpStream) -> Option<Message> {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut prefix = [0u8; 4];
+    s.read_exact(&mut prefix).ok()?;
+    let mut body = vec![0; wire::check_len(prefix).ok()?];
+    s.read_exact(&mut body).ok()?;
+    wire::decode(&body).ok()
+}
+
+fn listing(m: &Mounted) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn forged_name() -> Message {
+    Message::NameSet {
+        dir: String::new(),
+        name: "passwd".into(),
+        entry: Some(Name {
+            dir: false,
+            object: "/etc/passwd".into(),
+            size: 100,
+            mtime_ns: 1,
+            mode: 0o644,
+            holder: 0,
+        }),
+    }
+}
+
+#[test]
+fn peers_without_the_key_get_nothing_and_change_nothing() {
+    let mut c = Cluster::new("trust", 3, 0);
+    let data = pattern(MIB, 5);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    c.start(2);
+    assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
+    let before = listing(&c.nodes[1]);
+
+    // No key: a Hello asking for the holder's rkey, and a forged name, are answered with
+    // nothing but a challenge, then the connection is closed.
+    for msg in [
+        Message::Hello {
+            protocol: PROTOCOL_VERSION,
+            node_id: 0,
+            worker_address: vec![1; 16],
+            rkey: vec![1; 16],
+            background: false,
+        },
+        forged_name(),
+    ] {
+        let mut s = TcpStream::connect(addr(&c, 1)).unwrap();
+        send(&mut s, &msg).unwrap();
+        assert_eq!(recv(&mut s), None, "a client without the key got an answer");
+    }
+    // A client that answers the challenge with a made-up proof gets nothing either.
+    let mut s = TcpStream::connect(addr(&c, 1)).unwrap();
+    let (hello, _) = auth::client_hello(0).unwrap();
+    send(&mut s, &hello).unwrap();
+    assert!(matches!(recv(&mut s), Some(Message::AuthChallenge { .. })));
+    send(&mut s, &Message::AuthProof { mac: vec![0; 32] }).unwrap();
+    let _ = send(&mut s, &Message::NameList { dir: String::new() });
+    assert_eq!(recv(&mut s), None, "a forged proof got an answer");
+
+    // With the key, a name whose object is a path outside the cache is refused.
+    let key = Secret::load(&c.secret).unwrap();
+    for home in 0..2 {
+        let mut s = TcpStream::connect(addr(&c, home)).unwrap();
+        let (hello, handshake) = auth::client_hello(0).unwrap();
+        send(&mut s, &hello).unwrap();
+        let (proof, _) = handshake.answer(&key, recv(&mut s).unwrap()).unwrap();
+        send(&mut s, &proof).unwrap();
+        send(&mut s, &forged_name()).unwrap();
+        match recv(&mut s) {
+            Some(Message::Error { message, .. }) => {
+                assert!(message.contains("refused"), "{message}")
+            }
+            other => panic!("a forged name was answered with {other:?}"),
+        }
+    }
+    assert_eq!(listing(&c.nodes[0]), before);
+    assert_eq!(listing(&c.nodes[1]), before);
+
+    // A daemon with another key is refused by its peers: it reads from the backing store, and
+    // nothing is served to it.
+    let served = c.nodes[0].stat("bytes_served_to_peers");
+    let other = c.root.join("other-secret");
+    Secret::generate(&other).unwrap();
+    c.secret = other;
+    c.start_node(2);
+    assert!(fs::read(c.nodes[2].path("x")).unwrap() == data);
+    assert_eq!(c.nodes[2].stat("bytes_from_peers"), 0);
+    assert_eq!(c.nodes[2].stat("bytes_from_backing"), MIB as u64);
+    assert_eq!(c.nodes[0].stat("bytes_served_to_peers"), served);
+    assert_eq!(listing(&c.nodes[2]), before);
+}
+
+#[test]
+fn a_multi_node_mount_needs_a_private_secret() {
+    let c = Cluster::new("secret", 1, 1);
+    let mount = |extra: &[&str]| {
+        let mnt = c.root.join("m0");
+        fs::create_dir_all(&mnt).unwrap();
+        node_cmd()
+            .env_remove("DYADFS_SECRET_FILE")
+            .arg("mount")
+            .arg(&mnt)
+            .arg("--ssd")
+            .arg(c.root.join("s0"))
+            .arg("--backing")
+            .arg(&c.backing)
+            .args(["--node-id", "0", "--peers"])
+            .arg(&c.peers)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = mount(&[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--secret-file"));
+    let open = c.root.join("open-secret");
+    Secret::generate(&open).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = mount(&["--secret-file", open.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("open-secret") && err.contains("644"), "{err}");
+    assert!(!is_mounted(&c.root.join("m0")));
+    let out = mount(&["--insecure"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut m = Mounted {
+        mnt: c.root.join("m0"),
+        pid: 0,
+    };
+    m.pid = m.stat("pid") as u32;
+    m.unmount();
+}
