@@ -60,18 +60,33 @@ fn encode(kind: u8, payload: &[u8]) -> Vec<u8> {
 /// The records of the log at `path` up to the first torn or corrupt one; none if the file is
 /// missing or from another format.
 pub fn read(path: &Path) -> io::Result<Vec<Record>> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    Ok(decode(&bytes))
+    let mut out = Vec::new();
+    replay(path, |r| out.push(r))?;
+    Ok(out)
 }
 
+/// Hands each record of the log at `path` to `each`, in order, up to the first torn or corrupt
+/// one, without holding them all (a million headers would be hundreds of MiB at once).
+pub fn replay(path: &Path, each: impl FnMut(Record)) -> io::Result<()> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    decode_each(&bytes, each);
+    Ok(())
+}
+
+#[cfg(test)]
 fn decode(bytes: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
+    decode_each(bytes, |r| out.push(r));
+    out
+}
+
+fn decode_each(bytes: &[u8], mut each: impl FnMut(Record)) {
     if bytes.len() < 12 || &bytes[..8] != MAGIC || bytes[8..12] != FORMAT_VERSION.to_le_bytes() {
-        return out;
+        return;
     }
     let mut rest = &bytes[12..];
     while rest.len() >= 4 {
@@ -89,10 +104,9 @@ fn decode(bytes: &[u8]) -> Vec<Record> {
             _ => None,
         };
         let Some(record) = record else { break };
-        out.push(record);
+        each(record);
         rest = &rest[4 + len..];
     }
-    out
 }
 
 impl Journal {
@@ -165,16 +179,20 @@ fn write_log(
     headers: impl IntoIterator<Item = Header>,
     slack: u64,
 ) -> Result<Log, CacheError> {
-    let mut bytes = MAGIC.to_vec();
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    for h in headers {
-        bytes.extend_from_slice(&encode(PUT, &h.encode()));
-    }
     let tmp = path.with_extension("log.tmp");
-    fs::write(&tmp, &bytes)?;
+    // Streamed: a million headers are tens of MiB, never held in memory at once.
+    let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+    out.write_all(MAGIC)?;
+    out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+    let mut len = (MAGIC.len() + 4) as u64;
+    for h in headers {
+        let record = encode(PUT, &h.encode());
+        out.write_all(&record)?;
+        len += record.len() as u64;
+    }
+    out.into_inner().map_err(|e| e.into_error())?;
     fs::rename(&tmp, path)?;
     let file = OpenOptions::new().append(true).open(path)?;
-    let len = bytes.len() as u64;
     Ok(Log {
         file,
         len,

@@ -247,33 +247,30 @@ impl Cache {
         }
         let chunk_size = u64::from(config.chunk_size);
         let log_path = config.dir.join("index.log");
-        // The live header of each data file: the last record for a path wins, and of two live
-        // paths sharing a data file (a hash collision) the later one.
-        let mut last: HashMap<String, (usize, Option<Header>)> = HashMap::new();
-        for (at, record) in journal::read(&log_path)?.into_iter().enumerate() {
-            match record {
-                Record::Put(h) => last.insert(h.path.clone(), (at, Some(h))),
-                Record::Drop(path) => last.insert(path, (at, None)),
-            };
-        }
-        let mut by_slot: HashMap<u64, (usize, Header)> = HashMap::new();
-        for (at, h) in last.into_values().filter_map(|(at, h)| Some((at, h?))) {
-            let hash = format::path_hash(&h.path);
-            if by_slot.get(&hash).is_none_or(|(later, _)| *later < at) {
-                by_slot.insert(hash, (at, h));
+        // The live header of each data file (slot): records are replayed in order, a header
+        // takes its slot (a colliding path's newer header wins, as the running cache did), a
+        // tombstone empties its path's slot.
+        let mut by_slot: HashMap<u64, Header> = HashMap::new();
+        journal::replay(&log_path, |record| match record {
+            Record::Put(h) => {
+                by_slot.insert(format::path_hash(&h.path), h);
             }
-        }
-        let mut loaded = Vec::with_capacity(by_slot.len());
-        for (_, header) in by_slot.into_values() {
-            match check_header(&header, chunk_size) {
-                Ok(()) => loaded.push(header),
-                Err(e) => {
-                    // Its data file is left to the orphan sweep.
-                    tracing::warn!(path = %header.path, error = %e, "dropping cache entry");
+            Record::Drop(path) => {
+                let hash = format::path_hash(&path);
+                if by_slot.get(&hash).is_some_and(|h| h.path == path) {
+                    by_slot.remove(&hash);
                 }
             }
-        }
-        let journal = Journal::create(&log_path, loaded.iter().cloned())?;
+        })?;
+        by_slot.retain(|_, header| match check_header(header, chunk_size) {
+            Ok(()) => true,
+            Err(e) => {
+                // Its data file is left to the orphan sweep.
+                tracing::warn!(path = %header.path, error = %e, "dropping cache entry");
+                false
+            }
+        });
+        let journal = Journal::create(&log_path, by_slot.values().cloned())?;
         let shared = Arc::new(Shared {
             dir: config.dir.clone(),
             chunk_size,
@@ -282,10 +279,10 @@ impl Cache {
             used: AtomicU64::new(0),
         });
         let mut index = Index::default();
-        index.slots.reserve(loaded.len());
+        index.slots.reserve(by_slot.len());
         let mut used = 0;
         let mut next_id = 0;
-        for header in loaded {
+        for header in by_slot.into_values() {
             next_id += 1;
             let entry = reloaded_entry(header, next_id, shared.clone());
             used += lock(&entry.state).present_bytes;
