@@ -179,3 +179,62 @@ fn a_multi_node_mount_needs_a_private_secret() {
     m.pid = m.stat("pid") as u32;
     m.unmount();
 }
+
+/// A connection authenticated with the job secret (as a peer's would be).
+fn authenticated(c: &Cluster, i: usize, key: &Secret) -> TcpStream {
+    let mut s = TcpStream::connect(addr(c, i)).unwrap();
+    let (hello, handshake) = auth::client_hello(0).unwrap();
+    send(&mut s, &hello).unwrap();
+    let (proof, _) = handshake.answer(key, recv(&mut s).unwrap()).unwrap();
+    send(&mut s, &proof).unwrap();
+    s
+}
+
+/// One client that stages many chunks and never releases them held every slot of a holder
+/// (another puller then waited 30 s); now it gets a fair share and the rest are refused.
+#[test]
+fn a_slot_hog_does_not_stop_a_legitimate_puller() {
+    let mut c = Cluster::new("hog", 2, 2);
+    let data = pattern(MIB, 9);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    c.start(2);
+    assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
+    let key = Secret::load(&c.secret).unwrap();
+    let meta = fs::metadata(c.backing.join("x")).unwrap();
+    let version: wire::WireVersion = dyadfs::fs::version_of(&meta).into();
+    let mut hog = authenticated(&c, 0, &key);
+    let hello = Message::Hello {
+        protocol: PROTOCOL_VERSION,
+        node_id: 0,
+        worker_address: vec![1; 16],
+        rkey: vec![1; 16],
+        background: false,
+    };
+    send(&mut hog, &hello).unwrap();
+    assert!(matches!(recv(&mut hog), Some(Message::Hello { .. })));
+    for id in 0..40 {
+        let request = Message::Request {
+            id,
+            path: "x".into(),
+            version,
+            offset: 0,
+            len: MIB as u32,
+        };
+        send(&mut hog, &request).unwrap();
+    }
+    let (mut staged, mut refused) = (0, 0);
+    for _ in 0..40 {
+        match recv(&mut hog) {
+            Some(Message::Staged { .. }) => staged += 1,
+            Some(Message::Error { .. }) => refused += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(staged <= 8 && staged + refused == 40, "{staged} staged");
+    // Node 1 pulls the file from node 0 while the hog holds its share (peer timeout 2 s).
+    let t = std::time::Instant::now();
+    assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
+    assert_eq!(c.nodes[1].stat("bytes_from_peers"), MIB as u64);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    drop(hog);
+}

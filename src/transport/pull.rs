@@ -337,6 +337,12 @@ struct Request {
 const SLOT_POLL: Duration = Duration::from_millis(10);
 /// How long a request waits for a free slot in all.
 const SLOT_WAIT: Duration = Duration::from_secs(30);
+/// Slots one puller connection may hold at once (a puller keeps 4 requests in flight).
+const FAIR_SHARE: usize = 8;
+/// How long a lent slot stays lent without a release.
+const LEASE: Duration = Duration::from_secs(10);
+/// Requests one connection may queue while waiting for slots.
+const MAX_QUEUED: usize = 64;
 
 /// Serves one puller's requests in order until it disconnects. Slots lent to it return when it
 /// releases them, or all at once when it goes away. While a request waits for a free slot, the
@@ -350,7 +356,7 @@ fn serve_pulls(
     s.set_write_timeout(Some(SLOT_WAIT))?;
     let mut frames = FrameReader::new(s.try_clone()?);
     let mut out = s;
-    let mut lent: HashMap<u64, Slot> = HashMap::new();
+    let mut lent: HashMap<u64, (Slot, std::time::Instant)> = HashMap::new();
     let mut queued: VecDeque<Request> = VecDeque::new();
     loop {
         let Some(r) = queued.pop_front() else {
@@ -358,6 +364,26 @@ fn serve_pulls(
             note(msg, &mut lent, &mut queued)?;
             continue;
         };
+        // Slots lent longer than a lease are taken back (a puller that neither gets nor
+        // releases them is gone or hostile; a late get of reused memory fails its checksum).
+        lent.retain(|_, (_, at)| at.elapsed() < LEASE);
+        if let Err(why) = crate::wire_paths::cache_key(&r.path) {
+            let reply = Message::Error {
+                id: r.id,
+                message: format!("refused {:?}: {why}", r.path),
+            };
+            out.write_all(&wire::encode(&reply))?;
+            continue;
+        }
+        if lent.len() >= FAIR_SHARE {
+            // A fair share each: one connection cannot take every slot from the others.
+            let reply = Message::Error {
+                id: r.id,
+                message: format!("more than {FAIR_SHARE} chunks staged and not released"),
+            };
+            out.write_all(&wire::encode(&reply))?;
+            continue;
+        }
         let waited = std::time::Instant::now();
         let slot = loop {
             if let Some(slot) = slab.take(SLOT_POLL) {
@@ -377,7 +403,7 @@ fn serve_pulls(
         let reply = match staged {
             Ok((slot, crc32c)) => {
                 let addr = slot.addr();
-                lent.insert(addr, slot);
+                lent.insert(addr, (slot, std::time::Instant::now()));
                 Message::Staged {
                     id: r.id,
                     addr,
@@ -394,10 +420,14 @@ fn serve_pulls(
 /// Takes in a frame from a puller: a request joins the queue, a release returns its slot.
 fn note(
     msg: Message,
-    lent: &mut HashMap<u64, Slot>,
+    lent: &mut HashMap<u64, (Slot, std::time::Instant)>,
     queued: &mut VecDeque<Request>,
 ) -> io::Result<()> {
     match msg {
+        // A puller keeps a few requests in flight; one that queues many more is not one.
+        Message::Request { .. } if queued.len() >= MAX_QUEUED => {
+            return Err(io::Error::other("too many requests queued"));
+        }
         Message::Request {
             id,
             path,
