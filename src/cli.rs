@@ -139,8 +139,8 @@ pub struct MountArgs {
     pub metadata_ttl: Duration,
 
     /// Producer/consumer synchronization: a lookup of a name nobody has published yet waits up
-    /// to this long for a producer to close it, then fails with ENOENT (0: no waiting).
-    /// Accepts 500ms, 30s, 5m, 1h
+    /// to this long (at most 1h) for a producer to close it, then fails with ENOENT (0: no
+    /// waiting). Accepts 500ms, 30s, 5m, 1h
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration,
           help_heading = "Metadata")]
     pub wait: Duration,

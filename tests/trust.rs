@@ -238,3 +238,28 @@ fn a_slot_hog_does_not_stop_a_legitimate_puller() {
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     drop(hog);
 }
+
+/// A `NameGet` asking to wait u64::MAX ms is taken as a bounded wait (the home caps it at 1 h)
+/// and answered at once when the name exists.
+#[test]
+fn a_name_lookup_with_an_absurd_wait_is_answered() {
+    let mut c = Cluster::new("wait", 2, 3);
+    c.start(2);
+    fs::write(c.nodes[0].path("made"), b"produced").unwrap();
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let home = dyadfs::locator::Membership::parse(&peers, 0)
+        .unwrap()
+        .global_home("") as usize;
+    let key = Secret::load(&c.secret).unwrap();
+    let mut s = authenticated(&c, home, &key);
+    let get = Message::NameGet {
+        dir: String::new(),
+        name: "made".into(),
+        wait_ms: u64::MAX,
+    };
+    send(&mut s, &get).unwrap();
+    assert!(
+        matches!(recv(&mut s), Some(Message::NameIs(Some(_)))),
+        "no answer"
+    );
+}

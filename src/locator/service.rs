@@ -430,7 +430,9 @@ impl LocatorService {
                 Message::Ack
             }
             Message::NameGet { dir, name, wait_ms } => {
-                let deadline = Instant::now() + Duration::from_millis(wait_ms);
+                // A number from the wire: bounded, so no caller holds a home's task for long.
+                let wait = Duration::from_millis(wait_ms).min(MAX_NAME_WAIT);
+                let deadline = Instant::now() + wait;
                 loop {
                     let found = lock(&self.names).get(&dir, &name);
                     if found.is_some() || Instant::now() >= deadline {
@@ -629,6 +631,9 @@ pub fn check_name(n: &Name, member: &dyn Fn(NodeId) -> Result<(), String>) -> Re
         )),
     }
 }
+
+/// The longest a name home holds a `NameGet` open, whatever the caller asks.
+const MAX_NAME_WAIT: Duration = Duration::from_secs(3600);
 
 /// The RPC handler registered on the control port (it needs the service's `Arc`).
 pub struct Handler(pub Arc<LocatorService>);
