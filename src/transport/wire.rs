@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::locator::names::Name;
 
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame accepted: control messages are small; this bounds what a bad peer can make us
 /// allocate.
 pub const MAX_FRAME: usize = 16 << 20;
@@ -306,12 +306,23 @@ mod tests {
                     3,
                 )],
             },
+            Message::AuthHello {
+                protocol: PROTOCOL_VERSION,
+                node_id: 1,
+                nonce: vec![7; 32],
+            },
+            Message::AuthChallenge {
+                node_id: 2,
+                nonce: vec![8; 32],
+                mac: vec![9; 32],
+            },
+            Message::AuthProof { mac: vec![10; 32] },
         ]
     }
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v2.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v3.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -320,7 +331,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v2.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v3.bin"),
                 &all,
             )
             .unwrap();
