@@ -77,8 +77,8 @@ pub fn replay(path: &Path, each: impl FnMut(Record)) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-fn decode(bytes: &[u8]) -> Vec<Record> {
+/// The records of a log's bytes (what [`replay`] reads), up to the first torn or corrupt one.
+pub fn decode(bytes: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
     decode_each(bytes, |r| out.push(r));
     out
