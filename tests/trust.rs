@@ -63,6 +63,8 @@ fn forged_name() -> Message {
             mtime_ns: 1,
             mode: 0o644,
             holder: 0,
+            uid: 0,
+            gid: 0,
         }),
     }
 }
@@ -262,4 +264,59 @@ fn a_name_lookup_with_an_absurd_wait_is_answered() {
         matches!(recv(&mut s), Some(Message::NameIs(Some(_)))),
         "no answer"
     );
+}
+
+/// Runs `script` with sh as the unprivileged user nobody (uid and gid 65534).
+fn as_nobody(script: &str) -> bool {
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Files and directories written under the mount belong to the user who wrote them, with the
+/// mode asked (umask applied), on every node; permissions hold for other users (`allow_other`).
+#[test]
+fn produced_files_belong_to_their_writer_on_every_node() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut c = Cluster::new("owner", 2, 4);
+    let open = c.backing.join("open");
+    fs::create_dir_all(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    c.extra = vec!["-o".into(), "allow_other".into()];
+    c.start(2);
+    let m0 = c.nodes[0].mnt.display().to_string();
+    assert!(as_nobody(&format!(
+        "umask 027; echo hi > {m0}/open/mine && mkdir {m0}/open/d"
+    )));
+    fs::write(c.nodes[0].path("open/roots"), b"root's").unwrap();
+    for m in &c.nodes {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !m.path("open/mine").exists() {
+            assert!(std::time::Instant::now() < deadline, "not published");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mine = fs::metadata(m.path("open/mine")).unwrap();
+        assert_eq!(
+            (mine.uid(), mine.gid(), mine.mode() & 0o777),
+            (65534, 65534, 0o640)
+        );
+        let d = fs::metadata(m.path("open/d")).unwrap();
+        assert_eq!((d.uid(), d.gid(), d.mode() & 0o777), (65534, 65534, 0o750));
+        assert_eq!(fs::metadata(m.path("open/roots")).unwrap().uid(), 0);
+    }
+    let m1 = c.nodes[1].mnt.display().to_string();
+    assert!(as_nobody(&format!("cat {m1}/open/mine")));
+    // Another user's file is not writable by nobody, on either node.
+    assert!(!as_nobody(&format!("echo x > {m0}/open/roots")));
+    assert!(!as_nobody(&format!("echo x > {m1}/open/roots")));
+    assert!(fs::read(c.nodes[1].path("open/roots")).unwrap() == b"root's");
 }

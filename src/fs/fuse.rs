@@ -279,7 +279,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -290,9 +290,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let _span = tracing::debug_span!("create", parent = parent.0, ?name).entered();
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
+        let owner = (req.uid(), req.gid());
         match self
             .fs
-            .create(parent.0, name, mode & !umask, exclusive, truncate)
+            .create(parent.0, name, mode & !umask, (exclusive, truncate), owner)
         {
             Ok((a, o)) => {
                 self.modes
@@ -366,7 +367,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -374,7 +375,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyEntry,
     ) {
         let _span = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
-        match self.fs.mkdir(parent.0, name, mode & !umask) {
+        match self
+            .fs
+            .mkdir(parent.0, name, mode & !umask, (req.uid(), req.gid()))
+        {
             Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }

@@ -106,6 +106,7 @@ impl Attr {
         let meta = s.file.metadata().map_err(Error::Write)?;
         let mut a = Attr::from_meta(ino, &meta);
         a.perm = s.mode.load(Ordering::Relaxed) as u16;
+        (a.uid, a.gid) = s.owner;
         a.produced = true;
         Ok(a)
     }
@@ -122,10 +123,8 @@ impl Attr {
             ctime: t,
             perm: (n.mode & 0o7777) as u16,
             nlink: if n.dir { 2 } else { 1 },
-            // SAFETY: getuid/getgid cannot fail and touch no memory.
-            uid: unsafe { libc::getuid() },
-            // SAFETY: as above.
-            gid: unsafe { libc::getgid() },
+            uid: n.uid,
+            gid: n.gid,
             version: Version {
                 size: n.size,
                 mtime_ns: n.mtime_ns,
@@ -712,7 +711,11 @@ impl<S: Source> DyadFs<S> {
                     return Err(Error::IsDir);
                 }
                 if write {
-                    let staged = self.producer.create(&path, n.mode).map_err(Error::Write)?;
+                    // A new version keeps the file's owner.
+                    let staged = self
+                        .producer
+                        .create(&path, n.mode, (n.uid, n.gid))
+                        .map_err(Error::Write)?;
                     if !truncate {
                         self.copy_into(&n, &staged)?;
                     }
@@ -808,15 +811,17 @@ impl<S: Source> DyadFs<S> {
         r
     }
 
-    /// Creates and opens a new file (or opens an existing one, unless `exclusive`).
+    /// Creates and opens a new file owned by `owner` (uid, gid: the caller's), or opens an
+    /// existing one, unless `exclusive`.
     pub fn create(
         &self,
         parent: u64,
         name: &OsStr,
         mode: u32,
-        exclusive: bool,
-        truncate: bool,
+        flags: (bool, bool),
+        owner: (u32, u32),
     ) -> Result<(Attr, Opened), Error> {
+        let (exclusive, truncate) = flags;
         let parent = self.node(parent)?;
         if self.fresh_attr(&parent)?.kind != Kind::Dir {
             return Err(Error::NotDir);
@@ -832,7 +837,10 @@ impl<S: Source> DyadFs<S> {
             Err(Error::NotFound) => {}
             Err(e) => return Err(e),
         }
-        let staged = self.producer.create(&path, mode).map_err(Error::Write)?;
+        let staged = self
+            .producer
+            .create(&path, mode, owner)
+            .map_err(Error::Write)?;
         let attr = self.upsert(path, &Found::Staged(staged.clone()), 1)?;
         Ok((attr, self.staged_handle(staged, true)))
     }
@@ -884,6 +892,8 @@ impl<S: Source> DyadFs<S> {
             mtime_ns: version.mtime_ns,
             mode: staged.mode.load(Ordering::Relaxed) as u32,
             holder: self.names.me(),
+            uid: staged.owner.0,
+            gid: staged.owner.1,
         };
         let (dir, file) = split(&path);
         let old = self
@@ -914,7 +924,14 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> Result<Attr, Error> {
+    /// Makes a directory owned by `owner` (uid, gid: the caller's).
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        owner: (u32, u32),
+    ) -> Result<Attr, Error> {
         let parent = self.node(parent)?;
         if self.fresh_attr(&parent)?.kind != Kind::Dir {
             return Err(Error::NotDir);
@@ -936,6 +953,8 @@ impl<S: Source> DyadFs<S> {
             mtime_ns: now,
             mode: mode & 0o7777,
             holder: self.names.me(),
+            uid: owner.0,
+            gid: owner.1,
         };
         let (dir, file) = split(&path);
         self.names

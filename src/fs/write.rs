@@ -25,6 +25,8 @@ pub struct Staged {
     pub file: File,
     pub staging_path: PathBuf,
     pub mode: AtomicUsize,
+    /// The user and group of the process that created it (its owner, published with it).
+    pub owner: (u32, u32),
     /// Open writable handles; the last one to close seals the file.
     pub writers: AtomicUsize,
     /// Unlinked before it was sealed: it is never published.
@@ -122,8 +124,9 @@ impl Producer {
             .any(|p| dir.is_empty() || p.starts_with(&prefix))
     }
 
-    /// Starts a new file at `path` (replacing any staged one there, which keeps its handles).
-    pub fn create(&self, path: &str, mode: u32) -> io::Result<Arc<Staged>> {
+    /// Starts a new file at `path` owned by `owner` (uid, gid), replacing any staged one there
+    /// (which keeps its handles).
+    pub fn create(&self, path: &str, mode: u32, owner: (u32, u32)) -> io::Result<Arc<Staged>> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let staging_path = self.staging.join(format!("{seq:08}"));
         let file = OpenOptions::new()
@@ -137,6 +140,7 @@ impl Producer {
             file,
             staging_path,
             mode: AtomicUsize::new((mode & 0o7777) as usize),
+            owner,
             writers: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
         });

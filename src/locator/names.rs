@@ -41,6 +41,11 @@ pub struct Name {
     pub mode: u32,
     /// The producer: it keeps the object while the name points at it.
     pub holder: NodeId,
+    /// The owner: the user and group of the process that created it.
+    #[serde(default)]
+    pub uid: u32,
+    #[serde(default)]
+    pub gid: u32,
 }
 
 /// The names of the directories this node is name home of.
@@ -160,6 +165,8 @@ mod tests {
             mtime_ns: 1,
             mode: 0o644,
             holder: 2,
+            uid: 1000,
+            gid: 1000,
         }
     }
 

@@ -317,6 +317,16 @@ mod tests {
                 mac: vec![9; 32],
             },
             Message::AuthProof { mac: vec![10; 32] },
+            Message::NameIs(Some(Name {
+                dir: false,
+                object: "//produced/1/5-2".into(),
+                size: 10,
+                mtime_ns: 11,
+                mode: 0o640,
+                holder: 1,
+                uid: 1000,
+                gid: 100,
+            })),
         ]
     }
 
