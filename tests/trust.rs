@@ -239,6 +239,34 @@ fn a_slot_hog_does_not_stop_a_legitimate_puller() {
     assert_eq!(c.nodes[1].stat("bytes_from_peers"), MIB as u64);
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     drop(hog);
+    // Offsets from the wire are checked: a range past the end (or overflowing) is an error
+    // reply, and the connection goes on serving.
+    let mut s = authenticated(&c, 0, &key);
+    send(&mut s, &hello).unwrap();
+    assert!(matches!(recv(&mut s), Some(Message::Hello { .. })));
+    for (id, offset) in [(1, u64::MAX - 10), (2, MIB as u64)] {
+        let request = Message::Request {
+            id,
+            path: "x".into(),
+            version,
+            offset,
+            len: 4096,
+        };
+        send(&mut s, &request).unwrap();
+        assert!(
+            matches!(recv(&mut s), Some(Message::Error { id: i, .. }) if i == id),
+            "offset {offset}"
+        );
+    }
+    let request = Message::Request {
+        id: 3,
+        path: "x".into(),
+        version,
+        offset: 0,
+        len: 4096,
+    };
+    send(&mut s, &request).unwrap();
+    assert!(matches!(recv(&mut s), Some(Message::Staged { id: 3, .. })));
 }
 
 /// A `NameGet` asking to wait u64::MAX ms is taken as a bounded wait (the home caps it at 1 h)

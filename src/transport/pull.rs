@@ -509,6 +509,16 @@ fn stage(
     if len as usize > size {
         return Err(format!("request of {len} bytes exceeds the slot size"));
     }
+    // Numbers from the wire: the range must lie within the file (and not overflow).
+    if offset
+        .checked_add(u64::from(len))
+        .is_none_or(|end| end > version.size)
+    {
+        return Err(format!(
+            "bytes {offset}+{len} are outside a file of {} bytes",
+            version.size
+        ));
+    }
     let room = slot.bytes_mut(size);
     let known = store
         .read_at(path, version, offset, room, len as usize)
