@@ -336,3 +336,150 @@ mod tests {
         );
     }
 }
+
+/// The tables under arbitrary message sequences (what a hostile or confused peer can send once
+/// authenticated): no panic, and the answers agree with a plain model of who holds what.
+#[cfg(test)]
+mod model_tests {
+    use std::collections::{BTreeSet, HashMap};
+    use std::time::{Duration, Instant};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Publish(u8, NodeId),
+        Unpublish(u8, NodeId),
+        RackLookup(u8, NodeId),
+        GlobalAnswered(u8),
+        GlobalUnreachable(u8),
+        RackGained(u8, u8, NodeId),
+        RackLost(u8, u8),
+        GlobalLookup(u8, NodeId, u8),
+        FetchFailed(u8, NodeId),
+        GainedSince(u64, u32),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let k = 0u8..4;
+        let n = 0u32..6;
+        prop_oneof![
+            (k.clone(), n.clone()).prop_map(|(k, n)| Op::Publish(k, n)),
+            (k.clone(), n.clone()).prop_map(|(k, n)| Op::Unpublish(k, n)),
+            (k.clone(), n.clone()).prop_map(|(k, n)| Op::RackLookup(k, n)),
+            k.clone().prop_map(Op::GlobalAnswered),
+            k.clone().prop_map(Op::GlobalUnreachable),
+            (k.clone(), 0u8..3, n.clone()).prop_map(|(k, r, n)| Op::RackGained(k, r, n)),
+            (k.clone(), 0u8..3).prop_map(|(k, r)| Op::RackLost(k, r)),
+            (k.clone(), n.clone(), 0u8..3).prop_map(|(k, n, t)| Op::GlobalLookup(k, n, t)),
+            (k.clone(), n).prop_map(|(k, n)| Op::FetchFailed(k, n)),
+            (any::<u64>(), any::<u32>()).prop_map(|(a, m)| Op::GainedSince(a, m)),
+        ]
+    }
+
+    fn key(k: u8) -> Key {
+        (
+            format!("f{k}"),
+            Version {
+                size: 1,
+                mtime_ns: 1,
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #[test]
+        fn tables_agree_with_a_model(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut rack = RackHome::default();
+            let mut global = GlobalHome::default();
+            let mut holders: HashMap<Key, BTreeSet<NodeId>> = HashMap::new();
+            let mut pending: HashMap<Key, Vec<NodeId>> = HashMap::new();
+            let mut racks: HashMap<Key, BTreeMap<String, NodeId>> = HashMap::new();
+            let mut gained = 0u64;
+            let t0 = Instant::now();
+            for op in ops {
+                match op {
+                    Op::Publish(k, n) => {
+                        let h = holders.entry(key(k)).or_default();
+                        prop_assert_eq!(rack.publish(&key(k), n), h.is_empty());
+                        h.insert(n);
+                    }
+                    Op::Unpublish(k, n) => {
+                        let h = holders.entry(key(k)).or_default();
+                        let last = h.remove(&n) && h.is_empty();
+                        prop_assert_eq!(rack.unpublish(&key(k), n), last);
+                    }
+                    Op::RackLookup(k, n) => {
+                        let h = holders.get(&key(k)).cloned().unwrap_or_default();
+                        let got = rack.lookup(&key(k), n);
+                        if !h.is_empty() {
+                            prop_assert_eq!(
+                                got,
+                                RackLookup::Reply(Reply::Holders(h.into_iter().collect()))
+                            );
+                        } else {
+                            let p = pending.entry(key(k)).or_default();
+                            let want = if p.is_empty() {
+                                RackLookup::AskGlobal
+                            } else {
+                                RackLookup::Queued
+                            };
+                            prop_assert_eq!(got, want);
+                            p.push(n);
+                        }
+                    }
+                    Op::GlobalAnswered(k) => {
+                        let p = pending.remove(&key(k)).unwrap_or_default();
+                        let out = rack.global_answered(&key(k), Reply::Fetch);
+                        prop_assert_eq!(out.len(), p.len());
+                        for (i, (n, r)) in out.into_iter().enumerate() {
+                            prop_assert_eq!(n, p[i]);
+                            let want = if i == 0 { Reply::Fetch } else { Reply::WaitFor(p[0]) };
+                            prop_assert_eq!(r, want);
+                        }
+                    }
+                    Op::GlobalUnreachable(k) => {
+                        let p = pending.remove(&key(k)).unwrap_or_default();
+                        let out = rack.global_unreachable(&key(k));
+                        prop_assert_eq!(out.len(), p.len());
+                        prop_assert!(out.iter().all(|(_, r)| *r == Reply::Fetch));
+                    }
+                    Op::RackGained(k, r, n) => {
+                        global.rack_gained(&key(k), &format!("r{r}"), n);
+                        racks.entry(key(k)).or_default().insert(format!("r{r}"), n);
+                        gained += 1;
+                    }
+                    Op::RackLost(k, r) => {
+                        global.rack_lost(&key(k), &format!("r{r}"));
+                        if let Some(m) = racks.get_mut(&key(k)) {
+                            m.remove(&format!("r{r}"));
+                        }
+                    }
+                    Op::GlobalLookup(k, n, t) => {
+                        let now = t0 + Duration::from_secs(u64::from(t) * 5);
+                        let got = global.lookup(&key(k), n, now, Duration::from_secs(7));
+                        let held = racks.get(&key(k)).cloned().unwrap_or_default();
+                        if held.is_empty() {
+                            prop_assert!(matches!(got, Reply::Fetch | Reply::WaitFor(_)));
+                        } else {
+                            prop_assert_eq!(got, Reply::Holders(held.into_values().collect()));
+                        }
+                    }
+                    Op::FetchFailed(k, n) => global.fetch_failed(&key(k), n),
+                    Op::GainedSince(after, max) => {
+                        let (next, out) = global.gained_since(after, max as usize);
+                        prop_assert!(out.len() <= max as usize);
+                        prop_assert!(next <= gained);
+                    }
+                }
+                for k in 0..4 {
+                    let want = racks.get(&key(k)).map_or(0, |m| m.len());
+                    prop_assert_eq!(global.racks_holding(&key(k)), want);
+                }
+            }
+        }
+    }
+}
