@@ -328,7 +328,7 @@ fn produced_files_belong_to_their_writer_on_every_node() {
     fs::write(c.nodes[0].path("open/roots"), b"root's").unwrap();
     for m in &c.nodes {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !m.path("open/mine").exists() {
+        while !(m.path("open/mine").exists() && m.path("open/roots").exists()) {
             assert!(std::time::Instant::now() < deadline, "not published");
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -896,7 +896,8 @@ fn pull_chunks(
                 addr,
                 len,
                 crc32c,
-            }) if id == done => (id, addr, len, crc32c),
+                // The holder's numbers are checked against the request before any buffer is used.
+            }) if id == done && len == at(done).1 => (id, addr, len, crc32c),
             Some(Message::Error { message, .. }) => {
                 return Err(PullError::Remote { peer, message });
             }

@@ -179,11 +179,16 @@ impl Worker {
                 message: e.to_string(),
             })
         })?);
+        // Peers may only read the slab: no remote write access is registered.
         let mparams = sys::ucp_mem_map_params_t {
-            field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH)
-                as u64,
+            field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
             address: slab.base() as *mut c_void,
             length: slab.len(),
+            prot: (sys::UCP_MEM_MAP_PROT_LOCAL_READ
+                | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+                | sys::UCP_MEM_MAP_PROT_REMOTE_READ) as _,
             ..Default::default()
         };
         let mut memh: sys::ucp_mem_h = ptr::null_mut();
