@@ -425,6 +425,7 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         faults: Default::default(),
         rpc: Some(Arc::new(crate::locator::service::Handler(locator.clone()))),
         secret: secret.clone(),
+        conns: Default::default(),
     };
     runtime.spawn(async move {
         if let Err(e) = crate::transport::pull::serve(listener, server).await {

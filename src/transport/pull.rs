@@ -157,6 +157,51 @@ pub struct Server {
     pub rpc: Option<Arc<dyn RpcHandler>>,
     /// The job secret every connection must prove before anything else (`None`: `--insecure`).
     pub secret: Option<Arc<Secret>>,
+    /// Open connections per authenticated peer (bounded).
+    pub conns: PeerConns,
+}
+
+/// Connections one authenticated peer may hold open at once: a node keeps one per concurrent
+/// pull or RPC (tens), so this only stops a peer that opens them without end.
+const MAX_CONNS_PER_PEER: usize = 256;
+
+/// Open connections per authenticated peer.
+#[derive(Clone, Default)]
+pub struct PeerConns(Arc<std::sync::Mutex<HashMap<u32, usize>>>);
+
+/// One admitted connection; dropping it (the connection ends) frees its place.
+struct Admitted {
+    conns: PeerConns,
+    peer: u32,
+}
+
+impl PeerConns {
+    fn admit(&self, peer: u32) -> io::Result<Admitted> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(peer).or_default();
+        if *n >= MAX_CONNS_PER_PEER {
+            return Err(io::Error::other(format!(
+                "node {peer} already has {MAX_CONNS_PER_PEER} connections open"
+            )));
+        }
+        *n += 1;
+        Ok(Admitted {
+            conns: self.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut map = self.conns.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.peer);
+            }
+        }
+    }
 }
 
 /// Accepts pullers (and RPCs) forever; each connection is served on its own task. A
@@ -196,11 +241,13 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         faults,
         rpc,
         secret,
+        conns,
     } = server;
     let peer_id = match &secret {
         Some(key) => Some(authenticate(&mut s, key, node_id).await?),
         None => None,
     };
+    let admitted = peer_id.map(|p| conns.admit(p)).transpose()?;
     let background = match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
         // The authenticated peer is the only identity: a Hello claiming another is refused.
         (
@@ -242,6 +289,8 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            // Held while the connection is served.
+            let _admitted = admitted;
             if background {
                 super::lower_thread_priority();
             }
@@ -940,4 +989,24 @@ fn pull_chunks(
         done += 1;
     }
     Ok(len)
+}
+
+#[cfg(test)]
+mod conn_tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_holds_a_bounded_number_of_connections() {
+        let conns = PeerConns::default();
+        let mut held: Vec<Admitted> = (0..MAX_CONNS_PER_PEER)
+            .map(|_| conns.admit(7).unwrap())
+            .collect();
+        assert!(conns.admit(7).is_err());
+        // Another peer is not affected; a closed connection frees a place.
+        let other = conns.admit(8).unwrap();
+        held.pop();
+        assert!(conns.admit(7).is_ok());
+        drop((held, other));
+        assert!(conns.0.lock().unwrap().is_empty());
+    }
 }

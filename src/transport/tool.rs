@@ -44,6 +44,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             faults,
             rpc: None,
             secret: None,
+            conns: Default::default(),
         };
         pull::serve(listener, server)
             .await
