@@ -121,6 +121,24 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     }
     assert_eq!(listing(&c.nodes[0]), before);
     assert_eq!(listing(&c.nodes[1]), before);
+    // The authenticated id is the only identity: node 0 cannot publish a copy as node 1.
+    let meta = fs::metadata(c.backing.join("x")).unwrap();
+    let spoof = Message::Publish {
+        path: "x".into(),
+        version: dyadfs::fs::version_of(&meta).into(),
+        node: 1,
+        held: true,
+    };
+    let mut s = TcpStream::connect(addr(&c, 1)).unwrap();
+    let (hello, handshake) = auth::client_hello(0).unwrap();
+    send(&mut s, &hello).unwrap();
+    let (proof, _) = handshake.answer(&key, recv(&mut s).unwrap()).unwrap();
+    send(&mut s, &proof).unwrap();
+    send(&mut s, &spoof).unwrap();
+    match recv(&mut s) {
+        Some(Message::Error { message, .. }) => assert!(message.contains("spoke for"), "{message}"),
+        other => panic!("a spoofed publish was answered with {other:?}"),
+    }
 
     // A daemon with another key is refused by its peers: it reads from the backing store, and
     // nothing is served to it.

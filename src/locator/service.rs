@@ -188,7 +188,7 @@ impl LocatorService {
     ) -> Option<Message> {
         if to == self.me() {
             // Boxed: answering may call again (rack home -> global home on this node).
-            return Some(Box::pin(self.clone().answer(msg)).await);
+            return Some(Box::pin(self.clone().answer(Some(self.me()), msg)).await);
         }
         let addr = self.reachable(to)?;
         self.outcome(to, self.rpcs.call(addr, &msg, timeout).await)
@@ -203,7 +203,7 @@ impl LocatorService {
         msg: Message,
     ) -> Option<Message> {
         if to == self.me() {
-            return Some(runtime.block_on(self.clone().answer(msg)));
+            return Some(runtime.block_on(self.clone().answer(Some(self.me()), msg)));
         }
         let addr = self.reachable(to)?;
         self.outcome(to, self.rpcs.call_blocking(addr, &msg, self.timeout))
@@ -336,9 +336,11 @@ impl LocatorService {
         self.call(self.membership.global_home(path), msg).await;
     }
 
-    async fn answer(self: Arc<Self>, msg: Message) -> Message {
+    /// Answers a locator message from `peer` (the authenticated sender; `None` with
+    /// `--insecure`).
+    async fn answer(self: Arc<Self>, peer: Option<NodeId>, msg: Message) -> Message {
         // Nothing from the wire is used before it is checked: a bad frame changes nothing.
-        if let Err(why) = self.check(&msg) {
+        if let Err(why) = self.check(&msg, peer) {
             tracing::warn!(%why, "refused a locator message");
             return Message::Error {
                 id: 0,
@@ -380,7 +382,7 @@ impl LocatorService {
                         }
                         replies.push(Message::Ack);
                     } else {
-                        replies.push(Box::pin(self.clone().answer(msg)).await);
+                        replies.push(Box::pin(self.clone().answer(peer, msg)).await);
                     }
                 }
                 for (home, changes) in to_global {
@@ -473,7 +475,9 @@ impl LocatorService {
     /// Whether a request's paths, names and node ids are well formed and known (see
     /// [`crate::wire_paths`]): unknown node ids, paths that could escape a root, and object ids
     /// that are not tokens of their holder are refused before any table is touched.
-    fn check(&self, msg: &Message) -> Result<(), String> {
+    /// A message that speaks for its sender (a publish, a failed fetch, a rejoin, a member's
+    /// own lookup, a rack's change) must come from that sender: `peer` is the authenticated id.
+    fn check(&self, msg: &Message, peer: Option<NodeId>) -> Result<(), String> {
         use crate::wire_paths::{cache_key, dataset_path, name as one_name, object_id};
         let member = |id: NodeId| {
             self.membership
@@ -484,16 +488,28 @@ impl LocatorService {
         let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
         let dir = |p: &str| dataset_path(p).map_err(|e| format!("{p:?}: {e}"));
         let one = |n: &str| one_name(n).map_err(|e| format!("{n:?}: {e}"));
+        let sender = |id: NodeId| match peer {
+            Some(p) if p != id => Err(format!("node {p} spoke for node {id}")),
+            _ => member(id),
+        };
         match msg {
+            // A rack home forwards a member's miss to the global home (`global: true`).
             Message::Lookup {
-                path, requester, ..
+                path,
+                requester,
+                global,
+                ..
             } => {
                 key(path)?;
-                member(*requester)
+                if *global {
+                    member(*requester)
+                } else {
+                    sender(*requester)
+                }
             }
             Message::Publish { path, node, .. } | Message::FetchFailed { path, node, .. } => {
                 key(path)?;
-                member(*node)
+                sender(*node)
             }
             Message::RackChanged {
                 path, rack, node, ..
@@ -503,9 +519,15 @@ impl LocatorService {
                 if self.membership.rack_of(*node) != rack {
                     return Err(format!("node {node} is not in rack {rack:?}"));
                 }
-                Ok(())
+                // Only a member of that rack (its rack home) reports the rack's changes.
+                match peer {
+                    Some(p) if self.membership.rack_of(p) != rack => {
+                        Err(format!("node {p} reported for rack {rack:?}"))
+                    }
+                    _ => Ok(()),
+                }
             }
-            Message::Rejoined { node } => member(*node),
+            Message::Rejoined { node } => sender(*node),
             Message::NameGet { dir: d, name, .. } => {
                 dir(d)?;
                 one(name)
@@ -527,7 +549,7 @@ impl LocatorService {
                 Ok(node) if node == self.me() => Ok(()),
                 _ => Err(format!("{object:?} is not an object of this node")),
             },
-            Message::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m)),
+            Message::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
             _ => Ok(()),
         }
     }
@@ -639,8 +661,8 @@ const MAX_NAME_WAIT: Duration = Duration::from_secs(3600);
 pub struct Handler(pub Arc<LocatorService>);
 
 impl RpcHandler for Handler {
-    fn handle(&self, msg: Message) -> RpcFuture {
-        Box::pin(self.0.clone().answer(msg))
+    fn handle(&self, peer: Option<u32>, msg: Message) -> RpcFuture {
+        Box::pin(self.0.clone().answer(peer, msg))
     }
 }
 

@@ -141,7 +141,8 @@ pub type RpcFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Message>
 
 /// Answers the one-message RPCs (locator traffic) that share the control port with pulls.
 pub trait RpcHandler: Send + Sync + 'static {
-    fn handle(&self, msg: Message) -> RpcFuture;
+    /// `peer`: the authenticated sender (`None` with `--insecure`).
+    fn handle(&self, peer: Option<u32>, msg: Message) -> RpcFuture;
 }
 
 /// Everything a control server needs.
@@ -263,7 +264,7 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         }
         (Message::Hello { background, .. }, _) => background,
         (mut msg, Some(rpc)) => loop {
-            let reply = rpc.handle(msg).await;
+            let reply = rpc.handle(peer_id, msg).await;
             write_frame(&mut s, &reply).await?;
             // The caller keeps the connection for its next RPC (or closes it: EOF).
             msg = read_frame(&mut s).await?.map_err(bad_frame)?;
