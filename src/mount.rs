@@ -526,7 +526,8 @@ fn run_session<S: crate::fs::read::Source>(
             loop {
                 std::thread::sleep(Duration::from_millis(500));
                 for (parent, name) in shedder.candidates() {
-                    // ENOENT: the kernel already dropped it; any other error ends the session.
+                    // ENOENT: the kernel already dropped it. Any other error means the session
+                    // is gone: stop.
                     match notifier.inval_entry(fuser::INodeNo(parent), &name) {
                         Ok(()) => {}
                         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
