@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Listing benchmark, interleaved run by run: `find -type f` over a tree and scandir + stat of
+# one wide directory, cold (page cache dropped before each), on the backing directory and
+# through a mount of each binary in BINS (A/B of two builds; default: this tree's release
+# build). The tree is one scripts/bench_scale.sh generated and kept:
+#   KEEP=1 scripts/bench_scale.sh /var/tmp/scale1m      # once: 1M files + wide/ (100,000)
+#   BINS="/tmp/dyadfs-old target/release/dyadfs" scripts/bench_listing.sh /var/tmp/scale1m
+# Needs root. Env: RUNS (2), BINS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+W=$(realpath "${1:?usage: bench_listing.sh WORKDIR-of-bench_scale}")
+[ -d "$W/backing/wide" ] || { echo "no $W/backing/wide: run KEEP=1 scripts/bench_scale.sh $W" >&2; exit 1; }
+RUNS=${RUNS:-2}
+if [ -z "${BINS:-}" ]; then
+  cargo build --release --quiet
+  BINS=$PWD/target/release/dyadfs
+fi
+SSD=$(mktemp -d /var/tmp/dyadfs-listing-ssd.XXXX)
+cleanup() { mountpoint -q "$W/mnt" && fusermount3 -u "$W/mnt"; rm -rf "$SSD"; }
+trap cleanup EXIT
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+secs() { local a; a=$(date +%s.%N); "$@" > /dev/null; echo "$(date +%s.%N) - $a" | bc; }
+scan() { python3 -c 'import os, sys; [e.stat() for e in list(os.scandir(sys.argv[1]))]' "$1"; }
+for run in $(seq "$RUNS"); do
+  drop; echo "run $run backing find $(secs find "$W/backing" -type f)"
+  drop; echo "run $run backing scandir+stat $(secs scan "$W/backing/wide")"
+  for b in $BINS; do
+    rm -rf "${SSD:?}"/*
+    "$b" mount "$W/mnt" --ssd "$SSD" --backing "$W/backing" --log-file "$SSD.log"
+    drop; echo "run $run $b find $(secs find "$W/mnt" -type f)"
+    drop; echo "run $run $b scandir+stat $(secs scan "$W/mnt/wide")"
+    fusermount3 -u "$W/mnt"; sleep 1
+  done
+done
