@@ -130,8 +130,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         // `find` over a million files 3x slower (10.7-12.4 s vs 3.4-3.7 s, interleaved, cold)
         // and scandir + stat no faster (7.5-7.7 s vs 6.7-7.6 s). `readdirplus` below stays
         // correct for kernels that send it anyway.
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ATOMIC_O_TRUNC;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let mut passthrough = false;
         if self.fs.passthrough_enabled() {
