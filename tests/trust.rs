@@ -52,6 +52,17 @@ fn listing(m: &Mounted) -> Vec<String> {
     names
 }
 
+/// A puller's Hello as node 0 (its UCX address and rkey are never used by the holder).
+fn puller_hello() -> Message {
+    Message::Hello {
+        protocol: PROTOCOL_VERSION,
+        node_id: 0,
+        worker_address: vec![1; 16],
+        rkey: vec![1; 16],
+        background: false,
+    }
+}
+
 fn forged_name() -> Message {
     Message::NameSet {
         dir: String::new(),
@@ -80,16 +91,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
 
     // No key: a Hello asking for the holder's rkey, and a forged name, are answered with
     // nothing but a challenge, then the connection is closed.
-    for msg in [
-        Message::Hello {
-            protocol: PROTOCOL_VERSION,
-            node_id: 0,
-            worker_address: vec![1; 16],
-            rkey: vec![1; 16],
-            background: false,
-        },
-        forged_name(),
-    ] {
+    for msg in [puller_hello(), forged_name()] {
         let mut s = TcpStream::connect(addr(&c, 1)).unwrap();
         send(&mut s, &msg).unwrap();
         assert_eq!(recv(&mut s), None, "a client without the key got an answer");
@@ -106,11 +108,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     // With the key, a name whose object is a path outside the cache is refused.
     let key = Secret::load(&c.secret).unwrap();
     for home in 0..2 {
-        let mut s = TcpStream::connect(addr(&c, home)).unwrap();
-        let (hello, handshake) = auth::client_hello(0).unwrap();
-        send(&mut s, &hello).unwrap();
-        let (proof, _) = handshake.answer(&key, recv(&mut s).unwrap()).unwrap();
-        send(&mut s, &proof).unwrap();
+        let mut s = authenticated(&c, home, &key);
         send(&mut s, &forged_name()).unwrap();
         match recv(&mut s) {
             Some(Message::Error { message, .. }) => {
@@ -129,11 +127,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
         node: 1,
         held: true,
     };
-    let mut s = TcpStream::connect(addr(&c, 1)).unwrap();
-    let (hello, handshake) = auth::client_hello(0).unwrap();
-    send(&mut s, &hello).unwrap();
-    let (proof, _) = handshake.answer(&key, recv(&mut s).unwrap()).unwrap();
-    send(&mut s, &proof).unwrap();
+    let mut s = authenticated(&c, 1, &key);
     send(&mut s, &spoof).unwrap();
     match recv(&mut s) {
         Some(Message::Error { message, .. }) => assert!(message.contains("spoke for"), "{message}"),
@@ -223,13 +217,7 @@ fn a_slot_hog_does_not_stop_a_legitimate_puller() {
     let meta = fs::metadata(c.backing.join("x")).unwrap();
     let version: wire::WireVersion = dyadfs::fs::version_of(&meta).into();
     let mut hog = authenticated(&c, 0, &key);
-    let hello = Message::Hello {
-        protocol: PROTOCOL_VERSION,
-        node_id: 0,
-        worker_address: vec![1; 16],
-        rkey: vec![1; 16],
-        background: false,
-    };
+    let hello = puller_hello();
     send(&mut hog, &hello).unwrap();
     assert!(matches!(recv(&mut hog), Some(Message::Hello { .. })));
     for id in 0..40 {

@@ -653,7 +653,7 @@ impl Rpcs {
                 r => return r,
             }
         }
-        let s = tokio::time::timeout(timeout, TcpStream::connect(peer))
+        let mut s = tokio::time::timeout(timeout, TcpStream::connect(peer))
             .await
             .map_err(|_| PullError::Timeout {
                 peer,
@@ -662,7 +662,6 @@ impl Rpcs {
             })?
             .map_err(|source| PullError::Io { peer, source })?;
         let _ = s.set_nodelay(true);
-        let mut s = s;
         if let Some((me, key)) = &self.auth {
             tokio::time::timeout(timeout, authenticate_async(&mut s, key, *me))
                 .await

@@ -46,34 +46,35 @@ impl Fixture {
 
     /// Mounts (the real CLI, daemonized) with extra arguments; panics with the error on failure.
     pub fn mount(&self, extra: &[&str]) -> Mounted {
-        let out = self.try_mount(extra);
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut mounted = Mounted {
-            mnt: self.mnt.clone(),
-            pid: 0,
-        };
-        mounted.pid = mounted.stats()["pid"].as_u64().unwrap() as u32;
-        mounted
+        self.mounted(self.try_mount(extra))
     }
 
     /// Mounts with the daemon's descriptor limit (soft and hard) set to `nofile`.
     pub fn mount_limited(&self, extra: &[&str], nofile: u32) -> Mounted {
-        let out = Command::new("prlimit")
-            .arg(format!("--nofile={nofile}:{nofile}"))
-            .arg(env!("CARGO_BIN_EXE_dyadfs"))
-            .arg("mount")
+        let mut c = Command::new("prlimit");
+        c.arg(format!("--nofile={nofile}:{nofile}"))
+            .arg(env!("CARGO_BIN_EXE_dyadfs"));
+        self.mounted(self.mount_args(c, extra).output().unwrap())
+    }
+
+    pub fn try_mount(&self, extra: &[&str]) -> Output {
+        self.mount_args(dyadfs(), extra).output().unwrap()
+    }
+
+    /// `c` with `mount MNT --ssd SSD --backing BACKING` and `extra` appended.
+    fn mount_args(&self, mut c: Command, extra: &[&str]) -> Command {
+        c.arg("mount")
             .arg(&self.mnt)
             .arg("--ssd")
             .arg(&self.ssd)
             .arg("--backing")
             .arg(&self.backing)
-            .args(extra)
-            .output()
-            .unwrap();
+            .args(extra);
+        c
+    }
+
+    /// The mount a successful `mount` made; panics with the error otherwise.
+    fn mounted(&self, out: Output) -> Mounted {
         assert!(
             out.status.success(),
             "mount failed: {}",
@@ -85,19 +86,6 @@ impl Fixture {
         };
         mounted.pid = mounted.stats()["pid"].as_u64().unwrap() as u32;
         mounted
-    }
-
-    pub fn try_mount(&self, extra: &[&str]) -> Output {
-        dyadfs()
-            .arg("mount")
-            .arg(&self.mnt)
-            .arg("--ssd")
-            .arg(&self.ssd)
-            .arg("--backing")
-            .arg(&self.backing)
-            .args(extra)
-            .output()
-            .unwrap()
     }
 
     pub fn write(&self, rel: &str, data: &[u8]) {
