@@ -162,7 +162,7 @@ pub struct FsConfig {
 struct Node {
     /// Its path under the mount (a rename moves it).
     path: RwLock<String>,
-    /// References the kernel holds (entries replied to lookups, creates and readdirplus); the
+    /// References the kernel holds (entries replied to lookups, creates and mkdirs); the
     /// node is dropped when `forget` brings them to zero, so the table follows the kernel's
     /// inode cache instead of every path ever seen.
     lookups: AtomicU64,
@@ -182,7 +182,10 @@ struct Inodes {
 }
 
 impl Inodes {
-    fn touch(&self, node: &Node) {
+    /// The kernel took `refs` more references to `node` (0: it was only looked at): counted,
+    /// and the node becomes the most recently used.
+    fn referenced(&self, node: &Node, refs: u64) {
+        node.lookups.fetch_add(refs, Ordering::Relaxed);
         node.last_use
             .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
     }
@@ -258,15 +261,12 @@ pub struct Opened {
     pub keep_cache: bool,
 }
 
-/// One directory entry of a listing.
+/// One directory entry of a listing: a name and a type, no attributes (the kernel looks up
+/// the entries it needs attributes of; `find` over a million files stats none of them).
 pub struct DirEntry {
     pub name: OsString,
     pub ino: u64,
     pub kind: Kind,
-    /// Attributes known when listing (produced names, files being written). A backing entry's
-    /// are read only if the kernel asks for them (readdirplus): `find` over a million files
-    /// must not stat each one on the shared file system.
-    attr: Option<Attr>,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -424,8 +424,7 @@ impl<S: Source> DyadFs<S> {
             let attr = attr_of(ino)?;
             let node = &inodes.nodes[&ino];
             *node.attr.lock().unwrap_or_else(|e| e.into_inner()) = (attr, Instant::now());
-            node.lookups.fetch_add(refs, Ordering::Relaxed);
-            inodes.touch(node);
+            inodes.referenced(node, refs);
             return Ok(attr);
         }
         let ino = inodes.next;
@@ -435,7 +434,7 @@ impl<S: Source> DyadFs<S> {
         inodes
             .nodes
             .insert(ino, Arc::new(new_node(&path, attr, refs)));
-        inodes.touch(&inodes.nodes[&ino]);
+        inodes.referenced(&inodes.nodes[&ino], 0);
         Ok(attr)
     }
 
@@ -445,44 +444,8 @@ impl<S: Source> DyadFs<S> {
         inodes
             .nodes
             .get(&ino)
-            .map(|n| {
-                n.lookups.fetch_add(1, Ordering::Relaxed);
-                inodes.touch(n);
-            })
+            .map(|n| inodes.referenced(n, 1))
             .is_some()
-    }
-
-    /// The kernel takes a reference to a listed entry (readdirplus): its inode now, which is
-    /// the listing's unless that one was forgotten since the directory was opened.
-    pub fn reference_listed(&self, dir: u64, entry: &DirEntry) -> Result<Attr, Error> {
-        let path = join(&Self::path_of(&*self.node(dir)?), &entry.name);
-        let attr = match entry.attr {
-            Some(a) => a,
-            None => match self.backing.stat(&path) {
-                Ok(meta) => Attr::from_meta(entry.ino, &meta),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(Error::NotFound),
-                Err(e) => return Err(Error::Backing(e)),
-            },
-        };
-        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(node) = inodes.by_path.get(&path).and_then(|i| inodes.nodes.get(i)) {
-            node.lookups.fetch_add(1, Ordering::Relaxed);
-            inodes.touch(node);
-            let ino = inodes.by_path[&path];
-            return Ok(Attr { ino, ..attr });
-        }
-        // The listing's number, unless another node took it since (a rename onto the path).
-        let mut attr = attr;
-        if inodes.nodes.contains_key(&attr.ino) {
-            attr.ino = inodes.next;
-            inodes.next += 1;
-        }
-        inodes.by_path.insert(path.clone(), attr.ino);
-        inodes
-            .nodes
-            .insert(attr.ino, Arc::new(new_node(&path, attr, 1)));
-        inodes.touch(&inodes.nodes[&attr.ino]);
-        Ok(attr)
     }
 
     /// The kernel dropped `n` references to `ino`: at zero the inode is forgotten (the root
@@ -581,10 +544,9 @@ impl<S: Source> DyadFs<S> {
             return Err(Error::NotDir);
         }
         let dir = Self::path_of(&node);
-        // A backing entry is listed by name and type only (see `DirEntry::attr`).
-        let mut found: Vec<(OsString, Result<Found, Kind>)> = Vec::new();
+        let mut found: Vec<(OsString, Kind)> = Vec::new();
         match self.backing.list(&dir) {
-            Ok(listing) => found.extend(listing.into_iter().map(|(n, k)| (n, Err(k)))),
+            Ok(listing) => found.extend(listing),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::Backing(e)),
         }
@@ -597,23 +559,24 @@ impl<S: Source> DyadFs<S> {
             Ok(names) => {
                 for (n, name) in names {
                     if !staged_names.contains(n.as_str()) && seen.insert(n.clone().into()) {
-                        found.push((n.into(), Ok(Found::Produced(name))));
+                        let kind = if name.dir { Kind::Dir } else { Kind::File };
+                        found.push((n.into(), kind));
                     }
                 }
             }
             Err(e) => tracing::warn!(%dir, error = %e, "listing produced names failed"),
         }
-        for (n, s) in staged {
+        for (n, _) in staged {
             if seen.insert(n.clone().into()) {
-                found.push((n.into(), Ok(Found::Staged(s))));
+                found.push((n.into(), Kind::File));
             }
         }
         // Listed entries get inode numbers (known ones keep theirs) but no node: the kernel
-        // references them through readdirplus (`reference_listed`), or never.
+        // makes one with a lookup if it needs the entry.
         let mut entries = Vec::with_capacity(found.len());
         {
             let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-            for (name, f) in found {
+            for (name, kind) in found {
                 let ino = match inodes.by_path.get(&join(&dir, &name)) {
                     Some(&ino) => ino,
                     None => {
@@ -621,28 +584,7 @@ impl<S: Source> DyadFs<S> {
                         inodes.next - 1
                     }
                 };
-                let attr = match f {
-                    Err(kind) => {
-                        entries.push(DirEntry {
-                            name,
-                            ino,
-                            kind,
-                            attr: None,
-                        });
-                        continue;
-                    }
-                    Ok(Found::Staged(s)) => Attr::from_staged(ino, &s),
-                    Ok(Found::Backing(meta)) => Ok(Attr::from_meta(ino, &meta)),
-                    Ok(Found::Produced(n)) => Ok(Attr::from_name(ino, &n)),
-                };
-                if let Ok(attr) = attr {
-                    entries.push(DirEntry {
-                        name,
-                        ino,
-                        kind: attr.kind,
-                        attr: Some(attr),
-                    });
-                }
+                entries.push(DirEntry { name, ino, kind });
             }
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
