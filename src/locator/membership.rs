@@ -117,6 +117,13 @@ impl Membership {
         self.members.get(&id)
     }
 
+    /// `Ok` if `id` is a member; the refusal to send back otherwise (an id from the wire).
+    pub fn check_member(&self, id: NodeId) -> Result<(), String> {
+        self.member(id)
+            .map(|_| ())
+            .ok_or_else(|| format!("node {id} is not a member"))
+    }
+
     pub fn members(&self) -> impl Iterator<Item = &Member> {
         self.members.values()
     }

@@ -479,12 +479,7 @@ impl LocatorService {
     /// own lookup, a rack's change) must come from that sender: `peer` is the authenticated id.
     fn check(&self, msg: &Message, peer: Option<NodeId>) -> Result<(), String> {
         use crate::wire_paths::{cache_key, dataset_path, name as one_name, object_id};
-        let member = |id: NodeId| {
-            self.membership
-                .member(id)
-                .map(|_| ())
-                .ok_or_else(|| format!("node {id} is not a member"))
-        };
+        let member = |id: NodeId| self.membership.check_member(id);
         let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
         let dir = |p: &str| dataset_path(p).map_err(|e| format!("{p:?}: {e}"));
         let one = |n: &str| one_name(n).map_err(|e| format!("{n:?}: {e}"));
@@ -541,7 +536,7 @@ impl LocatorService {
                 dir(d)?;
                 one(name)?;
                 match entry {
-                    Some(n) => check_name(n, &member),
+                    Some(n) => check_name(n, &self.membership),
                     None => Ok(()),
                 }
             }
@@ -636,8 +631,8 @@ impl LocatorService {
 
 /// A published name is well formed: a directory names no object; a file's object is a token
 /// of its holder, a member.
-pub fn check_name(n: &Name, member: &dyn Fn(NodeId) -> Result<(), String>) -> Result<(), String> {
-    member(n.holder)?;
+pub fn check_name(n: &Name, membership: &Membership) -> Result<(), String> {
+    membership.check_member(n.holder)?;
     if n.dir {
         return if n.object.is_empty() {
             Ok(())
@@ -689,15 +684,8 @@ fn unexpected(m: Message) -> std::io::Error {
 impl ClusterNames {
     /// A name from a name home, used only if well formed (see [`check_name`]).
     fn checked(&self, n: Option<Name>) -> std::io::Result<Option<Name>> {
-        let member = |id: NodeId| {
-            self.locator
-                .membership
-                .member(id)
-                .map(|_| ())
-                .ok_or_else(|| format!("node {id} is not a member"))
-        };
         match n {
-            Some(n) => match check_name(&n, &member) {
+            Some(n) => match check_name(&n, &self.locator.membership) {
                 Ok(()) => Ok(Some(n)),
                 Err(why) => Err(std::io::Error::other(format!(
                     "bad name from its home: {why}"
