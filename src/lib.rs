@@ -4,9 +4,9 @@
 
 pub mod cache;
 pub mod cli;
+pub mod core;
 pub mod fs;
 pub mod locator;
 pub mod mount;
 pub mod stats;
 pub mod transport;
-pub mod wire_paths;

@@ -438,7 +438,7 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
         let _ = locator
             .on_release
             .set(Box::new(move |object, size, mtime_ns, drop| {
-                p.released(object, crate::cache::Version { size, mtime_ns }, drop)
+                p.released(object, crate::core::Version { size, mtime_ns }, drop)
             }));
     }
     let names = Arc::new(crate::locator::service::ClusterNames {
@@ -492,7 +492,7 @@ fn serve(args: &MountArgs) -> Result<(), UserError> {
 }
 
 /// Mounts `fs`, reports readiness, and serves until unmounted.
-fn run_session<S: crate::fs::read::Source>(
+fn run_session<S: crate::core::source::Source>(
     args: &MountArgs,
     fs: DyadFs<S>,
     set: libc::sigset_t,

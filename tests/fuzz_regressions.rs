@@ -74,7 +74,7 @@ fn journal_seed() {
     let log = dir.join("index.log");
     let header = |path: &str, chunks| Header {
         chunk_size: 1 << 20,
-        version: dyadfs::cache::Version {
+        version: dyadfs::core::Version {
             size: 3 << 20,
             mtime_ns: 42,
         },

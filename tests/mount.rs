@@ -358,7 +358,7 @@ fn crash_leftovers_and_corruption_are_never_served() {
     // Damage the cache: flip a data byte of one file, tear the log's last record (a crash
     // mid-append: the last file read is forgotten), leave a foreign file.
     let dat = |p: &str| {
-        let h = dyadfs::cache::format::path_hash(p);
+        let h = dyadfs::core::path_hash(p);
         f.ssd
             .join("data")
             .join(format!("{:02x}", h >> 56))

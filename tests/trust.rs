@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use common::*;
-use dyadfs::locator::names::Name;
+use dyadfs::core::names::Name;
 use dyadfs::transport::auth::{self, Secret};
 use dyadfs::transport::wire::{self, Message, PROTOCOL_VERSION};
 
@@ -123,7 +123,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     let meta = fs::metadata(c.backing.join("x")).unwrap();
     let spoof = Message::Publish {
         path: "x".into(),
-        version: dyadfs::fs::version_of(&meta).into(),
+        version: dyadfs::core::version_of(&meta).into(),
         node: 1,
         held: true,
     };
@@ -215,7 +215,7 @@ fn a_slot_hog_does_not_stop_a_legitimate_puller() {
     assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
     let key = Secret::load(&c.secret).unwrap();
     let meta = fs::metadata(c.backing.join("x")).unwrap();
-    let version: wire::WireVersion = dyadfs::fs::version_of(&meta).into();
+    let version = dyadfs::core::version_of(&meta);
     let mut hog = authenticated(&c, 0, &key);
     let hello = puller_hello();
     send(&mut hog, &hello).unwrap();

@@ -12,7 +12,8 @@
 //! | path_len u32 | path bytes | n_chunks u32 | n_chunks x (present u8, crc32c u32) | crc u32
 //! ```
 
-use super::{CacheError, Version};
+use super::CacheError;
+use crate::core::Version;
 
 pub const MAGIC: &[u8; 8] = b"DYADFSC\0";
 pub const FORMAT_VERSION: u32 = 1;
@@ -114,16 +115,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// FNV-1a 64: a stable name for a path's files (std's hasher is not stable across releases).
-pub fn path_hash(path: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in path.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,11 +156,5 @@ mod tests {
                 "truncation to {n} accepted"
             );
         }
-    }
-
-    #[test]
-    fn path_hash_is_stable() {
-        assert_eq!(path_hash(""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(path_hash("a"), 0xaf63_dc4c_8601_ec8c);
     }
 }

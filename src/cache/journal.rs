@@ -204,7 +204,7 @@ fn write_log(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Version;
+    use crate::core::Version;
 
     fn header(path: &str, crc: u32) -> Header {
         Header {

@@ -27,14 +27,8 @@ use files::{DataFiles, Mode};
 use format::{ChunkRecord, Header};
 use journal::{Journal, Record};
 
+use crate::core::{Version, path_hash};
 use crate::stats::Stats;
-
-/// A source file's version: a cached copy of another version is never served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Version {
-    pub size: u64,
-    pub mtime_ns: i64,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -160,16 +154,16 @@ struct Index {
 impl Index {
     fn get(&self, path: &str) -> Option<&Arc<Entry>> {
         self.slots
-            .get(&format::path_hash(path))
+            .get(&path_hash(path))
             .filter(|e| *e.path == *path)
     }
 
     fn insert(&mut self, entry: Arc<Entry>) {
-        self.slots.insert(format::path_hash(&entry.path), entry);
+        self.slots.insert(path_hash(&entry.path), entry);
     }
 
     fn remove(&mut self, path: &str) -> Option<Arc<Entry>> {
-        let hash = format::path_hash(path);
+        let hash = path_hash(path);
         if *self.slots.get(&hash)?.path != *path {
             return None;
         }
@@ -253,10 +247,10 @@ impl Cache {
         let mut by_slot: HashMap<u64, Header> = HashMap::new();
         journal::replay(&log_path, |record| match record {
             Record::Put(h) => {
-                by_slot.insert(format::path_hash(&h.path), h);
+                by_slot.insert(path_hash(&h.path), h);
             }
             Record::Drop(path) => {
-                let hash = format::path_hash(&path);
+                let hash = path_hash(&path);
                 if by_slot.get(&hash).is_some_and(|h| h.path == path) {
                     by_slot.remove(&hash);
                 }
@@ -422,7 +416,7 @@ impl Cache {
         if self.shared.journal.wants_rewrite() {
             self.rewrite_journal(&index);
         }
-        let hash = format::path_hash(path);
+        let hash = path_hash(path);
         let data_path = self.shared.data_path(hash);
         // A different path with the same hash: the newcomer takes the slot.
         if let Some(other) = index.in_slot(hash) {
@@ -684,7 +678,7 @@ impl Entry {
     }
 
     fn data_path(&self) -> PathBuf {
-        self.shared.data_path(format::path_hash(&self.path))
+        self.shared.data_path(path_hash(&self.path))
     }
 
     /// The entry's data file opened as `mode`, from the cache's LRU or opened now. An entry

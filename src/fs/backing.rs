@@ -5,21 +5,21 @@
 //! Every path is resolved beneath the root by the kernel (`openat2` with `RESOLVE_BENEATH`), not
 //! by a string check: a symlink in the dataset (or one swapped in after a lookup) never leads a
 //! read out of it, and a path that is not relative and normalised is refused outright (see
-//! [`crate::wire_paths`]).
+//! [`crate::core::paths`]).
 
 use std::ffi::{CString, OsString};
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::Kind;
-use super::read::{Origin, Source};
-use crate::cache::Version;
 use crate::cache::files::DataFiles;
+use crate::core::Version;
+use crate::core::source::{Origin, Source};
 
 pub struct BackingStore {
     root: PathBuf,
@@ -27,14 +27,6 @@ pub struct BackingStore {
     root_fd: Option<OwnedFd>,
     /// Idle cache descriptors to close when the process runs out of them (see `relieving`).
     relief: Option<Arc<DataFiles>>,
-}
-
-/// The version of a file as the cache records it: (size, mtime).
-pub fn version_of(meta: &Metadata) -> Version {
-    Version {
-        size: meta.len(),
-        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-    }
 }
 
 impl BackingStore {
@@ -69,7 +61,7 @@ impl BackingStore {
     /// Opens `rel` (a relative, normalised path; "" is the root) beneath the root with `flags`
     /// (read-only, close-on-exec added). Symlinks resolve only within the root.
     fn open_beneath(&self, rel: &str, flags: i32) -> io::Result<File> {
-        crate::wire_paths::dataset_path(rel)
+        crate::core::paths::dataset_path(rel)
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         let root = self
             .root_fd
@@ -168,12 +160,12 @@ impl Source for BackingStore {
         buf: &mut [u8],
     ) -> io::Result<Origin> {
         // A produced object is not a backing path (and would join as an absolute one).
-        if crate::locator::names::is_object(path) {
+        if crate::core::names::is_object(path) {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
         let file = self.open_beneath(path, 0)?;
         // Never mix two versions of a file in one cached copy.
-        if version_of(&file.metadata()?) != version {
+        if crate::core::version_of(&file.metadata()?) != version {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         file.read_exact_at(buf, offset)?;

@@ -17,9 +17,9 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 
-use super::read::Source;
 use super::{Attr, DyadFs, Error, Kind};
-use crate::cache::Version;
+use crate::core::Version;
+use crate::core::source::Source;
 
 /// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB.
 const MAX_REQUEST: u32 = 1 << 20;

@@ -23,12 +23,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use backing::{BackingStore, version_of};
+use crate::core::source::Source;
+pub use backing::BackingStore;
 pub use error::Error;
-use read::{MAX_READAHEAD_CHUNKS, Reader, Source, WHOLE_FILE_MAX};
+use read::{MAX_READAHEAD_CHUNKS, Reader, WHOLE_FILE_MAX};
 
-use crate::cache::{Cache, Entry, ReadBytes, Version};
-use crate::locator::names::{self, Name, Namespace};
+use crate::cache::{Cache, Entry, ReadBytes};
+use crate::core::Version;
+use crate::core::names::{self, Name, Namespace};
 use crate::stats::{STATS_XATTR, Stats};
 use write::{Producer, Staged};
 
@@ -97,7 +99,7 @@ impl Attr {
             nlink: meta.nlink() as u32,
             uid: meta.uid(),
             gid: meta.gid(),
-            version: version_of(meta),
+            version: crate::core::version_of(meta),
             produced: false,
         }
     }

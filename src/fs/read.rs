@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Error;
-use crate::cache::{Cache, Entry, Mapping, ReadBytes, Version};
+use crate::cache::{Cache, Entry, Mapping, ReadBytes};
+use crate::core::source::{Origin, Source};
 use crate::stats::Stats;
 
 /// Files up to this size are fetched whole on their first read: a training sample is read
@@ -21,47 +22,6 @@ pub const WHOLE_FILE_MAX: u64 = 8 << 20;
 pub const MAX_READAHEAD_CHUNKS: u64 = 8;
 /// A read retries after a checksum failure this many times before reporting EIO.
 const VERIFY_ATTEMPTS: usize = 3;
-
-/// Where a source found the bytes it returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    Backing,
-    /// Pulled from another node's cache.
-    Peer,
-}
-
-/// Where a source hands the bytes of a range: `sink(offset, bytes, crc)`, pieces starting at
-/// chunk boundaries, `crc` the crc32c of `bytes` when the source already checked it (a peer's).
-pub type FillSink<'a> = &'a mut (dyn FnMut(u64, &[u8], Option<u32>) -> io::Result<()> + Send);
-
-/// Where missing chunks come from.
-pub trait Source: Send + Sync + 'static {
-    /// Reads exactly `buf.len()` bytes of `path` at `offset`; fails (ESTALE) if the file is no
-    /// longer at `version`.
-    fn read_at(
-        &self,
-        path: &str,
-        version: Version,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> io::Result<Origin>;
-
-    /// Hands `len` bytes of `path` at `offset` (a chunk boundary) to `sink`. A source whose
-    /// bytes arrive in buffers of their own (pulled chunks) overrides this to skip a copy.
-    fn read_into(
-        &self,
-        path: &str,
-        version: Version,
-        offset: u64,
-        len: u64,
-        sink: FillSink<'_>,
-    ) -> io::Result<Origin> {
-        let mut buf = vec![0; len as usize];
-        let origin = self.read_at(path, version, offset, &mut buf)?;
-        sink(offset, &buf, None)?;
-        Ok(origin)
-    }
-}
 
 pub struct Reader<S: ?Sized> {
     pub cache: Arc<Cache>,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::cache::CacheConfig;
+use crate::core::Version;
 
 /// An in-memory source that counts reads, can be slowed down, and can fail its next reads.
 #[derive(Default)]

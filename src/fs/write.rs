@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::cache::{Cache, Version};
-use crate::locator::names::OBJECT_PREFIX;
+use crate::cache::Cache;
+use crate::core::Version;
+use crate::core::paths::OBJECT_PREFIX;
 
 /// A file being written on this node.
 pub struct Staged {
@@ -178,7 +179,7 @@ impl Producer {
     /// Takes a finished staged file into the cache as the kept object `object`.
     pub fn seal(&self, s: &Staged, object: &str) -> io::Result<Version> {
         let meta = s.file.metadata()?;
-        let version = super::version_of(&meta);
+        let version = crate::core::version_of(&meta);
         self.cache
             .adopt(object, version, &s.staging_path)
             .map_err(io::Error::other)?;

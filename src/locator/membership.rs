@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-pub type NodeId = u32;
+pub use crate::core::NodeId;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -156,7 +156,7 @@ impl Membership {
 /// Rendezvous (highest random weight) hashing: every node computes the same home, and when a
 /// member leaves only the paths it was home of move.
 fn hrw(path: &str, candidates: &[NodeId]) -> NodeId {
-    let h = crate::cache::format::path_hash(path);
+    let h = crate::core::path_hash(path);
     *candidates
         .iter()
         .max_by_key(|&&id| mix(h ^ u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15)))

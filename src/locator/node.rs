@@ -68,7 +68,7 @@ impl NodeTier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Version;
+    use crate::core::Version;
 
     fn key(p: &str) -> Key {
         (

@@ -18,11 +18,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::membership::NodeId;
-use super::names;
 use super::source::{ClusterSource, read_at_via_pieces};
 use super::tiers::Key;
-use crate::cache::{Cache, Version};
-use crate::fs::read::{FillSink, Origin, Reader, Source};
+use crate::cache::Cache;
+use crate::core::Version;
+use crate::core::source::{FillSink, Origin, Source};
+use crate::fs::read::Reader;
 use crate::stats::Stats;
 use crate::transport::pull::Puller;
 
@@ -215,7 +216,7 @@ impl Replicator {
         let me = locator.me();
         for (key, holder) in &copies {
             // Produced files have their own life cycle (names, versions, the producer).
-            if *holder == me || names::is_object(&key.0) || self.seen.contains(key) {
+            if *holder == me || crate::core::names::is_object(&key.0) || self.seen.contains(key) {
                 continue;
             }
             let limit = (self.cache.capacity() as f64 * FILL_LIMIT) as u64;

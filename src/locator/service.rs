@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::membership::{Membership, NodeId};
-use super::names::{HoldingsFn, Name, NameTable, Namespace, ReleaseFn, WAIT_POLL};
+use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
-use crate::cache::Version;
+use crate::core::Version;
+use crate::core::names::{Name, Namespace};
 use crate::stats::Stats;
 use crate::transport::pull::{PullError, RpcFuture, RpcHandler, Rpcs};
-use crate::transport::wire::{Located, Message, WireVersion};
+use crate::transport::wire::{Located, Message};
 
 #[derive(Default)]
 struct RackState {
@@ -473,12 +474,12 @@ impl LocatorService {
     }
 
     /// Whether a request's paths, names and node ids are well formed and known (see
-    /// [`crate::wire_paths`]): unknown node ids, paths that could escape a root, and object ids
+    /// [`crate::core::paths`]): unknown node ids, paths that could escape a root, and object ids
     /// that are not tokens of their holder are refused before any table is touched.
     /// A message that speaks for its sender (a publish, a failed fetch, a rejoin, a member's
     /// own lookup, a rack's change) must come from that sender: `peer` is the authenticated id.
     fn check(&self, msg: &Message, peer: Option<NodeId>) -> Result<(), String> {
-        use crate::wire_paths::{cache_key, dataset_path, name as one_name, object_id};
+        use crate::core::paths::{cache_key, dataset_path, name as one_name, object_id};
         let member = |id: NodeId| self.membership.check_member(id);
         let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
         let dir = |p: &str| dataset_path(p).map_err(|e| format!("{p:?}: {e}"));
@@ -554,7 +555,7 @@ impl LocatorService {
     fn rack_publish(
         &self,
         path: String,
-        version: WireVersion,
+        version: Version,
         node: NodeId,
         held: bool,
     ) -> Option<(NodeId, Message)> {
@@ -640,7 +641,7 @@ pub fn check_name(n: &Name, membership: &Membership) -> Result<(), String> {
             Err("a directory with an object".into())
         };
     }
-    match crate::wire_paths::object_id(&n.object) {
+    match crate::core::paths::object_id(&n.object) {
         Ok(node) if node == n.holder => Ok(()),
         _ => Err(format!(
             "{:?} is not an object of node {}",
@@ -716,7 +717,7 @@ impl Namespace for ClusterNames {
             Message::Names(n) => Ok(n
                 .into_iter()
                 .filter(|(name, n)| {
-                    crate::wire_paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
+                    crate::core::paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
                 })
                 .collect()),
             m => Err(unexpected(m)),
@@ -738,7 +739,7 @@ impl Namespace for ClusterNames {
     fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool) {
         let msg = Message::Unhold {
             object: object.into(),
-            version: crate::transport::wire::WireVersion { size, mtime_ns },
+            version: crate::core::Version { size, mtime_ns },
             drop,
         };
         // Best effort: a holder that cannot be told keeps an evictable copy.

@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::names;
 use super::service::LocatorService;
 use super::tiers::{Reply, pick_holder};
-use crate::cache::{Cache, CacheEvent, Version};
+use crate::cache::{Cache, CacheEvent};
+use crate::core::Version;
+use crate::core::source::{FillSink, Origin, Source};
 use crate::fs::BackingStore;
-use crate::fs::read::{FillSink, Origin, Source};
 use crate::stats::Stats;
 use crate::transport::pull::{ChunkStore, Puller, Want};
-use crate::transport::wire::WireVersion;
 
 pub struct ClusterSource {
     pub locator: Arc<LocatorService>,
@@ -37,7 +36,7 @@ impl ClusterSource {
         len: u64,
         sink: FillSink<'_>,
     ) -> io::Result<Origin> {
-        if let Some(producer) = names::producer_of(path) {
+        if let Some(producer) = crate::core::names::producer_of(path) {
             return match self.pull_from_peers(path, version, &[producer], offset, len, sink) {
                 Some(()) => Ok(Origin::Peer),
                 None => Err(io::Error::other(format!(
@@ -75,7 +74,7 @@ impl ClusterSource {
     ) -> Option<()> {
         let suspects = self.locator.suspects();
         let mut tried = Vec::new();
-        let salt = crate::cache::format::path_hash(path) ^ u64::from(self.locator.me());
+        let salt = crate::core::path_hash(path) ^ u64::from(self.locator.me());
         loop {
             // Suspect holders come last; each holder is tried once.
             let avoid: Vec<u32> = tried.iter().chain(&suspects).copied().collect();
@@ -195,7 +194,7 @@ impl ChunkStore for CacheStore {
     fn read_at(
         &self,
         path: &str,
-        version: WireVersion,
+        version: Version,
         offset: u64,
         room: &mut [u8],
         len: usize,

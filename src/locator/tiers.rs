@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::membership::{Membership, NodeId};
-use crate::cache::Version;
+use crate::core::Version;
 
 /// A file at one version: holders of another version are never used.
 pub type Key = (String, Version);

@@ -18,7 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::auth::{AuthError, Secret};
 use super::ucx::{NoResult, Slot, UcxError, Worker};
-use super::wire::{self, Message, PROTOCOL_VERSION, WireError, WireVersion};
+use super::wire::{self, Message, PROTOCOL_VERSION, WireError};
+use crate::core::Version;
 
 /// Where a holder reads chunks from (the NVMe cache in the daemon, a directory in tests).
 pub trait ChunkStore: Send + Sync + 'static {
@@ -30,7 +31,7 @@ pub trait ChunkStore: Send + Sync + 'static {
     fn read_at(
         &self,
         path: &str,
-        version: WireVersion,
+        version: Version,
         offset: u64,
         room: &mut [u8],
         len: usize,
@@ -46,7 +47,7 @@ impl ChunkStore for DirStore {
     fn read_at(
         &self,
         path: &str,
-        version: WireVersion,
+        version: Version,
         offset: u64,
         room: &mut [u8],
         len: usize,
@@ -56,7 +57,7 @@ impl ChunkStore for DirStore {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
         let f = std::fs::File::open(self.root.join(path))?;
-        if WireVersion::from(crate::fs::version_of(&f.metadata()?)) != version {
+        if Version::from(crate::core::version_of(&f.metadata()?)) != version {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         f.read_exact_at(&mut room[..len], offset)?;
@@ -378,7 +379,7 @@ async fn authenticate_async(s: &mut TcpStream, key: &Secret, me: u32) -> io::Res
 struct Request {
     id: u64,
     path: String,
-    version: WireVersion,
+    version: Version,
     offset: u64,
     len: u32,
 }
@@ -417,7 +418,7 @@ fn serve_pulls(
         // Slots lent longer than a lease are taken back (a puller that neither gets nor
         // releases them is gone or hostile; a late get of reused memory fails its checksum).
         lent.retain(|_, (_, at)| at.elapsed() < LEASE);
-        if let Err(why) = crate::wire_paths::cache_key(&r.path) {
+        if let Err(why) = crate::core::paths::cache_key(&r.path) {
             let reply = Message::Error {
                 id: r.id,
                 message: format!("refused {:?}: {why}", r.path),
@@ -550,7 +551,7 @@ fn stage(
     mut slot: Slot,
     store: &dyn ChunkStore,
     path: &str,
-    version: WireVersion,
+    version: Version,
     offset: u64,
     len: u32,
     faults: Faults,
@@ -756,7 +757,7 @@ impl Rpcs {
 #[derive(Debug, Clone)]
 pub struct Want {
     pub path: String,
-    pub version: WireVersion,
+    pub version: Version,
     pub offset: u64,
     pub len: u64,
 }

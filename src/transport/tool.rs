@@ -55,7 +55,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
 pub fn pull(args: PullArgs) -> Result<(), String> {
     let meta = std::fs::metadata(&args.version_of)
         .map_err(|e| format!("--version-of {}: {e}", args.version_of.display()))?;
-    let version: super::wire::WireVersion = crate::fs::version_of(&meta).into();
+    let version = crate::core::version_of(&meta);
     let len = args.len.unwrap_or(version.size.saturating_sub(args.offset));
     let out = std::fs::OpenOptions::new()
         .create(true)

@@ -5,37 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::locator::names::Name;
+use crate::core::Version;
+use crate::core::names::Name;
 
 pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame accepted: control messages are small; this bounds what a bad peer can make us
 /// allocate.
 pub const MAX_FRAME: usize = 16 << 20;
-
-/// A file version on the wire (the cache's `Version`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireVersion {
-    pub size: u64,
-    pub mtime_ns: i64,
-}
-
-impl From<crate::cache::Version> for WireVersion {
-    fn from(v: crate::cache::Version) -> Self {
-        WireVersion {
-            size: v.size,
-            mtime_ns: v.mtime_ns,
-        }
-    }
-}
-
-impl From<WireVersion> for crate::cache::Version {
-    fn from(v: WireVersion) -> Self {
-        crate::cache::Version {
-            size: v.size,
-            mtime_ns: v.mtime_ns,
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -57,7 +33,7 @@ pub enum Message {
     Request {
         id: u64,
         path: String,
-        version: WireVersion,
+        version: Version,
         offset: u64,
         len: u32,
     },
@@ -81,7 +57,7 @@ pub enum Message {
     /// the global home (`global: true`).
     Lookup {
         path: String,
-        version: WireVersion,
+        version: Version,
         requester: u32,
         global: bool,
     },
@@ -90,14 +66,14 @@ pub enum Message {
     /// A node completed a copy (`held: true`) or dropped it, told to its rack home.
     Publish {
         path: String,
-        version: WireVersion,
+        version: Version,
         node: u32,
         held: bool,
     },
     /// A rack home tells the global home its rack gained its first copy or lost its last.
     RackChanged {
         path: String,
-        version: WireVersion,
+        version: Version,
         rack: String,
         node: u32,
         held: bool,
@@ -105,7 +81,7 @@ pub enum Message {
     /// A designated fetcher could not read the backing store.
     FetchFailed {
         path: String,
-        version: WireVersion,
+        version: Version,
         node: u32,
     },
     Ack,
@@ -131,7 +107,7 @@ pub enum Message {
     /// To a producer: its object is no longer named (`drop`: delete it; else evictable).
     Unhold {
         object: String,
-        version: WireVersion,
+        version: Version,
         drop: bool,
     },
     /// Several locator messages in one RPC (publishes queued together); answered by a `Batch`
@@ -152,7 +128,7 @@ pub enum Message {
     /// The answer to `Gained`: (path, version, holder), and the position to ask from next.
     GainedList {
         next: u64,
-        copies: Vec<(String, WireVersion, u32)>,
+        copies: Vec<(String, Version, u32)>,
     },
     // Authentication with the job secret, first on every connection (see `transport::auth`).
     /// Client: who I am, and a fresh nonce.
@@ -274,7 +250,7 @@ mod tests {
             Message::Request {
                 id: 7,
                 path: "train/x.npz".into(),
-                version: WireVersion {
+                version: Version {
                     size: 5 << 30,
                     mtime_ns: 1_700_000_000_123_456_789,
                 },
@@ -299,7 +275,7 @@ mod tests {
                 next: 4,
                 copies: vec![(
                     "train/x.npz".into(),
-                    WireVersion {
+                    Version {
                         size: 1,
                         mtime_ns: 2,
                     },
