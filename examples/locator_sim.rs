@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use dyadfs::cache::Version;
+use dyadfs::core::Version;
 use dyadfs::locator::{GlobalHome, Key, Member, Membership, NodeId, RackHome, RackLookup, Reply};
 
 type Reads = Vec<(NodeId, u64)>;
