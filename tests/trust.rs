@@ -123,7 +123,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     let meta = fs::metadata(c.backing.join("x")).unwrap();
     let spoof = Message::Publish {
         path: "x".into(),
-        version: dyadfs::core::version_of(&meta).into(),
+        version: dyadfs::core::version_of(&meta),
         node: 1,
         held: true,
     };

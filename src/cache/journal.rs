@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use super::CacheError;
 use super::format::{FORMAT_VERSION, Header};
+use crate::core::sync::lock;
 
 pub const MAGIC: &[u8; 8] = b"DYADFSJ\0";
 const PUT: u8 = 1;
@@ -41,10 +42,6 @@ struct Log {
     rewrite_at: u64,
     /// Growth allowed past twice the rewritten size ([`SLACK`]; smaller in tests).
     slack: u64,
-}
-
-fn lock(m: &Mutex<Log>) -> std::sync::MutexGuard<'_, Log> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn encode(kind: u8, payload: &[u8]) -> Vec<u8> {

@@ -20,13 +20,14 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use files::{DataFiles, Mode};
 use format::{ChunkRecord, Header};
 use journal::{Journal, Record};
 
+use crate::core::sync::lock;
 use crate::core::{Version, path_hash};
 use crate::stats::Stats;
 
@@ -208,12 +209,6 @@ const FILL_WAIT: Duration = Duration::from_secs(120);
 /// of entries it must not run for every new file.
 const EVICT_SLACK_DIVISOR: u64 = 64;
 const SCAN_CHEAP: usize = 4096;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding a cache lock leaves consistent-enough state (chunks are only marked
-    // present after their bytes are written); keep serving rather than poisoning every reader.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Cache {
     /// Opens (or creates) the cache directory, takes its lock and reloads every entry its log

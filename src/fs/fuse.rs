@@ -20,6 +20,7 @@ use fuser::{
 use super::{Attr, DyadFs, Error, Kind};
 use crate::core::Version;
 use crate::core::source::Source;
+use crate::core::sync::lock;
 
 /// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB.
 const MAX_REQUEST: u32 = 1 << 20;
@@ -188,7 +189,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             Err(e) => return reply.error(errno(&e)),
         };
         let fh = FileHandle(opened.fh);
-        let mut modes = self.modes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut modes = lock(&self.modes);
         let bound = modes.backing.get(&ino.0).map(|b| b.1);
         let passthrough = match (&opened.passthrough, bound) {
             // Daemon-served opens of this inode are still open: stay in their mode.
@@ -269,10 +270,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.modes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .released(fh.0);
+        lock(&self.modes).released(fh.0);
         reply_empty(self.fs.release(fh.0), reply);
     }
 
@@ -295,10 +293,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .create(parent.0, name, mode & !umask, (exclusive, truncate), owner)
         {
             Ok((a, o)) => {
-                self.modes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .served_by_daemon(o.fh, a.ino);
+                lock(&self.modes).served_by_daemon(o.fh, a.ino);
                 reply.created(
                     &self.fs.ttl(&a),
                     &file_attr(&a),

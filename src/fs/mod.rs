@@ -31,6 +31,7 @@ use read::{MAX_READAHEAD_CHUNKS, Reader, WHOLE_FILE_MAX};
 use crate::cache::{Cache, Entry, ReadBytes};
 use crate::core::Version;
 use crate::core::names::{self, Name, Namespace};
+use crate::core::sync::lock;
 use crate::stats::{STATS_XATTR, Stats};
 use write::{Producer, Staged};
 
@@ -425,7 +426,7 @@ impl<S: Source> DyadFs<S> {
         if let Some(&ino) = inodes.by_path.get(&path) {
             let attr = attr_of(ino)?;
             let node = &inodes.nodes[&ino];
-            *node.attr.lock().unwrap_or_else(|e| e.into_inner()) = (attr, Instant::now());
+            *lock(&node.attr) = (attr, Instant::now());
             inodes.referenced(node, refs);
             return Ok(attr);
         }
@@ -487,7 +488,7 @@ impl<S: Source> DyadFs<S> {
 
     /// A node's attributes, refreshed once their TTL has passed (at once while being written).
     fn fresh_attr(&self, node: &Node) -> Result<Attr, Error> {
-        let (attr, at) = *node.attr.lock().unwrap_or_else(|e| e.into_inner());
+        let (attr, at) = *lock(&node.attr);
         let path = Self::path_of(node);
         if at.elapsed() < self.ttl(&attr) && self.producer.staged(&path).is_none() {
             return Ok(attr);
@@ -590,31 +591,22 @@ impl<S: Source> DyadFs<S> {
             }
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dirs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, Arc::new(entries));
+        lock(&self.dirs).insert(fh, Arc::new(entries));
         Ok(fh)
     }
 
     pub fn listing(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>, Error> {
-        let dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        let dirs = lock(&self.dirs);
         dirs.get(&fh).cloned().ok_or(Error::BadHandle(fh))
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.dirs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh);
+        lock(&self.dirs).remove(&fh);
     }
 
     fn add_handle(&self, h: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, Arc::new(h));
+        lock(&self.handles).insert(fh, Arc::new(h));
         fh
     }
 
@@ -683,10 +675,7 @@ impl<S: Source> DyadFs<S> {
         let entry = cache.entry(&key, attr.version)?;
         entry.pin(cache);
         let keep_cache = {
-            let mut kv = node
-                .kernel_version
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut kv = lock(&node.kernel_version);
             let same = *kv == Some(attr.version);
             *kv = Some(attr.version);
             same
@@ -822,11 +811,7 @@ impl<S: Source> DyadFs<S> {
         if staged.unlinked.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let path = staged
-            .path
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let path = lock(&staged.path).clone();
         let object = self.producer.new_object();
         let version = self.producer.seal(staged, &object).map_err(Error::Write)?;
         let name = Name {
@@ -1044,7 +1029,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     fn handle(&self, fh: u64) -> Result<Arc<Handle>, Error> {
-        let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        let handles = lock(&self.handles);
         handles.get(&fh).cloned().ok_or(Error::BadHandle(fh))
     }
 
@@ -1118,11 +1103,7 @@ impl<S: Source> DyadFs<S> {
     /// last writable handle of a file seals and publishes it. Sealing on a close (flush)
     /// instead would publish too early: `cmd > f` closes a dup before `cmd` writes.
     pub fn release(&self, fh: u64) -> Result<(), Error> {
-        let handle = self
-            .handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh);
+        let handle = lock(&self.handles).remove(&fh);
         match handle.as_deref() {
             Some(Handle::Cached(h)) => h.entry.unpin(),
             Some(Handle::Staged {

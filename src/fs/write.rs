@@ -18,6 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::cache::Cache;
 use crate::core::Version;
 use crate::core::paths::OBJECT_PREFIX;
+use crate::core::sync::lock;
 
 /// A file being written on this node.
 pub struct Staged {
@@ -45,10 +46,6 @@ pub struct Producer {
     kept: Mutex<BTreeMap<String, Version>>,
     epoch: u64,
     seq: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Producer {

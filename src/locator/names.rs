@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::core::NodeId;
 use crate::core::Version;
 use crate::core::names::{Name, Namespace};
+use crate::core::sync::lock;
 
 /// The names of the directories this node is name home of.
 #[derive(Debug, Default)]
@@ -68,7 +69,7 @@ pub struct LocalNames {
 
 impl LocalNames {
     fn table(&self) -> std::sync::MutexGuard<'_, NameTable> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.table)
     }
 }
 

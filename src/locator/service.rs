@@ -16,6 +16,7 @@ use super::node::{Known, NodeTier};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
 use crate::core::names::{Name, Namespace};
+use crate::core::sync::lock;
 use crate::stats::Stats;
 use crate::transport::pull::{PullError, RpcFuture, RpcHandler, Rpcs};
 use crate::transport::wire::{Located, Message};
@@ -65,10 +66,6 @@ fn to_located(r: Reply) -> Located {
         Reply::Fetch => Located::Fetch,
         Reply::WaitFor(n) => Located::WaitFor(n),
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl LocatorService {
@@ -138,7 +135,7 @@ impl LocatorService {
             .filter(|(path, _)| self.membership.rack_home(path, rack) == node)
             .map(|(path, version)| Message::Publish {
                 path,
-                version: version.into(),
+                version,
                 node: self.me(),
                 held: true,
             })
@@ -153,7 +150,7 @@ impl LocatorService {
             .filter(|((path, _), _)| self.membership.global_home(path) == node)
             .map(|((path, version), holder)| Message::RackChanged {
                 path: path.clone(),
-                version: (*version).into(),
+                version: (*version),
                 rack: rack.to_string(),
                 node: holder,
                 held: true,
@@ -249,7 +246,7 @@ impl LocatorService {
             .rack_home(path, self.membership.rack_of(self.me()));
         let msg = Message::Lookup {
             path: path.to_string(),
-            version: version.into(),
+            version,
             requester: self.me(),
             global: false,
         };
@@ -281,7 +278,7 @@ impl LocatorService {
                 next,
                 copies
                     .into_iter()
-                    .map(|(path, version, node)| ((path, version.into()), node))
+                    .map(|(path, version, node)| ((path, version), node))
                     .collect(),
             )),
             other => {
@@ -309,7 +306,7 @@ impl LocatorService {
                 .iter()
                 .map(|&i| Message::Publish {
                     path: changes[i].0.clone(),
-                    version: changes[i].1.into(),
+                    version: changes[i].1,
                     node: self.me(),
                     held: changes[i].2,
                 })
@@ -331,7 +328,7 @@ impl LocatorService {
     pub async fn fetch_failed(self: &Arc<Self>, path: &str, version: Version) {
         let msg = Message::FetchFailed {
             path: path.to_string(),
-            version: version.into(),
+            version,
             node: self.me(),
         };
         self.call(self.membership.global_home(path), msg).await;
@@ -354,14 +351,14 @@ impl LocatorService {
                 version,
                 requester,
                 global: false,
-            } => self.rack_lookup((path, version.into()), requester).await,
+            } => self.rack_lookup((path, version), requester).await,
             Message::Lookup {
                 path,
                 version,
                 requester,
                 global: true,
             } => {
-                let key = (path, version.into());
+                let key = (path, version);
                 let r = lock(&self.global).lookup(&key, requester, Instant::now(), self.timeout);
                 Message::Located(to_located(r))
             }
@@ -409,7 +406,7 @@ impl LocatorService {
                 node,
                 held,
             } => {
-                let key = (path, version.into());
+                let key = (path, version);
                 let mut g = lock(&self.global);
                 if held {
                     g.rack_gained(&key, &rack, node);
@@ -429,7 +426,7 @@ impl LocatorService {
                 version,
                 node,
             } => {
-                lock(&self.global).fetch_failed(&(path, version.into()), node);
+                lock(&self.global).fetch_failed(&(path, version), node);
                 Message::Ack
             }
             Message::NameGet { dir, name, wait_ms } => {
@@ -448,7 +445,7 @@ impl LocatorService {
                 let (next, copies) = lock(&self.global).gained_since(after, max as usize);
                 let copies = copies
                     .into_iter()
-                    .map(|((path, version), node)| (path, version.into(), node))
+                    .map(|((path, version), node)| (path, version, node))
                     .collect();
                 Message::GainedList { next, copies }
             }
@@ -559,7 +556,7 @@ impl LocatorService {
         node: NodeId,
         held: bool,
     ) -> Option<(NodeId, Message)> {
-        let key = (path, version.into());
+        let key = (path, version);
         let changed = {
             let mut rack = lock(&self.rack);
             if held {
@@ -605,7 +602,7 @@ impl LocatorService {
         self.stats.lookups_global.fetch_add(1, Ordering::Relaxed);
         let msg = Message::Lookup {
             path: key.0.clone(),
-            version: key.1.into(),
+            version: key.1,
             requester,
             global: true,
         };

@@ -89,7 +89,7 @@ impl ClusterSource {
             let addr = self.locator.membership.member(h)?.addr;
             let want = Want {
                 path: path.to_string(),
-                version: version.into(),
+                version,
                 offset,
                 len,
             };
@@ -199,7 +199,7 @@ impl ChunkStore for CacheStore {
         room: &mut [u8],
         len: usize,
     ) -> io::Result<Option<u32>> {
-        let v: Version = version.into();
+        let v: Version = version;
         let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
         let entry = self.cache.lookup(path, v).ok_or_else(missing)?;
         if !entry

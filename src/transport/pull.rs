@@ -20,6 +20,7 @@ use super::auth::{AuthError, Secret};
 use super::ucx::{NoResult, Slot, UcxError, Worker};
 use super::wire::{self, Message, PROTOCOL_VERSION, WireError};
 use crate::core::Version;
+use crate::core::sync::lock;
 
 /// Where a holder reads chunks from (the NVMe cache in the daemon, a directory in tests).
 pub trait ChunkStore: Send + Sync + 'static {
@@ -57,7 +58,7 @@ impl ChunkStore for DirStore {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
         let f = std::fs::File::open(self.root.join(path))?;
-        if Version::from(crate::core::version_of(&f.metadata()?)) != version {
+        if crate::core::version_of(&f.metadata()?) != version {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         f.read_exact_at(&mut room[..len], offset)?;
@@ -179,7 +180,7 @@ struct Admitted {
 
 impl PeerConns {
     fn admit(&self, peer: u32) -> io::Result<Admitted> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.0);
         let n = map.entry(peer).or_default();
         if *n >= MAX_CONNS_PER_PEER {
             return Err(io::Error::other(format!(
@@ -196,7 +197,7 @@ impl PeerConns {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut map = self.conns.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.conns.0);
         if let Some(n) = map.get_mut(&self.peer) {
             *n -= 1;
             if *n == 0 {
@@ -599,20 +600,11 @@ impl<C> Default for IdlePool<C> {
 
 impl<C> IdlePool<C> {
     fn take(&self, peer: SocketAddr) -> Option<C> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&peer)
-            .and_then(Vec::pop)
+        lock(&self.idle).get_mut(&peer).and_then(Vec::pop)
     }
 
     fn put(&self, peer: SocketAddr, conn: C) {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(peer)
-            .or_default()
-            .push(conn);
+        lock(&self.idle).entry(peer).or_default().push(conn);
     }
 }
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::core::sync::lock;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 pub use slab::{Slab, Slot};
 use ucx_sys as sys;
@@ -399,7 +400,7 @@ impl<T> Completer<T> {
 
     fn settle(&self, outcome: Outcome<T>) {
         let (state, ready) = &*self.0;
-        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = lock(state);
         if matches!(*state, Outcome::Pending) {
             *state = outcome;
             ready.notify_one();
@@ -426,7 +427,7 @@ impl<T> Completion<T> {
     /// The result, waiting at most `timeout` for it.
     pub fn wait(self, timeout: Duration) -> Result<T, NoResult> {
         let (state, ready) = &*self.0;
-        let guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = lock(state);
         let (mut guard, _) = ready
             .wait_timeout_while(guard, timeout, |s| matches!(s, Outcome::Pending))
             .unwrap_or_else(|e| e.into_inner());

@@ -2,6 +2,7 @@
 //! slot; dropping it returns the slot to the pool and wakes a waiter (back pressure: callers
 //! wait for a slot instead of allocating).
 
+use crate::core::sync::lock;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,7 +70,7 @@ impl Slab {
     /// Takes a free slot, waiting up to `timeout` for one to be returned.
     pub fn take(self: &Arc<Self>, timeout: Duration) -> Option<Slot> {
         let deadline = Instant::now() + timeout;
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = lock(&self.free);
         loop {
             if let Some(index) = free.pop() {
                 return Some(Slot {
@@ -98,7 +99,7 @@ impl Slab {
     }
 
     pub fn free_slots(&self) -> usize {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+        lock(&self.free).len()
     }
 }
 
@@ -145,7 +146,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut free = self.slab.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = lock(&self.slab.free);
         free.push(self.index);
         self.slab.freed.notify_one();
     }
