@@ -5,8 +5,8 @@
 pub mod cache;
 pub mod cli;
 pub mod core;
+pub mod daemon;
 pub mod fs;
 pub mod locator;
-pub mod mount;
 pub mod stats;
 pub mod transport;

@@ -13,8 +13,8 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Mount(args) => dyadfs::mount::mount(args),
-        Command::Stats(args) => dyadfs::mount::stats(&args.mountpoint).map(|s| {
+        Command::Mount(args) => dyadfs::daemon::mount(args),
+        Command::Stats(args) => dyadfs::daemon::stats(&args.mountpoint).map(|s| {
             if args.json {
                 println!("{}", serde_json::to_string(&s).expect("serialize"));
             } else {
@@ -24,8 +24,8 @@ fn main() -> ExitCode {
         Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))
             .map_err(|e| format!("{}: {e}", args.file.display())),
-        Command::Transport(TransportCommand::Serve(args)) => dyadfs::transport::tool::serve(args),
-        Command::Transport(TransportCommand::Pull(args)) => dyadfs::transport::tool::pull(args),
+        Command::Transport(TransportCommand::Serve(args)) => dyadfs::daemon::serve_transport(args),
+        Command::Transport(TransportCommand::Pull(args)) => dyadfs::daemon::pull(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

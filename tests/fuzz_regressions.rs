@@ -7,7 +7,8 @@ use std::path::Path;
 
 use dyadfs::cache::format::Header;
 use dyadfs::cache::journal;
-use dyadfs::transport::wire;
+use dyadfs::locator::proto;
+use dyadfs::transport::wire::{self, Message};
 
 fn inputs(target: &str) -> Vec<Vec<u8>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,7 +25,7 @@ fn inputs(target: &str) -> Vec<Vec<u8>> {
 
 #[test]
 fn wire_decode_inputs() {
-    let mut decoded = 0;
+    let (mut decoded, mut payloads) = (0, 0);
     for data in inputs("wire_decode") {
         let Some((prefix, body)) = data.split_first_chunk::<4>() else {
             continue;
@@ -34,11 +35,21 @@ fn wire_decode_inputs() {
         }
         if let Ok(msg) = wire::decode(body) {
             let frame = wire::encode(&msg);
-            assert_eq!(wire::decode(&frame[4..]).ok(), Some(msg));
+            assert_eq!(wire::decode(&frame[4..]).ok(), Some(msg.clone()));
             decoded += 1;
+            if let Message::Rpc(payload) = msg
+                && let Ok(m) = proto::decode(&payload)
+            {
+                assert_eq!(proto::decode(&proto::encode(&m)).ok(), Some(m));
+            }
+        }
+        if let Ok(m) = proto::decode(body) {
+            assert_eq!(proto::decode(&proto::encode(&m)).ok(), Some(m));
+            payloads += 1;
         }
     }
     assert!(decoded > 0, "the seeds are frames that decode");
+    assert!(payloads > 0, "the seeds hold locator payloads that decode");
 }
 
 #[test]

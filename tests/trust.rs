@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use dyadfs::core::names::Name;
+use dyadfs::locator::proto::{self, Msg};
 use dyadfs::transport::auth::{self, Secret};
 use dyadfs::transport::wire::{self, Message, PROTOCOL_VERSION};
 
@@ -43,6 +44,19 @@ fn recv(s: &mut TcpStream) -> Option<Message> {
     wire::decode(&body).ok()
 }
 
+/// A locator message as the frame that carries it.
+fn rpc(m: Msg) -> Message {
+    Message::Rpc(proto::encode(&m))
+}
+
+/// The locator message a reply frame carries.
+fn answer(reply: Option<Message>) -> Option<Msg> {
+    match reply? {
+        Message::Rpc(p) => proto::decode(&p).ok(),
+        _ => None,
+    }
+}
+
 fn listing(m: &Mounted) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(&m.mnt)
         .unwrap()
@@ -64,7 +78,7 @@ fn puller_hello() -> Message {
 }
 
 fn forged_name() -> Message {
-    Message::NameSet {
+    rpc(Msg::NameSet {
         dir: String::new(),
         name: "passwd".into(),
         entry: Some(Name {
@@ -77,7 +91,7 @@ fn forged_name() -> Message {
             uid: 0,
             gid: 0,
         }),
-    }
+    })
 }
 
 #[test]
@@ -102,7 +116,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     send(&mut s, &hello).unwrap();
     assert!(matches!(recv(&mut s), Some(Message::AuthChallenge { .. })));
     send(&mut s, &Message::AuthProof { mac: vec![0; 32] }).unwrap();
-    let _ = send(&mut s, &Message::NameList { dir: String::new() });
+    let _ = send(&mut s, &rpc(Msg::NameList { dir: String::new() }));
     assert_eq!(recv(&mut s), None, "a forged proof got an answer");
 
     // With the key, a name whose object is a path outside the cache is refused.
@@ -110,10 +124,8 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     for home in 0..2 {
         let mut s = authenticated(&c, home, &key);
         send(&mut s, &forged_name()).unwrap();
-        match recv(&mut s) {
-            Some(Message::Error { message, .. }) => {
-                assert!(message.contains("refused"), "{message}")
-            }
+        match answer(recv(&mut s)) {
+            Some(Msg::Refused(why)) => assert!(why.contains("not an object"), "{why}"),
             other => panic!("a forged name was answered with {other:?}"),
         }
     }
@@ -121,16 +133,16 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     assert_eq!(listing(&c.nodes[1]), before);
     // The authenticated id is the only identity: node 0 cannot publish a copy as node 1.
     let meta = fs::metadata(c.backing.join("x")).unwrap();
-    let spoof = Message::Publish {
+    let spoof = rpc(Msg::Publish {
         path: "x".into(),
         version: dyadfs::core::version_of(&meta),
         node: 1,
         held: true,
-    };
+    });
     let mut s = authenticated(&c, 1, &key);
     send(&mut s, &spoof).unwrap();
-    match recv(&mut s) {
-        Some(Message::Error { message, .. }) => assert!(message.contains("spoke for"), "{message}"),
+    match answer(recv(&mut s)) {
+        Some(Msg::Refused(why)) => assert!(why.contains("spoke for"), "{why}"),
         other => panic!("a spoofed publish was answered with {other:?}"),
     }
 
@@ -288,14 +300,14 @@ fn a_name_lookup_with_an_absurd_wait_is_answered() {
         .global_home("") as usize;
     let key = Secret::load(&c.secret).unwrap();
     let mut s = authenticated(&c, home, &key);
-    let get = Message::NameGet {
+    let get = rpc(Msg::NameGet {
         dir: String::new(),
         name: "made".into(),
         wait_ms: u64::MAX,
-    };
+    });
     send(&mut s, &get).unwrap();
     assert!(
-        matches!(recv(&mut s), Some(Message::NameIs(Some(_)))),
+        matches!(answer(recv(&mut s)), Some(Msg::NameIs(Some(_)))),
         "no answer"
     );
 }

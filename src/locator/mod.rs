@@ -7,6 +7,7 @@
 pub mod membership;
 pub mod names;
 pub mod node;
+pub mod proto;
 pub mod rendezvous;
 pub mod replicate;
 pub mod service;

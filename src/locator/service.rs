@@ -13,13 +13,15 @@ use tokio::sync::oneshot;
 use super::membership::{Membership, NodeId};
 use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
+use super::proto::{self, Msg};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
 use crate::core::names::{Name, Namespace};
 use crate::core::sync::lock;
 use crate::stats::Stats;
-use crate::transport::pull::{PullError, RpcFuture, RpcHandler, Rpcs};
-use crate::transport::wire::{Located, Message};
+use crate::transport::TransportError;
+use crate::transport::rpc::Rpcs;
+use crate::transport::server::{RpcFuture, RpcHandler};
 
 #[derive(Default)]
 struct RackState {
@@ -51,22 +53,6 @@ pub struct LocatorService {
 
 /// How long a failed node stays suspect.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
-
-fn to_reply(l: Located) -> Reply {
-    match l {
-        Located::Holders(h) => Reply::Holders(h),
-        Located::Fetch => Reply::Fetch,
-        Located::WaitFor(n) => Reply::WaitFor(n),
-    }
-}
-
-fn to_located(r: Reply) -> Located {
-    match r {
-        Reply::Holders(h) => Located::Holders(h),
-        Reply::Fetch => Located::Fetch,
-        Reply::WaitFor(n) => Located::WaitFor(n),
-    }
-}
 
 impl LocatorService {
     pub fn new(
@@ -106,14 +92,14 @@ impl LocatorService {
             }
             let (me, addr) = (self.clone(), m.addr);
             calls.spawn(async move {
-                let msg = Message::Rejoined { node: me.me() };
-                me.rpcs.call(addr, &msg, timeout).await
+                let msg = Msg::Rejoined { node: me.me() };
+                me.rpc(addr, &msg, timeout).await
             });
         }
         let mut answered = 0;
         while let Some(r) = calls.join_next().await {
             match r {
-                Ok(Ok(Message::Ack)) => answered += 1,
+                Ok(Ok(Msg::Ack)) => answered += 1,
                 Ok(Ok(other)) => tracing::warn!(reply = ?other, "unexpected answer to Rejoined"),
                 Ok(Err(e)) => tracing::debug!(error = %e, "a peer did not answer Rejoined"),
                 Err(e) => tracing::warn!(error = %e, "Rejoined task failed"),
@@ -126,14 +112,14 @@ impl LocatorService {
     /// rack's files it is global home of.
     async fn reannounce(self: &Arc<Self>, node: NodeId) {
         let rack = self.membership.rack_of(self.me());
-        let mine: Vec<Message> = self
+        let mine: Vec<Msg> = self
             .holdings
             .get()
             .map(|f| f())
             .unwrap_or_default()
             .into_iter()
             .filter(|(path, _)| self.membership.rack_home(path, rack) == node)
-            .map(|(path, version)| Message::Publish {
+            .map(|(path, version)| Msg::Publish {
                 path,
                 version,
                 node: self.me(),
@@ -142,13 +128,13 @@ impl LocatorService {
             .collect();
         let copies = mine.len();
         if !mine.is_empty() {
-            self.call(node, Message::Batch(mine)).await;
+            self.call(node, Msg::Batch(mine)).await;
         }
-        let racks: Vec<Message> = lock(&self.rack)
+        let racks: Vec<Msg> = lock(&self.rack)
             .table
             .held()
             .filter(|((path, _), _)| self.membership.global_home(path) == node)
-            .map(|((path, version), holder)| Message::RackChanged {
+            .map(|((path, version), holder)| Msg::RackChanged {
                 path: path.clone(),
                 version: (*version),
                 rack: rack.to_string(),
@@ -157,7 +143,7 @@ impl LocatorService {
             })
             .collect();
         if !racks.is_empty() {
-            self.call(node, Message::Batch(racks)).await;
+            self.call(node, Msg::Batch(racks)).await;
         }
         tracing::info!(node, copies, "re-announced to a restarted node");
     }
@@ -174,22 +160,17 @@ impl LocatorService {
     }
 
     /// Sends a message to `to`, or handles it here when this node is the addressee.
-    async fn call(self: &Arc<Self>, to: NodeId, msg: Message) -> Option<Message> {
+    async fn call(self: &Arc<Self>, to: NodeId, msg: Msg) -> Option<Msg> {
         self.call_within(to, msg, self.timeout).await
     }
 
-    async fn call_within(
-        self: &Arc<Self>,
-        to: NodeId,
-        msg: Message,
-        timeout: Duration,
-    ) -> Option<Message> {
+    async fn call_within(self: &Arc<Self>, to: NodeId, msg: Msg, timeout: Duration) -> Option<Msg> {
         if to == self.me() {
             // Boxed: answering may call again (rack home -> global home on this node).
             return Some(Box::pin(self.clone().answer(Some(self.me()), msg)).await);
         }
         let addr = self.reachable(to)?;
-        self.outcome(to, self.rpcs.call(addr, &msg, timeout).await)
+        self.outcome(to, self.rpc(addr, &msg, timeout).await)
     }
 
     /// As [`LocatorService::call`], from a plain thread (a FUSE request's), with blocking I/O:
@@ -198,13 +179,27 @@ impl LocatorService {
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
         to: NodeId,
-        msg: Message,
-    ) -> Option<Message> {
+        msg: Msg,
+    ) -> Option<Msg> {
         if to == self.me() {
             return Some(runtime.block_on(self.clone().answer(Some(self.me()), msg)));
         }
         let addr = self.reachable(to)?;
-        self.outcome(to, self.rpcs.call_blocking(addr, &msg, self.timeout))
+        let reply = self
+            .rpcs
+            .call_blocking(addr, &proto::encode(&msg), self.timeout);
+        self.outcome(to, reply.and_then(|r| decoded(addr, &r)))
+    }
+
+    /// One locator message to `addr` and its answer, over the transport's RPC.
+    async fn rpc(
+        &self,
+        addr: std::net::SocketAddr,
+        msg: &Msg,
+        timeout: Duration,
+    ) -> Result<Msg, TransportError> {
+        let reply = self.rpcs.call(addr, &proto::encode(msg), timeout).await?;
+        decoded(addr, &reply)
     }
 
     /// The address of `to`, unless it is suspect (then a call to it is a miss at once).
@@ -216,7 +211,7 @@ impl LocatorService {
     }
 
     /// A call's reply; a failed call makes its addressee suspect.
-    fn outcome(&self, to: NodeId, r: Result<Message, PullError>) -> Option<Message> {
+    fn outcome(&self, to: NodeId, r: Result<Msg, TransportError>) -> Option<Msg> {
         match r {
             Ok(m) => Some(m),
             Err(e) => {
@@ -244,15 +239,15 @@ impl LocatorService {
         let rack_home = self
             .membership
             .rack_home(path, self.membership.rack_of(self.me()));
-        let msg = Message::Lookup {
+        let msg = Msg::Lookup {
             path: path.to_string(),
             version,
             requester: self.me(),
             global: false,
         };
         match self.call_from_thread(runtime, rack_home, msg) {
-            Some(Message::Located(l)) => {
-                let r = to_reply(l);
+            Some(Msg::Located(l)) => {
+                let r = l;
                 if let Reply::Holders(h) = &r {
                     self.node.remember(key, h.clone());
                 }
@@ -273,8 +268,8 @@ impl LocatorService {
         after: u64,
         max: u32,
     ) -> Option<(u64, Vec<(Key, NodeId)>)> {
-        match self.call_from_thread(runtime, home, Message::Gained { after, max })? {
-            Message::GainedList { next, copies } => Some((
+        match self.call_from_thread(runtime, home, Msg::Gained { after, max })? {
+            Msg::GainedList { next, copies } => Some((
                 next,
                 copies
                     .into_iter()
@@ -304,7 +299,7 @@ impl LocatorService {
         for (home, items) in by_home {
             let msgs = items
                 .iter()
-                .map(|&i| Message::Publish {
+                .map(|&i| Msg::Publish {
                     path: changes[i].0.clone(),
                     version: changes[i].1,
                     node: self.me(),
@@ -312,13 +307,13 @@ impl LocatorService {
                 })
                 .collect();
             let me = self.clone();
-            calls.spawn(async move { (items, me.call(home, Message::Batch(msgs)).await) });
+            calls.spawn(async move { (items, me.call(home, Msg::Batch(msgs)).await) });
         }
         let mut acked = vec![false; changes.len()];
         while let Some(Ok((items, reply))) = calls.join_next().await {
-            if let Some(Message::Batch(replies)) = reply {
+            if let Some(Msg::Batch(replies)) = reply {
                 for (i, r) in items.into_iter().zip(replies) {
-                    acked[i] = r == Message::Ack;
+                    acked[i] = r == Msg::Ack;
                 }
             }
         }
@@ -326,7 +321,7 @@ impl LocatorService {
     }
 
     pub async fn fetch_failed(self: &Arc<Self>, path: &str, version: Version) {
-        let msg = Message::FetchFailed {
+        let msg = Msg::FetchFailed {
             path: path.to_string(),
             version,
             node: self.me(),
@@ -336,23 +331,20 @@ impl LocatorService {
 
     /// Answers a locator message from `peer` (the authenticated sender; `None` with
     /// `--insecure`).
-    async fn answer(self: Arc<Self>, peer: Option<NodeId>, msg: Message) -> Message {
+    async fn answer(self: Arc<Self>, peer: Option<NodeId>, msg: Msg) -> Msg {
         // Nothing from the wire is used before it is checked: a bad frame changes nothing.
         if let Err(why) = self.check(&msg, peer) {
             tracing::warn!(%why, "refused a locator message");
-            return Message::Error {
-                id: 0,
-                message: format!("refused: {why}"),
-            };
+            return Msg::Refused(why);
         }
         match msg {
-            Message::Lookup {
+            Msg::Lookup {
                 path,
                 version,
                 requester,
                 global: false,
             } => self.rack_lookup((path, version), requester).await,
-            Message::Lookup {
+            Msg::Lookup {
                 path,
                 version,
                 requester,
@@ -360,15 +352,15 @@ impl LocatorService {
             } => {
                 let key = (path, version);
                 let r = lock(&self.global).lookup(&key, requester, Instant::now(), self.timeout);
-                Message::Located(to_located(r))
+                Msg::Located(r)
             }
-            Message::Batch(msgs) => {
+            Msg::Batch(msgs) => {
                 // The rack-level changes a batch of publishes causes go to their global homes
                 // in batches too.
-                let mut to_global: HashMap<NodeId, Vec<Message>> = HashMap::new();
+                let mut to_global: HashMap<NodeId, Vec<Msg>> = HashMap::new();
                 let mut replies = Vec::with_capacity(msgs.len());
                 for msg in msgs {
-                    if let Message::Publish {
+                    if let Msg::Publish {
                         path,
                         version,
                         node,
@@ -378,17 +370,17 @@ impl LocatorService {
                         if let Some((home, change)) = self.rack_publish(path, version, node, held) {
                             to_global.entry(home).or_default().push(change);
                         }
-                        replies.push(Message::Ack);
+                        replies.push(Msg::Ack);
                     } else {
                         replies.push(Box::pin(self.clone().answer(peer, msg)).await);
                     }
                 }
                 for (home, changes) in to_global {
-                    self.call(home, Message::Batch(changes)).await;
+                    self.call(home, Msg::Batch(changes)).await;
                 }
-                Message::Batch(replies)
+                Msg::Batch(replies)
             }
-            Message::Publish {
+            Msg::Publish {
                 path,
                 version,
                 node,
@@ -397,9 +389,9 @@ impl LocatorService {
                 if let Some((home, change)) = self.rack_publish(path, version, node, held) {
                     self.call(home, change).await;
                 }
-                Message::Ack
+                Msg::Ack
             }
-            Message::RackChanged {
+            Msg::RackChanged {
                 path,
                 version,
                 rack,
@@ -413,47 +405,47 @@ impl LocatorService {
                 } else {
                     g.rack_lost(&key, &rack);
                 }
-                Message::Ack
+                Msg::Ack
             }
-            Message::Rejoined { node } => {
+            Msg::Rejoined { node } => {
                 // Its address may be reused by a new process: drop the suspicion now.
                 lock(&self.suspects).remove(&node);
                 self.reannounce(node).await;
-                Message::Ack
+                Msg::Ack
             }
-            Message::FetchFailed {
+            Msg::FetchFailed {
                 path,
                 version,
                 node,
             } => {
                 lock(&self.global).fetch_failed(&(path, version), node);
-                Message::Ack
+                Msg::Ack
             }
-            Message::NameGet { dir, name, wait_ms } => {
+            Msg::NameGet { dir, name, wait_ms } => {
                 // A number from the wire: bounded, so no caller holds a home's task for long.
                 let wait = Duration::from_millis(wait_ms).min(MAX_NAME_WAIT);
                 let deadline = Instant::now() + wait;
                 loop {
                     let found = lock(&self.names).get(&dir, &name);
                     if found.is_some() || Instant::now() >= deadline {
-                        return Message::NameIs(found);
+                        return Msg::NameIs(found);
                     }
                     tokio::time::sleep(WAIT_POLL).await;
                 }
             }
-            Message::Gained { after, max } => {
+            Msg::Gained { after, max } => {
                 let (next, copies) = lock(&self.global).gained_since(after, max as usize);
                 let copies = copies
                     .into_iter()
                     .map(|((path, version), node)| (path, version, node))
                     .collect();
-                Message::GainedList { next, copies }
+                Msg::GainedList { next, copies }
             }
-            Message::NameList { dir } => Message::Names(lock(&self.names).list(&dir)),
-            Message::NameSet { dir, name, entry } => {
-                Message::NameIs(lock(&self.names).set(&dir, &name, entry))
+            Msg::NameList { dir } => Msg::Names(lock(&self.names).list(&dir)),
+            Msg::NameSet { dir, name, entry } => {
+                Msg::NameIs(lock(&self.names).set(&dir, &name, entry))
             }
-            Message::Unhold {
+            Msg::Unhold {
                 object,
                 version,
                 drop,
@@ -461,12 +453,9 @@ impl LocatorService {
                 if let Some(f) = self.on_release.get() {
                     f(&object, version.size, version.mtime_ns, drop);
                 }
-                Message::Ack
+                Msg::Ack
             }
-            other => Message::Error {
-                id: 0,
-                message: format!("not a locator message: {other:?}"),
-            },
+            other => Msg::Refused(format!("not a request: {other:?}")),
         }
     }
 
@@ -475,7 +464,7 @@ impl LocatorService {
     /// that are not tokens of their holder are refused before any table is touched.
     /// A message that speaks for its sender (a publish, a failed fetch, a rejoin, a member's
     /// own lookup, a rack's change) must come from that sender: `peer` is the authenticated id.
-    fn check(&self, msg: &Message, peer: Option<NodeId>) -> Result<(), String> {
+    fn check(&self, msg: &Msg, peer: Option<NodeId>) -> Result<(), String> {
         use crate::core::paths::{cache_key, dataset_path, name as one_name, object_id};
         let member = |id: NodeId| self.membership.check_member(id);
         let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
@@ -487,7 +476,7 @@ impl LocatorService {
         };
         match msg {
             // A rack home forwards a member's miss to the global home (`global: true`).
-            Message::Lookup {
+            Msg::Lookup {
                 path,
                 requester,
                 global,
@@ -500,11 +489,11 @@ impl LocatorService {
                     sender(*requester)
                 }
             }
-            Message::Publish { path, node, .. } | Message::FetchFailed { path, node, .. } => {
+            Msg::Publish { path, node, .. } | Msg::FetchFailed { path, node, .. } => {
                 key(path)?;
                 sender(*node)
             }
-            Message::RackChanged {
+            Msg::RackChanged {
                 path, rack, node, ..
             } => {
                 key(path)?;
@@ -520,13 +509,13 @@ impl LocatorService {
                     _ => Ok(()),
                 }
             }
-            Message::Rejoined { node } => sender(*node),
-            Message::NameGet { dir: d, name, .. } => {
+            Msg::Rejoined { node } => sender(*node),
+            Msg::NameGet { dir: d, name, .. } => {
                 dir(d)?;
                 one(name)
             }
-            Message::NameList { dir: d } => dir(d),
-            Message::NameSet {
+            Msg::NameList { dir: d } => dir(d),
+            Msg::NameSet {
                 dir: d,
                 name,
                 entry,
@@ -538,11 +527,11 @@ impl LocatorService {
                     None => Ok(()),
                 }
             }
-            Message::Unhold { object, .. } => match object_id(object) {
+            Msg::Unhold { object, .. } => match object_id(object) {
                 Ok(node) if node == self.me() => Ok(()),
                 _ => Err(format!("{object:?} is not an object of this node")),
             },
-            Message::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
+            Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
             _ => Ok(()),
         }
     }
@@ -555,7 +544,7 @@ impl LocatorService {
         version: Version,
         node: NodeId,
         held: bool,
-    ) -> Option<(NodeId, Message)> {
+    ) -> Option<(NodeId, Msg)> {
         let key = (path, version);
         let changed = {
             let mut rack = lock(&self.rack);
@@ -567,7 +556,7 @@ impl LocatorService {
         };
         changed.then(|| {
             let home = self.membership.global_home(&key.0);
-            let msg = Message::RackChanged {
+            let msg = Msg::RackChanged {
                 path: key.0,
                 version,
                 rack: self.membership.rack_of(node).to_string(),
@@ -578,11 +567,11 @@ impl LocatorService {
         })
     }
 
-    async fn rack_lookup(self: &Arc<Self>, key: Key, requester: NodeId) -> Message {
+    async fn rack_lookup(self: &Arc<Self>, key: Key, requester: NodeId) -> Msg {
         let queued = {
             let mut rack = lock(&self.rack);
             match rack.table.lookup(&key, requester) {
-                RackLookup::Reply(r) => return Message::Located(to_located(r)),
+                RackLookup::Reply(r) => return Msg::Located(r),
                 RackLookup::Queued => {
                     let (tx, rx) = oneshot::channel();
                     rack.waiters.insert((key.clone(), requester), tx);
@@ -593,21 +582,21 @@ impl LocatorService {
         };
         if let Some(rx) = queued {
             let r = tokio::time::timeout(self.timeout, rx).await;
-            return Message::Located(to_located(match r {
+            return Msg::Located(match r {
                 Ok(Ok(r)) => r,
                 // The question went unanswered in time: fall back to the backing store.
                 _ => Reply::Fetch,
-            }));
+            });
         }
         self.stats.lookups_global.fetch_add(1, Ordering::Relaxed);
-        let msg = Message::Lookup {
+        let msg = Msg::Lookup {
             path: key.0.clone(),
             version: key.1,
             requester,
             global: true,
         };
         let answer = match self.call(self.membership.global_home(&key.0), msg).await {
-            Some(Message::Located(l)) => Some(to_reply(l)),
+            Some(Msg::Located(l)) => Some(l),
             _ => None,
         };
         let mut rack = lock(&self.rack);
@@ -623,7 +612,7 @@ impl LocatorService {
                 let _ = tx.send(reply);
             }
         }
-        Message::Located(to_located(mine))
+        Msg::Located(mine)
     }
 }
 
@@ -650,12 +639,23 @@ pub fn check_name(n: &Name, membership: &Membership) -> Result<(), String> {
 /// The longest a name home holds a `NameGet` open, whatever the caller asks.
 const MAX_NAME_WAIT: Duration = Duration::from_secs(3600);
 
-/// The RPC handler registered on the control port (it needs the service's `Arc`).
+/// A reply payload from `peer` as a message.
+fn decoded(peer: std::net::SocketAddr, payload: &[u8]) -> Result<Msg, TransportError> {
+    proto::decode(payload).map_err(|source| TransportError::Wire { peer, source })
+}
+
+/// The RPC handler registered on the control port (it needs the service's `Arc`). A payload
+/// that is no locator message closes the connection.
 pub struct Handler(pub Arc<LocatorService>);
 
 impl RpcHandler for Handler {
-    fn handle(&self, peer: Option<u32>, msg: Message) -> RpcFuture {
-        Box::pin(self.0.clone().answer(peer, msg))
+    fn handle(&self, peer: Option<u32>, payload: Vec<u8>) -> RpcFuture {
+        let service = self.0.clone();
+        Box::pin(async move {
+            let msg = proto::decode(&payload)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            Ok(proto::encode(&service.answer(peer, msg).await))
+        })
     }
 }
 
@@ -666,7 +666,7 @@ pub struct ClusterNames {
 }
 
 impl ClusterNames {
-    fn ask(&self, dir: &str, msg: Message, wait: Duration) -> std::io::Result<Message> {
+    fn ask(&self, dir: &str, msg: Msg, wait: Duration) -> std::io::Result<Msg> {
         let l = &self.locator;
         let home = l.membership.global_home(dir);
         self.runtime
@@ -675,7 +675,7 @@ impl ClusterNames {
     }
 }
 
-fn unexpected(m: Message) -> std::io::Error {
+fn unexpected(m: Msg) -> std::io::Error {
     std::io::Error::other(format!("unexpected reply from a name home: {m:?}"))
 }
 
@@ -696,22 +696,22 @@ impl ClusterNames {
 
 impl Namespace for ClusterNames {
     fn get(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
-        let msg = Message::NameGet {
+        let msg = Msg::NameGet {
             dir: dir.into(),
             name: name.into(),
             wait_ms: wait.as_millis() as u64,
         };
         match self.ask(dir, msg, wait)? {
-            Message::NameIs(n) => self.checked(n),
+            Msg::NameIs(n) => self.checked(n),
             m => Err(unexpected(m)),
         }
     }
 
     fn list(&self, dir: &str) -> std::io::Result<Vec<(String, Name)>> {
-        let msg = Message::NameList { dir: dir.into() };
+        let msg = Msg::NameList { dir: dir.into() };
         match self.ask(dir, msg, Duration::ZERO)? {
             // A malformed entry from the home is left out, the rest listed.
-            Message::Names(n) => Ok(n
+            Msg::Names(n) => Ok(n
                 .into_iter()
                 .filter(|(name, n)| {
                     crate::core::paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
@@ -722,19 +722,19 @@ impl Namespace for ClusterNames {
     }
 
     fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> std::io::Result<Option<Name>> {
-        let msg = Message::NameSet {
+        let msg = Msg::NameSet {
             dir: dir.into(),
             name: name.into(),
             entry,
         };
         match self.ask(dir, msg, Duration::ZERO)? {
-            Message::NameIs(n) => Ok(n),
+            Msg::NameIs(n) => Ok(n),
             m => Err(unexpected(m)),
         }
     }
 
     fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool) {
-        let msg = Message::Unhold {
+        let msg = Msg::Unhold {
             object: object.into(),
             version: crate::core::Version { size, mtime_ns },
             drop,

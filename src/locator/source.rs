@@ -15,7 +15,8 @@ use crate::core::Version;
 use crate::core::source::{FillSink, Origin, Source};
 use crate::fs::BackingStore;
 use crate::stats::Stats;
-use crate::transport::pull::{ChunkStore, Puller, Want};
+use crate::transport::pull::{Puller, Want};
+use crate::transport::server::ChunkStore;
 
 pub struct ClusterSource {
     pub locator: Arc<LocatorService>,

@@ -19,7 +19,7 @@ use crate::core::Version;
 pub type Key = (String, Version);
 
 /// What a member is told to do about a file it misses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reply {
     /// Pull from one of these holders (choose with [`pick_holder`]).
     Holders(Vec<NodeId>),

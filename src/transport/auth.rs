@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn anything_but_a_hello_first_is_refused() {
-        let hello = Message::NameList { dir: "".into() };
+        let hello = Message::Rpc(vec![0x90]);
         assert!(matches!(
             server_challenge(&key(1), 9, hello),
             Err(AuthError::NoHello)

@@ -1,11 +1,22 @@
-//! Moving chunks between nodes: the control channel's wire format ([`wire`], pure), the pull
-//! protocol over tokio TCP ([`pull`]) and the UCX data plane ([`ucx`], the only UCX-aware code).
+//! Moving bytes between nodes, and nothing about what they mean: [`frame`] and [`wire`] (pure
+//! framing and the transport's messages), [`auth`] (the job-secret handshake, pure) and
+//! [`handshake`] (it, over a socket), [`server`] (the control port: pulls served from a
+//! [`server::ChunkStore`], RPCs handed to an [`server::RpcHandler`]), [`rpc`] (the RPC client),
+//! [`pull`] (the puller) and [`ucx`] (the data plane, the only UCX-aware code). It knows no
+//! locator, filesystem or command line: those sit above it.
 
 pub mod auth;
+pub mod error;
+pub mod frame;
+mod handshake;
 pub mod pull;
-pub mod tool;
+pub mod rpc;
+pub mod server;
+mod stream;
 pub mod ucx;
 pub mod wire;
+
+pub use error::TransportError;
 
 /// Gives the calling thread the lowest CPU priority (nice 19; Linux sets it per thread): the
 /// threads of background copies (`--replicate`) then run on CPU the readers leave idle.

@@ -5,9 +5,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::pull::{self, DirStore, Faults, PullConfig};
-use super::ucx::Worker;
 use crate::cli::{PullArgs, ServeArgs, UcxArgs};
+use crate::transport::pull::{self, PullConfig};
+use crate::transport::server::{self, DirStore, Faults};
+use crate::transport::ucx::Worker;
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
@@ -36,7 +37,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         let faults = Faults {
             corrupt: args.corrupt,
         };
-        let server = pull::Server {
+        let server = server::Server {
             worker: w,
             background: None,
             store,
@@ -46,7 +47,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             secret: None,
             conns: Default::default(),
         };
-        pull::serve(listener, server)
+        server::serve(listener, server)
             .await
             .map_err(|e| e.to_string())
     })

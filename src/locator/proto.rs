@@ -1,0 +1,176 @@
+//! The locator's messages: what members, rack homes, global homes and name homes ask and answer
+//! one another. Each travels as the payload of one transport RPC (`transport::wire::Message::Rpc`),
+//! MessagePack-encoded like the frames around it. Pure types and byte functions; golden bytes
+//! in `fixtures/wire/` pin the encoding. Nothing decoded here is trusted before
+//! [`super::check`] accepts it.
+
+use serde::{Deserialize, Serialize};
+
+use super::tiers::Reply;
+use crate::core::names::Name;
+use crate::core::{NodeId, Version};
+use crate::transport::frame::{self, WireError};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Msg {
+    /// A member missed a file: asked of its rack home (`global: false`) or, by a rack home, of
+    /// the global home (`global: true`).
+    Lookup {
+        path: String,
+        version: Version,
+        requester: NodeId,
+        global: bool,
+    },
+    /// The answer to a lookup.
+    Located(Reply),
+    /// A node completed a copy (`held: true`) or dropped it, told to its rack home.
+    Publish {
+        path: String,
+        version: Version,
+        node: NodeId,
+        held: bool,
+    },
+    /// A rack home tells the global home its rack gained its first copy or lost its last.
+    RackChanged {
+        path: String,
+        version: Version,
+        rack: String,
+        node: NodeId,
+        held: bool,
+    },
+    /// A designated fetcher could not read the backing store.
+    FetchFailed {
+        path: String,
+        version: Version,
+        node: NodeId,
+    },
+    Ack,
+    // The produced namespace (see `locator::names`), asked of a directory's name home.
+    /// Look a name up, waiting up to `wait_ms` for it to be published.
+    NameGet {
+        dir: String,
+        name: String,
+        wait_ms: u64,
+    },
+    /// The answer to `NameGet`, and to `NameSet` (the name it replaced).
+    NameIs(Option<Name>),
+    NameList {
+        dir: String,
+    },
+    Names(Vec<(String, Name)>),
+    /// Publish (`Some`) or remove (`None`) a name.
+    NameSet {
+        dir: String,
+        name: String,
+        entry: Option<Name>,
+    },
+    /// To a producer: its object is no longer named (`drop`: delete it; else evictable).
+    Unhold {
+        object: String,
+        version: Version,
+        drop: bool,
+    },
+    /// Several locator messages in one RPC (publishes queued together); answered by a `Batch`
+    /// of their replies, in order.
+    Batch(Vec<Msg>),
+    /// From a node that has (re)started with empty tables: peers re-announce what those tables
+    /// held (their copies it is rack home of, their racks' copies it is global home of), then
+    /// answer `Ack`.
+    Rejoined {
+        node: NodeId,
+    },
+    /// From a replicating node to a global home: the copies racks gained after position
+    /// `after` of its feed (at most `max`).
+    Gained {
+        after: u64,
+        max: u32,
+    },
+    /// The answer to `Gained`: (path, version, holder), and the position to ask from next.
+    GainedList {
+        next: u64,
+        copies: Vec<(String, Version, NodeId)>,
+    },
+    /// The answer to a message the addressee refused (it failed [`super::check`]).
+    Refused(String),
+}
+
+/// A message as an RPC payload.
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    frame::to_bytes(msg)
+}
+
+/// An RPC payload as a message.
+pub fn decode(payload: &[u8]) -> Result<Msg, WireError> {
+    frame::from_bytes(payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Msg> {
+        let v = Version {
+            size: 5 << 30,
+            mtime_ns: 1_700_000_000_123_456_789,
+        };
+        vec![
+            Msg::Lookup {
+                path: "train/x.npz".into(),
+                version: v,
+                requester: 3,
+                global: true,
+            },
+            Msg::Located(Reply::Holders(vec![1, 2])),
+            Msg::Located(Reply::WaitFor(4)),
+            Msg::Batch(vec![
+                Msg::Publish {
+                    path: "a".into(),
+                    version: v,
+                    node: 1,
+                    held: true,
+                },
+                Msg::Ack,
+            ]),
+            Msg::Gained { after: 3, max: 512 },
+            Msg::GainedList {
+                next: 4,
+                copies: vec![("train/x.npz".into(), v, 3)],
+            },
+            Msg::NameIs(Some(Name {
+                dir: false,
+                object: "//produced/1/5-2".into(),
+                size: 10,
+                mtime_ns: 11,
+                mode: 0o640,
+                holder: 1,
+                uid: 1000,
+                gid: 100,
+            })),
+            Msg::Refused("no".into()),
+        ]
+    }
+
+    #[test]
+    fn golden_payloads() {
+        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v4.bin");
+        let all: Vec<u8> = samples().iter().flat_map(frame::encode).collect();
+        // After a deliberate change (and a protocol version bump), regenerate with
+        // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden
+        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
+            std::fs::write(PATH, &all).unwrap();
+            return;
+        }
+        let golden = std::fs::read(PATH).unwrap();
+        assert_eq!(
+            all, golden,
+            "the locator's encoding changed: bump PROTOCOL_VERSION and regenerate fixtures/wire"
+        );
+        let mut rest = golden.as_slice();
+        for m in samples() {
+            let len = frame::check_len(rest[..4].try_into().unwrap()).unwrap();
+            assert_eq!(decode(&rest[4..4 + len]).unwrap(), m);
+            rest = &rest[4 + len..];
+        }
+        assert!(rest.is_empty());
+    }
+}

@@ -1,0 +1,33 @@
+//! What can go wrong talking to a peer, with the peer's address: the one error type of the
+//! transport's clients (pulls and RPCs).
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::frame::WireError;
+use super::ucx::UcxError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("peer {peer}: {source}")]
+    Io { peer: SocketAddr, source: io::Error },
+    #[error("peer {peer}: {source}")]
+    Wire { peer: SocketAddr, source: WireError },
+    #[error("peer {peer}: {source}")]
+    Ucx { peer: SocketAddr, source: UcxError },
+    #[error("peer {peer}: timed out after {timeout:?} waiting for {what}")]
+    Timeout {
+        peer: SocketAddr,
+        what: &'static str,
+        timeout: Duration,
+    },
+    #[error("peer {peer}: chunk at offset {offset} failed its checksum")]
+    Checksum { peer: SocketAddr, offset: u64 },
+    #[error("peer {peer}: {message}")]
+    Remote { peer: SocketAddr, message: String },
+    #[error("peer {peer}: protocol violation: {what}")]
+    Protocol { peer: SocketAddr, what: String },
+    #[error("no free local slot within {0:?}")]
+    NoSlot(Duration),
+}

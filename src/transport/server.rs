@@ -1,0 +1,427 @@
+//! The holder's side of the control port: each connection authenticates, then either asks
+//! one-message RPCs (handed to the [`RpcHandler`], the locator) or says hello and pulls. A
+//! puller's requests are staged from the [`ChunkStore`] into registered slots, fairly (a share
+//! of slots per connection, leases, a bounded queue) and answered with the slot's address and
+//! the chunk's crc32c.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+
+use super::auth::Secret;
+use super::handshake::{authenticate, hello};
+use super::stream::{FrameReader, bad_frame, read_frame, write_frame};
+use super::ucx::{Slot, Worker};
+use super::wire::{self, Message};
+use crate::core::Version;
+use crate::core::sync::lock;
+
+/// Where a holder reads chunks from (the NVMe cache in the daemon, a directory in tests).
+pub trait ChunkStore: Send + Sync + 'static {
+    /// Reads exactly `len` bytes of `path` at `offset` into `room[..len]`, failing if not at
+    /// `version`. `room` is the whole slot: a store may write past `len` (direct reads round
+    /// up to whole disk blocks). Returns the bytes' crc32c if the store knows it (a cache
+    /// chunk's stored checksum: no second pass over the bytes, and bytes corrupted on disk
+    /// since they were checked fail at the puller instead of travelling with a matching crc).
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        room: &mut [u8],
+        len: usize,
+    ) -> io::Result<Option<u32>>;
+}
+
+/// Serves the files under a directory (tests, benchmarks).
+pub struct DirStore {
+    pub root: PathBuf,
+}
+
+impl ChunkStore for DirStore {
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        room: &mut [u8],
+        len: usize,
+    ) -> io::Result<Option<u32>> {
+        use std::os::unix::fs::FileExt;
+        if path.split('/').any(|c| c == "..") {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let f = std::fs::File::open(self.root.join(path))?;
+        if crate::core::version_of(&f.metadata()?) != version {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        f.read_exact_at(&mut room[..len], offset)?;
+        Ok(None)
+    }
+}
+
+/// Test hook: a holder that corrupts staged chunks (after computing their checksum).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    pub corrupt: bool,
+}
+
+/// A future answering one RPC.
+/// An error closes the connection (the payload was not one the handler accepts).
+pub type RpcFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<Vec<u8>>> + Send>>;
+
+/// Answers the one-message RPCs (locator traffic) that share the control port with pulls.
+pub trait RpcHandler: Send + Sync + 'static {
+    /// Answers one request payload with a reply payload. `peer`: the authenticated sender
+    /// (`None` with `--insecure`).
+    fn handle(&self, peer: Option<u32>, payload: Vec<u8>) -> RpcFuture;
+}
+
+/// Everything a control server needs.
+#[derive(Clone)]
+pub struct Server {
+    pub worker: Arc<Worker>,
+    /// Serves background pullers (`--replicate`) with its own progress thread at the lowest
+    /// CPU priority, so their gets wait behind the readers' (else `worker` serves them).
+    pub background: Option<Arc<Worker>>,
+    pub store: Arc<dyn ChunkStore>,
+    pub node_id: u32,
+    pub faults: Faults,
+    pub rpc: Option<Arc<dyn RpcHandler>>,
+    /// The job secret every connection must prove before anything else (`None`: `--insecure`).
+    pub secret: Option<Arc<Secret>>,
+    /// Open connections per authenticated peer (bounded).
+    pub conns: PeerConns,
+}
+
+/// Connections one authenticated peer may hold open at once: a node keeps one per concurrent
+/// pull or RPC (tens), so this only stops a peer that opens them without end.
+const MAX_CONNS_PER_PEER: usize = 256;
+
+/// Open connections per authenticated peer.
+#[derive(Clone, Default)]
+pub struct PeerConns(Arc<std::sync::Mutex<HashMap<u32, usize>>>);
+
+/// One admitted connection; dropping it (the connection ends) frees its place.
+struct Admitted {
+    conns: PeerConns,
+    peer: u32,
+}
+
+impl PeerConns {
+    fn admit(&self, peer: u32) -> io::Result<Admitted> {
+        let mut map = lock(&self.0);
+        let n = map.entry(peer).or_default();
+        if *n >= MAX_CONNS_PER_PEER {
+            return Err(io::Error::other(format!(
+                "node {peer} already has {MAX_CONNS_PER_PEER} connections open"
+            )));
+        }
+        *n += 1;
+        Ok(Admitted {
+            conns: self.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut map = lock(&self.conns.0);
+        if let Some(n) = map.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// Accepts pullers (and RPCs) forever; each connection is served on its own task. A
+/// connection that sends garbage is closed; the others are unaffected.
+pub async fn serve(listener: TcpListener, server: Server) -> io::Result<()> {
+    loop {
+        // Out of descriptors (or any other failed accept): back off and go on; the port stays
+        // open, and the pending connection is accepted once descriptors come back.
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let server = server.clone();
+        tokio::spawn(async move {
+            match serve_conn(stream, server).await {
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    tracing::debug!(%peer, "puller disconnected")
+                }
+                Err(e) => tracing::info!(%peer, error = %e, "closing puller connection"),
+                Ok(()) => {}
+            }
+        });
+    }
+}
+
+async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
+    let Server {
+        worker,
+        background: background_worker,
+        store,
+        node_id,
+        faults,
+        rpc,
+        secret,
+        conns,
+    } = server;
+    let peer_id = match &secret {
+        Some(key) => Some(authenticate(&mut s, key, node_id).await?),
+        None => None,
+    };
+    let admitted = peer_id.map(|p| conns.admit(p)).transpose()?;
+    let background = match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
+        // The authenticated peer is the only identity: a Hello claiming another is refused.
+        (
+            Message::Hello {
+                node_id: claimed, ..
+            },
+            _,
+        ) if peer_id.is_some_and(|p| p != claimed) => {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("authenticated as node {peer_id:?}, claimed node {claimed}"),
+            ));
+        }
+        (Message::Hello { background, .. }, _) => background,
+        (Message::Rpc(mut payload), Some(rpc)) => loop {
+            let reply = rpc.handle(peer_id, payload).await?;
+            write_frame(&mut s, &Message::Rpc(reply)).await?;
+            // The caller keeps the connection for its next RPC (or closes it: EOF).
+            payload = match read_frame(&mut s).await?.map_err(bad_frame)? {
+                Message::Rpc(p) => p,
+                other => return Err(io::Error::other(format!("expected Rpc, got {other:?}"))),
+            };
+        },
+        (other, _) => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
+    };
+    let worker = match background_worker {
+        Some(w) if background => w,
+        _ => worker,
+    };
+    write_frame(&mut s, &hello(&worker, node_id, background)).await?;
+    // A puller's chunks are served by a thread of its own with blocking I/O: a chunk then
+    // costs this node one wake-up for the request (and one for a disk read), where the
+    // reactor, a task and the blocking pool cost seven context switches per chunk
+    // (`scripts/bench_small_pull.sh`). Pullers keep few connections (one per concurrent pull).
+    let s = s.into_std()?;
+    s.set_nonblocking(false)?;
+    let name = if background {
+        "serve-copy"
+    } else {
+        "serve-pull"
+    };
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            // Held while the connection is served.
+            let _admitted = admitted;
+            if background {
+                super::lower_thread_priority();
+            }
+            match serve_pulls(s, worker.slab(), &*store, faults) {
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+                Err(e) => tracing::info!(error = %e, "closing puller connection"),
+                Ok(()) => {}
+            }
+        })?;
+    Ok(())
+}
+
+/// A request waiting for its chunk to be staged.
+struct Request {
+    id: u64,
+    path: String,
+    version: Version,
+    offset: u64,
+    len: u32,
+}
+
+/// How long a request waiting for a free slot waits before looking for releases again.
+const SLOT_POLL: Duration = Duration::from_millis(10);
+/// How long a request waits for a free slot in all.
+const SLOT_WAIT: Duration = Duration::from_secs(30);
+/// Slots one puller connection may hold at once (a puller keeps 4 requests in flight).
+const FAIR_SHARE: usize = 8;
+/// How long a lent slot stays lent without a release.
+const LEASE: Duration = Duration::from_secs(10);
+/// Requests one connection may queue while waiting for slots.
+const MAX_QUEUED: usize = 64;
+
+/// Serves one puller's requests in order until it disconnects. Slots lent to it return when it
+/// releases them, or all at once when it goes away. While a request waits for a free slot, the
+/// frames the puller sent meanwhile are read, so its releases free slots.
+fn serve_pulls(
+    s: std::net::TcpStream,
+    slab: &Arc<super::ucx::Slab>,
+    store: &dyn ChunkStore,
+    faults: Faults,
+) -> io::Result<()> {
+    s.set_write_timeout(Some(SLOT_WAIT))?;
+    let mut frames = FrameReader::new(s.try_clone()?);
+    let mut out = s;
+    let mut lent: HashMap<u64, (Slot, std::time::Instant)> = HashMap::new();
+    let mut queued: VecDeque<Request> = VecDeque::new();
+    loop {
+        let Some(r) = queued.pop_front() else {
+            let msg = frames.next(true)?.expect("a blocking read returns a frame");
+            note(msg, &mut lent, &mut queued)?;
+            continue;
+        };
+        // Slots lent longer than a lease are taken back (a puller that neither gets nor
+        // releases them is gone or hostile; a late get of reused memory fails its checksum).
+        lent.retain(|_, (_, at)| at.elapsed() < LEASE);
+        if let Err(why) = crate::core::paths::cache_key(&r.path) {
+            let reply = Message::Error {
+                id: r.id,
+                message: format!("refused {:?}: {why}", r.path),
+            };
+            out.write_all(&wire::encode(&reply))?;
+            continue;
+        }
+        if lent.len() >= FAIR_SHARE {
+            // A fair share each: one connection cannot take every slot from the others.
+            let reply = Message::Error {
+                id: r.id,
+                message: format!("more than {FAIR_SHARE} chunks staged and not released"),
+            };
+            out.write_all(&wire::encode(&reply))?;
+            continue;
+        }
+        let waited = std::time::Instant::now();
+        let slot = loop {
+            if let Some(slot) = slab.take(SLOT_POLL) {
+                break Some(slot);
+            }
+            while let Some(msg) = frames.next(false)? {
+                note(msg, &mut lent, &mut queued)?;
+            }
+            if waited.elapsed() >= SLOT_WAIT {
+                break None;
+            }
+        };
+        let staged = match slot {
+            Some(slot) => stage(slot, store, &r.path, r.version, r.offset, r.len, faults),
+            None => Err("holder has no free slot".to_string()),
+        };
+        let reply = match staged {
+            Ok((slot, crc32c)) => {
+                let addr = slot.addr();
+                lent.insert(addr, (slot, std::time::Instant::now()));
+                Message::Staged {
+                    id: r.id,
+                    addr,
+                    len: r.len,
+                    crc32c,
+                }
+            }
+            Err(message) => Message::Error { id: r.id, message },
+        };
+        out.write_all(&wire::encode(&reply))?;
+    }
+}
+
+/// Takes in a frame from a puller: a request joins the queue, a release returns its slot.
+fn note(
+    msg: Message,
+    lent: &mut HashMap<u64, (Slot, std::time::Instant)>,
+    queued: &mut VecDeque<Request>,
+) -> io::Result<()> {
+    match msg {
+        // A puller keeps a few requests in flight; one that queues many more is not one.
+        Message::Request { .. } if queued.len() >= MAX_QUEUED => {
+            return Err(io::Error::other("too many requests queued"));
+        }
+        Message::Request {
+            id,
+            path,
+            version,
+            offset,
+            len,
+        } => queued.push_back(Request {
+            id,
+            path,
+            version,
+            offset,
+            len,
+        }),
+        Message::Release { addr } => {
+            lent.remove(&addr);
+        }
+        other => return Err(io::Error::other(format!("unexpected {other:?}"))),
+    }
+    Ok(())
+}
+
+/// Reads one chunk into `slot` and checksums it (unless the store knows its checksum).
+fn stage(
+    mut slot: Slot,
+    store: &dyn ChunkStore,
+    path: &str,
+    version: Version,
+    offset: u64,
+    len: u32,
+    faults: Faults,
+) -> Result<(Slot, u32), String> {
+    let size = slot.capacity();
+    if len as usize > size {
+        return Err(format!("request of {len} bytes exceeds the slot size"));
+    }
+    // Numbers from the wire: the range must lie within the file (and not overflow).
+    if offset
+        .checked_add(u64::from(len))
+        .is_none_or(|end| end > version.size)
+    {
+        return Err(format!(
+            "bytes {offset}+{len} are outside a file of {} bytes",
+            version.size
+        ));
+    }
+    let room = slot.bytes_mut(size);
+    let known = store
+        .read_at(path, version, offset, room, len as usize)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let buf = &mut room[..len as usize];
+    let crc = known.unwrap_or_else(|| crc32c::crc32c(buf));
+    if faults.corrupt && !buf.is_empty() {
+        buf[0] ^= 0xff;
+    }
+    Ok((slot, crc))
+}
+
+#[cfg(test)]
+mod conn_tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_holds_a_bounded_number_of_connections() {
+        let conns = PeerConns::default();
+        let mut held: Vec<Admitted> = (0..MAX_CONNS_PER_PEER)
+            .map(|_| conns.admit(7).unwrap())
+            .collect();
+        assert!(conns.admit(7).is_err());
+        // Another peer is not affected; a closed connection frees a place.
+        let other = conns.admit(8).unwrap();
+        held.pop();
+        assert!(conns.admit(7).is_ok());
+        drop((held, other));
+        assert!(conns.0.lock().unwrap().is_empty());
+    }
+}
