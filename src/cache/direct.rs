@@ -1,0 +1,111 @@
+//! Reads of cached chunks for peers: the stored checksum travels with the chunk, and bytes
+//! that are not in the page cache are read with O_DIRECT so that serving others neither costs a
+//! page-cache copy nor pushes this node's own working set out.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+
+use super::Entry;
+use super::entry::Chunk;
+use super::files::Mode;
+use crate::core::sync::lock;
+
+impl Entry {
+    /// The stored crc32c of the chunk that is exactly `[offset, offset + len)`, if present.
+    pub fn chunk_crc(&self, offset: u64, len: u64) -> Option<u32> {
+        let idx = offset / self.shared.chunk_size;
+        if !offset.is_multiple_of(self.shared.chunk_size)
+            || idx >= self.chunk_count()
+            || self.chunk_len(idx) != len
+        {
+            return None;
+        }
+        match lock(&self.state).chunks[idx as usize] {
+            Chunk::Present { crc, .. } => Some(crc),
+            _ => None,
+        }
+    }
+
+    /// Reads `room[..len]` at `offset` for a peer. Bytes already in the page cache are copied
+    /// from it; bytes that are not are read from the disk straight into `room` (O_DIRECT), not
+    /// through the page cache: on a node serving its cache to others, that copy costs as much
+    /// CPU as the whole transfer (`perf` of `scripts/bench_cluster.sh`), and the pages would
+    /// only push the node's own working set out.
+    pub(super) fn read_for_peer(&self, offset: u64, room: &mut [u8], len: usize) -> io::Result<()> {
+        let data = self.file(Mode::ReadWrite)?;
+        if all_cached(&data, offset, len) == Some(false) && self.read_direct(offset, room, len) {
+            return Ok(());
+        }
+        data.read_exact_at(&mut room[..len], offset)
+    }
+
+    /// Reads at least `room[..len]` at `offset` with O_DIRECT, rounded up to whole blocks;
+    /// `false` where that is impossible (unaligned, refused) or failed: read another way.
+    fn read_direct(&self, offset: u64, room: &mut [u8], len: usize) -> bool {
+        const BLOCK: usize = 4096;
+        let padded = len.next_multiple_of(BLOCK);
+        let aligned = offset.is_multiple_of(BLOCK as u64)
+            && (room.as_ptr() as usize).is_multiple_of(BLOCK)
+            && padded <= room.len();
+        if !aligned {
+            return false;
+        }
+        // Opened on demand (and kept in the LRU while idle); a refusal means read another way.
+        let Ok(direct) = self.file(Mode::Direct) else {
+            return false;
+        };
+        // A short count only at the end of the file, past `len`.
+        let mut done = 0;
+        while done < len {
+            match direct.read_at(&mut room[done..padded], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        done >= len
+    }
+}
+
+/// Whether every page of `[offset, offset + len)` of `file` is in the page cache, asked without
+/// reading anything (`cachestat(2)`, Linux >= 6.5; `None` where unsupported). A probing read
+/// would start readahead into the page cache, the very copy to avoid.
+fn all_cached(file: &File, offset: u64, len: usize) -> Option<bool> {
+    /// cachestat's number on every architecture (numbers from 424 on are shared).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    let range = Range {
+        off: offset,
+        len: len as u64,
+    };
+    let mut stat = Stat::default();
+    // SAFETY: both pointers are to live structs with the kernel's layout, for the call only.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0,
+        )
+    };
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
+}

@@ -1,0 +1,489 @@
+//! One cached file and its chunks' state machine: Absent -> Filling (claimed by one filler:
+//! single flight) -> Present, verified once per daemon lifetime against its crc32c before it
+//! is served. An entry owns no descriptor: its data file is opened through the cache's bounded
+//! [`DataFiles`](super::files::DataFiles) when used.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use super::files::Mode;
+use super::format::{ChunkRecord, Header};
+use super::{Cache, CacheError, FILL_WAIT, Shared};
+use crate::core::sync::lock;
+use crate::core::{Version, path_hash};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Chunk {
+    Absent,
+    Filling,
+    Present { crc: u32, verified: bool },
+}
+
+/// An entry's chunks: most training samples are one chunk, kept inline (a million cached files
+/// should not mean a million extra allocations).
+pub(super) enum Chunks {
+    One([Chunk; 1]),
+    Many(Box<[Chunk]>),
+}
+
+impl From<Vec<Chunk>> for Chunks {
+    fn from(v: Vec<Chunk>) -> Chunks {
+        match v[..] {
+            [one] => Chunks::One([one]),
+            _ => Chunks::Many(v.into_boxed_slice()),
+        }
+    }
+}
+
+impl std::ops::Deref for Chunks {
+    type Target = [Chunk];
+    fn deref(&self) -> &[Chunk] {
+        match self {
+            Chunks::One(c) => c,
+            Chunks::Many(c) => c,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Chunks {
+    fn deref_mut(&mut self) -> &mut [Chunk] {
+        match self {
+            Chunks::One(c) => c,
+            Chunks::Many(c) => c,
+        }
+    }
+}
+
+pub(super) struct State {
+    pub(super) chunks: Chunks,
+    pub(super) present_bytes: u64,
+    /// Set when the entry leaves the index (evicted or replaced): nothing is persisted again,
+    /// and its data file is never opened again (its slot may hold another entry's file).
+    pub(super) evicted: bool,
+    /// Reloaded at start and its data file not looked at yet (see `Entry::file`).
+    pub(super) unchecked: bool,
+}
+
+/// One cached file. Held by open handles (`pin`) and by the index. It owns no descriptor: its
+/// data file is opened through the cache's bounded [`DataFiles`] when used.
+pub struct Entry {
+    pub path: Box<str>,
+    pub version: Version,
+    /// Unique for the cache's lifetime: the key of its open data files.
+    pub(super) id: u64,
+    pub(super) shared: Arc<Shared>,
+    pub(super) state: Mutex<State>,
+    pub(super) filled: Condvar,
+    pub(super) pins: AtomicU32,
+    pub(super) last_use: AtomicU64,
+    /// Whether any of this entry's bytes were fetched from the backing store (stats).
+    pub fetched: AtomicBool,
+    /// Whether any of this entry's bytes were pulled from a peer (stats).
+    pub pulled: AtomicBool,
+    /// A produced file's current object on its producer: the only copy, never evicted.
+    pub keep: AtomicBool,
+}
+
+impl Entry {
+    /// An entry holding `chunks` (its present bytes follow from them), last used at `tick`.
+    pub(super) fn new(
+        path: String,
+        version: Version,
+        id: u64,
+        shared: Arc<Shared>,
+        chunks: Vec<Chunk>,
+        tick: u64,
+    ) -> Entry {
+        let present_bytes = chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| matches!(c, Chunk::Present { .. }))
+            .map(|(i, _)| chunk_len(version.size, shared.chunk_size, i as u64))
+            .sum();
+        Entry {
+            path: path.into_boxed_str(),
+            version,
+            id,
+            shared,
+            state: Mutex::new(State {
+                chunks: chunks.into(),
+                present_bytes,
+                evicted: false,
+                unchecked: false,
+            }),
+            filled: Condvar::new(),
+            pins: AtomicU32::new(0),
+            last_use: AtomicU64::new(tick),
+            fetched: AtomicBool::new(false),
+            pulled: AtomicBool::new(false),
+            keep: AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn data_path(&self) -> PathBuf {
+        self.shared.data_path(path_hash(&self.path))
+    }
+
+    /// The entry's data file opened as `mode`, from the cache's LRU or opened now. An entry
+    /// that left the cache never reopens its path (another entry's file may be there now): the
+    /// open happens under the entry's lock, and leaving the cache sets `evicted` under it before
+    /// the path is unlinked. A reloaded entry's file is checked on first open: a missing or
+    /// resized file (changed behind the cache's back) empties the entry, whose chunks are then
+    /// fetched again.
+    pub(super) fn file(&self, mode: Mode) -> io::Result<Arc<File>> {
+        let files = &self.shared.files;
+        // A file in the LRU was opened while the entry was live: it is this entry's.
+        if let Some(f) = files.cached(self.id, mode) {
+            return Ok(f);
+        }
+        let mut st = lock(&self.state);
+        if st.evicted {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        let path = self.data_path();
+        let mut emptied = false;
+        if st.unchecked {
+            let data = files.open_retrying(|| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o600)
+                    .open(&path)
+            })?;
+            if data.metadata()?.len() != self.version.size {
+                tracing::warn!(path = %self.path, "cache data file missing or resized: refetching");
+                data.set_len(0)?;
+                data.set_len(self.version.size)?;
+                self.shared
+                    .used
+                    .fetch_sub(st.present_bytes, Ordering::Relaxed);
+                st.chunks.fill(Chunk::Absent);
+                st.present_bytes = 0;
+                emptied = true;
+            }
+            st.unchecked = false;
+        }
+        let file = files.open(self.id, &path, mode)?;
+        drop(st);
+        if emptied {
+            self.persist().map_err(io::Error::other)?;
+        }
+        Ok(file)
+    }
+}
+
+/// An entry reloaded at start: its chunks are present as logged, but unverified, and its data
+/// file unchecked.
+pub(super) fn reloaded_entry(header: Header, id: u64, shared: Arc<Shared>) -> Entry {
+    let chunks = header
+        .chunks
+        .iter()
+        .map(|c| match c {
+            Some(crc) => Chunk::Present {
+                crc: *crc,
+                verified: false,
+            },
+            None => Chunk::Absent,
+        })
+        .collect();
+    let entry = Entry::new(header.path, header.version, id, shared, chunks, 0);
+    lock(&entry.state).unchecked = true;
+    entry
+}
+
+fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
+    chunk_size.min(size - idx * chunk_size)
+}
+
+/// The outcome of claiming a range of chunks.
+pub struct Claim {
+    /// Chunks this caller must fill (now `Filling`).
+    pub mine: Vec<u64>,
+    /// Whether other fillers hold chunks of the range.
+    pub others: bool,
+}
+
+impl Entry {
+    pub fn chunk_count(&self) -> u64 {
+        self.version.size.div_ceil(self.shared.chunk_size)
+    }
+
+    pub fn chunk_len(&self, idx: u64) -> u64 {
+        chunk_len(self.version.size, self.shared.chunk_size, idx)
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.shared.chunk_size
+    }
+
+    /// Chunks covering bytes `[offset, offset + len)`, clipped to the file.
+    pub fn chunks_for(&self, offset: u64, len: u64) -> Range<u64> {
+        let end = (offset + len).min(self.version.size);
+        if offset >= end {
+            return 0..0;
+        }
+        offset / self.shared.chunk_size..end.div_ceil(self.shared.chunk_size)
+    }
+
+    pub(super) fn touch(&self, tick: u64) {
+        self.last_use.store(tick, Ordering::Relaxed);
+    }
+
+    /// An open handle holds the entry: it is not evicted until `unpin`.
+    pub fn pin(&self, cache: &Cache) {
+        self.pins.fetch_add(1, Ordering::Relaxed);
+        self.touch(cache.next_tick());
+    }
+
+    pub fn unpin(&self) {
+        self.pins.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn is_evicted(&self) -> bool {
+        lock(&self.state).evicted
+    }
+
+    /// Claims every absent chunk of `range` for the caller to fill.
+    pub fn claim(&self, range: Range<u64>) -> Claim {
+        let mut st = lock(&self.state);
+        let mut claim = Claim {
+            mine: Vec::new(),
+            others: false,
+        };
+        for i in range {
+            match st.chunks[i as usize] {
+                Chunk::Absent => {
+                    st.chunks[i as usize] = Chunk::Filling;
+                    claim.mine.push(i);
+                }
+                Chunk::Filling => claim.others = true,
+                Chunk::Present { .. } => {}
+            }
+        }
+        claim
+    }
+
+    /// Marks a claimed chunk present with the checksum of the bytes just written.
+    /// Returns false if the entry left the cache meanwhile (the caller's reservation is void).
+    pub fn complete(&self, idx: u64, crc: u32) -> bool {
+        let mut st = lock(&self.state);
+        let kept = !st.evicted;
+        st.chunks[idx as usize] = if kept {
+            st.present_bytes += self.chunk_len(idx);
+            Chunk::Present {
+                crc,
+                verified: true,
+            }
+        } else {
+            Chunk::Absent
+        };
+        self.filled.notify_all();
+        kept
+    }
+
+    /// Gives back a claimed chunk that could not be filled; waiters retry it themselves.
+    pub fn abandon(&self, idx: u64) {
+        let mut st = lock(&self.state);
+        st.chunks[idx as usize] = Chunk::Absent;
+        self.filled.notify_all();
+    }
+
+    /// Waits (bounded) until no chunk of `range` is being filled by someone else.
+    pub fn wait_fills(&self, range: Range<u64>) -> Result<(), CacheError> {
+        let deadline = Instant::now() + FILL_WAIT;
+        let mut st = lock(&self.state);
+        while st.chunks[range.start as usize..range.end as usize].contains(&Chunk::Filling) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(CacheError::FillTimeout(self.path.to_string()));
+            }
+            st = self
+                .filled
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    pub fn all_present(&self, range: Range<u64>) -> bool {
+        let st = lock(&self.state);
+        st.chunks[range.start as usize..range.end as usize]
+            .iter()
+            .all(|c| matches!(c, Chunk::Present { .. }))
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.all_present(0..self.chunk_count())
+    }
+
+    /// Whether every chunk is present and verified in this daemon's lifetime.
+    pub fn is_verified(&self) -> bool {
+        let st = lock(&self.state);
+        st.chunks
+            .iter()
+            .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
+    }
+
+    /// Writes chunk bytes at their offset in the data file.
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.file(Mode::ReadWrite)?.write_all_at(bytes, offset)
+    }
+
+    /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
+    /// A chunk whose bytes do not match its checksum is dropped (its bytes released) so the
+    /// caller refetches it. Returns whether the whole range is present and verified.
+    pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
+        let mut all_good = true;
+        let mut buf = Vec::new();
+        let mut data = None;
+        for idx in range {
+            let crc = match lock(&self.state).chunks[idx as usize] {
+                Chunk::Present { verified: true, .. } => continue,
+                Chunk::Present {
+                    crc,
+                    verified: false,
+                } => crc,
+                _ => {
+                    all_good = false;
+                    continue;
+                }
+            };
+            let len = self.chunk_len(idx) as usize;
+            buf.resize(len, 0);
+            if data.is_none() {
+                data = Some(self.file(Mode::ReadWrite)?);
+            }
+            let data = data.as_ref().expect("opened above");
+            data.read_exact_at(&mut buf, idx * self.shared.chunk_size)?;
+            all_good &= self.judge(cache, idx, crc, &buf);
+        }
+        if !all_good {
+            self.persist()?;
+        }
+        Ok(all_good)
+    }
+
+    /// Marks chunk `idx` verified if `bytes` (just read from the data file) match the checksum
+    /// `crc` it had when read, or drops it (bytes released, refetched by its next reader).
+    fn judge(&self, cache: &Cache, idx: u64, crc: u32, bytes: &[u8]) -> bool {
+        let mut st = lock(&self.state);
+        let unverified = Chunk::Present {
+            crc,
+            verified: false,
+        };
+        // Only act if nobody changed the chunk while we read it.
+        if st.chunks[idx as usize] != unverified {
+            return matches!(st.chunks[idx as usize], Chunk::Present { .. });
+        }
+        if crc32c::crc32c(bytes) == crc {
+            st.chunks[idx as usize] = Chunk::Present {
+                crc,
+                verified: true,
+            };
+            return true;
+        }
+        tracing::warn!(path = %self.path, chunk = idx, "checksum mismatch, refetching");
+        cache
+            .stats
+            .checksum_failures
+            .fetch_add(1, Ordering::Relaxed);
+        st.chunks[idx as usize] = Chunk::Absent;
+        st.present_bytes -= bytes.len() as u64;
+        cache.release(bytes.len() as u64);
+        false
+    }
+
+    /// Reads whole present chunks at `offset` for a peer into `room[..len]`, verifying those
+    /// not yet verified from the same bytes: one read instead of two after a restart.
+    /// `Ok(false)`: a chunk is absent or failed its checksum (then dropped). `room` may be
+    /// written past `len` (a direct read rounds up to whole disk blocks).
+    pub fn read_verified(
+        &self,
+        cache: &Cache,
+        offset: u64,
+        room: &mut [u8],
+        len: usize,
+    ) -> Result<bool, CacheError> {
+        let range = self.chunks_for(offset, len as u64);
+        let whole = offset.is_multiple_of(self.shared.chunk_size)
+            && range.clone().map(|i| self.chunk_len(i)).sum::<u64>() == len as u64;
+        if !whole {
+            // Partial chunks cannot be checked from their own bytes.
+            if !self.all_present(range.clone()) || !self.verify(cache, range)? {
+                return Ok(false);
+            }
+            self.file(Mode::ReadWrite)?
+                .read_exact_at(&mut room[..len], offset)?;
+            return Ok(true);
+        }
+        let expected: Vec<Chunk> = {
+            let st = lock(&self.state);
+            range.clone().map(|i| st.chunks[i as usize]).collect()
+        };
+        if !expected.iter().all(|c| matches!(c, Chunk::Present { .. })) {
+            return Ok(false);
+        }
+        self.read_for_peer(offset, room, len)?;
+        let buf = &room[..len];
+        let mut all_good = true;
+        let mut at = 0;
+        for (idx, chunk) in range.zip(expected) {
+            let len = self.chunk_len(idx) as usize;
+            if let Chunk::Present {
+                crc,
+                verified: false,
+            } = chunk
+            {
+                all_good &= self.judge(cache, idx, crc, &buf[at..at + len]);
+            }
+            at += len;
+        }
+        if !all_good {
+            self.persist()?;
+        }
+        Ok(all_good)
+    }
+}
+
+impl Entry {
+    /// The data file, for the kernel to read directly (passthrough): the kernel keeps its own
+    /// reference, so the descriptor may close once the open is answered.
+    pub fn data_file(&self) -> io::Result<Arc<File>> {
+        self.file(Mode::ReadWrite)
+    }
+
+    /// The header recording this entry's present chunks; `None` once it left the cache.
+    pub(super) fn header(&self) -> Option<Header> {
+        let st = lock(&self.state);
+        if st.evicted {
+            return None;
+        }
+        Some(Header {
+            chunk_size: self.shared.chunk_size as u32,
+            version: self.version,
+            path: self.path.to_string(),
+            chunks: st
+                .chunks
+                .iter()
+                .map(|c| match c {
+                    Chunk::Present { crc, .. } => Some(*crc),
+                    _ => None,
+                })
+                .collect::<Vec<ChunkRecord>>(),
+        })
+    }
+
+    /// Records the present chunks in the cache's log, unless the entry left the cache.
+    pub fn persist(&self) -> Result<(), CacheError> {
+        Ok(self.shared.journal.put(|| self.header())?)
+    }
+}
