@@ -1,0 +1,62 @@
+//! Open handles: a file read through the cache, or a file being written on this node.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::write::Staged;
+use super::{DyadFs, Error};
+use crate::cache::Entry;
+use crate::core::source::Source;
+use crate::core::sync::lock;
+
+pub(super) struct CachedHandle {
+    pub(super) entry: Arc<Entry>,
+    /// Where the next sequential read would start, and the current readahead window.
+    pub(super) next_offset: AtomicU64,
+    pub(super) window: AtomicU64,
+    /// The entry's data file mapped for this handle's reads (large files read through the
+    /// daemon): made on the first read, unmapped on release, so mappings never outnumber open
+    /// handles.
+    pub(super) map: std::sync::OnceLock<Option<Arc<crate::cache::Mapping>>>,
+}
+
+pub(super) enum Handle {
+    /// A backing file or a sealed produced file: read through the cache.
+    Cached(CachedHandle),
+    /// A file being written on this node. A writable handle seals it on its last close.
+    Staged { staged: Arc<Staged>, writable: bool },
+}
+
+/// What an open returns to the adapter.
+pub struct Opened {
+    pub fh: u64,
+    /// The complete cached copy the kernel may read directly (passthrough), if allowed.
+    pub passthrough: Option<Arc<Entry>>,
+    /// Whether the kernel may keep the pages it already holds for this inode.
+    pub keep_cache: bool,
+}
+
+impl<S: Source> DyadFs<S> {
+    pub(super) fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(fh, Arc::new(h));
+        fh
+    }
+
+    pub(super) fn handle(&self, fh: u64) -> Result<Arc<Handle>, Error> {
+        let handles = lock(&self.handles);
+        handles.get(&fh).cloned().ok_or(Error::BadHandle(fh))
+    }
+
+    pub(super) fn staged_handle(&self, staged: Arc<Staged>, writable: bool) -> Opened {
+        if writable {
+            staged.writers.fetch_add(1, Ordering::Relaxed);
+        }
+        let fh = self.add_handle(Handle::Staged { staged, writable });
+        Opened {
+            fh,
+            passthrough: None,
+            keep_cache: false,
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The inode table: which path an inode number names, the references the kernel holds (FUSE
+//! `forget` drops a node at zero), and the shedder that keeps the table bounded.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use super::attr::Attr;
+use super::{DyadFs, Error, Found, ROOT_INO, split};
+use crate::core::Version;
+use crate::core::source::Source;
+use crate::core::sync::lock;
+
+pub(super) struct Node {
+    /// Its path under the mount (a rename moves it).
+    pub(super) path: RwLock<String>,
+    /// References the kernel holds (entries replied to lookups, creates and mkdirs); the
+    /// node is dropped when `forget` brings them to zero, so the table follows the kernel's
+    /// inode cache instead of every path ever seen.
+    pub(super) lookups: AtomicU64,
+    pub(super) attr: Mutex<(Attr, Instant)>,
+    /// When the kernel last looked it up (a tick of [`Inodes::tick`]): the shedder's order.
+    pub(super) last_use: AtomicU64,
+    /// The version whose pages the kernel may hold for this inode (see `open`).
+    pub(super) kernel_version: Mutex<Option<Version>>,
+}
+
+#[derive(Default)]
+pub(super) struct Inodes {
+    pub(super) by_path: HashMap<String, u64>,
+    pub(super) nodes: HashMap<u64, Arc<Node>>,
+    pub(super) next: u64,
+    pub(super) tick: AtomicU64,
+}
+
+impl Inodes {
+    /// The kernel took `refs` more references to `node` (0: it was only looked at): counted,
+    /// and the node becomes the most recently used.
+    pub(super) fn referenced(&self, node: &Node, refs: u64) {
+        node.lookups.fetch_add(refs, Ordering::Relaxed);
+        node.last_use
+            .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Keeps the inode table near `max` entries however many files the kernel has looked up: the
+/// kernel keeps an inode per file it ever saw while memory allows (a million files' worth on a
+/// training node), so past `max` the least recently used entries are invalidated (the kernel
+/// then drops them and sends `forget`, unless a file is open). Runs on its own thread: the
+/// kernel must not be notified from inside a request.
+pub struct InodeShedder {
+    inodes: Arc<RwLock<Inodes>>,
+    max: usize,
+}
+
+impl InodeShedder {
+    /// (parent inode, name) of the least recently used entries beyond 90% of `max`, if the
+    /// table holds more than `max`.
+    pub fn candidates(&self) -> Vec<(u64, OsString)> {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        if inodes.nodes.len() <= self.max {
+            return Vec::new();
+        }
+        let excess = inodes.nodes.len() - self.max * 9 / 10;
+        let mut by_age: Vec<(u64, u64)> = inodes
+            .nodes
+            .iter()
+            .filter(|(ino, _)| **ino != ROOT_INO)
+            .map(|(ino, n)| (n.last_use.load(Ordering::Relaxed), *ino))
+            .collect();
+        let excess = excess.min(by_age.len());
+        if excess == 0 {
+            return Vec::new();
+        }
+        by_age.select_nth_unstable(excess - 1);
+        by_age[..excess]
+            .iter()
+            .filter_map(|(_, ino)| {
+                let node = &inodes.nodes[ino];
+                let path = node.path.read().unwrap_or_else(|e| e.into_inner());
+                let (dir, name) = split(&path);
+                let parent = *inodes.by_path.get(dir)?;
+                Some((parent, OsString::from(name)))
+            })
+            .collect()
+    }
+}
+
+pub(super) fn new_node(path: &str, attr: Attr, lookups: u64) -> Node {
+    Node {
+        path: RwLock::new(path.to_string()),
+        lookups: AtomicU64::new(lookups),
+        last_use: AtomicU64::new(0),
+        attr: Mutex::new((attr, Instant::now())),
+        kernel_version: Mutex::new(None),
+    }
+}
+
+impl<S: Source> DyadFs<S> {
+    /// The shedder of this file system's inode table, for a thread of its own.
+    pub fn shedder(&self) -> InodeShedder {
+        InodeShedder {
+            inodes: self.inodes.clone(),
+            max: self.config.max_inodes.max(1),
+        }
+    }
+
+    pub(super) fn node(&self, ino: u64) -> Result<Arc<Node>, Error> {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        inodes.nodes.get(&ino).cloned().ok_or(Error::NotFound)
+    }
+
+    pub(super) fn path_of(node: &Node) -> String {
+        node.path.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The inode for `path`, created on first sight; its attributes are refreshed. `refs`: the
+    /// kernel references the reply gives (1 for an entry reply, 0 otherwise), counted under
+    /// the same lock so a concurrent `forget` cannot drop the node in between.
+    pub(super) fn upsert(&self, path: String, found: &Found, refs: u64) -> Result<Attr, Error> {
+        let attr_of = |ino| match found {
+            Found::Staged(s) => Attr::from_staged(ino, s),
+            Found::Backing(meta) => Ok(Attr::from_meta(ino, meta)),
+            Found::Produced(n) => Ok(Attr::from_name(ino, n)),
+        };
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(&ino) = inodes.by_path.get(&path) {
+            let attr = attr_of(ino)?;
+            let node = &inodes.nodes[&ino];
+            *lock(&node.attr) = (attr, Instant::now());
+            inodes.referenced(node, refs);
+            return Ok(attr);
+        }
+        let ino = inodes.next;
+        inodes.next += 1;
+        let attr = attr_of(ino)?;
+        inodes.by_path.insert(path.clone(), ino);
+        inodes
+            .nodes
+            .insert(ino, Arc::new(new_node(&path, attr, refs)));
+        inodes.referenced(&inodes.nodes[&ino], 0);
+        Ok(attr)
+    }
+
+    /// The kernel takes a reference to a known inode; `false` if it was forgotten.
+    pub(super) fn take_ref(&self, ino: u64) -> bool {
+        let inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        inodes
+            .nodes
+            .get(&ino)
+            .map(|n| inodes.referenced(n, 1))
+            .is_some()
+    }
+
+    /// The kernel dropped `n` references to `ino`: at zero the inode is forgotten (the root
+    /// never is). Its path maps to it no more; a later lookup makes a new inode.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        let Some(node) = inodes.nodes.get(&ino) else {
+            return;
+        };
+        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(n);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left > 0 {
+            return;
+        }
+        let node = inodes.nodes.remove(&ino).expect("present");
+        let path = Self::path_of(&node);
+        if inodes.by_path.get(&path) == Some(&ino) {
+            inodes.by_path.remove(&path);
+        }
+    }
+
+    /// Inodes the daemon knows (the kernel's references, plus the root).
+    pub fn inode_count(&self) -> usize {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        inodes.nodes.len()
+    }
+
+    /// Forgets the inode mapping of a path that went away (its number stays valid for the
+    /// kernel, which forgets it on its own).
+    pub(super) fn unmap(&self, path: &str) {
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        inodes.by_path.remove(path);
+    }
+}

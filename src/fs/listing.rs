@@ -1,0 +1,86 @@
+//! Directory listings: the backing directory's entries and the produced names in it, snapshot
+//! at `opendir` and served by offset.
+
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::attr::Kind;
+use super::{DyadFs, Error, join};
+use crate::core::source::Source;
+use crate::core::sync::lock;
+
+/// One directory entry of a listing: a name and a type, no attributes (the kernel looks up
+/// the entries it needs attributes of; `find` over a million files stats none of them).
+pub struct DirEntry {
+    pub name: OsString,
+    pub ino: u64,
+    pub kind: Kind,
+}
+
+impl<S: Source> DyadFs<S> {
+    /// Lists a directory once per open; readdir calls page through the listing. A listing is
+    /// the backing directory's entries, then produced names, then files being written here.
+    pub fn opendir(&self, ino: u64) -> Result<u64, Error> {
+        let node = self.node(ino)?;
+        if self.fresh_attr(&node)?.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let dir = Self::path_of(&node);
+        let mut found: Vec<(OsString, Kind)> = Vec::new();
+        match self.backing.list(&dir) {
+            Ok(listing) => found.extend(listing),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::Backing(e)),
+        }
+        let mut seen: std::collections::HashSet<OsString> =
+            found.iter().map(|(n, _)| n.clone()).collect();
+        let staged = self.producer.staged_in(&dir);
+        let staged_names: std::collections::HashSet<&str> =
+            staged.iter().map(|(n, _)| n.as_str()).collect();
+        match self.names.list(&dir) {
+            Ok(names) => {
+                for (n, name) in names {
+                    if !staged_names.contains(n.as_str()) && seen.insert(n.clone().into()) {
+                        let kind = if name.dir { Kind::Dir } else { Kind::File };
+                        found.push((n.into(), kind));
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(%dir, error = %e, "listing produced names failed"),
+        }
+        for (n, _) in staged {
+            if seen.insert(n.clone().into()) {
+                found.push((n.into(), Kind::File));
+            }
+        }
+        // Listed entries get inode numbers (known ones keep theirs) but no node: the kernel
+        // makes one with a lookup if it needs the entry.
+        let mut entries = Vec::with_capacity(found.len());
+        {
+            let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+            for (name, kind) in found {
+                let ino = match inodes.by_path.get(&join(&dir, &name)) {
+                    Some(&ino) => ino,
+                    None => {
+                        inodes.next += 1;
+                        inodes.next - 1
+                    }
+                };
+                entries.push(DirEntry { name, ino, kind });
+            }
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.dirs).insert(fh, Arc::new(entries));
+        Ok(fh)
+    }
+
+    pub fn listing(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>, Error> {
+        let dirs = lock(&self.dirs);
+        dirs.get(&fh).cloned().ok_or(Error::BadHandle(fh))
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        lock(&self.dirs).remove(&fh);
+    }
+}
