@@ -217,10 +217,12 @@ pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
         secret,
     };
     let source = Arc::new(crate::locator::source::ClusterSource {
-        locator,
+        locator: crate::locator::source::ServiceLink {
+            service: locator,
+            runtime: runtime.handle().clone(),
+        },
         puller: crate::transport::pull::Puller::new(worker, pull_config),
         backing: BackingStore::new(args.backing.clone()).relieving(cache.files()),
-        runtime: runtime.handle().clone(),
         stats: stats.clone(),
     });
     tracing::info!(node = id, %listen, replicate = args.replicate, "cluster mode");

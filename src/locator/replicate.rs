@@ -129,7 +129,7 @@ impl Source for FromHolders {
     ) -> io::Result<Origin> {
         self.cluster
             .pull_with(
-                &self.copier,
+                &*self.copier,
                 path,
                 version,
                 &self.holders,
@@ -185,6 +185,7 @@ impl Replicator {
         let homes: Vec<NodeId> = self
             .cluster
             .locator
+            .service
             .membership
             .members()
             .map(|m| m.id)
@@ -206,10 +207,10 @@ impl Replicator {
 
     /// Copies what `home`'s feed lists after our position; `true` if it listed anything.
     fn poll(&mut self, home: NodeId) -> bool {
-        let locator = &self.cluster.locator;
+        let link = &self.cluster.locator;
+        let locator = &link.service;
         let after = self.next.get(&home).copied().unwrap_or(0);
-        let Some((next, copies)) = locator.gained(&self.cluster.runtime, home, after, FEED_BATCH)
-        else {
+        let Some((next, copies)) = locator.gained(&link.runtime, home, after, FEED_BATCH) else {
             return false;
         };
         self.next.insert(home, next);

@@ -1,13 +1,20 @@
 //! The multi-node glue: a read-path [`Source`] that asks the locator where a file is and pulls
-//! it from a peer over UCX, waits (bounded) while another node fetches it, or reads the
-//! backing store; the [`ChunkStore`] through which peers read this node's cache; and the task
-//! that publishes completed files and unpublishes dropped ones.
+//! it from a peer, waits (bounded) while another node fetches it, or reads the backing store;
+//! the [`ChunkStore`] through which peers read this node's cache; and the task that publishes
+//! completed files and unpublishes dropped ones.
+//!
+//! The fetch logic reaches the locator through [`Locate`] and peers through [`Pull`], so its
+//! choices (holder order, failed-holder fallback, coordinated waits, the backing fallback) are
+//! unit-tested with in-memory doubles (`source_tests.rs`); the daemon plugs in the RPC service
+//! ([`ServiceLink`]) and the UCX [`Puller`].
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::membership::{Membership, NodeId};
 use super::service::LocatorService;
 use super::tiers::{Reply, pick_holder};
 use crate::cache::{Cache, CacheEvent};
@@ -15,18 +22,88 @@ use crate::core::Version;
 use crate::core::source::{FillSink, Origin, Source};
 use crate::fs::BackingStore;
 use crate::stats::Stats;
-use crate::transport::pull::{Puller, Want};
+use crate::transport::TransportError;
+use crate::transport::pull::{Puller, Sink, Want};
 use crate::transport::server::ChunkStore;
 
-pub struct ClusterSource {
-    pub locator: Arc<LocatorService>,
-    pub puller: Puller,
-    pub backing: BackingStore,
+/// What the fetch logic asks of the locator.
+pub trait Locate: Send + Sync + 'static {
+    fn me(&self) -> NodeId;
+    fn membership(&self) -> &Membership;
+    /// Bound on waiting for another node's fetch.
+    fn timeout(&self) -> Duration;
+    /// What this node should do about a file it misses.
+    fn locate(&self, path: &str, version: Version) -> Reply;
+    /// This node was told to fetch and could not read the backing store.
+    fn fetch_failed(&self, path: &str, version: Version);
+    /// Nodes that failed recently: tried last as holders.
+    fn suspects(&self) -> Vec<NodeId>;
+    /// A pull from `holder` failed: it is no holder of this version, and is suspect.
+    fn pull_failed(&self, path: &str, version: Version, holder: NodeId);
+}
+
+/// Pulls a byte range from the holder at an address.
+pub trait Pull: Send + Sync + 'static {
+    fn pull(&self, peer: SocketAddr, want: &Want, sink: Sink<'_>) -> Result<u64, TransportError>;
+}
+
+impl Pull for Puller {
+    fn pull(&self, peer: SocketAddr, want: &Want, sink: Sink<'_>) -> Result<u64, TransportError> {
+        Puller::pull(self, peer, want, sink)
+    }
+}
+
+/// The daemon's locator: the RPC service, its blocking calls answered on `runtime` when this
+/// node is the addressee.
+pub struct ServiceLink {
+    pub service: Arc<LocatorService>,
     pub runtime: tokio::runtime::Handle,
+}
+
+impl Locate for ServiceLink {
+    fn me(&self) -> NodeId {
+        self.service.me()
+    }
+
+    fn membership(&self) -> &Membership {
+        &self.service.membership
+    }
+
+    fn timeout(&self) -> Duration {
+        self.service.timeout
+    }
+
+    fn locate(&self, path: &str, version: Version) -> Reply {
+        self.service.locate(&self.runtime, path, version)
+    }
+
+    fn fetch_failed(&self, path: &str, version: Version) {
+        self.runtime
+            .block_on(self.service.fetch_failed(path, version));
+    }
+
+    fn suspects(&self) -> Vec<NodeId> {
+        self.service.suspects()
+    }
+
+    fn pull_failed(&self, path: &str, version: Version, holder: NodeId) {
+        self.service
+            .node
+            .holder_failed(&(path.to_string(), version), holder);
+        self.service.suspect(holder);
+    }
+}
+
+/// A [`Source`] over the cluster: locate, then pull from a holder, wait for a fetcher, or read
+/// `backing` (the shared file system).
+pub struct ClusterSource<L = ServiceLink, P = Puller, B = BackingStore> {
+    pub locator: L,
+    pub puller: P,
+    pub backing: B,
     pub stats: Arc<Stats>,
 }
 
-impl ClusterSource {
+impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
     /// The source of last resort: the backing store, or for a produced object (which the
     /// backing store never has) its producer, named in the object's key.
     fn read_backing(
@@ -53,7 +130,7 @@ impl ClusterSource {
         &self,
         path: &str,
         version: Version,
-        holders: &[u32],
+        holders: &[NodeId],
         offset: u64,
         len: u64,
         sink: FillSink<'_>,
@@ -65,10 +142,10 @@ impl ClusterSource {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn pull_with(
         &self,
-        puller: &Puller,
+        puller: &impl Pull,
         path: &str,
         version: Version,
-        holders: &[u32],
+        holders: &[NodeId],
         offset: u64,
         len: u64,
         sink: FillSink<'_>,
@@ -76,10 +153,11 @@ impl ClusterSource {
         let suspects = self.locator.suspects();
         let mut tried = Vec::new();
         let salt = crate::core::path_hash(path) ^ u64::from(self.locator.me());
+        let membership = self.locator.membership();
         loop {
             // Suspect holders come last; each holder is tried once.
             let avoid: Vec<u32> = tried.iter().chain(&suspects).copied().collect();
-            let h = pick_holder(&self.locator.membership, holders, &avoid, salt)?;
+            let h = pick_holder(membership, holders, &avoid, salt)?;
             if tried.contains(&h) {
                 return None;
             }
@@ -87,7 +165,7 @@ impl ClusterSource {
             if h == self.locator.me() {
                 continue;
             }
-            let addr = self.locator.membership.member(h)?.addr;
+            let addr = membership.member(h)?.addr;
             let want = Want {
                 path: path.to_string(),
                 version,
@@ -100,10 +178,7 @@ impl ClusterSource {
                 Ok(_) => return Some(()),
                 Err(e) => {
                     tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
-                    self.locator
-                        .node
-                        .holder_failed(&(path.to_string(), version), h);
-                    self.locator.suspect(h);
+                    self.locator.pull_failed(path, version, h);
                 }
             }
         }
@@ -127,7 +202,7 @@ pub(crate) fn read_at_via_pieces(
     source.read_into(path, version, offset, len, &mut copy)
 }
 
-impl Source for ClusterSource {
+impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
     fn read_at(
         &self,
         path: &str,
@@ -146,11 +221,11 @@ impl Source for ClusterSource {
         len: u64,
         sink: FillSink<'_>,
     ) -> io::Result<Origin> {
-        let deadline = Instant::now() + self.locator.timeout;
+        let deadline = Instant::now() + self.locator.timeout();
         let mut pause = Duration::from_millis(10);
         let mut waited = false;
         loop {
-            match self.locator.locate(&self.runtime, path, version) {
+            match self.locator.locate(path, version) {
                 Reply::Holders(h) => {
                     if self
                         .pull_from_peers(path, version, &h, offset, len, sink)
@@ -163,8 +238,7 @@ impl Source for ClusterSource {
                 Reply::Fetch => {
                     let r = self.read_backing(path, version, offset, len, sink);
                     if r.is_err() {
-                        self.runtime
-                            .block_on(self.locator.fetch_failed(path, version));
+                        self.locator.fetch_failed(path, version);
                     }
                     return r;
                 }
@@ -283,3 +357,7 @@ pub fn start_publisher(
         })
         .expect("spawn publisher");
 }
+
+#[cfg(test)]
+#[path = "source_tests.rs"]
+mod tests;

@@ -1,0 +1,296 @@
+//! The cluster's fetch logic without a cluster: a scripted locator, pulls from an in-memory
+//! table of holders, and an in-memory backing store. Which holder is tried, in which order,
+//! what a failure is reported as, how long a coordinated wait lasts and when the backing store
+//! serves are checked here; the 4-process tests check that the real parts do the same.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU32;
+
+use super::*;
+
+const DATA: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+const PEERS: &str = "0 127.0.0.1:7000 r0\n1 127.0.0.1:7001 r0\n\
+                     2 127.0.0.1:7002 r1\n3 127.0.0.1:7003 r1\n";
+
+fn version() -> Version {
+    Version {
+        size: DATA.len() as u64,
+        mtime_ns: 1,
+    }
+}
+
+/// A locator that answers from a script (the last answer repeats) and records what it is told.
+struct Script {
+    membership: Membership,
+    answers: Mutex<VecDeque<Reply>>,
+    asked: AtomicU32,
+    suspects: Vec<NodeId>,
+    timeout: Duration,
+    fetch_failed: Mutex<Vec<String>>,
+    pull_failed: Mutex<Vec<NodeId>>,
+}
+
+impl Script {
+    fn new(answers: Vec<Reply>) -> Script {
+        Script {
+            membership: Membership::parse(PEERS, 0).unwrap(),
+            answers: Mutex::new(answers.into()),
+            asked: AtomicU32::new(0),
+            suspects: Vec::new(),
+            timeout: Duration::from_secs(5),
+            fetch_failed: Mutex::default(),
+            pull_failed: Mutex::default(),
+        }
+    }
+}
+
+impl Locate for Script {
+    fn me(&self) -> NodeId {
+        0
+    }
+    fn membership(&self) -> &Membership {
+        &self.membership
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    fn locate(&self, _path: &str, _version: Version) -> Reply {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        let mut a = self.answers.lock().unwrap();
+        if a.len() > 1 {
+            a.pop_front().unwrap()
+        } else {
+            a.front().cloned().expect("a scripted answer")
+        }
+    }
+    fn fetch_failed(&self, path: &str, _version: Version) {
+        self.fetch_failed.lock().unwrap().push(path.to_string());
+    }
+    fn suspects(&self) -> Vec<NodeId> {
+        self.suspects.clone()
+    }
+    fn pull_failed(&self, _path: &str, _version: Version, holder: NodeId) {
+        self.pull_failed.lock().unwrap().push(holder);
+    }
+}
+
+/// Holders by port (node n listens on 7000 + n): every node serves `DATA` except the broken.
+#[derive(Default)]
+struct Peers {
+    broken: HashSet<NodeId>,
+    tried: Mutex<Vec<NodeId>>,
+}
+
+impl Pull for Peers {
+    fn pull(&self, peer: SocketAddr, want: &Want, sink: Sink<'_>) -> Result<u64, TransportError> {
+        let node = NodeId::from(peer.port() - 7000);
+        self.tried.lock().unwrap().push(node);
+        if self.broken.contains(&node) {
+            return Err(TransportError::Remote {
+                peer,
+                message: "broken".into(),
+            });
+        }
+        let bytes = &DATA[want.offset as usize..(want.offset + want.len) as usize];
+        sink(want.offset, bytes, crc32c::crc32c(bytes)).unwrap();
+        Ok(want.len)
+    }
+}
+
+/// The shared file system: `DATA` under any path, unless it fails.
+#[derive(Default)]
+struct Shared {
+    reads: AtomicU32,
+    fails: bool,
+}
+
+impl Source for Shared {
+    fn read_at(&self, _: &str, _: Version, offset: u64, buf: &mut [u8]) -> io::Result<Origin> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        if self.fails {
+            return Err(io::Error::other("shared file system down"));
+        }
+        buf.copy_from_slice(&DATA[offset as usize..offset as usize + buf.len()]);
+        Ok(Origin::Backing)
+    }
+}
+
+fn cluster(script: Script, peers: Peers, shared: Shared) -> ClusterSource<Script, Peers, Shared> {
+    ClusterSource {
+        locator: script,
+        puller: peers,
+        backing: shared,
+        stats: Arc::default(),
+    }
+}
+
+/// Reads all of `path` through the source; the bytes must be `DATA` whatever served them.
+fn read_all(s: &ClusterSource<Script, Peers, Shared>, path: &str) -> io::Result<Origin> {
+    let mut buf = vec![0; DATA.len()];
+    let origin = s.read_at(path, version(), 0, &mut buf)?;
+    assert_eq!(buf, DATA);
+    Ok(origin)
+}
+
+fn tried(s: &ClusterSource<Script, Peers, Shared>) -> Vec<NodeId> {
+    s.puller.tried.lock().unwrap().clone()
+}
+
+#[test]
+fn a_holder_serves_and_the_shared_file_system_is_not_read() {
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![2])]),
+        Peers::default(),
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Peer);
+    assert_eq!(tried(&s), [2]);
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_holder_in_this_rack_is_preferred() {
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![2, 3, 1])]),
+        Peers::default(),
+        Shared::default(),
+    );
+    read_all(&s, "a").unwrap();
+    assert_eq!(tried(&s), [1], "node 1 shares node 0's rack");
+}
+
+#[test]
+fn a_failed_holder_is_reported_and_the_next_serves() {
+    let peers = Peers {
+        broken: [1].into(),
+        ..Default::default()
+    };
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![1, 2])]),
+        peers,
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Peer);
+    assert_eq!(tried(&s), [1, 2]);
+    assert_eq!(*s.locator.pull_failed.lock().unwrap(), [1]);
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn when_every_holder_fails_the_shared_file_system_serves() {
+    let peers = Peers {
+        broken: [1, 2, 3].into(),
+        ..Default::default()
+    };
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![1, 2, 3])]),
+        peers,
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    let mut t = tried(&s);
+    t.sort();
+    assert_eq!(t, [1, 2, 3], "each holder is tried once");
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn suspect_holders_are_tried_last() {
+    let mut script = Script::new(vec![Reply::Holders(vec![1, 2])]);
+    script.suspects = vec![1];
+    let s = cluster(script, Peers::default(), Shared::default());
+    read_all(&s, "a").unwrap();
+    assert_eq!(tried(&s), [2], "node 1 is suspect although in this rack");
+}
+
+#[test]
+fn this_node_as_the_only_holder_is_no_holder() {
+    // The locator may still list this node for a copy it just dropped.
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![0])]),
+        Peers::default(),
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert!(tried(&s).is_empty());
+}
+
+#[test]
+fn a_fetch_reads_the_shared_file_system_and_a_failed_one_is_reported() {
+    let s = cluster(
+        Script::new(vec![Reply::Fetch]),
+        Peers::default(),
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert!(s.locator.fetch_failed.lock().unwrap().is_empty());
+
+    let down = Shared {
+        fails: true,
+        ..Default::default()
+    };
+    let s = cluster(Script::new(vec![Reply::Fetch]), Peers::default(), down);
+    assert!(read_all(&s, "a").is_err());
+    assert_eq!(*s.locator.fetch_failed.lock().unwrap(), ["a"]);
+}
+
+#[test]
+fn a_waiter_asks_again_and_pulls_from_the_fetcher() {
+    let s = cluster(
+        Script::new(vec![
+            Reply::WaitFor(2),
+            Reply::WaitFor(2),
+            Reply::Holders(vec![2]),
+        ]),
+        Peers::default(),
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Peer);
+    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 3);
+    assert_eq!(s.stats.coordinated_waits.load(Ordering::Relaxed), 1);
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_wait_is_bounded_by_the_timeout() {
+    let mut script = Script::new(vec![Reply::WaitFor(2)]);
+    script.timeout = Duration::from_millis(100);
+    let s = cluster(script, Peers::default(), Shared::default());
+    let t = Instant::now();
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(100), "{waited:?}");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+}
+
+#[test]
+fn waiting_for_oneself_is_a_fetch() {
+    let s = cluster(
+        Script::new(vec![Reply::WaitFor(0)]),
+        Peers::default(),
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_produced_object_comes_from_its_producer_never_the_shared_file_system() {
+    let object = "//produced/3/5-1";
+    let s = cluster(
+        Script::new(vec![Reply::Fetch]),
+        Peers::default(),
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, object).unwrap(), Origin::Peer);
+    assert_eq!(tried(&s), [3]);
+
+    let peers = Peers {
+        broken: [3].into(),
+        ..Default::default()
+    };
+    let s = cluster(Script::new(vec![Reply::Fetch]), peers, Shared::default());
+    assert!(read_all(&s, object).is_err());
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
