@@ -3,7 +3,12 @@
 //! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
 //! cache; `tiers` holds the rack and global tables and their coordination rules; `names` is
 //! the namespace of produced files; `replicate` copies what peers fetched (`--replicate`).
+//! `proto` is what the tiers say to one another (an RPC payload of the transport), `check`
+//! what a message from the wire must satisfy, `service` one daemon's locator answering and
+//! asking them, and `source` the fetch logic of a read (locate, pull, wait or fetch) over the
+//! `Locate` and `Pull` ports.
 
+pub mod check;
 pub mod membership;
 pub mod names;
 pub mod node;

@@ -16,7 +16,6 @@ use super::node::{Known, NodeTier};
 use super::proto::{self, Msg};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
-use crate::core::names::{Name, Namespace};
 use crate::core::sync::lock;
 use crate::stats::Stats;
 use crate::transport::TransportError;
@@ -160,11 +159,16 @@ impl LocatorService {
     }
 
     /// Sends a message to `to`, or handles it here when this node is the addressee.
-    async fn call(self: &Arc<Self>, to: NodeId, msg: Msg) -> Option<Msg> {
+    pub(super) async fn call(self: &Arc<Self>, to: NodeId, msg: Msg) -> Option<Msg> {
         self.call_within(to, msg, self.timeout).await
     }
 
-    async fn call_within(self: &Arc<Self>, to: NodeId, msg: Msg, timeout: Duration) -> Option<Msg> {
+    pub(super) async fn call_within(
+        self: &Arc<Self>,
+        to: NodeId,
+        msg: Msg,
+        timeout: Duration,
+    ) -> Option<Msg> {
         if to == self.me() {
             // Boxed: answering may call again (rack home -> global home on this node).
             return Some(Box::pin(self.clone().answer(Some(self.me()), msg)).await);
@@ -459,83 +463,6 @@ impl LocatorService {
         }
     }
 
-    /// Whether a request's paths, names and node ids are well formed and known (see
-    /// [`crate::core::paths`]): unknown node ids, paths that could escape a root, and object ids
-    /// that are not tokens of their holder are refused before any table is touched.
-    /// A message that speaks for its sender (a publish, a failed fetch, a rejoin, a member's
-    /// own lookup, a rack's change) must come from that sender: `peer` is the authenticated id.
-    fn check(&self, msg: &Msg, peer: Option<NodeId>) -> Result<(), String> {
-        use crate::core::paths::{cache_key, dataset_path, name as one_name, object_id};
-        let member = |id: NodeId| self.membership.check_member(id);
-        let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
-        let dir = |p: &str| dataset_path(p).map_err(|e| format!("{p:?}: {e}"));
-        let one = |n: &str| one_name(n).map_err(|e| format!("{n:?}: {e}"));
-        let sender = |id: NodeId| match peer {
-            Some(p) if p != id => Err(format!("node {p} spoke for node {id}")),
-            _ => member(id),
-        };
-        match msg {
-            // A rack home forwards a member's miss to the global home (`global: true`).
-            Msg::Lookup {
-                path,
-                requester,
-                global,
-                ..
-            } => {
-                key(path)?;
-                if *global {
-                    member(*requester)
-                } else {
-                    sender(*requester)
-                }
-            }
-            Msg::Publish { path, node, .. } | Msg::FetchFailed { path, node, .. } => {
-                key(path)?;
-                sender(*node)
-            }
-            Msg::RackChanged {
-                path, rack, node, ..
-            } => {
-                key(path)?;
-                member(*node)?;
-                if self.membership.rack_of(*node) != rack {
-                    return Err(format!("node {node} is not in rack {rack:?}"));
-                }
-                // Only a member of that rack (its rack home) reports the rack's changes.
-                match peer {
-                    Some(p) if self.membership.rack_of(p) != rack => {
-                        Err(format!("node {p} reported for rack {rack:?}"))
-                    }
-                    _ => Ok(()),
-                }
-            }
-            Msg::Rejoined { node } => sender(*node),
-            Msg::NameGet { dir: d, name, .. } => {
-                dir(d)?;
-                one(name)
-            }
-            Msg::NameList { dir: d } => dir(d),
-            Msg::NameSet {
-                dir: d,
-                name,
-                entry,
-            } => {
-                dir(d)?;
-                one(name)?;
-                match entry {
-                    Some(n) => check_name(n, &self.membership),
-                    None => Ok(()),
-                }
-            }
-            Msg::Unhold { object, .. } => match object_id(object) {
-                Ok(node) if node == self.me() => Ok(()),
-                _ => Err(format!("{object:?} is not an object of this node")),
-            },
-            Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
-            _ => Ok(()),
-        }
-    }
-
     /// Records at this rack home that `node` gained or lost a copy; returns the message for
     /// the file's global home when the rack gained its first copy or lost its last.
     fn rack_publish(
@@ -616,26 +543,6 @@ impl LocatorService {
     }
 }
 
-/// A published name is well formed: a directory names no object; a file's object is a token
-/// of its holder, a member.
-pub fn check_name(n: &Name, membership: &Membership) -> Result<(), String> {
-    membership.check_member(n.holder)?;
-    if n.dir {
-        return if n.object.is_empty() {
-            Ok(())
-        } else {
-            Err("a directory with an object".into())
-        };
-    }
-    match crate::core::paths::object_id(&n.object) {
-        Ok(node) if node == n.holder => Ok(()),
-        _ => Err(format!(
-            "{:?} is not an object of node {}",
-            n.object, n.holder
-        )),
-    }
-}
-
 /// The longest a name home holds a `NameGet` open, whatever the caller asks.
 const MAX_NAME_WAIT: Duration = Duration::from_secs(3600);
 
@@ -656,94 +563,5 @@ impl RpcHandler for Handler {
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             Ok(proto::encode(&service.answer(peer, msg).await))
         })
-    }
-}
-
-/// The produced namespace of a cluster: each directory's names live at its name home.
-pub struct ClusterNames {
-    pub locator: Arc<LocatorService>,
-    pub runtime: tokio::runtime::Handle,
-}
-
-impl ClusterNames {
-    fn ask(&self, dir: &str, msg: Msg, wait: Duration) -> std::io::Result<Msg> {
-        let l = &self.locator;
-        let home = l.membership.global_home(dir);
-        self.runtime
-            .block_on(l.call_within(home, msg, wait + l.timeout))
-            .ok_or_else(|| std::io::Error::other(format!("name home {home} unreachable")))
-    }
-}
-
-fn unexpected(m: Msg) -> std::io::Error {
-    std::io::Error::other(format!("unexpected reply from a name home: {m:?}"))
-}
-
-impl ClusterNames {
-    /// A name from a name home, used only if well formed (see [`check_name`]).
-    fn checked(&self, n: Option<Name>) -> std::io::Result<Option<Name>> {
-        match n {
-            Some(n) => match check_name(&n, &self.locator.membership) {
-                Ok(()) => Ok(Some(n)),
-                Err(why) => Err(std::io::Error::other(format!(
-                    "bad name from its home: {why}"
-                ))),
-            },
-            None => Ok(None),
-        }
-    }
-}
-
-impl Namespace for ClusterNames {
-    fn get(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
-        let msg = Msg::NameGet {
-            dir: dir.into(),
-            name: name.into(),
-            wait_ms: wait.as_millis() as u64,
-        };
-        match self.ask(dir, msg, wait)? {
-            Msg::NameIs(n) => self.checked(n),
-            m => Err(unexpected(m)),
-        }
-    }
-
-    fn list(&self, dir: &str) -> std::io::Result<Vec<(String, Name)>> {
-        let msg = Msg::NameList { dir: dir.into() };
-        match self.ask(dir, msg, Duration::ZERO)? {
-            // A malformed entry from the home is left out, the rest listed.
-            Msg::Names(n) => Ok(n
-                .into_iter()
-                .filter(|(name, n)| {
-                    crate::core::paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
-                })
-                .collect()),
-            m => Err(unexpected(m)),
-        }
-    }
-
-    fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> std::io::Result<Option<Name>> {
-        let msg = Msg::NameSet {
-            dir: dir.into(),
-            name: name.into(),
-            entry,
-        };
-        match self.ask(dir, msg, Duration::ZERO)? {
-            Msg::NameIs(n) => Ok(n),
-            m => Err(unexpected(m)),
-        }
-    }
-
-    fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool) {
-        let msg = Msg::Unhold {
-            object: object.into(),
-            version: crate::core::Version { size, mtime_ns },
-            drop,
-        };
-        // Best effort: a holder that cannot be told keeps an evictable copy.
-        let _ = self.runtime.block_on(self.locator.call(holder, msg));
-    }
-
-    fn me(&self) -> NodeId {
-        self.locator.me()
     }
 }
