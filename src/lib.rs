@@ -9,4 +9,5 @@ pub mod daemon;
 pub mod fs;
 pub mod locator;
 pub mod stats;
+pub mod sys;
 pub mod transport;

@@ -220,9 +220,7 @@ impl Cache {
                 (avail + used).saturating_sub(total / 10)
             }
         };
-        // Loading a million headers leaves tens of MiB of freed memory behind: give it back.
-        // SAFETY: malloc_trim only releases free heap memory; it touches no live allocation.
-        unsafe { libc::malloc_trim(0) };
+        crate::sys::release_free_memory();
         tracing::info!(
             entries = index.slots.len(),
             used,
@@ -573,14 +571,7 @@ fn check_header(header: &Header, chunk_size: u64) -> Result<(), CacheError> {
 
 /// (total, available to unprivileged users) bytes of the filesystem holding `dir`.
 pub fn fs_space(dir: &Path) -> io::Result<(u64, u64)> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: statvfs is plain data, fully written by the call on success.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `s` a valid out pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let s = crate::sys::statvfs(dir)?;
     Ok((s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
 }
 

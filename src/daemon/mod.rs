@@ -263,7 +263,7 @@ fn run(mut args: MountArgs) -> Result<(), UserError> {
 pub(super) fn run_session<S: crate::core::source::Source>(
     args: &MountArgs,
     fs: DyadFs<S>,
-    set: libc::sigset_t,
+    set: crate::sys::StopSignals,
 ) -> Result<(), UserError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
@@ -310,9 +310,7 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            let mut sig = 0;
-            // SAFETY: `set` is an initialised sigset_t and `sig` a valid out pointer.
-            unsafe { libc::sigwait(&set, &mut sig) };
+            let sig = set.wait();
             tracing::info!(signal = sig, "unmounting {}", mountpoint.display());
             if let Err(e) = unmounter.unmount() {
                 tracing::error!(error = %e, "unmount failed");

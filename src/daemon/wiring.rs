@@ -14,49 +14,11 @@ use crate::transport::auth::Secret;
 /// The default ceiling of idle cache descriptors (`--open-files`).
 const MAX_OPEN_FILES: u64 = 65536;
 
-/// Raises the soft limit of open files to the hard limit (shells commonly start at 1,024) and
-/// returns the limit in force. Nothing depends on getting more: the cache keeps half of it.
-fn raise_descriptor_limit() -> u64 {
-    // SAFETY: rlimit is plain data, fully written by getrlimit on success.
-    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid out pointer for the call only.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "getrlimit(RLIMIT_NOFILE)");
-        return 1024;
-    }
-    let soft = lim.rlim_cur;
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: a valid pointer to an initialised rlimit, for the call only.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            lim.rlim_cur = lim.rlim_max;
-        }
-    }
-    tracing::info!(
-        from = soft,
-        to = lim.rlim_cur,
-        hard = lim.rlim_max,
-        "descriptor limit"
-    );
-    lim.rlim_cur
-}
-
 pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
     // Signals are taken by one thread (sigwait) that unmounts; block them everywhere else.
-    // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask only reads it.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, s);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    let limit = raise_descriptor_limit();
+    let set = crate::sys::StopSignals::block();
+    // Nothing depends on getting more: the cache keeps half of what there is.
+    let limit = crate::sys::raise_descriptor_limit();
     let stats = Arc::new(Stats::default());
     let cache = Arc::new(
         Cache::open(

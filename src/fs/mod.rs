@@ -422,15 +422,6 @@ impl<S: Source> DyadFs<S> {
     /// (blocks, free blocks, available blocks, files, free files, block size, name length)
     /// of the backing file system: the space the dataset lives in.
     pub fn statfs(&self) -> Result<libc::statvfs, Error> {
-        let path =
-            std::ffi::CString::new(self.backing.path("").into_os_string().into_encoded_bytes())
-                .map_err(|_| Error::NotFound)?;
-        // SAFETY: statvfs is plain data, fully written by the call on success.
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid NUL-terminated path and a valid out pointer.
-        if unsafe { libc::statvfs(path.as_ptr(), &mut s) } != 0 {
-            return Err(Error::Backing(std::io::Error::last_os_error()));
-        }
-        Ok(s)
+        crate::sys::statvfs(&self.backing.path("")).map_err(Error::Backing)
     }
 }

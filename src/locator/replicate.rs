@@ -153,7 +153,7 @@ pub fn start_replicator(
     std::thread::Builder::new()
         .name("replicator".into())
         .spawn(move || {
-            crate::transport::lower_thread_priority();
+            crate::sys::lower_thread_priority();
             Replicator {
                 cluster,
                 copier: Arc::new(copier),

@@ -17,14 +17,3 @@ pub mod ucx;
 pub mod wire;
 
 pub use error::TransportError;
-
-/// Gives the calling thread the lowest CPU priority (nice 19; Linux sets it per thread): the
-/// threads of background copies (`--replicate`) then run on CPU the readers leave idle.
-pub fn lower_thread_priority() {
-    // SAFETY: gettid has no preconditions; setpriority only reads its arguments.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
-        tracing::warn!(error = %e, "a background thread keeps its priority");
-    }
-}

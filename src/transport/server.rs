@@ -234,7 +234,7 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
             // Held while the connection is served.
             let _admitted = admitted;
             if background {
-                super::lower_thread_priority();
+                crate::sys::lower_thread_priority();
             }
             match serve_pulls(s, worker.slab(), &*store, faults) {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}

@@ -223,7 +223,7 @@ impl Worker {
             .name(name.into())
             .spawn(move || {
                 if background {
-                    crate::transport::lower_thread_priority();
+                    crate::sys::lower_thread_priority();
                 }
                 progress(owned, rx)
             })

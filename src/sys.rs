@@ -1,0 +1,98 @@
+//! The process's own calls into the system that no layer owns: file system space, the
+//! descriptor limit, thread priority, signals, returning freed memory. Each wraps one libc
+//! call so the rest of the code calls Rust. (Calls that are a module's whole purpose stay in
+//! it: UCX in `transport::ucx`, mappings in `cache::mapping`, `openat2` in `fs::backing`.)
+
+use std::io;
+use std::path::Path;
+
+/// `statvfs(2)` of the file system holding `path`.
+pub fn statvfs(path: &Path) -> io::Result<libc::statvfs> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: statvfs is plain data, fully written by the call on success.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `s` a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(s)
+}
+
+/// Raises the soft limit of open files to the hard limit (shells commonly start at 1,024) and
+/// returns the limit in force.
+pub fn raise_descriptor_limit() -> u64 {
+    // SAFETY: rlimit is plain data, fully written by getrlimit on success.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer for the call only.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        tracing::warn!(error = %io::Error::last_os_error(), "getrlimit(RLIMIT_NOFILE)");
+        return 1024;
+    }
+    let soft = lim.rlim_cur;
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: a valid pointer to an initialised rlimit, for the call only.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    tracing::info!(
+        from = soft,
+        to = lim.rlim_cur,
+        hard = lim.rlim_max,
+        "descriptor limit"
+    );
+    lim.rlim_cur
+}
+
+/// Gives the calling thread the lowest CPU priority (nice 19; Linux sets it per thread): the
+/// threads of background copies (`--replicate`) then run on CPU the readers leave idle.
+pub fn lower_thread_priority() {
+    // SAFETY: gettid has no preconditions; setpriority only reads its arguments.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        tracing::warn!(error = %e, "a background thread keeps its priority");
+    }
+}
+
+/// The signals that unmount a daemon.
+pub struct StopSignals(libc::sigset_t);
+
+impl StopSignals {
+    /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and every thread it starts
+    /// from then on, so that one thread takes them with [`StopSignals::wait`].
+    pub fn block() -> StopSignals {
+        // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask only
+        // reads it.
+        let set = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            set
+        };
+        StopSignals(set)
+    }
+
+    /// Waits for one of the signals; returns its number.
+    pub fn wait(&self) -> i32 {
+        let mut sig = 0;
+        // SAFETY: the set is an initialised sigset_t and `sig` a valid out pointer.
+        unsafe { libc::sigwait(&self.0, &mut sig) };
+        sig
+    }
+}
+
+/// Returns freed heap memory to the system (loading a million cache headers leaves tens of MiB
+/// of it behind).
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim only releases free heap memory; it touches no live allocation.
+    unsafe { libc::malloc_trim(0) };
+}
