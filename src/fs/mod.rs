@@ -23,6 +23,9 @@ pub mod read;
 mod readahead;
 pub mod write;
 
+#[cfg(test)]
+mod ops_tests;
+
 pub use attr::{Attr, Kind};
 pub use handles::Opened;
 use handles::{CachedHandle, Handle};

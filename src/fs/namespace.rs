@@ -235,10 +235,11 @@ impl<S: Source> DyadFs<S> {
     ) -> Result<(), Error> {
         let from = join(&Self::path_of(&*self.node(parent)?), name);
         let to = join(&Self::path_of(&*self.node(new_parent)?), new_name);
+        let src = self.resolve(&from, Duration::ZERO)?;
+        // POSIX: renaming a name onto itself does nothing, once the name exists.
         if from == to {
             return Ok(());
         }
-        let src = self.resolve(&from, Duration::ZERO)?;
         let dst = match self.resolve(&to, Duration::ZERO) {
             Ok(f) => Some(f),
             Err(Error::NotFound) => None,

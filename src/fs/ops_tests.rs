@@ -1,0 +1,257 @@
+//! `DyadFs` without a kernel: its calls (lookup, create, write, release, open, read, remove,
+//! rename, opendir) driven straight, over a real cache directory, an in-memory source of the
+//! dataset's bytes and the single-node namespace, checked against a model of what a file
+//! system with a read-only dataset and a writable produced namespace must show (like
+//! mountpoint-s3's reference tests). The real mounts (tests/mount.rs) check the fuser adapter.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::atomic::AtomicU32;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::cache::CacheConfig;
+use crate::core::Version;
+use crate::core::source::Origin;
+use crate::locator::names::LocalNames;
+
+/// The dataset's bytes, from memory: every read of a dataset file must come through here.
+struct MemSource {
+    files: HashMap<String, (Version, Vec<u8>)>,
+    reads: AtomicU32,
+}
+
+impl Source for MemSource {
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<Origin> {
+        let (v, data) = self.files.get(path).ok_or(io::ErrorKind::NotFound)?;
+        if *v != version {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        buf.copy_from_slice(&data[offset as usize..offset as usize + buf.len()]);
+        Ok(Origin::Backing)
+    }
+}
+
+static TEST_ID: AtomicU64 = AtomicU64::new(0);
+
+/// The dataset: two files the namespace may never change.
+const DATASET: [(&str, usize); 2] = [("b0", 3000), ("b1", 1 << 20)];
+/// Names the operations use: the dataset's and free ones.
+const NAMES: [&str; 5] = ["b0", "b1", "p0", "p1", "p2"];
+
+struct World {
+    fs: DyadFs<MemSource>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn world() -> (World, BTreeMap<String, Vec<u8>>) {
+    let dir = std::env::temp_dir().join(format!(
+        "dyadfs-ops-test-{}-{}",
+        std::process::id(),
+        TEST_ID.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (backing, ssd) = (dir.join("backing"), dir.join("ssd"));
+    std::fs::create_dir_all(&backing).unwrap();
+    let mut model = BTreeMap::new();
+    let mut files = HashMap::new();
+    for (i, (name, len)) in DATASET.iter().enumerate() {
+        let data: Vec<u8> = (0..*len).map(|j| (j * 7 + i) as u8).collect();
+        let path = backing.join(name);
+        std::fs::write(&path, &data).unwrap();
+        let version = crate::core::version_of(&std::fs::metadata(&path).unwrap());
+        files.insert(name.to_string(), (version, data.clone()));
+        model.insert(name.to_string(), data);
+    }
+    let stats = Arc::new(Stats::default());
+    let config = CacheConfig {
+        dir: ssd.clone(),
+        chunk_size: 256 << 10,
+        capacity: Some(64 << 20),
+        open_files: 8,
+    };
+    let cache = Arc::new(Cache::open(&config, stats.clone()).unwrap());
+    let producer = Arc::new(Producer::open(&ssd, cache.clone(), 0).unwrap());
+    let source = Arc::new(MemSource {
+        files,
+        reads: AtomicU32::new(0),
+    });
+    let fs_config = FsConfig {
+        metadata_ttl: Duration::from_secs(1),
+        passthrough: false,
+        readahead_threads: 1,
+        wait: Duration::ZERO,
+        max_inodes: 1024,
+    };
+    let fs = DyadFs::new(
+        BackingStore::new(backing),
+        Arc::new(LocalNames::default()),
+        producer,
+        source,
+        cache,
+        stats,
+        fs_config,
+    )
+    .unwrap();
+    (World { fs, dir }, model)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Create (or truncate) and write a whole file, then close it.
+    Write(usize, Vec<u8>),
+    Read(usize),
+    Remove(usize),
+    Rename(usize, usize),
+    List,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let name = 0..NAMES.len();
+    prop_oneof![
+        (
+            name.clone(),
+            proptest::collection::vec(any::<u8>(), 0..70_000)
+        )
+            .prop_map(|(n, d)| Op::Write(n, d)),
+        name.clone().prop_map(Op::Read),
+        name.clone().prop_map(Op::Remove),
+        (name.clone(), name).prop_map(|(a, b)| Op::Rename(a, b)),
+        Just(Op::List),
+    ]
+}
+
+fn is_dataset(name: &str) -> bool {
+    DATASET.iter().any(|(n, _)| *n == name)
+}
+
+fn read_whole(fs: &DyadFs<MemSource>, name: &str) -> Result<Vec<u8>, Error> {
+    let attr = fs.lookup(ROOT_INO, OsStr::new(name), 0)?;
+    let opened = fs.open(attr.ino, false, false)?;
+    let mut out = Vec::new();
+    loop {
+        let bytes = fs.read(opened.fh, out.len() as u64, 128 << 10)?;
+        if bytes.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&bytes);
+    }
+    fs.release(opened.fh)?;
+    assert_eq!(attr.size, out.len() as u64, "{name}: size and bytes agree");
+    Ok(out)
+}
+
+/// Runs `op` on the file system and the model; they must agree.
+fn check(fs: &DyadFs<MemSource>, model: &mut BTreeMap<String, Vec<u8>>, op: Op) {
+    match op {
+        Op::Write(n, data) => {
+            let name = NAMES[n];
+            let r = fs
+                .create(ROOT_INO, OsStr::new(name), 0o644, (false, true), (0, 0))
+                .and_then(|(_, opened)| {
+                    let written = fs.write(opened.fh, 0, &data)?;
+                    assert_eq!(written as usize, data.len());
+                    fs.release(opened.fh)
+                });
+            if is_dataset(name) {
+                assert!(matches!(r, Err(Error::ReadOnly)), "{name}: {r:?}");
+            } else {
+                r.unwrap();
+                model.insert(name.to_string(), data);
+            }
+        }
+        Op::Read(n) => {
+            let name = NAMES[n];
+            match (read_whole(fs, name), model.get(name)) {
+                (Ok(got), Some(want)) => assert!(got == *want, "{name}: wrong bytes"),
+                (Err(Error::NotFound), None) => {}
+                (got, want) => panic!(
+                    "{name}: read {:?}, model {:?}",
+                    got.map(|g| g.len()),
+                    want.map(Vec::len)
+                ),
+            }
+        }
+        Op::Remove(n) => {
+            let name = NAMES[n];
+            let r = fs.remove(ROOT_INO, OsStr::new(name), false);
+            match (r, model.contains_key(name)) {
+                (Err(Error::ReadOnly), true) if is_dataset(name) => {}
+                (Ok(()), true) if !is_dataset(name) => {
+                    model.remove(name);
+                }
+                (Err(Error::NotFound), false) => {}
+                (r, known) => panic!("remove {name}: {r:?} (in model: {known})"),
+            }
+        }
+        Op::Rename(a, b) => {
+            let (from, to) = (NAMES[a], NAMES[b]);
+            let r = fs.rename(ROOT_INO, OsStr::new(from), ROOT_INO, OsStr::new(to), false);
+            if !model.contains_key(from) {
+                assert!(matches!(r, Err(Error::NotFound)), "{from} -> {to}: {r:?}");
+            } else if from == to {
+                r.unwrap();
+            } else if is_dataset(from) || (is_dataset(to) && model.contains_key(to)) {
+                assert!(matches!(r, Err(Error::ReadOnly)), "{from} -> {to}: {r:?}");
+            } else {
+                r.unwrap();
+                let data = model.remove(from).unwrap();
+                model.insert(to.to_string(), data);
+            }
+        }
+        Op::List => {
+            let fh = fs.opendir(ROOT_INO).unwrap();
+            let mut names: Vec<String> = fs
+                .listing(fh)
+                .unwrap()
+                .iter()
+                .map(|e| e.name.to_string_lossy().into_owned())
+                .filter(|n| n != "." && n != "..")
+                .collect();
+            fs.releasedir(fh);
+            names.sort();
+            let want: Vec<String> = model.keys().cloned().collect();
+            assert_eq!(names, want);
+        }
+    }
+}
+
+#[test]
+fn dataset_bytes_come_through_the_source_once() {
+    let (w, model) = world();
+    for _ in 0..3 {
+        assert!(read_whole(&w.fs, "b1").unwrap() == model["b1"]);
+    }
+    // Fetched whole (one source read of its four chunks) at the first read, then served from
+    // the cache.
+    assert_eq!(w.fs.reader.source.reads.load(Ordering::Relaxed), 1);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #[test]
+    fn operations_match_the_model(ops in proptest::collection::vec(op(), 1..30)) {
+        let (w, mut model) = world();
+        for op in ops {
+            check(&w.fs, &mut model, op);
+        }
+        // Everything the model holds reads back at the end.
+        for (name, data) in &model {
+            prop_assert!(read_whole(&w.fs, name).unwrap() == *data, "{}", name);
+        }
+    }
+}
