@@ -8,6 +8,7 @@
 # Needs root. Env: RUNS (2), BINS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 W=$(realpath "${1:?usage: bench_listing.sh WORKDIR-of-bench_scale}")
 [ -d "$W/backing/wide" ] || { echo "no $W/backing/wide: run KEEP=1 scripts/bench_scale.sh $W" >&2; exit 1; }
 RUNS=${RUNS:-2}
@@ -16,10 +17,9 @@ if [ -z "${BINS:-}" ]; then
   BINS=$PWD/target/release/dyadfs
 fi
 SSD=$(mktemp -d /var/tmp/dyadfs-listing-ssd.XXXX)
-cleanup() { mountpoint -q "$W/mnt" && fusermount3 -u "$W/mnt"; rm -rf "$SSD"; }
+cleanup() { unmount_mounted "$W/mnt"; rm -rf "$SSD"; }
 trap cleanup EXIT
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-secs() { local a; a=$(date +%s.%N); "$@" > /dev/null; echo "$(date +%s.%N) - $a" | bc; }
+secs() { local a; a=$(now); "$@" > /dev/null; echo "$(now) - $a" | bc; }
 scan() { python3 -c 'import os, sys; [e.stat() for e in list(os.scandir(sys.argv[1]))]' "$1"; }
 for run in $(seq "$RUNS"); do
   drop; echo "run $run backing find $(secs find "$W/backing" -type f)"

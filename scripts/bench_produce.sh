@@ -9,6 +9,7 @@
 # Needs root. Usage: scripts/bench_produce.sh    (env: RUNS, THROTTLE, SMALL_N, LARGE_N)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 RUNS=${RUNS:-3}
 THROTTLE=${THROTTLE:-$((100 << 20))}
 SMALL_N=${SMALL_N:-400}
@@ -20,17 +21,13 @@ BIN=$PWD/target/release/dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-produce-bench.XXXX)
 . scripts/lib/slow-fs.sh
 cleanup() {
-  local m
-  for m in a b; do mountpoint -q "$W/$m/mnt" && fusermount3 -u "$W/$m/mnt"; done
+  unmount_mounted "$W"/{a,b}/mnt
   slow_fs_stop
   rm -rf "$W"
 }
 trap cleanup EXIT
 mkdir -p "$W"/{a,b}/mnt "$W/bin"
-# The job secret every node proves on every connection (as `dyadfs keygen` writes it; made
-# here so that an older DYADFS_BIN, which ignores it, can be measured too).
-(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
-export DYADFS_SECRET_FILE=$W/secret
+job_secret "$W/secret"
 gcc -O2 -o "$W/bin/producer" examples/c/producer.c
 gcc -O2 -o "$W/bin/consumer" examples/c/consumer.c
 
@@ -40,6 +37,8 @@ mkdir -p "$W/shared/backing"
 
 PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r0\n' $PORT $((PORT + 1)) > "$W/peers"
+# Not common.sh's mount_node: the backing directory is on the slow shared FS, the daemons wait
+# up to 60 s for their peers, and MOUNT_ARGS does not apply.
 mount_node() {
   "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/shared/backing" --node-id "$2" \
     --peers "$W/peers" --wait 60s
@@ -50,9 +49,6 @@ unmount_nodes() {
   sleep 0.3
   rm -rf "$W"/{a,b}/ssd
 }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # One run: prints "produce_MBps consume_MBps end_to_end_MBps" for frames of $2 bytes x $3
 # written into $4 and read from $5.
@@ -76,7 +72,7 @@ for spec in "644KiB 659456 $SMALL_N" "28.5MiB 29884416 $LARGE_N"; do
   for _ in $(seq "$RUNS"); do
     mount_node a 0; mount_node b 1
     run dyadfs "$n" "$size" "$W/a/mnt/frames" "$W/b/mnt/frames" >> "$W/dyadfs-$label"
-    peers=$("$BIN" stats "$W/b/mnt" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_from_peers"])')
+    peers=$(dyadfs_stat "$W/b/mnt" bytes_from_peers)
     [ "$peers" = $((n * size)) ] || { echo "node B pulled $peers bytes, expected $((n * size))" >&2; exit 1; }
     unmount_nodes
     rm -rf "$W/shared/frames"

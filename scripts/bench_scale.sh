@@ -21,14 +21,11 @@
 #      DYADFS_BIN (a dyadfs binary to measure instead of this tree's release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 N=${N:-1000000} DIRS=${DIRS:-1000} NOFILE=${NOFILE:-1024} SCANDIR=${SCANDIR:-100000}
 SAMPLE=${SAMPLE:-10000} PROCS=${PROCS:-4} CAPACITY=${CAPACITY:-}
 [ "$(id -u)" -eq 0 ] || { echo "bench_scale.sh needs root (drop_caches, FUSE passthrough)" >&2; exit 1; }
-if [ -z "${DYADFS_BIN:-}" ]; then
-  scripts/install-deps.sh
-  flock /tmp/cargo.lock cargo build --release --quiet
-fi
-BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
+build_dyadfs /tmp/cargo.lock
 W=${1:-$(mktemp -d /var/tmp/dyadfs-scale.XXXX)}
 W=$(realpath -m "$W")
 mkdir -p "$W"/{backing,mnt}
@@ -48,13 +45,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 # A mount left over by an interrupted KEEP run of the same WORKDIR.
-mountpoint -q "$W/mnt" && fusermount3 -u "$W/mnt"
+unmount_mounted "$W/mnt"
 
 say() { printf '%s\n' "$*" | tee -a "$R"; }
-now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 calc() { awk "BEGIN { printf \"$1\", $2 }"; } # calc FORMAT EXPR
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # jget FILE KEY: a top-level value of a JSON object ("n/a" when missing or unreadable)
 jget() {
   python3 - "$1" "$2" <<'PY'

@@ -7,6 +7,7 @@
 # "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 RUNS=${RUNS:-5}
 scripts/install-deps.sh
 dpkg -s bindfs >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null
@@ -15,7 +16,7 @@ BIN=$PWD/target/release/dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench.XXXX)}
 mkdir -p "$W"/{backing/small,ssd,mnt,bind}
 cleanup() {
-  for m in "$W/mnt" "$W/bind"; do mountpoint -q "$m" && fusermount3 -u "$m"; done
+  unmount_mounted "$W/mnt" "$W/bind"
   [ -n "${KEEP:-}" ] || rm -rf "$W"
 }
 trap cleanup EXIT
@@ -31,8 +32,6 @@ PY
 fi
 ls "$W/backing/small" | shuf --random-source=<(yes) > "$W/order"
 
-now() { date +%s.%N; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 big() { dd if="$1/big.bin" of=/dev/null bs=1M 2>/dev/null; }
 small() { (cd "$1/small" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
 # median of RUNS timings of "$@" (cold: drop caches first)
@@ -43,7 +42,7 @@ measure() {
     [ "$temp" = cold ] && drop
     local t0; t0=$(now); "$@"; ts+=("$(echo "$(now) - $t0" | bc -l)")
   done
-  printf '%s\n' "${ts[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+  printf '%s\n' "${ts[@]}" | median
 }
 command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null
 

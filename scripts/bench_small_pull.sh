@@ -10,21 +10,18 @@
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-[ -n "${DYADFS_BIN:-}" ] || { scripts/install-deps.sh; cargo build --release --quiet; }
-BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
+build_dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
 cleanup() {
-  for n in a b; do mountpoint -q "$W/$n/mnt" && fusermount3 -u "$W/$n/mnt"; done
+  unmount_mounted "$W"/{a,b}/mnt
   rm -rf "$W"
 }
 trap cleanup EXIT
 mkdir -p "$W"/{backing,local} "$W"/{a,b}/mnt
-# The job secret every node proves on every connection (as `dyadfs keygen` writes it; made
-# here so that an older DYADFS_BIN, which ignores it, can be measured too).
-(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
-export DYADFS_SECRET_FILE=$W/secret
+job_secret "$W/secret"
 python3 - "$W/backing" "$FILES" "$SIZE" <<'PY'
 import os, sys
 for i in range(int(sys.argv[2])):
@@ -34,15 +31,12 @@ cp -r "$W/backing/." "$W/local/"
 (cd "$W/backing" && ls) | shuf > "$W/order"
 PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
-mount_node() { "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" --peers "$W/peers" ${MOUNT_ARGS:-}; }
 daemon_of() { pgrep -f -- "$BIN mount $W/$1/mnt "; }
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
 # Context switches of all of a process's threads (each costs CPU: on this VM, a lot).
 switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
 # Reads every file in $W/order under $1 whole, 4 processes.
 read_all() { (cd "$1" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
-now() { date +%s.%N; }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 mount_node a 0
 read_all "$W/a/mnt"    # node A fetches everything from the shared FS
@@ -55,15 +49,15 @@ record() {
   echo "$(echo "($sa1 - $sa0) / $FILES" | bc -l)" >> "$W/$k.sw_a.txt"
   echo "$(echo "($sb1 - $sb0) / $FILES" | bc -l)" >> "$W/$k.sw_b.txt"
 }
-stat_b() { "$BIN" stats "$W/b/mnt" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+stat_b() { dyadfs_stat "$W/b/mnt" "$1"; }
 for _ in $(seq "$RUNS"); do
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  drop
   t0=$(now); read_all "$W/local"; t1=$(now)
   echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/local.txt"
 
   # B restarts empty; A re-announces its copies to B's tables as B starts.
   rm -rf "$W/b/ssd"; mount_node b 1
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  drop
   A=$(daemon_of a) B=$(daemon_of b)
   a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
   t0=$(now); read_all "$W/b/mnt"; t1=$(now)
@@ -75,7 +69,7 @@ for _ in $(seq "$RUNS"); do
   record dyadfs "$t0" "$t1"
 
   # B restarts empty with --replicate and copies everything A holds without being read.
-  rm -rf "$W/b/ssd"; sync; echo 3 > /proc/sys/vm/drop_caches
+  rm -rf "$W/b/ssd"; drop
   a0=$(cpu_ms "$A") sa0=$(switches "$A")
   t0=$(now); MOUNT_ARGS="${MOUNT_ARGS:-} --replicate" mount_node b 1
   B=$(daemon_of b) b0=0 sb0=0

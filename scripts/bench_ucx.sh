@@ -7,6 +7,7 @@
 # building this tree, e.g. an older commit's for a side-by-side comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 RUNS=${RUNS:-5}
 CHUNK=${CHUNK:-2097152}
 WINDOW=${WINDOW:-4}
@@ -14,8 +15,7 @@ export UCX_TLS=${1:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 # The tcp segment size dyadfs uses (src/transport/ucx): ucx_perftest gets the same.
 export UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-256k} UCX_TCP_RX_SEG_SIZE=${UCX_TCP_RX_SEG_SIZE:-256k}
 [ "$UCX_TLS" = all ] && unset UCX_NET_DEVICES
-[ -n "${DYADFS_BIN:-}" ] || { scripts/install-deps.sh; cargo build --release --quiet; }
-BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
+build_dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-ucx-bench.XXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
@@ -25,7 +25,6 @@ PORT=$((7500 + RANDOM % 1000))
 "$BIN" transport serve --root "$W" --listen 127.0.0.1:$PORT --slots 32 --slot-size $CHUNK > "$W/serve.log" 2>&1 &
 PIDS+=($!)
 until grep -q serving "$W/serve.log"; do sleep 0.1; done
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for _ in $(seq "$RUNS"); do
   "$BIN" transport pull --peer 127.0.0.1:$PORT --path big.bin --version-of "$W/big.bin" \
     --out "$W/out.bin" --window "$WINDOW" --slot-size $CHUNK | sed -n 's/.*: \([0-9.]*\) MB\/s/\1/p'
@@ -35,13 +34,7 @@ rm -f "$W/out.bin"
 ITERS=$((1073741824 / CHUNK))
 for _ in $(seq "$RUNS"); do
   PP=$((PORT + 1))
-  ucx_perftest -t ucp_get -s $CHUNK -n $ITERS -p $PP > "$W/perf-srv.log" 2>&1 &
-  SRV=$!
-  sleep 0.5
-  # perftest reports MB/s in MiB/s: convert to 1e6 bytes/s like dyadfs.
-  ucx_perftest 127.0.0.1 -t ucp_get -s $CHUNK -n $ITERS -p $PP 2>/dev/null \
-    | awk '/^Final:/ {printf "%.1f\n", $7 * 1.048576}'
-  wait $SRV || true
+  perftest_get "$CHUNK" "$ITERS" "$PP" "$W/perf-srv.log"
 done > "$W/perftest.txt"
 D=$(median < "$W/dyadfs.txt"); P=$(median < "$W/perftest.txt")
 printf 'UCX_TLS=%s, %d-byte chunks, 1 GiB, medians of %d runs\n' "$UCX_TLS" $CHUNK "$RUNS"

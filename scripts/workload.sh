@@ -24,6 +24,7 @@
 #        replicate": the configurations to run; fewer for a quick A/B of two binaries)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 ROOT=$PWD
 THROTTLE_BPS=${THROTTLE_BPS:-$((100 << 20))}
 THROTTLE_IOPS=${THROTTLE_IOPS:-0}
@@ -69,7 +70,7 @@ W=$(mktemp -d /var/tmp/dyadfs-workload.XXXX)
 CPUCG=/sys/fs/cgroup/cpuacct/dyadfs-workload-$$
 cleanup() {
   set +e
-  for i in $(seq 0 $((NODES - 1))); do mountpoint -q "$W/n$i/mnt" && fusermount3 -u "$W/n$i/mnt"; done
+  for i in $(seq 0 $((NODES - 1))); do unmount_mounted "$W/n$i/mnt"; done
   slow_fs_stop
   if [ -d "$CPUCG" ]; then
     echo $$ > /sys/fs/cgroup/cpuacct/cgroup.procs
@@ -79,10 +80,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/view" "$W/local" "$OUT"
-# The job secret every node proves on every connection (as `dyadfs keygen` writes it; made
-# here so that an older DYADFS_BIN, which ignores it, can be measured too).
-(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
-export DYADFS_SECRET_FILE=$W/secret
+job_secret "$W/secret"
 
 log "the shared FS: ext4 on a loop device, reads throttled to $((THROTTLE_BPS >> 20)) MiB/s"
 slow_fs_start "$W/shared" 12G "$THROTTLE_BPS" "$THROTTLE_IOPS"
@@ -90,7 +88,6 @@ slow_fs_start "$W/shared" 12G "$THROTTLE_BPS" "$THROTTLE_IOPS"
 # during an epoch (another job on the machine) is recorded, so that a disturbed run shows.
 mkdir "$CPUCG"
 echo $$ > "$CPUCG/cgroup.procs"
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 RESULTS=$W/results.jsonl
 
 # Check that the throttle bites, for direct and for buffered reads (page cache dropped first),
@@ -98,10 +95,10 @@ RESULTS=$W/results.jsonl
 dd if=/dev/zero of="$W/shared/throttle-check" bs=1M count=200 status=none
 for flag in direct buffered; do
   drop
-  t0=$(date +%s.%N)
+  t0=$(now)
   dd if="$W/shared/throttle-check" of=/dev/null bs=1M status=none \
     $([ $flag = direct ] && echo iflag=direct)
-  t1=$(date +%s.%N)
+  t1=$(now)
   echo "{\"throttle_check\": \"$flag\", \"mib_per_s\": $(echo "200 / ($t1 - $t0)" | bc -l | xargs printf %.1f)}" >> "$RESULTS"
   log "throttle check, $flag reads of 200 MiB: $(tail -1 "$RESULTS")"
 done

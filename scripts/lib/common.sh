@@ -1,0 +1,84 @@
+# shellcheck shell=bash
+# Helpers shared by the scripts under scripts/ (sourced, not run): `. scripts/lib/common.sh`
+# after the script's `cd` to the repository root, which the relative paths below assume.
+# Defines functions only: sets no shell option and runs nothing when sourced.
+#   median           the median of numbers read one a line
+#   now              the time in seconds, with nanoseconds
+#   drop             drops the page cache
+#   job_secret       makes the job secret and exports DYADFS_SECRET_FILE
+#   build_dyadfs     the binary under test (DYADFS_BIN, else this tree's release build): BIN
+#   unmount_mounted  unmounts those of the mount points given that are mounted
+#   mount_node       mounts a node of a benchmark's test cluster under $W
+#   dyadfs_stat      one value of a mount's `dyadfs stats --json`
+#   perftest_get     one ucx_perftest -t ucp_get run, in MB/s
+
+# Benchmarks report medians of RUNS runs: the middle value (the lower middle one of an even count).
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# Wall-clock seconds with nanoseconds, for timings computed with bc or awk.
+now() { date +%s.%N; }
+
+# Cold runs: writes back and drops the page cache (needs root), so reads reach the disk again.
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+# job_secret FILE: the job secret every node proves on every connection (as `dyadfs keygen`
+# writes it; made here so that an older DYADFS_BIN, which ignores it, can be measured too),
+# private to the user; exports DYADFS_SECRET_FILE=FILE for the daemons started after.
+job_secret() {
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1")
+  export DYADFS_SECRET_FILE=$1
+}
+
+# build_dyadfs [LOCK]: sets BIN to DYADFS_BIN (a dyadfs binary to measure instead of this tree's
+# build) or, without it, installs the packages and builds this tree's release binary (under
+# `flock LOCK` when given, so that two builds sharing the lock never run at once).
+# shellcheck disable=SC2120 # LOCK is optional
+build_dyadfs() {
+  if [ -z "${DYADFS_BIN:-}" ]; then
+    scripts/install-deps.sh
+    if [ -n "${1:-}" ]; then
+      flock "$1" cargo build --release --quiet
+    else
+      cargo build --release --quiet
+    fi
+  fi
+  BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
+}
+
+# unmount_mounted MNT...: for cleanup traps, unmounts each FUSE mount point given that is still
+# mounted; one not mounted is no failure (a failing fusermount3 is, as under set -e).
+unmount_mounted() {
+  local m
+  for m in "$@"; do
+    if mountpoint -q "$m"; then fusermount3 -u "$m"; fi
+  done
+}
+
+# mount_node NODE ID: mounts node NODE of a test cluster at $W/NODE/mnt (cache $W/NODE/ssd) as
+# node ID of $W/peers over $W/backing, with $BIN and the extra mount options in MOUNT_ARGS.
+mount_node() {
+  # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options, split into words
+  "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" \
+    --peers "$W/peers" ${MOUNT_ARGS:-}
+}
+
+# dyadfs_stat MNT KEY: a top-level value of `$BIN stats MNT --json` (a benchmark's checks that the
+# bytes came from where it says).
+dyadfs_stat() {
+  "$BIN" stats "$1" --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"
+}
+
+# perftest_get SIZE ITERS PORT SERVER_LOG: the UCX baseline the dyadfs figures are compared with,
+# ucx_perftest -t ucp_get of ITERS messages of SIZE bytes (server in the background, its output
+# to SERVER_LOG; client on 127.0.0.1:PORT); prints the final bandwidth in MB/s of 1e6 bytes like
+# dyadfs's figures (ucx_perftest's "MB/s" are MiB/s).
+perftest_get() {
+  local srv
+  ucx_perftest -t ucp_get -s "$1" -n "$2" -p "$3" > "$4" 2>&1 &
+  srv=$!
+  sleep 0.5
+  ucx_perftest 127.0.0.1 -t ucp_get -s "$1" -n "$2" -p "$3" 2>/dev/null |
+    awk '/^Final:/ {printf "%.1f\n", $7 * 1.048576}'
+  wait "$srv" || true
+}
