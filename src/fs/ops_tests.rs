@@ -1,6 +1,6 @@
 //! `DyadFs` without a kernel: its calls (lookup, create, write, release, open, read, remove,
 //! rename, opendir) driven straight, over a real cache directory, an in-memory source of the
-//! dataset's bytes and the single-node namespace, checked against a model of what a file
+//! dataset's bytes and an in-memory namespace, checked against a model of what a file
 //! system with a read-only dataset and a writable produced namespace must show (like
 //! mountpoint-s3's reference tests). The real mounts (tests/mount.rs) check the fuser adapter.
 
@@ -12,9 +12,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::cache::CacheConfig;
+use crate::core::NodeId;
 use crate::core::Version;
 use crate::core::source::Origin;
-use crate::locator::names::LocalNames;
 
 /// The dataset's bytes, from memory: every read of a dataset file must come through here.
 struct MemSource {
@@ -37,6 +37,34 @@ impl Source for MemSource {
         self.reads.fetch_add(1, Ordering::Relaxed);
         buf.copy_from_slice(&data[offset as usize..offset as usize + buf.len()]);
         Ok(Origin::Backing)
+    }
+}
+
+/// The produced namespace, in memory (the single-node daemon's is alike; the filesystem only
+/// sees the trait).
+#[derive(Default)]
+struct MemNames(Mutex<BTreeMap<(String, String), Name>>);
+
+impl Namespace for MemNames {
+    fn get(&self, dir: &str, name: &str, _wait: Duration) -> io::Result<Option<Name>> {
+        Ok(lock(&self.0).get(&(dir.into(), name.into())).cloned())
+    }
+    fn list(&self, dir: &str) -> io::Result<Vec<(String, Name)>> {
+        let names = lock(&self.0);
+        let entries = names.iter().filter(|((d, _), _)| d == dir);
+        Ok(entries.map(|((_, n), v)| (n.clone(), v.clone())).collect())
+    }
+    fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>> {
+        let key = (dir.to_string(), name.to_string());
+        let mut names = lock(&self.0);
+        Ok(match entry {
+            Some(e) => names.insert(key, e),
+            None => names.remove(&key),
+        })
+    }
+    fn release(&self, _: NodeId, _: &str, _: u64, _: i64, _: bool) {}
+    fn me(&self) -> NodeId {
+        0
     }
 }
 
@@ -99,7 +127,7 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
     };
     let fs = DyadFs::new(
         BackingStore::new(backing),
-        Arc::new(LocalNames::default()),
+        Arc::new(MemNames::default()),
         producer,
         source,
         cache,
