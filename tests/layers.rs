@@ -1,0 +1,95 @@
+//! The layers of docs/ARCHITECTURE.md, held against the code: every `crate::` path in a
+//! module's files names only the modules below it. A new arrow that points up (or sideways,
+//! like the transport reaching into the locator) fails here with the file and the line.
+
+use std::path::Path;
+
+/// Each top-level module and the modules it may use. `core`, `sys` and `stats` are the ground.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("core", &[]),
+    ("sys", &[]),
+    ("stats", &[]),
+    ("cli", &["core"]),
+    ("cache", &["core", "sys", "stats"]),
+    ("fs", &["core", "sys", "stats", "cache"]),
+    ("transport", &["core", "sys"]),
+    (
+        "locator",
+        &["core", "sys", "stats", "cache", "fs", "transport"],
+    ),
+    (
+        "daemon",
+        &[
+            "core",
+            "sys",
+            "stats",
+            "cli",
+            "cache",
+            "fs",
+            "transport",
+            "locator",
+        ],
+    ),
+];
+
+fn rust_files(path: &Path, out: &mut Vec<std::path::PathBuf>) {
+    if path.is_dir() {
+        for e in std::fs::read_dir(path).unwrap() {
+            rust_files(&e.unwrap().path(), out);
+        }
+    } else if path.is_file() && path.extension().is_some_and(|x| x == "rs") {
+        out.push(path.to_path_buf());
+    }
+}
+
+#[test]
+fn arrows_only_point_down() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for (module, allowed) in LAYERS {
+        let mut files = Vec::new();
+        rust_files(&src.join(module), &mut files);
+        rust_files(&src.join(format!("{module}.rs")), &mut files);
+        assert!(!files.is_empty(), "no files for module {module}");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                for (at, _) in line.match_indices("crate::") {
+                    let used: String = line[at + 7..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    checked += 1;
+                    if used != *module && !allowed.contains(&used.as_str()) {
+                        wrong.push(format!(
+                            "{}:{}: {module} uses {used}",
+                            file.strip_prefix(&src).unwrap().display(),
+                            n + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} crate:: paths found");
+    assert!(
+        wrong.is_empty(),
+        "arrows that point up:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
+    for line in lib.lines() {
+        if let Some(m) = line.strip_prefix("pub mod ") {
+            let m = m.trim_end_matches(';');
+            assert!(
+                LAYERS.iter().any(|(name, _)| *name == m),
+                "module {m} has no layer in tests/layers.rs"
+            );
+        }
+    }
+}
