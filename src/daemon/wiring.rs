@@ -158,7 +158,7 @@ pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
                 p.released(object, crate::core::Version { size, mtime_ns }, drop)
             }));
     }
-    let names = Arc::new(crate::locator::names::ClusterNames {
+    let names = Arc::new(crate::locator::cluster_names::ClusterNames {
         locator: locator.clone(),
         runtime: runtime.handle().clone(),
     });

@@ -9,6 +9,7 @@
 //! `Locate` and `Pull` ports.
 
 pub mod check;
+pub mod cluster_names;
 pub mod membership;
 pub mod names;
 pub mod node;

@@ -1,0 +1,101 @@
+//! The produced namespace of a cluster: each directory's names live at its name home (a hash of
+//! the directory over all members), asked over the locator's RPCs. A name from a home is used
+//! only if well formed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::check::check_name;
+use super::proto::Msg;
+use super::service::LocatorService;
+use crate::core::names::{Name, Namespace};
+use crate::core::{NodeId, Version};
+
+/// The produced namespace of a cluster: each directory's names live at its name home.
+pub struct ClusterNames {
+    pub locator: Arc<LocatorService>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl ClusterNames {
+    fn ask(&self, dir: &str, msg: Msg, wait: Duration) -> std::io::Result<Msg> {
+        let l = &self.locator;
+        let home = l.membership.global_home(dir);
+        self.runtime
+            .block_on(l.call_within(home, msg, wait + l.timeout))
+            .ok_or_else(|| std::io::Error::other(format!("name home {home} unreachable")))
+    }
+}
+
+fn unexpected(m: Msg) -> std::io::Error {
+    std::io::Error::other(format!("unexpected reply from a name home: {m:?}"))
+}
+
+impl ClusterNames {
+    /// A name from a name home, used only if well formed (see [`check_name`]).
+    fn checked(&self, n: Option<Name>) -> std::io::Result<Option<Name>> {
+        match n {
+            Some(n) => match check_name(&n, &self.locator.membership) {
+                Ok(()) => Ok(Some(n)),
+                Err(why) => Err(std::io::Error::other(format!(
+                    "bad name from its home: {why}"
+                ))),
+            },
+            None => Ok(None),
+        }
+    }
+}
+
+impl Namespace for ClusterNames {
+    fn get(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
+        let msg = Msg::NameGet {
+            dir: dir.into(),
+            name: name.into(),
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.ask(dir, msg, wait)? {
+            Msg::NameIs(n) => self.checked(n),
+            m => Err(unexpected(m)),
+        }
+    }
+
+    fn list(&self, dir: &str) -> std::io::Result<Vec<(String, Name)>> {
+        let msg = Msg::NameList { dir: dir.into() };
+        match self.ask(dir, msg, Duration::ZERO)? {
+            // A malformed entry from the home is left out, the rest listed.
+            Msg::Names(n) => Ok(n
+                .into_iter()
+                .filter(|(name, n)| {
+                    crate::core::paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
+                })
+                .collect()),
+            m => Err(unexpected(m)),
+        }
+    }
+
+    fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> std::io::Result<Option<Name>> {
+        let msg = Msg::NameSet {
+            dir: dir.into(),
+            name: name.into(),
+            entry,
+        };
+        match self.ask(dir, msg, Duration::ZERO)? {
+            Msg::NameIs(n) => Ok(n),
+            m => Err(unexpected(m)),
+        }
+    }
+
+    fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool) {
+        let msg = Msg::Unhold {
+            object: object.into(),
+            version: Version { size, mtime_ns },
+            drop,
+        };
+        // Best effort: a holder that cannot be told keeps an evictable copy.
+        let _ = self.runtime.block_on(self.locator.call(holder, msg));
+    }
+
+    fn me(&self) -> NodeId {
+        self.locator.me()
+    }
+}
