@@ -8,9 +8,8 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 
 use super::Entry;
-use super::entry::Chunk;
+use super::chunks::Chunk;
 use super::files::Mode;
-use crate::core::sync::lock;
 
 impl Entry {
     /// The stored crc32c of the chunk that is exactly `[offset, offset + len)`, if present.
@@ -22,7 +21,7 @@ impl Entry {
         {
             return None;
         }
-        match lock(&self.state).chunks[idx as usize] {
+        match self.state.lock().chunks[idx as usize] {
             Chunk::Present { crc, .. } => Some(crc),
             _ => None,
         }

@@ -1,6 +1,6 @@
-//! One cached file and its chunks' state machine: Absent -> Filling (claimed by one filler:
-//! single flight) -> Present, verified once per daemon lifetime against its crc32c before it
-//! is served. An entry owns no descriptor: its data file is opened through the cache's bounded
+//! One cached file: its chunks (see [`super::chunks`]), verified once per daemon lifetime
+//! against their crc32c before they are served, its data file and its header. An entry owns no
+//! descriptor: its data file is opened through the cache's bounded
 //! [`DataFiles`](super::files::DataFiles) when used.
 
 use std::fs::{File, OpenOptions};
@@ -8,67 +8,14 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
 
+use super::chunks::{Chunk, ChunkStates, Claim, State};
 use super::files::Mode;
 use super::format::{ChunkRecord, Header};
 use super::{Cache, CacheError, FILL_WAIT, Shared};
-use crate::core::sync::lock;
 use crate::core::{Version, path_hash};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Chunk {
-    Absent,
-    Filling,
-    Present { crc: u32, verified: bool },
-}
-
-/// An entry's chunks: most training samples are one chunk, kept inline (a million cached files
-/// should not mean a million extra allocations).
-pub(super) enum Chunks {
-    One([Chunk; 1]),
-    Many(Box<[Chunk]>),
-}
-
-impl From<Vec<Chunk>> for Chunks {
-    fn from(v: Vec<Chunk>) -> Chunks {
-        match v[..] {
-            [one] => Chunks::One([one]),
-            _ => Chunks::Many(v.into_boxed_slice()),
-        }
-    }
-}
-
-impl std::ops::Deref for Chunks {
-    type Target = [Chunk];
-    fn deref(&self) -> &[Chunk] {
-        match self {
-            Chunks::One(c) => c,
-            Chunks::Many(c) => c,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Chunks {
-    fn deref_mut(&mut self) -> &mut [Chunk] {
-        match self {
-            Chunks::One(c) => c,
-            Chunks::Many(c) => c,
-        }
-    }
-}
-
-pub(super) struct State {
-    pub(super) chunks: Chunks,
-    pub(super) present_bytes: u64,
-    /// Set when the entry leaves the index (evicted or replaced): nothing is persisted again,
-    /// and its data file is never opened again (its slot may hold another entry's file).
-    pub(super) evicted: bool,
-    /// Reloaded at start and its data file not looked at yet (see `Entry::file`).
-    pub(super) unchecked: bool,
-}
 
 /// One cached file. Held by open handles (`pin`) and by the index. It owns no descriptor: its
 /// data file is opened through the cache's bounded [`DataFiles`] when used.
@@ -78,8 +25,7 @@ pub struct Entry {
     /// Unique for the cache's lifetime: the key of its open data files.
     pub(super) id: u64,
     pub(super) shared: Arc<Shared>,
-    pub(super) state: Mutex<State>,
-    pub(super) filled: Condvar,
+    pub(super) state: ChunkStates,
     pub(super) pins: AtomicU32,
     pub(super) last_use: AtomicU64,
     /// Whether any of this entry's bytes were fetched from the backing store (stats).
@@ -111,13 +57,12 @@ impl Entry {
             version,
             id,
             shared,
-            state: Mutex::new(State {
+            state: ChunkStates::new(State {
                 chunks: chunks.into(),
                 present_bytes,
                 evicted: false,
                 unchecked: false,
             }),
-            filled: Condvar::new(),
             pins: AtomicU32::new(0),
             last_use: AtomicU64::new(tick),
             fetched: AtomicBool::new(false),
@@ -142,7 +87,7 @@ impl Entry {
         if let Some(f) = files.cached(self.id, mode) {
             return Ok(f);
         }
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if st.evicted {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
@@ -195,20 +140,12 @@ pub(super) fn reloaded_entry(header: Header, id: u64, shared: Arc<Shared>) -> En
         })
         .collect();
     let entry = Entry::new(header.path, header.version, id, shared, chunks, 0);
-    lock(&entry.state).unchecked = true;
+    entry.state.lock().unchecked = true;
     entry
 }
 
 fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
     chunk_size.min(size - idx * chunk_size)
-}
-
-/// The outcome of claiming a range of chunks.
-pub struct Claim {
-    /// Chunks this caller must fill (now `Filling`).
-    pub mine: Vec<u64>,
-    /// Whether other fillers hold chunks of the range.
-    pub others: bool,
 }
 
 impl Entry {
@@ -248,77 +185,36 @@ impl Entry {
     }
 
     pub fn is_evicted(&self) -> bool {
-        lock(&self.state).evicted
+        self.state.lock().evicted
     }
 
     /// Claims every absent chunk of `range` for the caller to fill.
     pub fn claim(&self, range: Range<u64>) -> Claim {
-        let mut st = lock(&self.state);
-        let mut claim = Claim {
-            mine: Vec::new(),
-            others: false,
-        };
-        for i in range {
-            match st.chunks[i as usize] {
-                Chunk::Absent => {
-                    st.chunks[i as usize] = Chunk::Filling;
-                    claim.mine.push(i);
-                }
-                Chunk::Filling => claim.others = true,
-                Chunk::Present { .. } => {}
-            }
-        }
-        claim
+        self.state.claim(range)
     }
 
     /// Marks a claimed chunk present with the checksum of the bytes just written.
     /// Returns false if the entry left the cache meanwhile (the caller's reservation is void).
     pub fn complete(&self, idx: u64, crc: u32) -> bool {
-        let mut st = lock(&self.state);
-        let kept = !st.evicted;
-        st.chunks[idx as usize] = if kept {
-            st.present_bytes += self.chunk_len(idx);
-            Chunk::Present {
-                crc,
-                verified: true,
-            }
-        } else {
-            Chunk::Absent
-        };
-        self.filled.notify_all();
-        kept
+        self.state.complete(idx, crc, self.chunk_len(idx))
     }
 
     /// Gives back a claimed chunk that could not be filled; waiters retry it themselves.
     pub fn abandon(&self, idx: u64) {
-        let mut st = lock(&self.state);
-        st.chunks[idx as usize] = Chunk::Absent;
-        self.filled.notify_all();
+        self.state.abandon(idx)
     }
 
     /// Waits (bounded) until no chunk of `range` is being filled by someone else.
     pub fn wait_fills(&self, range: Range<u64>) -> Result<(), CacheError> {
-        let deadline = Instant::now() + FILL_WAIT;
-        let mut st = lock(&self.state);
-        while st.chunks[range.start as usize..range.end as usize].contains(&Chunk::Filling) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(CacheError::FillTimeout(self.path.to_string()));
-            }
-            st = self
-                .filled
-                .wait_timeout(st, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+        if self.state.wait_fills(range, FILL_WAIT) {
+            Ok(())
+        } else {
+            Err(CacheError::FillTimeout(self.path.to_string()))
         }
-        Ok(())
     }
 
     pub fn all_present(&self, range: Range<u64>) -> bool {
-        let st = lock(&self.state);
-        st.chunks[range.start as usize..range.end as usize]
-            .iter()
-            .all(|c| matches!(c, Chunk::Present { .. }))
+        self.state.all_present(range)
     }
 
     pub fn is_complete(&self) -> bool {
@@ -327,7 +223,7 @@ impl Entry {
 
     /// Whether every chunk is present and verified in this daemon's lifetime.
     pub fn is_verified(&self) -> bool {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         st.chunks
             .iter()
             .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
@@ -346,7 +242,7 @@ impl Entry {
         let mut buf = Vec::new();
         let mut data = None;
         for idx in range {
-            let crc = match lock(&self.state).chunks[idx as usize] {
+            let crc = match self.state.lock().chunks[idx as usize] {
                 Chunk::Present { verified: true, .. } => continue,
                 Chunk::Present {
                     crc,
@@ -375,7 +271,7 @@ impl Entry {
     /// Marks chunk `idx` verified if `bytes` (just read from the data file) match the checksum
     /// `crc` it had when read, or drops it (bytes released, refetched by its next reader).
     fn judge(&self, cache: &Cache, idx: u64, crc: u32, bytes: &[u8]) -> bool {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let unverified = Chunk::Present {
             crc,
             verified: false,
@@ -426,7 +322,7 @@ impl Entry {
             return Ok(true);
         }
         let expected: Vec<Chunk> = {
-            let st = lock(&self.state);
+            let st = self.state.lock();
             range.clone().map(|i| st.chunks[i as usize]).collect()
         };
         if !expected.iter().all(|c| matches!(c, Chunk::Present { .. })) {
@@ -463,7 +359,7 @@ impl Entry {
 
     /// The header recording this entry's present chunks; `None` once it left the cache.
     pub(super) fn header(&self) -> Option<Header> {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         if st.evicted {
             return None;
         }

@@ -9,6 +9,7 @@
 //! verification); [`mapping`] hands cached bytes to readers; `direct` reads chunks for peers;
 //! [`files`] bounds the open data files.
 
+mod chunks;
 mod direct;
 pub mod entry;
 pub mod files;
@@ -16,8 +17,10 @@ pub mod format;
 pub mod journal;
 pub mod mapping;
 
-use entry::{Chunk, reloaded_entry};
-pub use entry::{Claim, Entry};
+use chunks::Chunk;
+pub use chunks::Claim;
+pub use entry::Entry;
+use entry::reloaded_entry;
 pub use mapping::{Mapping, ReadBytes};
 
 use std::collections::HashMap;
@@ -209,7 +212,7 @@ impl Cache {
         for header in by_slot.into_values() {
             next_id += 1;
             let entry = reloaded_entry(header, next_id, shared.clone());
-            used += lock(&entry.state).present_bytes;
+            used += entry.state.lock().present_bytes;
             index.insert(Arc::new(entry));
         }
         shared.used.store(used, Ordering::Relaxed);
@@ -325,7 +328,7 @@ impl Cache {
         let index = lock(&self.index);
         index
             .entries()
-            .filter(|e| lock(&e.state).present_bytes > 0)
+            .filter(|e| e.state.lock().present_bytes > 0)
             .count() as u64
     }
 
@@ -409,7 +412,7 @@ impl Cache {
 
     /// Removes an entry's files and returns its bytes. The caller has taken it out of the index.
     fn drop_entry(&self, entry: &Entry) {
-        let mut st = lock(&entry.state);
+        let mut st = entry.state.lock();
         st.evicted = true;
         if st.present_bytes > 0 {
             self.emit(CacheEvent::Dropped {
@@ -463,7 +466,7 @@ impl Cache {
                     && !e.keep.load(Ordering::Relaxed)
             })
             .filter(|e| {
-                let st = lock(&e.state);
+                let st = e.state.lock();
                 st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
             })
             .map(|e| (e.last_use.load(Ordering::Relaxed), e.clone()))
@@ -513,7 +516,7 @@ impl Cache {
         // The file replaces the empty data file, and a new entry (a new id: its descriptor is
         // opened anew) replaces the empty one.
         fs::rename(file, entry.data_path())?;
-        lock(&entry.state).evicted = true;
+        entry.state.lock().evicted = true;
         self.shared.files.close(entry.id);
         let adopted = Arc::new(Entry::new(
             entry.path.to_string(),

@@ -8,3 +8,12 @@ use std::sync::{Mutex, MutexGuard};
 pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// The lock and condition variable of code whose interleavings are explored with shuttle
+/// (`cargo test --features shuttle`): std's in every build without that feature.
+pub mod model {
+    #[cfg(feature = "shuttle")]
+    pub use shuttle::sync::{Condvar, Mutex, MutexGuard};
+    #[cfg(not(feature = "shuttle"))]
+    pub use std::sync::{Condvar, Mutex, MutexGuard};
+}
