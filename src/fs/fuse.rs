@@ -1,9 +1,8 @@
 //! The only file that knows fuser: each handler opens a span, calls the core, and replies with
-//! data or an errno. Passthrough backing ids (a kernel resource tied to this session) are kept
-//! here, one per inode while it has passthrough opens, as the kernel requires, with the io mode
-//! of every open inode (the kernel refuses to mix modes on one inode).
+//! data or an errno. The I/O-mode rules of opens ([`super::io_modes`]) and the offsets of
+//! directory listings ([`super::listing`]) are the core's; this file keeps the passthrough
+//! backing ids (a kernel resource of this session) in them.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::sync::Mutex;
@@ -17,8 +16,9 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 
+use super::io_modes::{IoModes, OpenMode};
+use super::listing::page;
 use super::{Attr, DyadFs, Error, Kind};
-use crate::core::Version;
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -27,7 +27,7 @@ const MAX_REQUEST: u32 = 1 << 20;
 
 pub struct FuseAdapter<S: Source> {
     fs: DyadFs<S>,
-    modes: Mutex<IoModes>,
+    modes: Mutex<IoModes<BackingId>>,
 }
 
 impl<S: Source> FuseAdapter<S> {
@@ -35,47 +35,6 @@ impl<S: Source> FuseAdapter<S> {
         FuseAdapter {
             fs,
             modes: Mutex::default(),
-        }
-    }
-}
-
-/// How the kernel reads each open inode. It fails an open with EIO when modes would mix on one
-/// inode: while the inode has a passthrough open, every open of it must be a passthrough open of
-/// the same backing file; and a passthrough open is refused while the inode has opens served
-/// by the daemon (which use the page cache).
-#[derive(Default)]
-struct IoModes {
-    /// inode -> (backing id, version, passthrough opens)
-    backing: HashMap<u64, (BackingId, Version, usize)>,
-    /// inode -> opens served by the daemon
-    daemon: HashMap<u64, usize>,
-    /// fh -> (inode, passthrough)
-    handles: HashMap<u64, (u64, bool)>,
-}
-
-impl IoModes {
-    fn served_by_daemon(&mut self, fh: u64, ino: u64) {
-        *self.daemon.entry(ino).or_default() += 1;
-        self.handles.insert(fh, (ino, false));
-    }
-
-    fn released(&mut self, fh: u64) {
-        let Some((ino, passthrough)) = self.handles.remove(&fh) else {
-            return;
-        };
-        if passthrough {
-            if let Some((_, _, count)) = self.backing.get_mut(&ino) {
-                *count -= 1;
-                if *count == 0 {
-                    // Dropping the id closes it in the kernel.
-                    self.backing.remove(&ino);
-                }
-            }
-        } else if let Some(count) = self.daemon.get_mut(&ino) {
-            *count -= 1;
-            if *count == 0 {
-                self.daemon.remove(&ino);
-            }
         }
     }
 }
@@ -190,24 +149,22 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         };
         let fh = FileHandle(opened.fh);
         let mut modes = lock(&self.modes);
-        let bound = modes.backing.get(&ino.0).map(|b| b.1);
-        let passthrough = match (&opened.passthrough, bound) {
-            // Daemon-served opens of this inode are still open: stay in their mode.
-            (Some(_), None) if modes.daemon.contains_key(&ino.0) => false,
-            (Some(entry), None) => match entry.data_file().and_then(|f| reply.open_backing(&*f)) {
-                Ok(id) => {
-                    modes.backing.insert(ino.0, (id, entry.version, 0));
-                    true
+        let offered = opened.passthrough.as_ref().map(|e| e.version);
+        let passthrough = match (modes.decide(ino.0, offered), &opened.passthrough) {
+            (OpenMode::Passthrough, _) => true,
+            (OpenMode::Bind, Some(entry)) => {
+                match entry.data_file().and_then(|f| reply.open_backing(&*f)) {
+                    Ok(id) => {
+                        modes.bind(ino.0, id, entry.version);
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "passthrough open failed; serving from the daemon");
+                        false
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "passthrough open failed; serving from the daemon");
-                    false
-                }
-            },
-            (Some(entry), Some(v)) if v == entry.version => true,
-            (_, Some(_)) => {
-                // Another version is open in passthrough mode, and the kernel would fail this
-                // open with EIO: refuse it with a reason instead.
+            }
+            (OpenMode::Refuse, _) => {
                 drop(modes);
                 tracing::warn!(
                     ino = ino.0,
@@ -216,7 +173,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 let _ = self.fs.release(opened.fh);
                 return reply.error(Errno::from_i32(libc::EBUSY));
             }
-            (None, None) => false,
+            _ => false,
         };
         if passthrough {
             // Counted before the reply, so the opener sees it counted once its open returns.
@@ -224,10 +181,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 .stats()
                 .passthrough_opens
                 .fetch_add(1, Ordering::Relaxed);
-            let bound = modes.backing.get_mut(&ino.0).expect("bound above");
-            bound.2 += 1;
-            reply.opened_passthrough(fh, FopenFlags::empty(), &bound.0);
-            modes.handles.insert(opened.fh, (ino.0, true));
+            let id = modes.passthrough(opened.fh, ino.0);
+            reply.opened_passthrough(fh, FopenFlags::empty(), id);
             return;
         }
         modes.served_by_daemon(opened.fh, ino.0);
@@ -430,19 +385,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             Ok(l) => l,
             Err(e) => return reply.error(errno(&e)),
         };
-        // Offsets 1 and 2 are "." and ".."; entry i of the listing has offset i + 3.
-        let dots = [(ino.0, "."), (ino.0, "..")];
-        for (i, (dino, name)) in dots.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*dino), i as u64 + 1, FileType::Directory, name) {
-                return reply.ok();
-            }
-        }
-        for (i, e) in listing
-            .iter()
-            .enumerate()
-            .skip((offset as usize).saturating_sub(2))
-        {
-            if reply.add(INodeNo(e.ino), i as u64 + 3, file_type(e.kind), &e.name) {
+        for (next, e) in page(ino.0, &listing, offset) {
+            if reply.add(INodeNo(e.ino), next, file_type(e.kind), &e.name) {
                 break;
             }
         }
