@@ -1,41 +1,77 @@
 //! The parts of one mount, built and joined: the cache, the filesystem over it, and in a
 //! cluster the locator, the control server (pulls and locator RPCs), the pullers and UCX.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::UserError;
 use crate::cache::{Cache, CacheConfig};
 use crate::cli::MountArgs;
+use crate::core::Version;
+use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
+use crate::locator::Membership;
+use crate::locator::cluster_names::ClusterNames;
+use crate::locator::replicate::start_replicator;
+use crate::locator::service::{Handler, LocatorService};
+use crate::locator::source::{CacheStore, ClusterSource, ServiceLink, start_publisher};
 use crate::stats::Stats;
 use crate::transport::auth::Secret;
+use crate::transport::pull::{PullConfig, Puller};
+use crate::transport::server::Server;
+use crate::transport::ucx::Worker;
 
 /// The default ceiling of idle cache descriptors (`--open-files`).
 const MAX_OPEN_FILES: u64 = 65536;
 
+/// What every mount has, single node or cluster.
+struct Base {
+    /// Blocked in every thread; the session's signal thread waits for them.
+    signals: crate::sys::StopSignals,
+    stats: Arc<Stats>,
+    cache: Arc<Cache>,
+    config: FsConfig,
+}
+
+/// Builds the mount the arguments describe and serves it until it is unmounted.
 pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
     // Signals are taken by one thread (sigwait) that unmounts; block them everywhere else.
-    let set = crate::sys::StopSignals::block();
+    let signals = crate::sys::StopSignals::block();
     // Nothing depends on getting more: the cache keeps half of what there is.
     let limit = crate::sys::raise_descriptor_limit();
     let stats = Arc::new(Stats::default());
-    let cache = Arc::new(
-        Cache::open(
-            &CacheConfig {
-                dir: args.ssd.clone(),
-                chunk_size: args.chunk_size as u32,
-                capacity: args.capacity,
-                open_files: args
-                    .open_files
-                    .unwrap_or((limit / 2).clamp(8, MAX_OPEN_FILES)),
-            },
-            stats.clone(),
-        )
-        .map_err(|e| e.to_string())?,
-    );
-    // Crash leftovers are deleted while the mount already serves: no scan of a million data
-    // files before the mount is ready.
+    let base = Base {
+        signals,
+        cache: open_cache(args, limit, &stats)?,
+        stats,
+        config: FsConfig {
+            metadata_ttl: args.metadata_ttl,
+            passthrough: !args.no_passthrough,
+            readahead_threads: args.readahead_threads.into(),
+            wait: args.wait,
+            max_inodes: args.max_inodes as usize,
+        },
+    };
+    if args.peers.is_none() && args.rendezvous.is_none() {
+        single_node(args, base)
+    } else {
+        cluster(args, base)
+    }
+}
+
+/// Opens the cache; leftovers of a crash are deleted in the background while the mount already
+/// serves (no scan of a million data files before it is ready).
+fn open_cache(args: &MountArgs, limit: u64, stats: &Arc<Stats>) -> Result<Arc<Cache>, UserError> {
+    let config = CacheConfig {
+        dir: args.ssd.clone(),
+        chunk_size: args.chunk_size as u32,
+        capacity: args.capacity,
+        open_files: args
+            .open_files
+            .unwrap_or((limit / 2).clamp(8, MAX_OPEN_FILES)),
+    };
+    let cache = Arc::new(Cache::open(&config, stats.clone()).map_err(|e| e.to_string())?);
     let sweeper = cache.clone();
     let _ = std::thread::Builder::new()
         .name("cache-sweep".into())
@@ -44,66 +80,53 @@ pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
                 tracing::warn!(error = %e, "sweeping the cache's leftover files failed");
             }
         });
-    let config = FsConfig {
-        metadata_ttl: args.metadata_ttl,
-        passthrough: !args.no_passthrough,
-        readahead_threads: args.readahead_threads.into(),
-        wait: args.wait,
-        max_inodes: args.max_inodes as usize,
-    };
-    let backing_err = |e| format!("backing dir {}: {e}", args.backing.display());
-    let backing = BackingStore::new(args.backing.clone()).relieving(cache.files());
-    let producer = |id| {
-        crate::fs::write::Producer::open(&args.ssd, cache.clone(), id)
-            .map(Arc::new)
-            .map_err(|e| format!("cache dir {}: {e}", args.ssd.display()))
-    };
-    if args.peers.is_none() && args.rendezvous.is_none() {
-        let source = Arc::new(BackingStore::new(args.backing.clone()).relieving(cache.files()));
-        let names = Arc::new(crate::locator::names::LocalNames::default());
-        let fs = DyadFs::new(backing, names, producer(0)?, source, cache, stats, config)
-            .map_err(backing_err)?;
-        return super::run_session(args, fs, set);
-    }
-    // Several nodes: the locator, the control server (pulls and locator RPCs) and UCX.
+    Ok(cache)
+}
+
+/// The shared file system, beneath its root; idle cache descriptors are closed when the
+/// process runs out of them.
+fn backing(args: &MountArgs, cache: &Cache) -> BackingStore {
+    BackingStore::new(args.backing.clone()).relieving(cache.files())
+}
+
+fn producer(args: &MountArgs, cache: &Arc<Cache>, id: u32) -> Result<Arc<Producer>, UserError> {
+    Producer::open(&args.ssd, cache.clone(), id)
+        .map(Arc::new)
+        .map_err(|e| format!("cache dir {}: {e}", args.ssd.display()))
+}
+
+fn backing_err(args: &MountArgs) -> impl Fn(crate::fs::Error) -> UserError + '_ {
+    move |e| format!("backing dir {}: {e}", args.backing.display())
+}
+
+/// One node: the shared file system is the only source, names live in this process.
+fn single_node(args: &MountArgs, b: Base) -> Result<(), UserError> {
+    let source = Arc::new(backing(args, &b.cache));
+    let names = Arc::new(crate::locator::names::LocalNames::default());
+    let producer = producer(args, &b.cache, 0)?;
+    let fs = DyadFs::new(
+        backing(args, &b.cache),
+        names,
+        producer,
+        source,
+        b.cache,
+        b.stats,
+        b.config,
+    )
+    .map_err(backing_err(args))?;
+    super::run_session(args, fs, b.signals)
+}
+
+/// Several nodes: the locator, the control server (pulls and locator RPCs), UCX, the
+/// publisher, and a source that asks the locator and pulls from peers.
+fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
     let id = super::node_id(args)?;
-    let members = match (&args.peers, &args.rendezvous) {
-        (Some(file), _) => super::membership(file, id)?,
-        (None, Some(dir)) => {
-            let me = crate::locator::Member {
-                id,
-                addr: args.listen.ok_or("--rendezvous needs --listen")?,
-                rack: args.rack.clone(),
-            };
-            let k = args.nodes.unwrap_or(1) as usize;
-            crate::locator::rendezvous::rendezvous(
-                dir,
-                &me,
-                k,
-                args.peer_timeout.max(Duration::from_secs(60)),
-            )
-            .map_err(|e| e.to_string())?
-        }
-        (None, None) => unreachable!("checked above"),
-    };
+    let members = members(args, id)?;
     let listen = match args.listen {
         Some(a) => a,
         None => members.member(id).expect("own id checked").addr,
     };
-    let secret = match (&args.secret_file, &args.rendezvous) {
-        (Some(file), _) => Some(Arc::new(Secret::load(file)?)),
-        (None, Some(dir)) => Some(Arc::new(Secret::rendezvous(
-            dir,
-            args.peer_timeout.max(Duration::from_secs(60)),
-        )?)),
-        (None, None) => {
-            tracing::warn!(
-                "INSECURE: no job secret (--insecure): any process that reaches {listen} can read \
-                 every cached file and change the produced namespace"
-            );
-            None
-        }
-    };
+    let secret = job_secret(args, listen)?;
     // One worker: the runtime only answers locator RPCs and sends publishes (pulls run on the
     // threads that need the bytes), and a second worker mostly costs wake-ups to steal work.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -112,65 +135,52 @@ pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    let worker = Arc::new(
-        crate::transport::ucx::Worker::new(32, args.chunk_size as usize)
-            .map_err(|e| format!("UCX: {e}"))?,
-    );
-    let locator = crate::locator::service::LocatorService::new(
-        members,
-        args.peer_timeout,
-        stats.clone(),
-        secret.clone(),
-    );
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(listen))
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let worker = Arc::new(Worker::new(32, args.chunk_size as usize).map_err(ucx_err)?);
     // Background copies (`--replicate`, ours or a peer's) go through a worker of their own whose
     // progress thread has the lowest CPU priority.
-    let background = Arc::new(
-        crate::transport::ucx::Worker::new_background(4, args.chunk_size as usize)
-            .map_err(|e| format!("UCX: {e}"))?,
-    );
-    let server = crate::transport::server::Server {
+    let background =
+        Arc::new(Worker::new_background(4, args.chunk_size as usize).map_err(ucx_err)?);
+    let locator = LocatorService::new(members, args.peer_timeout, b.stats.clone(), secret.clone());
+    let server = Server {
         worker: worker.clone(),
         background: Some(background.clone()),
-        store: Arc::new(crate::locator::source::CacheStore {
-            cache: cache.clone(),
-            stats: stats.clone(),
+        store: Arc::new(CacheStore {
+            cache: b.cache.clone(),
+            stats: b.stats.clone(),
         }),
         node_id: id,
         faults: Default::default(),
-        rpc: Some(Arc::new(crate::locator::service::Handler(locator.clone()))),
+        rpc: Some(Arc::new(Handler(locator.clone()))),
         secret: secret.clone(),
         conns: Default::default(),
     };
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     runtime.spawn(async move {
         if let Err(e) = crate::transport::server::serve(listener, server).await {
             tracing::error!(error = %e, "control server stopped");
         }
     });
-    let producer = producer(id)?;
-    {
-        let p = producer.clone();
-        let _ = locator
-            .on_release
-            .set(Box::new(move |object, size, mtime_ns, drop| {
-                p.released(object, crate::core::Version { size, mtime_ns }, drop)
-            }));
-    }
-    let names = Arc::new(crate::locator::cluster_names::ClusterNames {
-        locator: locator.clone(),
-        runtime: runtime.handle().clone(),
-    });
-    {
-        let c = cache.clone();
-        let _ = locator.holdings.set(Box::new(move || c.complete_entries()));
-    }
-    crate::locator::source::start_publisher(&cache, locator.clone(), runtime.handle());
+    let producer = producer(args, &b.cache, id)?;
+    // What the locator does for this node: release objects it is told to, re-announce copies.
+    let p = producer.clone();
+    let _ = locator
+        .on_release
+        .set(Box::new(move |object, size, mtime_ns, drop| {
+            p.released(object, Version { size, mtime_ns }, drop)
+        }));
+    let c = b.cache.clone();
+    let _ = locator.holdings.set(Box::new(move || c.complete_entries()));
+    start_publisher(&b.cache, locator.clone(), runtime.handle());
     // This node's tables start empty: the others re-announce what they held before it serves.
     let answered = runtime.block_on(locator.rejoin(args.peer_timeout.min(Duration::from_secs(2))));
     tracing::info!(answered, "told the peers this node (re)started");
-    let pull_config = crate::transport::pull::PullConfig {
+    let names = Arc::new(ClusterNames {
+        locator: locator.clone(),
+        runtime: runtime.handle().clone(),
+    });
+    let pull_config = PullConfig {
         node_id: id,
         chunk: args.chunk_size as u32,
         window: 4,
@@ -178,34 +188,76 @@ pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
         background: false,
         secret,
     };
-    let source = Arc::new(crate::locator::source::ClusterSource {
-        locator: crate::locator::source::ServiceLink {
+    let source = Arc::new(ClusterSource {
+        locator: ServiceLink {
             service: locator,
             runtime: runtime.handle().clone(),
         },
-        puller: crate::transport::pull::Puller::new(worker, pull_config),
-        backing: BackingStore::new(args.backing.clone()).relieving(cache.files()),
-        stats: stats.clone(),
+        puller: Puller::new(worker, pull_config),
+        backing: backing(args, &b.cache),
+        stats: b.stats.clone(),
     });
     tracing::info!(node = id, %listen, replicate = args.replicate, "cluster mode");
     if args.replicate {
-        let copier = crate::transport::pull::Puller::new(
-            background,
-            crate::transport::pull::PullConfig {
-                background: true,
-                ..source.puller.cfg.clone()
-            },
-        );
-        crate::locator::replicate::start_replicator(
-            source.clone(),
-            copier,
-            cache.clone(),
-            stats.clone(),
-        );
+        let cfg = PullConfig {
+            background: true,
+            ..source.puller.cfg.clone()
+        };
+        let copier = Puller::new(background, cfg);
+        start_replicator(source.clone(), copier, b.cache.clone(), b.stats.clone());
     }
-    let fs =
-        DyadFs::new(backing, names, producer, source, cache, stats, config).map_err(backing_err)?;
-    let r = super::run_session(args, fs, set);
+    let fs = DyadFs::new(
+        backing(args, &b.cache),
+        names,
+        producer,
+        source,
+        b.cache,
+        b.stats,
+        b.config,
+    )
+    .map_err(backing_err(args))?;
+    let r = super::run_session(args, fs, b.signals);
     runtime.shutdown_timeout(Duration::from_secs(1));
     r
+}
+
+fn ucx_err(e: crate::transport::ucx::UcxError) -> UserError {
+    format!("UCX: {e}")
+}
+
+/// The members: the peers file, or those that met in the rendezvous directory.
+fn members(args: &MountArgs, id: u32) -> Result<Membership, UserError> {
+    match (&args.peers, &args.rendezvous) {
+        (Some(file), _) => super::membership(file, id),
+        (None, Some(dir)) => {
+            let me = crate::locator::Member {
+                id,
+                addr: args.listen.ok_or("--rendezvous needs --listen")?,
+                rack: args.rack.clone(),
+            };
+            let k = args.nodes.unwrap_or(1) as usize;
+            let wait = args.peer_timeout.max(Duration::from_secs(60));
+            crate::locator::rendezvous::rendezvous(dir, &me, k, wait).map_err(|e| e.to_string())
+        }
+        (None, None) => unreachable!("a cluster mount has peers or a rendezvous"),
+    }
+}
+
+/// The job secret every connection proves: the key file, the rendezvous's, or none
+/// (`--insecure`, said loudly).
+fn job_secret(args: &MountArgs, listen: SocketAddr) -> Result<Option<Arc<Secret>>, UserError> {
+    Ok(match (&args.secret_file, &args.rendezvous) {
+        (Some(file), _) => Some(Arc::new(Secret::load(file)?)),
+        (None, Some(dir)) => {
+            let wait = args.peer_timeout.max(Duration::from_secs(60));
+            Some(Arc::new(Secret::rendezvous(dir, wait)?))
+        }
+        (None, None) => {
+            tracing::warn!(
+                "INSECURE: no job secret (--insecure): any process that reaches {listen} can read \
+                 every cached file and change the produced namespace"
+            );
+            None
+        }
+    })
 }
