@@ -2,6 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use dyadfs::cli::{Cli, Command, TransportCommand};
+use dyadfs::daemon::UserError;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -23,7 +24,10 @@ fn main() -> ExitCode {
         }),
         Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))
-            .map_err(|e| format!("{}: {e}", args.file.display())),
+            .map_err(|source| UserError::KeyFile {
+                path: args.file.clone(),
+                source,
+            }),
         Command::Transport(TransportCommand::Serve(args)) => dyadfs::daemon::serve_transport(args),
         Command::Transport(TransportCommand::Pull(args)) => dyadfs::daemon::pull(args),
     };

@@ -3,8 +3,11 @@
 //! `fusermount3 -u`. [`wiring`] builds the parts of a mount (cache, filesystem, and in a
 //! cluster the locator, control server and pullers); [`tool`] runs the data plane alone.
 
+mod error;
 mod tool;
 mod wiring;
+
+pub use error::UserError;
 
 pub use tool::{pull, serve as serve_transport};
 
@@ -26,68 +29,53 @@ use crate::transport::auth::Secret;
 /// Environment variable through which a background daemon reports readiness to its parent.
 const READY_FD_ENV: &str = "DYADFS_READY_FD";
 
-/// A one-line, user-facing error.
-pub type UserError = String;
-
 /// Checks everything that can be checked before mounting, so bad input fails fast with a
 /// message naming the culprit and nothing is left mounted.
 pub fn validate(args: &MountArgs) -> Result<(), UserError> {
     match fs::metadata("/dev/fuse") {
         Ok(m) if m.file_type().is_char_device() => {}
         _ => {
-            return Err(
-                "no /dev/fuse: load the fuse module (modprobe fuse) or run where FUSE is available"
-                    .into(),
-            );
+            return Err(UserError::NoFuse);
         }
     }
     let mnt = &args.mountpoint;
     let meta = match fs::metadata(mnt) {
         Ok(m) => m,
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            return Err(format!(
-                "mount point {} is a dead FUSE mount: run fusermount3 -u {0}",
-                mnt.display()
-            ));
+            return Err(UserError::DeadMount(mnt.clone()));
         }
-        Err(_) => return Err(format!("mount point {} does not exist", mnt.display())),
+        Err(_) => return Err(UserError::NoMountPoint(mnt.clone())),
     };
     if !meta.is_dir() {
-        return Err(format!("mount point {} is not a directory", mnt.display()));
+        return Err(UserError::MountPointNotDir(mnt.clone()));
     }
-    let canonical =
-        fs::canonicalize(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
+    let mount_point = |source| UserError::MountPoint {
+        path: mnt.clone(),
+        source,
+    };
+    let canonical = fs::canonicalize(mnt).map_err(mount_point)?;
     if is_mount_point(&canonical) {
-        return Err(format!("{} is already mounted", mnt.display()));
+        return Err(UserError::AlreadyMounted(mnt.clone()));
     }
-    let mut listing =
-        fs::read_dir(mnt).map_err(|e| format!("mount point {}: {e}", mnt.display()))?;
+    let mut listing = fs::read_dir(mnt).map_err(mount_point)?;
     if listing.next().is_some() {
-        return Err(format!("mount point {} is not empty", mnt.display()));
+        return Err(UserError::MountPointNotEmpty(mnt.clone()));
     }
     match fs::metadata(&args.backing) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(format!(
-                "backing dir {} is not a directory",
-                args.backing.display()
-            ));
-        }
-        Err(_) => {
-            return Err(format!(
-                "backing dir {} does not exist",
-                args.backing.display()
-            ));
-        }
+        Ok(_) => return Err(UserError::BackingNotDir(args.backing.clone())),
+        Err(_) => return Err(UserError::NoBacking(args.backing.clone())),
     }
-    let not_writable =
-        |e: std::io::Error| format!("cache dir {} is not writable: {e}", args.ssd.display());
+    let not_writable = |source| UserError::CacheNotWritable {
+        path: args.ssd.clone(),
+        source,
+    };
     fs::create_dir_all(&args.ssd).map_err(not_writable)?;
     let probe = args.ssd.join(".dyadfs-write-probe");
     fs::write(&probe, b"probe").map_err(not_writable)?;
     let _ = fs::remove_file(&probe);
     if args.replicate && args.peers.is_none() && args.rendezvous.is_none() {
-        return Err("--replicate needs other nodes: give --peers or --rendezvous".into());
+        return Err(UserError::ReplicateAlone);
     }
     if args.peers.is_some() || args.rendezvous.is_some() {
         let id = node_id(args)?;
@@ -95,21 +83,14 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
             membership(file, id)?;
         }
         if let Some(file) = &args.secret_file {
-            Secret::load(file)?;
+            Secret::load(file).map_err(UserError::Secret)?;
         } else if args.rendezvous.is_none() && !args.insecure {
-            return Err(
-                "a multi-node mount needs a job secret: --secret-file FILE (make one with \
-                        `dyadfs keygen FILE`), or --insecure on a closed test network"
-                    .into(),
-            );
+            return Err(UserError::NoSecret);
         }
     }
     let ssd = fs::canonicalize(&args.ssd).map_err(not_writable)?;
     if ssd.starts_with(&canonical) {
-        return Err(format!(
-            "cache dir {} is inside the mount point",
-            args.ssd.display()
-        ));
+        return Err(UserError::CacheInsideMount(args.ssd.clone()));
     }
     Ok(())
 }
@@ -124,14 +105,20 @@ pub(super) fn node_id(args: &MountArgs) -> Result<u32, UserError> {
             tracing::info!(var, id, "node id from the launcher");
             Ok(id)
         }
-        None => Err("--node-id is required (or a launcher's SLURM_NODEID, FLUX_TASK_RANK, OMPI_COMM_WORLD_RANK or PMI_RANK)".into()),
+        None => Err(UserError::NoNodeId),
     }
 }
 
 pub(super) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> {
-    let text =
-        fs::read_to_string(file).map_err(|e| format!("peers file {}: {e}", file.display()))?;
-    Membership::parse(&text, id).map_err(|e| format!("peers file {}: {e}", file.display()))
+    let path = || file.to_path_buf();
+    let text = fs::read_to_string(file).map_err(|source| UserError::PeersFile {
+        path: path(),
+        source,
+    })?;
+    Membership::parse(&text, id).map_err(|source| UserError::Peers {
+        path: path(),
+        source,
+    })
 }
 
 /// Whether `path` (canonical) is a mount point, from /proc/self/mountinfo.
@@ -177,23 +164,31 @@ pub fn mount(args: MountArgs) -> Result<(), UserError> {
         .create(true)
         .append(true)
         .open(&log)
-        .map_err(|e| format!("log file {}: {e}", log.display()))?;
+        .map_err(|source| UserError::LogFile {
+            path: log.clone(),
+            source,
+        })?;
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array we own.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        let source = std::io::Error::last_os_error();
+        return Err(UserError::Start {
+            what: "pipe",
+            source,
+        });
     }
     // SAFETY: both descriptors were just created and are owned by nobody else.
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
+    let start = |what| move |source| UserError::Start { what, source };
+    let exe = std::env::current_exe().map_err(start("cannot find own executable"))?;
     let write_fd = fds[1];
     let mut cmd = Command::new(exe);
     cmd.args(std::env::args_os().skip(1))
         .arg("--foreground")
         .env(READY_FD_ENV, write_fd.to_string())
         .stdin(Stdio::null())
-        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+        .stdout(log_file.try_clone().map_err(start("log file"))?)
         .stderr(log_file);
     // SAFETY: the closure runs in the forked child before exec and only calls the
     // async-signal-safe setsid and fcntl.
@@ -205,20 +200,17 @@ pub fn mount(args: MountArgs) -> Result<(), UserError> {
             Ok(())
         });
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the daemon: {e}"))?;
+    let child = cmd.spawn().map_err(start("cannot start the daemon"))?;
     drop(write_end);
     let mut msg = String::new();
     let _ = fs::File::from(read_end).read_to_string(&mut msg);
     match msg.trim() {
         "ready" => Ok(()),
-        "" => Err(format!(
-            "the daemon (pid {}) exited before the mount was ready; see {}",
-            child.id(),
-            log.display()
-        )),
-        err => Err(err.to_string()),
+        "" => Err(UserError::DaemonDied {
+            pid: child.id(),
+            log,
+        }),
+        err => Err(UserError::Daemon(err.to_string())),
     }
 }
 
@@ -254,7 +246,7 @@ fn run(mut args: MountArgs) -> Result<(), UserError> {
     }
     let result = wiring::serve(&args);
     if let Err(e) = &result {
-        report(e);
+        report(&e.to_string());
     }
     result
 }
@@ -286,7 +278,10 @@ pub(super) fn run_session<S: crate::core::source::Source>(
 
     let shedder = fs.shedder();
     let mut session = fuser::Session::new(FuseAdapter::new(fs), &args.mountpoint, &config)
-        .map_err(|e| format!("cannot mount {}: {e}", args.mountpoint.display()))?;
+        .map_err(|source| UserError::Mount {
+            path: args.mountpoint.clone(),
+            source,
+        })?;
     let notifier = session.notifier();
     std::thread::Builder::new()
         .name("inode-shed".into())
@@ -304,7 +299,10 @@ pub(super) fn run_session<S: crate::core::source::Source>(
                 }
             }
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| UserError::Start {
+            what: "inode-shed thread",
+            source,
+        })?;
     let mut unmounter = session.unmount_callable();
     let mountpoint: PathBuf = args.mountpoint.clone();
     std::thread::Builder::new()
@@ -316,7 +314,10 @@ pub(super) fn run_session<S: crate::core::source::Source>(
                 tracing::error!(error = %e, "unmount failed");
             }
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| UserError::Start {
+            what: "signal thread",
+            source,
+        })?;
     tracing::info!(
         mountpoint = %args.mountpoint.display(),
         backing = %args.backing.display(),
@@ -324,16 +325,14 @@ pub(super) fn run_session<S: crate::core::source::Source>(
         "mounted"
     );
     report("ready");
-    session
-        .run()
-        .map_err(|e| format!("FUSE session failed: {e}"))?;
+    session.run().map_err(UserError::Session)?;
     tracing::info!("unmounted; exiting");
     Ok(())
 }
 
 /// `dyadfs stats`: asks the daemon behind a mount point for its counters.
 pub fn stats(mountpoint: &Path) -> Result<crate::stats::Snapshot, UserError> {
-    let not_ours = || format!("{} is not a dyadfs mount point", mountpoint.display());
+    let not_ours = || UserError::NotOurs(mountpoint.to_path_buf());
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
         .map_err(|_| not_ours())?;
     let name = std::ffi::CString::new(crate::stats::STATS_XATTR).expect("no NUL");
@@ -351,10 +350,15 @@ pub fn stats(mountpoint: &Path) -> Result<crate::stats::Snapshot, UserError> {
         let e = std::io::Error::last_os_error();
         return match e.raw_os_error() {
             Some(libc::ENODATA | libc::ENOTSUP) => Err(not_ours()),
-            _ => Err(format!("{}: {e}", mountpoint.display())),
+            _ => Err(UserError::Stats {
+                path: mountpoint.to_path_buf(),
+                source: e,
+            }),
         };
     }
     buf.truncate(n as usize);
-    serde_json::from_slice(&buf)
-        .map_err(|e| format!("unreadable stats from {}: {e}", mountpoint.display()))
+    serde_json::from_slice(&buf).map_err(|source| UserError::StatsUnreadable {
+        path: mountpoint.to_path_buf(),
+        source,
+    })
 }

@@ -5,32 +5,40 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::UserError;
 use crate::cli::{PullArgs, ServeArgs, UcxArgs};
 use crate::transport::pull::{self, PullConfig};
 use crate::transport::server::{self, DirStore, Faults};
 use crate::transport::ucx::Worker;
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+fn runtime() -> Result<tokio::runtime::Runtime, UserError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("tokio runtime: {e}"))
+        .map_err(|source| UserError::Start {
+            what: "tokio runtime",
+            source,
+        })
 }
 
-fn worker(u: &UcxArgs) -> Result<Arc<Worker>, String> {
-    Worker::new(u.slots as usize, u.slot_size as usize)
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
+fn worker(u: &UcxArgs) -> Result<Arc<Worker>, UserError> {
+    Ok(Arc::new(Worker::new(
+        u.slots as usize,
+        u.slot_size as usize,
+    )?))
 }
 
-pub fn serve(args: ServeArgs) -> Result<(), String> {
+pub fn serve(args: ServeArgs) -> Result<(), UserError> {
     let w = worker(&args.ucx)?;
     let rt = runtime()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
-            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+            .map_err(|source| UserError::Listen {
+                addr: args.listen,
+                source,
+            })?;
         // Scripts wait for this line before pulling.
         println!("serving {} on {}", args.root.display(), args.listen);
         let store = Arc::new(DirStore { root: args.root });
@@ -49,13 +57,20 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         };
         server::serve(listener, server)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|source| UserError::Start {
+                what: "control server",
+                source,
+            })
     })
 }
 
-pub fn pull(args: PullArgs) -> Result<(), String> {
-    let meta = std::fs::metadata(&args.version_of)
-        .map_err(|e| format!("--version-of {}: {e}", args.version_of.display()))?;
+pub fn pull(args: PullArgs) -> Result<(), UserError> {
+    let file = |what, path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| UserError::ToolFile { what, path, source }
+    };
+    let meta =
+        std::fs::metadata(&args.version_of).map_err(file("--version-of", &args.version_of))?;
     let version = crate::core::version_of(&meta);
     let len = args.len.unwrap_or(version.size.saturating_sub(args.offset));
     let out = std::fs::OpenOptions::new()
@@ -63,8 +78,9 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
         .truncate(true)
         .write(true)
         .open(&args.out)
-        .map_err(|e| format!("--out {}: {e}", args.out.display()))?;
-    out.set_len(version.size).map_err(|e| e.to_string())?;
+        .map_err(file("--out", &args.out))?;
+    out.set_len(version.size)
+        .map_err(file("--out", &args.out))?;
     let w = worker(&args.ucx)?;
     let cfg = PullConfig {
         node_id: args.ucx.node_id,
@@ -77,18 +93,16 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
     let start = Instant::now();
     let mut sink = |off: u64, bytes: &[u8], _crc: u32| out.write_all_at(bytes, off);
     let puller = pull::Puller::new(w, cfg);
-    let n = puller
-        .pull(
-            args.peer,
-            &pull::Want {
-                path: args.path.clone(),
-                version,
-                offset: args.offset,
-                len,
-            },
-            &mut sink,
-        )
-        .map_err(|e| e.to_string())?;
+    let n = puller.pull(
+        args.peer,
+        &pull::Want {
+            path: args.path.clone(),
+            version,
+            offset: args.offset,
+            len,
+        },
+        &mut sink,
+    )?;
     let secs = start.elapsed().as_secs_f64();
     println!(
         "pulled {n} bytes in {secs:.3} s: {:.1} MB/s",

@@ -71,7 +71,7 @@ fn open_cache(args: &MountArgs, limit: u64, stats: &Arc<Stats>) -> Result<Arc<Ca
             .open_files
             .unwrap_or((limit / 2).clamp(8, MAX_OPEN_FILES)),
     };
-    let cache = Arc::new(Cache::open(&config, stats.clone()).map_err(|e| e.to_string())?);
+    let cache = Arc::new(Cache::open(&config, stats.clone())?);
     let sweeper = cache.clone();
     let _ = std::thread::Builder::new()
         .name("cache-sweep".into())
@@ -92,11 +92,17 @@ fn backing(args: &MountArgs, cache: &Cache) -> BackingStore {
 fn producer(args: &MountArgs, cache: &Arc<Cache>, id: u32) -> Result<Arc<Producer>, UserError> {
     Producer::open(&args.ssd, cache.clone(), id)
         .map(Arc::new)
-        .map_err(|e| format!("cache dir {}: {e}", args.ssd.display()))
+        .map_err(|source| UserError::CacheDir {
+            path: args.ssd.clone(),
+            source,
+        })
 }
 
 fn backing_err(args: &MountArgs) -> impl Fn(crate::fs::Error) -> UserError + '_ {
-    move |e| format!("backing dir {}: {e}", args.backing.display())
+    move |source| UserError::Backing {
+        path: args.backing.clone(),
+        source,
+    }
 }
 
 /// One node: the shared file system is the only source, names live in this process.
@@ -134,12 +140,14 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
         .thread_name("control")
         .enable_all()
         .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    let worker = Arc::new(Worker::new(32, args.chunk_size as usize).map_err(ucx_err)?);
+        .map_err(|source| UserError::Start {
+            what: "tokio runtime",
+            source,
+        })?;
+    let worker = Arc::new(Worker::new(32, args.chunk_size as usize)?);
     // Background copies (`--replicate`, ours or a peer's) go through a worker of their own whose
     // progress thread has the lowest CPU priority.
-    let background =
-        Arc::new(Worker::new_background(4, args.chunk_size as usize).map_err(ucx_err)?);
+    let background = Arc::new(Worker::new_background(4, args.chunk_size as usize)?);
     let locator = LocatorService::new(members, args.peer_timeout, b.stats.clone(), secret.clone());
     let server = Server {
         worker: worker.clone(),
@@ -156,7 +164,10 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
     };
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        .map_err(|source| UserError::Listen {
+            addr: listen,
+            source,
+        })?;
     runtime.spawn(async move {
         if let Err(e) = crate::transport::server::serve(listener, server).await {
             tracing::error!(error = %e, "control server stopped");
@@ -221,10 +232,6 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
     r
 }
 
-fn ucx_err(e: crate::transport::ucx::UcxError) -> UserError {
-    format!("UCX: {e}")
-}
-
 /// The members: the peers file, or those that met in the rendezvous directory.
 fn members(args: &MountArgs, id: u32) -> Result<Membership, UserError> {
     match (&args.peers, &args.rendezvous) {
@@ -232,12 +239,13 @@ fn members(args: &MountArgs, id: u32) -> Result<Membership, UserError> {
         (None, Some(dir)) => {
             let me = crate::locator::Member {
                 id,
-                addr: args.listen.ok_or("--rendezvous needs --listen")?,
+                addr: args.listen.ok_or(UserError::RendezvousNeedsListen)?,
                 rack: args.rack.clone(),
             };
             let k = args.nodes.unwrap_or(1) as usize;
             let wait = args.peer_timeout.max(Duration::from_secs(60));
-            crate::locator::rendezvous::rendezvous(dir, &me, k, wait).map_err(|e| e.to_string())
+            crate::locator::rendezvous::rendezvous(dir, &me, k, wait)
+                .map_err(|e| UserError::Rendezvous(e.to_string()))
         }
         (None, None) => unreachable!("a cluster mount has peers or a rendezvous"),
     }
@@ -247,10 +255,12 @@ fn members(args: &MountArgs, id: u32) -> Result<Membership, UserError> {
 /// (`--insecure`, said loudly).
 fn job_secret(args: &MountArgs, listen: SocketAddr) -> Result<Option<Arc<Secret>>, UserError> {
     Ok(match (&args.secret_file, &args.rendezvous) {
-        (Some(file), _) => Some(Arc::new(Secret::load(file)?)),
+        (Some(file), _) => Some(Arc::new(Secret::load(file).map_err(UserError::Secret)?)),
         (None, Some(dir)) => {
             let wait = args.peer_timeout.max(Duration::from_secs(60));
-            Some(Arc::new(Secret::rendezvous(dir, wait)?))
+            Some(Arc::new(
+                Secret::rendezvous(dir, wait).map_err(UserError::Secret)?,
+            ))
         }
         (None, None) => {
             tracing::warn!(
