@@ -36,6 +36,9 @@ pub enum Error {
     Corrupt(String),
     #[error("source read failed: {0}")]
     Source(io::Error),
+    /// A source broke the port's contract (a bug of the source, not of the data).
+    #[error("the source {0}")]
+    BadSource(&'static str),
     #[error("backing store: {0}")]
     Backing(io::Error),
     #[error(transparent)]
@@ -59,7 +62,7 @@ impl Error {
             Error::BadHandle(_) => libc::EBADF,
             Error::NoAttr => libc::ENODATA,
             Error::Range => libc::ERANGE,
-            Error::Corrupt(_) => libc::EIO,
+            Error::Corrupt(_) | Error::BadSource(_) => libc::EIO,
             // A source that vanished or changed under a read is an I/O error to the reader.
             Error::Source(e) => match e.raw_os_error() {
                 Some(libc::ESTALE) => libc::ESTALE,

@@ -128,9 +128,7 @@ impl<S: Source + ?Sized> Reader<S> {
                     .map_err(Error::Source)?;
                 self.count(entry, origin, len);
                 for (idx, crc) in run.zip(crcs) {
-                    let crc = crc.ok_or_else(|| {
-                        Error::Source(io::Error::other("the source skipped a chunk"))
-                    })?;
+                    let crc = crc.ok_or(Error::BadSource("skipped a chunk"))?;
                     fill.complete(idx, crc);
                 }
             }
@@ -222,7 +220,12 @@ fn record_crcs(
     bytes: &[u8],
     crc: Option<u32>,
 ) -> io::Result<()> {
-    let not_whole = || io::Error::other("a source piece is not whole chunks of the range");
+    let not_whole = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a source piece is not whole chunks of the range",
+        )
+    };
     if !off.is_multiple_of(entry.chunk_size()) {
         return Err(not_whole());
     }

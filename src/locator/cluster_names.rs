@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::check::check_name;
+use super::error::LocatorError;
 use super::proto::Msg;
 use super::service::LocatorService;
 use crate::core::names::{Name, Namespace};
@@ -23,12 +24,12 @@ impl ClusterNames {
         let home = l.membership.global_home(dir);
         self.runtime
             .block_on(l.call_within(home, msg, wait + l.timeout))
-            .ok_or_else(|| std::io::Error::other(format!("name home {home} unreachable")))
+            .ok_or_else(|| LocatorError::NameHomeUnreachable(home).into())
     }
 }
 
 fn unexpected(m: Msg) -> std::io::Error {
-    std::io::Error::other(format!("unexpected reply from a name home: {m:?}"))
+    LocatorError::UnexpectedReply(Box::new(m)).into()
 }
 
 impl ClusterNames {
@@ -37,9 +38,7 @@ impl ClusterNames {
         match n {
             Some(n) => match check_name(&n, &self.locator.membership) {
                 Ok(()) => Ok(Some(n)),
-                Err(why) => Err(std::io::Error::other(format!(
-                    "bad name from its home: {why}"
-                ))),
+                Err(why) => Err(LocatorError::BadName(why).into()),
             },
             None => Ok(None),
         }

@@ -10,6 +10,7 @@
 
 pub mod check;
 pub mod cluster_names;
+pub mod error;
 pub mod membership;
 pub mod names;
 pub mod node;

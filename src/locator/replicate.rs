@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::error::LocatorError;
 use super::membership::NodeId;
 use super::source::{ClusterSource, read_at_via_pieces};
 use super::tiers::Key;
@@ -137,7 +138,7 @@ impl Source for FromHolders {
                 len,
                 sink,
             )
-            .ok_or_else(|| io::Error::other("no holder named by the feed could serve it"))?;
+            .ok_or_else(|| LocatorError::FeedHoldersFailed(path.to_string()))?;
         self.pulled.fetch_add(len, Ordering::Relaxed);
         Ok(Origin::Peer)
     }

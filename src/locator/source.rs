@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::error::LocatorError;
 use super::membership::{Membership, NodeId};
 use super::service::LocatorService;
 use super::tiers::{Reply, pick_holder};
@@ -117,9 +118,11 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         if let Some(producer) = crate::core::names::producer_of(path) {
             return match self.pull_from_peers(path, version, &[producer], offset, len, sink) {
                 Some(()) => Ok(Origin::Peer),
-                None => Err(io::Error::other(format!(
-                    "producer {producer} of {path} could not serve it"
-                ))),
+                None => Err(LocatorError::ProducerUnreachable {
+                    producer,
+                    path: path.to_string(),
+                }
+                .into()),
             };
         }
         self.backing.read_into(path, version, offset, len, sink)

@@ -100,6 +100,42 @@ pub struct Server {
     pub conns: PeerConns,
 }
 
+/// Why the server closed a connection (logged with the peer's address).
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("node {0} already has {MAX_CONNS_PER_PEER} connections open")]
+    TooManyConnections(u32),
+    #[error("more than {MAX_QUEUED} requests queued")]
+    TooManyQueued,
+    #[error("expected {expected}, got {got:?}")]
+    Unexpected {
+        expected: &'static str,
+        got: Box<Message>,
+    },
+}
+
+impl ServerError {
+    fn unexpected(expected: &'static str, got: Message) -> io::Error {
+        ServerError::Unexpected {
+            expected,
+            got: Box::new(got),
+        }
+        .into()
+    }
+}
+
+impl From<ServerError> for io::Error {
+    fn from(e: ServerError) -> io::Error {
+        let kind = match e {
+            ServerError::TooManyConnections(_) | ServerError::TooManyQueued => {
+                io::ErrorKind::QuotaExceeded
+            }
+            ServerError::Unexpected { .. } => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
 /// Connections one authenticated peer may hold open at once: a node keeps one per concurrent
 /// pull or RPC (tens), so this only stops a peer that opens them without end.
 const MAX_CONNS_PER_PEER: usize = 256;
@@ -119,9 +155,7 @@ impl PeerConns {
         let mut map = lock(&self.0);
         let n = map.entry(peer).or_default();
         if *n >= MAX_CONNS_PER_PEER {
-            return Err(io::Error::other(format!(
-                "node {peer} already has {MAX_CONNS_PER_PEER} connections open"
-            )));
+            return Err(ServerError::TooManyConnections(peer).into());
         }
         *n += 1;
         Ok(Admitted {
@@ -207,10 +241,10 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
             // The caller keeps the connection for its next RPC (or closes it: EOF).
             payload = match read_frame(&mut s).await?.map_err(bad_frame)? {
                 Message::Rpc(p) => p,
-                other => return Err(io::Error::other(format!("expected Rpc, got {other:?}"))),
+                other => return Err(ServerError::unexpected("Rpc", other)),
             };
         },
-        (other, _) => return Err(io::Error::other(format!("expected Hello, got {other:?}"))),
+        (other, _) => return Err(ServerError::unexpected("Hello", other)),
     };
     let worker = match background_worker {
         Some(w) if background => w,
@@ -347,7 +381,7 @@ fn note(
     match msg {
         // A puller keeps a few requests in flight; one that queues many more is not one.
         Message::Request { .. } if queued.len() >= MAX_QUEUED => {
-            return Err(io::Error::other("too many requests queued"));
+            return Err(ServerError::TooManyQueued.into());
         }
         Message::Request {
             id,
@@ -365,7 +399,7 @@ fn note(
         Message::Release { addr } => {
             lent.remove(&addr);
         }
-        other => return Err(io::Error::other(format!("unexpected {other:?}"))),
+        other => return Err(ServerError::unexpected("Request or Release", other)),
     }
     Ok(())
 }

@@ -24,7 +24,8 @@ impl Slab {
     pub fn new(slots: usize, slot_size: usize) -> std::io::Result<Slab> {
         let len = slots * slot_size;
         if len == 0 {
-            return Err(std::io::Error::other(
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
                 "a slab needs at least one non-empty slot",
             ));
         }
