@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::daemon::config::{ClusterConfig, MountConfig, PullToolConfig, ServeConfig, UcxConfig};
+use crate::fs::FsConfig;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "dyadfs",
@@ -268,6 +271,82 @@ pub struct StatsArgs {
     /// Print one JSON object instead of a table
     #[arg(long)]
     pub json: bool,
+}
+
+// The conversions into the daemon's plain config structs: nothing below the command line
+// knows clap.
+
+impl From<MountArgs> for MountConfig {
+    fn from(a: MountArgs) -> MountConfig {
+        MountConfig {
+            mountpoint: a.mountpoint,
+            ssd: a.ssd,
+            backing: a.backing,
+            capacity: a.capacity,
+            open_files: a.open_files,
+            chunk_size: a.chunk_size,
+            fs: FsConfig {
+                metadata_ttl: a.metadata_ttl,
+                passthrough: !a.no_passthrough,
+                readahead_threads: a.readahead_threads.into(),
+                wait: a.wait,
+                max_inodes: a.max_inodes as usize,
+            },
+            threads: a.threads,
+            options: a.options,
+            foreground: a.foreground,
+            log_file: a.log_file,
+            cluster: ClusterConfig {
+                node_id: a.node_id,
+                peers: a.peers,
+                rendezvous: a.rendezvous,
+                nodes: a.nodes,
+                listen: a.listen,
+                rack: a.rack,
+                peer_timeout: a.peer_timeout,
+                replicate: a.replicate,
+                secret_file: a.secret_file,
+                insecure: a.insecure,
+            },
+        }
+    }
+}
+
+impl From<UcxArgs> for UcxConfig {
+    fn from(a: UcxArgs) -> UcxConfig {
+        UcxConfig {
+            slots: a.slots,
+            slot_size: a.slot_size,
+            timeout: a.timeout,
+            node_id: a.node_id,
+        }
+    }
+}
+
+impl From<ServeArgs> for ServeConfig {
+    fn from(a: ServeArgs) -> ServeConfig {
+        ServeConfig {
+            root: a.root,
+            listen: a.listen,
+            ucx: a.ucx.into(),
+            corrupt: a.corrupt,
+        }
+    }
+}
+
+impl From<PullArgs> for PullToolConfig {
+    fn from(a: PullArgs) -> PullToolConfig {
+        PullToolConfig {
+            peer: a.peer,
+            path: a.path,
+            version_of: a.version_of,
+            out: a.out,
+            offset: a.offset,
+            len: a.len,
+            window: a.window,
+            ucx: a.ucx.into(),
+        }
+    }
 }
 
 /// Parses a byte size: a number with an optional K, M, G or T suffix (powers of 1024).

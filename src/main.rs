@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Mount(args) => dyadfs::daemon::mount(args),
+        Command::Mount(args) => dyadfs::daemon::mount(args.into()),
         Command::Stats(args) => dyadfs::daemon::stats(&args.mountpoint).map(|s| {
             if args.json {
                 println!("{}", serde_json::to_string(&s).expect("serialize"));
@@ -28,8 +28,10 @@ fn main() -> ExitCode {
                 path: args.file.clone(),
                 source,
             }),
-        Command::Transport(TransportCommand::Serve(args)) => dyadfs::daemon::serve_transport(args),
-        Command::Transport(TransportCommand::Pull(args)) => dyadfs::daemon::pull(args),
+        Command::Transport(TransportCommand::Serve(args)) => {
+            dyadfs::daemon::serve_transport(args.into())
+        }
+        Command::Transport(TransportCommand::Pull(args)) => dyadfs::daemon::pull(args.into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 //! `fusermount3 -u`. [`wiring`] builds the parts of a mount (cache, filesystem, and in a
 //! cluster the locator, control server and pullers); [`tool`] runs the data plane alone.
 
+pub mod config;
 mod error;
 mod tool;
 mod wiring;
@@ -20,18 +21,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::cli::MountArgs;
 use crate::fs::DyadFs;
 use crate::fs::fuse::FuseAdapter;
 use crate::locator::Membership;
 use crate::transport::auth::Secret;
+use config::MountConfig;
 
 /// Environment variable through which a background daemon reports readiness to its parent.
 const READY_FD_ENV: &str = "DYADFS_READY_FD";
 
 /// Checks everything that can be checked before mounting, so bad input fails fast with a
 /// message naming the culprit and nothing is left mounted.
-pub fn validate(args: &MountArgs) -> Result<(), UserError> {
+pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     match fs::metadata("/dev/fuse") {
         Ok(m) if m.file_type().is_char_device() => {}
         _ => {
@@ -74,17 +75,17 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
     let probe = args.ssd.join(".dyadfs-write-probe");
     fs::write(&probe, b"probe").map_err(not_writable)?;
     let _ = fs::remove_file(&probe);
-    if args.replicate && args.peers.is_none() && args.rendezvous.is_none() {
+    if args.cluster.replicate && !args.cluster.is_cluster() {
         return Err(UserError::ReplicateAlone);
     }
-    if args.peers.is_some() || args.rendezvous.is_some() {
+    if args.cluster.is_cluster() {
         let id = node_id(args)?;
-        if let Some(file) = &args.peers {
+        if let Some(file) = &args.cluster.peers {
             membership(file, id)?;
         }
-        if let Some(file) = &args.secret_file {
+        if let Some(file) = &args.cluster.secret_file {
             Secret::load(file).map_err(UserError::Secret)?;
-        } else if args.rendezvous.is_none() && !args.insecure {
+        } else if args.cluster.rendezvous.is_none() && !args.cluster.insecure {
             return Err(UserError::NoSecret);
         }
     }
@@ -96,8 +97,8 @@ pub fn validate(args: &MountArgs) -> Result<(), UserError> {
 }
 
 /// This node's id: `--node-id`, else the launcher's rank variable.
-pub(super) fn node_id(args: &MountArgs) -> Result<u32, UserError> {
-    if let Some(id) = args.node_id {
+pub(super) fn node_id(args: &MountConfig) -> Result<u32, UserError> {
+    if let Some(id) = args.cluster.node_id {
         return Ok(id);
     }
     match crate::locator::membership::node_id_from_launcher() {
@@ -151,7 +152,7 @@ fn unescape_mountinfo(s: &str) -> String {
 }
 
 /// `dyadfs mount`: validate, then run in the foreground or spawn the daemon and wait for it.
-pub fn mount(args: MountArgs) -> Result<(), UserError> {
+pub fn mount(args: MountConfig) -> Result<(), UserError> {
     validate(&args)?;
     if args.foreground {
         return run(args);
@@ -230,13 +231,13 @@ fn report(outcome: &str) {
 }
 
 /// Runs the daemon until unmounted. Exits 0 on a clean unmount.
-fn run(mut args: MountArgs) -> Result<(), UserError> {
+fn run(mut args: MountConfig) -> Result<(), UserError> {
     if std::env::var_os(READY_FD_ENV).is_some() {
         // A daemon must not pin the directory it was started from (it may be unmounted).
         for p in [&mut args.mountpoint, &mut args.ssd, &mut args.backing]
             .into_iter()
-            .chain(args.peers.as_mut())
-            .chain(args.rendezvous.as_mut())
+            .chain(args.cluster.peers.as_mut())
+            .chain(args.cluster.rendezvous.as_mut())
         {
             if let Ok(abs) = fs::canonicalize(&*p) {
                 *p = abs;
@@ -253,7 +254,7 @@ fn run(mut args: MountArgs) -> Result<(), UserError> {
 
 /// Mounts `fs`, reports readiness, and serves until unmounted.
 pub(super) fn run_session<S: crate::core::source::Source>(
-    args: &MountArgs,
+    args: &MountConfig,
     fs: DyadFs<S>,
     set: crate::sys::StopSignals,
 ) -> Result<(), UserError> {

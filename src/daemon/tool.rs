@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::UserError;
-use crate::cli::{PullArgs, ServeArgs, UcxArgs};
+use super::config::{PullToolConfig, ServeConfig, UcxConfig};
 use crate::transport::pull::{self, PullConfig};
 use crate::transport::server::{self, DirStore, Faults};
 use crate::transport::ucx::Worker;
@@ -22,14 +22,14 @@ fn runtime() -> Result<tokio::runtime::Runtime, UserError> {
         })
 }
 
-fn worker(u: &UcxArgs) -> Result<Arc<Worker>, UserError> {
+fn worker(u: &UcxConfig) -> Result<Arc<Worker>, UserError> {
     Ok(Arc::new(Worker::new(
         u.slots as usize,
         u.slot_size as usize,
     )?))
 }
 
-pub fn serve(args: ServeArgs) -> Result<(), UserError> {
+pub fn serve(args: ServeConfig) -> Result<(), UserError> {
     let w = worker(&args.ucx)?;
     let rt = runtime()?;
     rt.block_on(async {
@@ -64,7 +64,7 @@ pub fn serve(args: ServeArgs) -> Result<(), UserError> {
     })
 }
 
-pub fn pull(args: PullArgs) -> Result<(), UserError> {
+pub fn pull(args: PullToolConfig) -> Result<(), UserError> {
     let file = |what, path: &std::path::Path| {
         let path = path.to_path_buf();
         move |source| UserError::ToolFile { what, path, source }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::UserError;
+use super::config::MountConfig;
 use crate::cache::{Cache, CacheConfig};
-use crate::cli::MountArgs;
 use crate::core::Version;
 use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
@@ -35,7 +35,7 @@ struct Base {
 }
 
 /// Builds the mount the arguments describe and serves it until it is unmounted.
-pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
+pub(super) fn serve(args: &MountConfig) -> Result<(), UserError> {
     // Signals are taken by one thread (sigwait) that unmounts; block them everywhere else.
     let signals = crate::sys::StopSignals::block();
     // Nothing depends on getting more: the cache keeps half of what there is.
@@ -45,15 +45,9 @@ pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
         signals,
         cache: open_cache(args, limit, &stats)?,
         stats,
-        config: FsConfig {
-            metadata_ttl: args.metadata_ttl,
-            passthrough: !args.no_passthrough,
-            readahead_threads: args.readahead_threads.into(),
-            wait: args.wait,
-            max_inodes: args.max_inodes as usize,
-        },
+        config: args.fs.clone(),
     };
-    if args.peers.is_none() && args.rendezvous.is_none() {
+    if !args.cluster.is_cluster() {
         single_node(args, base)
     } else {
         cluster(args, base)
@@ -62,7 +56,7 @@ pub(super) fn serve(args: &MountArgs) -> Result<(), UserError> {
 
 /// Opens the cache; leftovers of a crash are deleted in the background while the mount already
 /// serves (no scan of a million data files before it is ready).
-fn open_cache(args: &MountArgs, limit: u64, stats: &Arc<Stats>) -> Result<Arc<Cache>, UserError> {
+fn open_cache(args: &MountConfig, limit: u64, stats: &Arc<Stats>) -> Result<Arc<Cache>, UserError> {
     let config = CacheConfig {
         dir: args.ssd.clone(),
         chunk_size: args.chunk_size as u32,
@@ -85,11 +79,11 @@ fn open_cache(args: &MountArgs, limit: u64, stats: &Arc<Stats>) -> Result<Arc<Ca
 
 /// The shared file system, beneath its root; idle cache descriptors are closed when the
 /// process runs out of them.
-fn backing(args: &MountArgs, cache: &Cache) -> BackingStore {
+fn backing(args: &MountConfig, cache: &Cache) -> BackingStore {
     BackingStore::new(args.backing.clone()).relieving(cache.files())
 }
 
-fn producer(args: &MountArgs, cache: &Arc<Cache>, id: u32) -> Result<Arc<Producer>, UserError> {
+fn producer(args: &MountConfig, cache: &Arc<Cache>, id: u32) -> Result<Arc<Producer>, UserError> {
     Producer::open(&args.ssd, cache.clone(), id)
         .map(Arc::new)
         .map_err(|source| UserError::CacheDir {
@@ -98,7 +92,7 @@ fn producer(args: &MountArgs, cache: &Arc<Cache>, id: u32) -> Result<Arc<Produce
         })
 }
 
-fn backing_err(args: &MountArgs) -> impl Fn(crate::fs::Error) -> UserError + '_ {
+fn backing_err(args: &MountConfig) -> impl Fn(crate::fs::Error) -> UserError + '_ {
     move |source| UserError::Backing {
         path: args.backing.clone(),
         source,
@@ -106,7 +100,7 @@ fn backing_err(args: &MountArgs) -> impl Fn(crate::fs::Error) -> UserError + '_ 
 }
 
 /// One node: the shared file system is the only source, names live in this process.
-fn single_node(args: &MountArgs, b: Base) -> Result<(), UserError> {
+fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let source = Arc::new(backing(args, &b.cache));
     let names = Arc::new(crate::locator::names::LocalNames::default());
     let producer = producer(args, &b.cache, 0)?;
@@ -125,10 +119,10 @@ fn single_node(args: &MountArgs, b: Base) -> Result<(), UserError> {
 
 /// Several nodes: the locator, the control server (pulls and locator RPCs), UCX, the
 /// publisher, and a source that asks the locator and pulls from peers.
-fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
+fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let id = super::node_id(args)?;
     let members = members(args, id)?;
-    let listen = match args.listen {
+    let listen = match args.cluster.listen {
         Some(a) => a,
         None => members.member(id).expect("own id checked").addr,
     };
@@ -148,7 +142,12 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
     // Background copies (`--replicate`, ours or a peer's) go through a worker of their own whose
     // progress thread has the lowest CPU priority.
     let background = Arc::new(Worker::new_background(4, args.chunk_size as usize)?);
-    let locator = LocatorService::new(members, args.peer_timeout, b.stats.clone(), secret.clone());
+    let locator = LocatorService::new(
+        members,
+        args.cluster.peer_timeout,
+        b.stats.clone(),
+        secret.clone(),
+    );
     let server = Server {
         worker: worker.clone(),
         background: Some(background.clone()),
@@ -185,7 +184,8 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
     let _ = locator.holdings.set(Box::new(move || c.complete_entries()));
     start_publisher(&b.cache, locator.clone(), runtime.handle());
     // This node's tables start empty: the others re-announce what they held before it serves.
-    let answered = runtime.block_on(locator.rejoin(args.peer_timeout.min(Duration::from_secs(2))));
+    let answered =
+        runtime.block_on(locator.rejoin(args.cluster.peer_timeout.min(Duration::from_secs(2))));
     tracing::info!(answered, "told the peers this node (re)started");
     let names = Arc::new(ClusterNames {
         locator: locator.clone(),
@@ -195,7 +195,7 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
         node_id: id,
         chunk: args.chunk_size as u32,
         window: 4,
-        timeout: args.peer_timeout,
+        timeout: args.cluster.peer_timeout,
         background: false,
         secret,
     };
@@ -208,8 +208,8 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
         backing: backing(args, &b.cache),
         stats: b.stats.clone(),
     });
-    tracing::info!(node = id, %listen, replicate = args.replicate, "cluster mode");
-    if args.replicate {
+    tracing::info!(node = id, %listen, replicate = args.cluster.replicate, "cluster mode");
+    if args.cluster.replicate {
         let cfg = PullConfig {
             background: true,
             ..source.puller.cfg.clone()
@@ -233,17 +233,20 @@ fn cluster(args: &MountArgs, b: Base) -> Result<(), UserError> {
 }
 
 /// The members: the peers file, or those that met in the rendezvous directory.
-fn members(args: &MountArgs, id: u32) -> Result<Membership, UserError> {
-    match (&args.peers, &args.rendezvous) {
+fn members(args: &MountConfig, id: u32) -> Result<Membership, UserError> {
+    match (&args.cluster.peers, &args.cluster.rendezvous) {
         (Some(file), _) => super::membership(file, id),
         (None, Some(dir)) => {
             let me = crate::locator::Member {
                 id,
-                addr: args.listen.ok_or(UserError::RendezvousNeedsListen)?,
-                rack: args.rack.clone(),
+                addr: args
+                    .cluster
+                    .listen
+                    .ok_or(UserError::RendezvousNeedsListen)?,
+                rack: args.cluster.rack.clone(),
             };
-            let k = args.nodes.unwrap_or(1) as usize;
-            let wait = args.peer_timeout.max(Duration::from_secs(60));
+            let k = args.cluster.nodes.unwrap_or(1) as usize;
+            let wait = args.cluster.peer_timeout.max(Duration::from_secs(60));
             crate::locator::rendezvous::rendezvous(dir, &me, k, wait)
                 .map_err(|e| UserError::Rendezvous(e.to_string()))
         }
@@ -253,21 +256,23 @@ fn members(args: &MountArgs, id: u32) -> Result<Membership, UserError> {
 
 /// The job secret every connection proves: the key file, the rendezvous's, or none
 /// (`--insecure`, said loudly).
-fn job_secret(args: &MountArgs, listen: SocketAddr) -> Result<Option<Arc<Secret>>, UserError> {
-    Ok(match (&args.secret_file, &args.rendezvous) {
-        (Some(file), _) => Some(Arc::new(Secret::load(file).map_err(UserError::Secret)?)),
-        (None, Some(dir)) => {
-            let wait = args.peer_timeout.max(Duration::from_secs(60));
-            Some(Arc::new(
-                Secret::rendezvous(dir, wait).map_err(UserError::Secret)?,
-            ))
-        }
-        (None, None) => {
-            tracing::warn!(
-                "INSECURE: no job secret (--insecure): any process that reaches {listen} can read \
+fn job_secret(args: &MountConfig, listen: SocketAddr) -> Result<Option<Arc<Secret>>, UserError> {
+    Ok(
+        match (&args.cluster.secret_file, &args.cluster.rendezvous) {
+            (Some(file), _) => Some(Arc::new(Secret::load(file).map_err(UserError::Secret)?)),
+            (None, Some(dir)) => {
+                let wait = args.cluster.peer_timeout.max(Duration::from_secs(60));
+                Some(Arc::new(
+                    Secret::rendezvous(dir, wait).map_err(UserError::Secret)?,
+                ))
+            }
+            (None, None) => {
+                tracing::warn!(
+                    "INSECURE: no job secret (--insecure): any process that reaches {listen} can read \
                  every cached file and change the produced namespace"
-            );
-            None
-        }
-    })
+                );
+                None
+            }
+        },
+    )
 }

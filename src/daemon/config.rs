@@ -1,0 +1,93 @@
+//! What a mount is asked to be, as plain data: the command line (`cli.rs`) converts its
+//! arguments into these, and the daemon is built from them, so nothing below the command line
+//! knows clap.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::fs::FsConfig;
+
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Empty directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Cache directory on node-local NVMe.
+    pub ssd: PathBuf,
+    /// Dataset directory on the shared file system.
+    pub backing: PathBuf,
+    /// Bytes the cache may hold (`None`: leave 10% of its file system free).
+    pub capacity: Option<u64>,
+    /// Idle cache data files kept open (`None`: half the descriptor limit, at most 65536).
+    pub open_files: Option<u64>,
+    pub chunk_size: u64,
+    /// The filesystem's own settings.
+    pub fs: FsConfig,
+    /// Threads serving FUSE requests.
+    pub threads: u16,
+    /// FUSE mount options (`-o`).
+    pub options: Vec<String>,
+    /// Stay in the foreground instead of daemonizing.
+    pub foreground: bool,
+    /// Log file of the background daemon (`None`: `<ssd>/dyadfs.log`).
+    pub log_file: Option<PathBuf>,
+    pub cluster: ClusterConfig,
+}
+
+/// Who the other nodes are and how to reach and trust them; a mount with neither a peers file
+/// nor a rendezvous is single-node.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// This node's id (`None`: from the launcher's rank variable).
+    pub node_id: Option<u32>,
+    pub peers: Option<PathBuf>,
+    pub rendezvous: Option<PathBuf>,
+    /// Daemons meeting in the rendezvous directory.
+    pub nodes: Option<u32>,
+    pub listen: Option<SocketAddr>,
+    /// This node's rack (with a rendezvous).
+    pub rack: String,
+    /// Bound on every wait for a peer.
+    pub peer_timeout: Duration,
+    /// Copy what other nodes fetch in the background.
+    pub replicate: bool,
+    pub secret_file: Option<PathBuf>,
+    pub insecure: bool,
+}
+
+impl ClusterConfig {
+    pub fn is_cluster(&self) -> bool {
+        self.peers.is_some() || self.rendezvous.is_some()
+    }
+}
+
+/// `dyadfs transport serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub root: PathBuf,
+    pub listen: SocketAddr,
+    pub ucx: UcxConfig,
+    /// Testing only: corrupt every staged chunk after checksumming it.
+    pub corrupt: bool,
+}
+
+/// `dyadfs transport pull`.
+#[derive(Debug, Clone)]
+pub struct PullToolConfig {
+    pub peer: SocketAddr,
+    pub path: String,
+    pub version_of: PathBuf,
+    pub out: PathBuf,
+    pub offset: u64,
+    pub len: Option<u64>,
+    pub window: u32,
+    pub ucx: UcxConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct UcxConfig {
+    pub slots: u32,
+    pub slot_size: u64,
+    pub timeout: Duration,
+    pub node_id: u32,
+}
