@@ -9,6 +9,8 @@ use super::UserError;
 use super::config::MountConfig;
 use crate::cache::{Cache, CacheConfig};
 use crate::core::Version;
+use crate::core::names::Namespace;
+use crate::core::source::Source;
 use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
 use crate::locator::Membership;
@@ -104,16 +106,21 @@ fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let source = Arc::new(backing(args, &b.cache));
     let names = Arc::new(crate::locator::names::LocalNames::default());
     let producer = producer(args, &b.cache, 0)?;
-    let fs = DyadFs::new(
-        backing(args, &b.cache),
-        names,
-        producer,
-        source,
-        b.cache,
-        b.stats,
-        b.config,
-    )
-    .map_err(backing_err(args))?;
+    run(args, b, names, producer, source)
+}
+
+/// The filesystem over the base and the given names, producer and source, mounted until it
+/// is unmounted.
+fn run<S: Source>(
+    args: &MountConfig,
+    b: Base,
+    names: Arc<dyn Namespace>,
+    producer: Arc<Producer>,
+    source: Arc<S>,
+) -> Result<(), UserError> {
+    let backing = backing(args, &b.cache);
+    let fs = DyadFs::new(backing, names, producer, source, b.cache, b.stats, b.config)
+        .map_err(backing_err(args))?;
     super::run_session(args, fs, b.signals)
 }
 
@@ -217,17 +224,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         let copier = Puller::new(background, cfg);
         start_replicator(source.clone(), copier, b.cache.clone(), b.stats.clone());
     }
-    let fs = DyadFs::new(
-        backing(args, &b.cache),
-        names,
-        producer,
-        source,
-        b.cache,
-        b.stats,
-        b.config,
-    )
-    .map_err(backing_err(args))?;
-    let r = super::run_session(args, fs, b.signals);
+    let r = run(args, b, names, producer, source);
     runtime.shutdown_timeout(Duration::from_secs(1));
     r
 }

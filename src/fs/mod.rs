@@ -26,6 +26,8 @@ pub mod write;
 
 #[cfg(test)]
 mod ops_tests;
+#[cfg(test)]
+mod test_source;
 
 pub use attr::{Attr, Kind};
 pub use handles::Opened;

@@ -4,41 +4,15 @@
 //! system with a read-only dataset and a writable produced namespace must show (like
 //! mountpoint-s3's reference tests). The real mounts (tests/mount.rs) check the fuser adapter.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::AtomicU32;
 
 use proptest::prelude::*;
 
+use super::test_source::MemSource;
 use super::*;
 use crate::cache::CacheConfig;
 use crate::core::NodeId;
-use crate::core::Version;
-use crate::core::source::Origin;
-
-/// The dataset's bytes, from memory: every read of a dataset file must come through here.
-struct MemSource {
-    files: HashMap<String, (Version, Vec<u8>)>,
-    reads: AtomicU32,
-}
-
-impl Source for MemSource {
-    fn read_at(
-        &self,
-        path: &str,
-        version: Version,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> io::Result<Origin> {
-        let (v, data) = self.files.get(path).ok_or(io::ErrorKind::NotFound)?;
-        if *v != version {
-            return Err(io::Error::from_raw_os_error(libc::ESTALE));
-        }
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        buf.copy_from_slice(&data[offset as usize..offset as usize + buf.len()]);
-        Ok(Origin::Backing)
-    }
-}
 
 /// The produced namespace, in memory (the single-node daemon's is alike; the filesystem only
 /// sees the trait).
@@ -96,13 +70,17 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
     let (backing, ssd) = (dir.join("backing"), dir.join("ssd"));
     std::fs::create_dir_all(&backing).unwrap();
     let mut model = BTreeMap::new();
-    let mut files = HashMap::new();
+    let source = Arc::new(MemSource::default());
     for (i, (name, len)) in DATASET.iter().enumerate() {
         let data: Vec<u8> = (0..*len).map(|j| (j * 7 + i) as u8).collect();
         let path = backing.join(name);
         std::fs::write(&path, &data).unwrap();
         let version = crate::core::version_of(&std::fs::metadata(&path).unwrap());
-        files.insert(name.to_string(), (version, data.clone()));
+        // Every read of a dataset file must come through the source.
+        assert_eq!(
+            source.add_version(name, data.clone(), version.mtime_ns),
+            version
+        );
         model.insert(name.to_string(), data);
     }
     let stats = Arc::new(Stats::default());
@@ -114,10 +92,6 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
     };
     let cache = Arc::new(Cache::open(&config, stats.clone()).unwrap());
     let producer = Arc::new(Producer::open(&ssd, cache.clone(), 0).unwrap());
-    let source = Arc::new(MemSource {
-        files,
-        reads: AtomicU32::new(0),
-    });
     let fs_config = FsConfig {
         metadata_ttl: Duration::from_secs(1),
         passthrough: false,
