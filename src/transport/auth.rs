@@ -133,6 +133,24 @@ pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
     Ok(b)
 }
 
+/// A datagram's tag: HMAC-SHA256 of `data` under the job secret, in a domain of its own
+/// (`domain`, e.g. the gossip protocol's name and version), so no tag of one use is valid in
+/// another.
+pub fn tag(key: &Secret, domain: &[u8], data: &[u8]) -> [u8; 32] {
+    let mut m = HmacSha256::new_from_slice(&key.0).expect("HMAC takes any key length");
+    m.update(domain);
+    m.update(data);
+    m.finalize().into_bytes().into()
+}
+
+/// Whether `tag` is `data`'s tag in `domain` (constant time).
+pub fn tag_ok(key: &Secret, domain: &[u8], data: &[u8], tag: &[u8]) -> bool {
+    let mut m = HmacSha256::new_from_slice(&key.0).expect("HMAC takes any key length");
+    m.update(domain);
+    m.update(data);
+    m.verify_slice(tag).is_ok()
+}
+
 fn mac(key: &Secret, role: &[u8], client: u32, server: u32, nc: &[u8], ns: &[u8]) -> HmacSha256 {
     let mut m = HmacSha256::new_from_slice(&key.0).expect("HMAC takes any key length");
     m.update(b"dyadfs-auth-v1/");

@@ -1,0 +1,422 @@
+//! Who is alive: SWIM membership with failure detection (the `foca` crate) over UDP on the
+//! control port's address. The peers file (or the rendezvous) still says who the members are;
+//! gossip only says which of them are up. A member that stops answering probes (frozen, dead,
+//! cut off) is suspected, then declared down by the whole cluster within about
+//! [`GossipConfig::detect_within`]; a member that comes back (a restart, or a frozen process
+//! resumed) rejoins with a newer incarnation and is up again.
+//!
+//! Every datagram carries an HMAC-SHA256 tag under the job secret (domain
+//! `dyadfs-gossip-v1`): one without a valid tag is dropped unread, so a process without the
+//! secret can neither declare a node down nor keep a dead one alive. (A replayed datagram is
+//! at worst an old probe's answer, which SWIM's probe numbers and incarnations ignore.)
+//!
+//! foca was chosen over chitchat because it is the protocol alone (no I/O, no runtime, no
+//! key-value state to carry), so it runs on a plain thread beside the tokio runtime and its
+//! datagrams are ours to authenticate; chitchat brings its own UDP transport and async runtime
+//! and gossips a key-value store this cluster does not need.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::num::NonZeroU32;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use foca::{AccumulatingRuntime, Config, Foca, OwnedNotification, PostcardCodec, Timer};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::{Deserialize, Serialize};
+
+use crate::core::NodeId;
+use crate::transport::auth::{self, Secret};
+
+/// The tag domain of gossip datagrams.
+const DOMAIN: &[u8] = b"dyadfs-gossip-v1";
+const TAG: usize = 32;
+
+/// A member as gossip knows it: its id, where it listens, and which start of it this is (a
+/// restarted daemon's higher incarnation wins over the one the cluster declared down).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Peer {
+    pub id: NodeId,
+    pub addr: SocketAddr,
+    pub incarnation: u64,
+}
+
+impl foca::Identity for Peer {
+    type Addr = NodeId;
+
+    fn renew(&self) -> Option<Self> {
+        Some(Peer {
+            incarnation: self.incarnation + 1,
+            ..self.clone()
+        })
+    }
+
+    fn addr(&self) -> NodeId {
+        self.id
+    }
+
+    fn win_addr_conflict(&self, other: &Self) -> bool {
+        self.incarnation > other.incarnation
+    }
+}
+
+/// What this node knows of the others' liveness: the members heard from (up) and those the
+/// cluster declared down. Members never heard of are neither (a node starting up is not a
+/// failure).
+#[derive(Debug, Default)]
+pub struct Liveness {
+    /// (up, down)
+    sets: RwLock<(HashSet<NodeId>, HashSet<NodeId>)>,
+}
+
+impl Liveness {
+    pub fn is_down(&self, node: NodeId) -> bool {
+        self.sets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .contains(&node)
+    }
+
+    pub fn is_up(&self, node: NodeId) -> bool {
+        self.sets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .contains(&node)
+    }
+
+    /// Records a member's state; `true` if it changed.
+    pub fn set(&self, node: NodeId, down: bool) -> bool {
+        let mut sets = self.sets.write().unwrap_or_else(|e| e.into_inner());
+        let (up, gone) = &mut *sets;
+        if down {
+            up.remove(&node);
+            gone.insert(node)
+        } else {
+            gone.remove(&node);
+            up.insert(node)
+        }
+    }
+}
+
+pub struct GossipConfig {
+    pub me: Peer,
+    /// Every member, this node included.
+    pub members: Vec<(NodeId, SocketAddr)>,
+    /// The job secret datagrams are tagged with (`None`: `--insecure`, untagged).
+    pub secret: Option<Arc<Secret>>,
+    /// How long a silent member may stay suspect before it is declared down. A member is
+    /// probed every `detect_within / 4`, so detection takes about this long plus a probe.
+    pub detect_within: Duration,
+}
+
+/// A change of a member's state, as gossip tells it.
+pub type OnChange = Box<dyn Fn(NodeId, bool) + Send>;
+
+/// Starts gossip on its own thread; `liveness` follows the cluster's view, and `on_change`
+/// is told each member that goes down (`true`) or comes back (`false`).
+pub fn start(cfg: GossipConfig, liveness: Arc<Liveness>, on_change: OnChange) -> io::Result<()> {
+    let socket = UdpSocket::bind(cfg.me.addr)?;
+    let seed = u64::from_le_bytes(auth::random_bytes(8)?.try_into().expect("8 random bytes"));
+    std::thread::Builder::new()
+        .name("gossip".into())
+        .spawn(move || Agent::new(cfg, socket, seed, liveness, on_change).run())?;
+    Ok(())
+}
+
+/// foca's configuration for a cluster of `n` members that must notice a failure within `d`.
+fn foca_config(n: usize, d: Duration) -> Config {
+    let mut c = Config::new_lan(NonZeroU32::new(n.max(1) as u32).expect("at least one"));
+    c.probe_period = (d / 4).max(Duration::from_millis(100));
+    c.probe_rtt = (c.probe_period / 2).max(Duration::from_millis(50));
+    c.suspect_to_down_after = d;
+    // A member that rejoins is tried again soon, not after a minute.
+    if let Some(p) = c.periodic_announce_to_down_members.as_mut() {
+        p.frequency = d.max(Duration::from_secs(1));
+    }
+    c
+}
+
+struct Agent {
+    foca: Foca<Peer, PostcardCodec, SmallRng, foca::NoCustomBroadcast>,
+    runtime: AccumulatingRuntime<Peer>,
+    socket: UdpSocket,
+    secret: Option<Arc<Secret>>,
+    /// Timers by deadline (the sequence number keeps equal deadlines in order).
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    pending: HashMap<u64, Timer<Peer>>,
+    seq: u64,
+    liveness: Arc<Liveness>,
+    on_change: OnChange,
+}
+
+impl Agent {
+    fn new(
+        cfg: GossipConfig,
+        socket: UdpSocket,
+        seed: u64,
+        liveness: Arc<Liveness>,
+        on_change: OnChange,
+    ) -> Agent {
+        let config = foca_config(cfg.members.len(), cfg.detect_within);
+        let me = cfg.me.clone();
+        let mut agent = Agent {
+            foca: Foca::new(
+                me.clone(),
+                config,
+                SmallRng::seed_from_u64(seed),
+                PostcardCodec,
+            ),
+            runtime: AccumulatingRuntime::new(),
+            socket,
+            secret: cfg.secret,
+            timers: BinaryHeap::new(),
+            pending: HashMap::new(),
+            seq: 0,
+            liveness,
+            on_change,
+        };
+        // Everyone in the peers file is told this node is here (whatever start of them it is:
+        // the answer carries their current identity).
+        for (id, addr) in cfg.members {
+            if id != me.id {
+                let them = Peer {
+                    id,
+                    addr,
+                    incarnation: 0,
+                };
+                if let Err(e) = agent.foca.announce(them, &mut agent.runtime) {
+                    tracing::debug!(error = %e, "gossip announce failed");
+                }
+            }
+        }
+        agent
+    }
+
+    fn run(mut self) {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            self.drain();
+            let now = Instant::now();
+            let wait = self
+                .timers
+                .peek()
+                .map_or(Duration::from_secs(1), |Reverse((at, _))| {
+                    at.saturating_duration_since(now)
+                })
+                .clamp(Duration::from_millis(1), Duration::from_secs(1));
+            let _ = self.socket.set_read_timeout(Some(wait));
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, _)) => {
+                    if let Some(payload) = self.verified(&buf[..n])
+                        && let Err(e) = self.foca.handle_data(payload, &mut self.runtime)
+                    {
+                        tracing::debug!(error = %e, "gossip datagram refused");
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "gossip socket");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((at, seq))) = self.timers.peek() {
+                if at > now {
+                    break;
+                }
+                self.timers.pop();
+                if let Some(t) = self.pending.remove(&seq)
+                    && let Err(e) = self.foca.handle_timer(t, &mut self.runtime)
+                {
+                    tracing::debug!(error = %e, "gossip timer");
+                }
+            }
+        }
+    }
+
+    /// The payload of a datagram whose tag checks out (untagged with `--insecure`).
+    fn verified<'a>(&self, datagram: &'a [u8]) -> Option<&'a [u8]> {
+        let Some(key) = &self.secret else {
+            return Some(datagram);
+        };
+        let split = datagram.len().checked_sub(TAG)?;
+        let (payload, tag) = datagram.split_at(split);
+        auth::tag_ok(key, DOMAIN, payload, tag).then_some(payload)
+    }
+
+    /// Sends what foca wants sent, schedules its timers, and applies its news.
+    fn drain(&mut self) {
+        while let Some((to, data)) = self.runtime.to_send() {
+            let mut datagram = data.to_vec();
+            if let Some(key) = &self.secret {
+                datagram.extend_from_slice(&auth::tag(key, DOMAIN, &data));
+            }
+            let _ = self.socket.send_to(&datagram, to.addr);
+        }
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            self.seq += 1;
+            self.timers
+                .push(Reverse((Instant::now() + after, self.seq)));
+            self.pending.insert(self.seq, timer);
+        }
+        while let Some(n) = self.runtime.to_notify() {
+            let (node, down) = match n {
+                OwnedNotification::MemberUp(p) => (p.id, false),
+                OwnedNotification::MemberDown(p) => (p.id, true),
+                OwnedNotification::Rename(_, p) if self.liveness.is_down(p.id) => {
+                    // A newer start of a member declared down: it is back only once it is up.
+                    tracing::info!(node = p.id, "a member restarted");
+                    continue;
+                }
+                _ => continue,
+            };
+            if self.liveness.set(node, down) {
+                tracing::info!(node, down, "member state changed");
+                (self.on_change)(node, down);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_addr() -> SocketAddr {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap()
+    }
+
+    fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+        let t = Instant::now();
+        while !cond() {
+            assert!(t.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn tags_are_checked_and_bound_to_their_domain() {
+        let key = Secret::new(vec![7; 32]).unwrap();
+        let t = auth::tag(&key, DOMAIN, b"payload");
+        assert!(auth::tag_ok(&key, DOMAIN, b"payload", &t));
+        assert!(!auth::tag_ok(&key, DOMAIN, b"payloae", &t));
+        assert!(!auth::tag_ok(&key, b"another-use", b"payload", &t));
+        let other = Secret::new(vec![8; 32]).unwrap();
+        assert!(!auth::tag_ok(&other, DOMAIN, b"payload", &t));
+    }
+
+    /// Two agents with the job secret see each other; a third without it is never heard, and
+    /// a member never heard from is neither up nor down.
+    #[test]
+    fn only_holders_of_the_secret_are_heard() {
+        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
+        let stranger = Arc::new(Secret::new(vec![9; 32]).unwrap());
+        let addrs: Vec<SocketAddr> = (0..4).map(|_| free_addr()).collect();
+        let members: Vec<(NodeId, SocketAddr)> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u32, *a))
+            .collect();
+        let views: Vec<Arc<Liveness>> = (0..4).map(|_| Arc::default()).collect();
+        // Node 3 never runs (its address is bound, unread).
+        let _silent = UdpSocket::bind(addrs[3]).unwrap();
+        for (i, key) in [(0, &key), (1, &key), (2, &stranger)] {
+            let cfg = GossipConfig {
+                me: Peer {
+                    id: i as u32,
+                    addr: addrs[i],
+                    incarnation: 1,
+                },
+                members: members.clone(),
+                secret: Some(key.clone()),
+                detect_within: Duration::from_millis(800),
+            };
+            start(cfg, views[i].clone(), Box::new(|_, _| {})).unwrap();
+        }
+        wait_for("nodes 0 and 1 see each other", || {
+            views[0].is_up(1) && views[1].is_up(0)
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        for v in &views[..2] {
+            assert!(!v.is_up(2) && !v.is_down(2), "the stranger was heard");
+            assert!(!v.is_up(3) && !v.is_down(3), "a silent member has a state");
+        }
+        assert!(
+            !views[2].is_up(0) && !views[2].is_up(1),
+            "the stranger heard the others"
+        );
+    }
+
+    #[test]
+    fn a_member_that_stops_is_down_everywhere_and_back_when_it_restarts() {
+        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
+        let addrs: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
+        let members: Vec<(NodeId, SocketAddr)> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u32, *a))
+            .collect();
+        let views: Vec<Arc<Liveness>> = (0..3).map(|_| Arc::default()).collect();
+        let cfg = |i: usize, incarnation| GossipConfig {
+            me: Peer {
+                id: i as u32,
+                addr: addrs[i],
+                incarnation,
+            },
+            members: members.clone(),
+            secret: Some(key.clone()),
+            detect_within: Duration::from_millis(800),
+        };
+        for i in 0..2 {
+            start(cfg(i, 1), views[i].clone(), Box::new(|_, _| {})).unwrap();
+        }
+        // Node 2 runs in a thread we can stop: its agent is driven by hand below.
+        let socket = UdpSocket::bind(addrs[2]).unwrap();
+        let mut agent = Agent::new(cfg(2, 1), socket, 3, views[2].clone(), Box::new(|_, _| {}));
+        let stop = Instant::now() + Duration::from_secs(2);
+        let mut buf = vec![0u8; 64 << 10];
+        while Instant::now() < stop {
+            agent.drain();
+            let _ = agent
+                .socket
+                .set_read_timeout(Some(Duration::from_millis(20)));
+            if let Ok((n, _)) = agent.socket.recv_from(&mut buf)
+                && let Some(p) = agent.verified(&buf[..n])
+            {
+                let _ = agent.foca.handle_data(p, &mut agent.runtime);
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((at, seq))) = agent.timers.peek() {
+                if at > now {
+                    break;
+                }
+                agent.timers.pop();
+                if let Some(t) = agent.pending.remove(&seq) {
+                    let _ = agent.foca.handle_timer(t, &mut agent.runtime);
+                }
+            }
+        }
+        assert!(!views[0].is_down(2), "node 2 was up");
+        // Node 2 freezes (its socket stays bound, unread).
+        let frozen_at = Instant::now();
+        wait_for("node 0 declares node 2 down", || views[0].is_down(2));
+        wait_for("node 1 declares node 2 down", || views[1].is_down(2));
+        let detected = frozen_at.elapsed();
+        assert!(detected < Duration::from_secs(6), "took {detected:?}");
+        // It restarts (a new incarnation on the same address): up again everywhere.
+        drop(agent);
+        start(cfg(2, 2), views[2].clone(), Box::new(|_, _| {})).unwrap();
+        wait_for("node 0 sees node 2 back", || !views[0].is_down(2));
+        wait_for("node 1 sees node 2 back", || !views[1].is_down(2));
+    }
+}
