@@ -377,8 +377,8 @@ mod tests {
             secret: Some(key.clone()),
             detect_within: Duration::from_millis(800),
         };
-        for i in 0..2 {
-            start(cfg(i, 1), views[i].clone(), Box::new(|_, _| {})).unwrap();
+        for (i, view) in views.iter().enumerate().take(2) {
+            start(cfg(i, 1), view.clone(), Box::new(|_, _| {})).unwrap();
         }
         // Node 2 runs in a thread we can stop: its agent is driven by hand below.
         let socket = UdpSocket::bind(addrs[2]).unwrap();
