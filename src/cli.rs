@@ -26,6 +26,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of the mount variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Mount a dataset; returns once the mount is ready (the daemon keeps running)
     Mount(MountArgs),
@@ -216,6 +218,14 @@ pub struct MountArgs {
           help_heading = "Cluster")]
     pub peer_timeout: Duration,
 
+    /// How soon a node that stops answering (frozen, dead, cut off) is known to be down by
+    /// every other node (SWIM gossip over UDP on the --listen address): from then on nobody
+    /// waits on it, and the paths it was home of move to the next node. Before, a read waits
+    /// at most one --peer-timeout on it
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration,
+          help_heading = "Cluster")]
+    pub failure_detection: Duration,
+
     /// Copy the files other nodes fetch into this node's cache too, in the background: at the
     /// lowest CPU priority, paused while the machine's CPUs are less than 20% idle, and only
     /// while the cache is under 90% full (nothing is evicted for it), so a later epoch that
@@ -304,6 +314,7 @@ impl From<MountArgs> for MountConfig {
                 listen: a.listen,
                 rack: a.rack,
                 peer_timeout: a.peer_timeout,
+                failure_detection: a.failure_detection,
                 replicate: a.replicate,
                 secret_file: a.secret_file,
                 insecure: a.insecure,

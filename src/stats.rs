@@ -30,6 +30,10 @@ pub struct Stats {
     pub name_waits: AtomicU64,
     pub replicated_files: AtomicU64,
     pub bytes_replicated: AtomicU64,
+    /// Members the cluster declares down now (gossip), and how often this node re-homed what a
+    /// dead member was home of.
+    pub members_down: AtomicU64,
+    pub failovers: AtomicU64,
     pub passthrough: AtomicBool,
 }
 
@@ -81,6 +85,11 @@ pub struct Snapshot {
     pub inodes: u64,
     #[serde(default)]
     pub open_files: u64,
+    /// Members the cluster declares down now, and re-homings after a death (several nodes).
+    #[serde(default)]
+    pub members_down: u64,
+    #[serde(default)]
+    pub failovers: u64,
 }
 
 /// The gauges a snapshot reads from the cache and the file system.
@@ -130,6 +139,8 @@ impl Stats {
             bytes_replicated: get(&self.bytes_replicated),
             inodes,
             open_files,
+            members_down: get(&self.members_down),
+            failovers: get(&self.failovers),
         }
     }
 }
@@ -137,7 +148,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 27] = [
+        let rows: [(&str, String); 29] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -163,6 +174,8 @@ impl Snapshot {
             ("checksum failures", self.checksum_failures.to_string()),
             ("inodes", self.inodes.to_string()),
             ("open cache files", self.open_files.to_string()),
+            ("members down", self.members_down.to_string()),
+            ("failovers", self.failovers.to_string()),
             ("passthrough", self.passthrough.to_string()),
             ("daemon pid", self.pid.to_string()),
         ];

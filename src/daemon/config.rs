@@ -49,6 +49,8 @@ pub struct ClusterConfig {
     pub rack: String,
     /// Bound on every wait for a peer.
     pub peer_timeout: Duration,
+    /// How soon a silent node is known to be down everywhere (gossip).
+    pub failure_detection: Duration,
     /// Copy what other nodes fetch in the background.
     pub replicate: bool,
     pub secret_file: Option<PathBuf>,

@@ -15,6 +15,7 @@ use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
 use crate::locator::Membership;
 use crate::locator::cluster_names::ClusterNames;
+use crate::locator::gossip::{self, GossipConfig, Peer};
 use crate::locator::replicate::start_replicator;
 use crate::locator::service::{Handler, LocatorService};
 use crate::locator::source::{CacheStore, ClusterSource, ServiceLink, start_publisher};
@@ -168,6 +169,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         secret: secret.clone(),
         conns: Default::default(),
     };
+    start_gossip(args, id, listen, &locator, secret.clone(), runtime.handle())?;
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))
         .map_err(|source| UserError::Listen {
@@ -227,6 +229,45 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let r = run(args, b, names, producer, source);
     runtime.shutdown_timeout(Duration::from_secs(1));
     r
+}
+
+/// Gossip on the control port's address (UDP): the locator learns who is down, and re-homes
+/// what a dead node was home of.
+fn start_gossip(
+    args: &MountConfig,
+    id: u32,
+    listen: SocketAddr,
+    locator: &Arc<LocatorService>,
+    secret: Option<Arc<Secret>>,
+    runtime: &tokio::runtime::Handle,
+) -> Result<(), UserError> {
+    // A later start of this node must win over the one the others declared down.
+    let incarnation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    let cfg = GossipConfig {
+        me: Peer {
+            id,
+            addr: listen,
+            incarnation,
+        },
+        members: locator
+            .membership
+            .members()
+            .map(|m| (m.id, m.addr))
+            .collect(),
+        secret,
+        detect_within: args.cluster.failure_detection,
+    };
+    let (l, rt) = (locator.clone(), runtime.clone());
+    let on_change = Box::new(move |node, down| {
+        rt.spawn(l.clone().member_changed(node, down));
+    });
+    gossip::start(cfg, locator.liveness.clone(), on_change).map_err(|source| UserError::Listen {
+        addr: listen,
+        source,
+    })
 }
 
 /// The members: the peers file, or those that met in the rendezvous directory.

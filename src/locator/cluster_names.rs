@@ -21,7 +21,7 @@ pub struct ClusterNames {
 impl ClusterNames {
     fn ask(&self, dir: &str, msg: Msg, wait: Duration) -> std::io::Result<Msg> {
         let l = &self.locator;
-        let home = l.membership.global_home(dir);
+        let home = l.global_home(dir);
         self.runtime
             .block_on(l.call_within(home, msg, wait + l.timeout))
             .ok_or_else(|| LocatorError::NameHomeUnreachable(home).into())

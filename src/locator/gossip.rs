@@ -89,6 +89,10 @@ impl Liveness {
             .contains(&node)
     }
 
+    pub fn down_count(&self) -> usize {
+        self.sets.read().unwrap_or_else(|e| e.into_inner()).1.len()
+    }
+
     /// Records a member's state; `true` if it changed.
     pub fn set(&self, node: NodeId, down: bool) -> bool {
         let mut sets = self.sets.write().unwrap_or_else(|e| e.into_inner());
@@ -118,7 +122,7 @@ pub struct GossipConfig {
 pub type OnChange = Box<dyn Fn(NodeId, bool) + Send>;
 
 /// Starts gossip on its own thread; `liveness` follows the cluster's view, and `on_change`
-/// is told each member that goes down (`true`) or comes back (`false`).
+/// is told each member that goes down (`true`) or comes back after being down (`false`).
 pub fn start(cfg: GossipConfig, liveness: Arc<Liveness>, on_change: OnChange) -> io::Result<()> {
     let socket = UdpSocket::bind(cfg.me.addr)?;
     let seed = u64::from_le_bytes(auth::random_bytes(8)?.try_into().expect("8 random bytes"));
@@ -279,9 +283,13 @@ impl Agent {
                 }
                 _ => continue,
             };
+            let was_down = self.liveness.is_down(node);
             if self.liveness.set(node, down) {
                 tracing::info!(node, down, "member state changed");
-                (self.on_change)(node, down);
+                // A member first heard from is no news to the locator (it says Rejoined itself).
+                if down || was_down {
+                    (self.on_change)(node, down);
+                }
             }
         }
     }

@@ -151,6 +151,19 @@ impl Membership {
         let all: Vec<NodeId> = self.members.keys().copied().collect();
         hrw(path, &all)
     }
+
+    /// [`Membership::rack_home`] among the members that are not `down`: a dead home's paths
+    /// go to the next member in each path's rendezvous order, the others stay where they are.
+    /// (All of a rack down: its home as if all were up.)
+    pub fn live_rack_home(&self, path: &str, rack: &str, down: impl Fn(NodeId) -> bool) -> NodeId {
+        live_hrw(path, self.rack_members(rack), down)
+    }
+
+    /// [`Membership::global_home`] among the members that are not `down`.
+    pub fn live_global_home(&self, path: &str, down: impl Fn(NodeId) -> bool) -> NodeId {
+        let all: Vec<NodeId> = self.members.keys().copied().collect();
+        live_hrw(path, &all, down)
+    }
 }
 
 /// Rendezvous (highest random weight) hashing: every node computes the same home, and when a
@@ -161,6 +174,15 @@ fn hrw(path: &str, candidates: &[NodeId]) -> NodeId {
         .iter()
         .max_by_key(|&&id| mix(h ^ u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
         .expect("a rack has at least one member")
+}
+
+fn live_hrw(path: &str, candidates: &[NodeId], down: impl Fn(NodeId) -> bool) -> NodeId {
+    let live: Vec<NodeId> = candidates.iter().copied().filter(|&n| !down(n)).collect();
+    if live.is_empty() {
+        hrw(path, candidates)
+    } else {
+        hrw(path, &live)
+    }
 }
 
 /// splitmix64's finaliser: spreads nearby inputs over the whole range.
@@ -187,6 +209,27 @@ mod tests {
     use super::*;
 
     const FILE: &str = "# id address rack\n0 127.0.0.1:7400 r0\n1 127.0.0.1:7401 r0\n\n2 127.0.0.1:7402 r1 # two\n3 127.0.0.1:7403 r1\n";
+
+    #[test]
+    fn a_dead_home_moves_only_its_own_paths() {
+        let m = Membership::parse(FILE, 2).unwrap();
+        let paths: Vec<String> = (0..200).map(|i| format!("d/{i}")).collect();
+        let dead = 3;
+        for p in &paths {
+            let home = m.global_home(p);
+            let live = m.live_global_home(p, |n| n == dead);
+            if home == dead {
+                assert_ne!(live, dead);
+            } else {
+                assert_eq!(live, home, "a live home's path moved");
+            }
+            let rack_home = m.rack_home(p, "r1");
+            let live = m.live_rack_home(p, "r1", |n| n == dead);
+            assert_eq!(live, if rack_home == dead { 2 } else { rack_home });
+            // A rack with every member down keeps its homes.
+            assert_eq!(m.live_rack_home(p, "r1", |_| true), rack_home);
+        }
+    }
 
     #[test]
     fn parses_members_and_racks() {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::gossip::Liveness;
 use super::membership::{Membership, NodeId};
 use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
@@ -46,6 +47,9 @@ pub struct LocatorService {
     /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
     /// tried last as holders, so a dead or frozen node costs one timeout, not one per file.
     suspects: Mutex<HashMap<NodeId, Instant>>,
+    /// Who the cluster declared down (gossip): never asked, never waited on; the paths they
+    /// were home of go to the next member in rendezvous order.
+    pub liveness: Arc<Liveness>,
     rpcs: Rpcs,
     stats: Arc<Stats>,
 }
@@ -71,6 +75,7 @@ impl LocatorService {
             holdings: std::sync::OnceLock::new(),
             timeout,
             suspects: Mutex::default(),
+            liveness: Arc::default(),
             rpcs,
             stats,
         })
@@ -78,6 +83,18 @@ impl LocatorService {
 
     pub fn me(&self) -> NodeId {
         self.membership.own()
+    }
+
+    /// The rack home of `path` in `rack` among the members not known to be down.
+    pub fn rack_home(&self, path: &str, rack: &str) -> NodeId {
+        let down = |n| self.liveness.is_down(n);
+        self.membership.live_rack_home(path, rack, down)
+    }
+
+    /// The global (and name) home of `path` among the members not known to be down.
+    pub fn global_home(&self, path: &str) -> NodeId {
+        self.membership
+            .live_global_home(path, |n| self.liveness.is_down(n))
     }
 
     /// Tells every peer this node (re)started with empty tables, so they re-announce what the
@@ -117,7 +134,7 @@ impl LocatorService {
             .map(|f| f())
             .unwrap_or_default()
             .into_iter()
-            .filter(|(path, _)| self.membership.rack_home(path, rack) == node)
+            .filter(|(path, _)| self.rack_home(path, rack) == node)
             .map(|(path, version)| Msg::Publish {
                 path,
                 version,
@@ -132,7 +149,7 @@ impl LocatorService {
         let racks: Vec<Msg> = lock(&self.rack)
             .table
             .held()
-            .filter(|((path, _), _)| self.membership.global_home(path) == node)
+            .filter(|((path, _), _)| self.global_home(path) == node)
             .map(|((path, version), holder)| Msg::RackChanged {
                 path: path.clone(),
                 version: (*version),
@@ -145,6 +162,64 @@ impl LocatorService {
             self.call(node, Msg::Batch(racks)).await;
         }
         tracing::info!(node, copies, "re-announced to a restarted node");
+    }
+
+    /// Gossip's news: `node` went down, or came back after being down.
+    ///
+    /// Down: the paths it was home of now have other homes (the next live member in their
+    /// rendezvous order), which know nothing of them yet; this node tells them what it holds
+    /// (as a member) and what its rack holds (as a rack home), so a dead home costs no reads
+    /// of the shared file system for files a live node holds. Back: it gets its paths back,
+    /// and is told what they hold (its tables may be empty after a restart, or stale after a
+    /// freeze).
+    pub async fn member_changed(self: Arc<Self>, node: NodeId, down: bool) {
+        let now_down = self.liveness.down_count() as u64;
+        self.stats.members_down.store(now_down, Ordering::Relaxed);
+        if !down {
+            lock(&self.suspects).remove(&node);
+            self.reannounce(node).await;
+            return;
+        }
+        let rack = self.membership.rack_of(self.me()).to_string();
+        let mine: Vec<(String, Version, bool)> = self
+            .holdings
+            .get()
+            .map(|f| f())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(path, _)| self.membership.rack_home(path, &rack) == node)
+            .map(|(path, version)| (path, version, true))
+            .collect();
+        let copies = mine.len();
+        if !mine.is_empty() {
+            self.publish(&mine).await;
+        }
+        let mut racks: HashMap<NodeId, Vec<Msg>> = HashMap::new();
+        for ((path, version), holder) in lock(&self.rack).table.held() {
+            if self.membership.global_home(path) == node {
+                racks
+                    .entry(self.global_home(path))
+                    .or_default()
+                    .push(Msg::RackChanged {
+                        path: path.clone(),
+                        version: *version,
+                        rack: rack.clone(),
+                        node: holder,
+                        held: true,
+                    });
+            }
+        }
+        let rack_copies: usize = racks.values().map(Vec::len).sum();
+        for (home, msgs) in racks {
+            self.call(home, Msg::Batch(msgs)).await;
+        }
+        self.stats.failovers.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            node,
+            copies,
+            rack_copies,
+            "re-homed what a dead node was home of"
+        );
     }
 
     pub fn suspect(&self, node: NodeId) {
@@ -206,9 +281,9 @@ impl LocatorService {
         decoded(addr, &reply)
     }
 
-    /// The address of `to`, unless it is suspect (then a call to it is a miss at once).
+    /// The address of `to`, unless it is down or suspect (then a call to it is a miss at once).
     fn reachable(&self, to: NodeId) -> Option<std::net::SocketAddr> {
-        if self.suspects().contains(&to) {
+        if self.liveness.is_down(to) || self.suspects().contains(&to) {
             return None;
         }
         Some(self.membership.member(to)?.addr)
@@ -240,9 +315,7 @@ impl LocatorService {
             return Reply::Holders(h.to_vec());
         }
         self.stats.lookups_rack.fetch_add(1, Ordering::Relaxed);
-        let rack_home = self
-            .membership
-            .rack_home(path, self.membership.rack_of(self.me()));
+        let rack_home = self.rack_home(path, self.membership.rack_of(self.me()));
         let msg = Msg::Lookup {
             path: path.to_string(),
             version,
@@ -295,7 +368,7 @@ impl LocatorService {
         let mut by_home: HashMap<NodeId, Vec<usize>> = HashMap::new();
         for (i, (path, _, _)) in changes.iter().enumerate() {
             by_home
-                .entry(self.membership.rack_home(path, rack))
+                .entry(self.rack_home(path, rack))
                 .or_default()
                 .push(i);
         }
@@ -330,7 +403,7 @@ impl LocatorService {
             version,
             node: self.me(),
         };
-        self.call(self.membership.global_home(path), msg).await;
+        self.call(self.global_home(path), msg).await;
     }
 
     /// Answers a locator message from `peer` (the authenticated sender; `None` with
@@ -482,7 +555,7 @@ impl LocatorService {
             }
         };
         changed.then(|| {
-            let home = self.membership.global_home(&key.0);
+            let home = self.global_home(&key.0);
             let msg = Msg::RackChanged {
                 path: key.0,
                 version,
@@ -522,7 +595,7 @@ impl LocatorService {
             requester,
             global: true,
         };
-        let answer = match self.call(self.membership.global_home(&key.0), msg).await {
+        let answer = match self.call(self.global_home(&key.0), msg).await {
             Some(Msg::Located(l)) => Some(l),
             _ => None,
         };

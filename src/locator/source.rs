@@ -41,6 +41,8 @@ pub trait Locate: Send + Sync + 'static {
     fn suspects(&self) -> Vec<NodeId>;
     /// A pull from `holder` failed: it is no holder of this version, and is suspect.
     fn pull_failed(&self, path: &str, version: Version, holder: NodeId);
+    /// Whether the cluster declared `node` down: it is never tried.
+    fn is_down(&self, node: NodeId) -> bool;
 }
 
 /// Pulls a byte range from the holder at an address.
@@ -92,6 +94,10 @@ impl Locate for ServiceLink {
             .node
             .holder_failed(&(path.to_string(), version), holder);
         self.service.suspect(holder);
+    }
+
+    fn is_down(&self, node: NodeId) -> bool {
+        self.service.liveness.is_down(node)
     }
 }
 
@@ -153,6 +159,14 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         len: u64,
         sink: FillSink<'_>,
     ) -> Option<()> {
+        // A holder known to be down is not tried at all: with no other, the caller reads the
+        // shared file system at once instead of waiting a timeout on it.
+        let live: Vec<NodeId> = holders
+            .iter()
+            .copied()
+            .filter(|&h| !self.locator.is_down(h))
+            .collect();
+        let holders = &live[..];
         let suspects = self.locator.suspects();
         let mut tried = Vec::new();
         let salt = crate::core::path_hash(path) ^ u64::from(self.locator.me());

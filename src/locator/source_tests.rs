@@ -26,6 +26,7 @@ struct Script {
     answers: Mutex<VecDeque<Reply>>,
     asked: AtomicU32,
     suspects: Vec<NodeId>,
+    down: Vec<NodeId>,
     timeout: Duration,
     fetch_failed: Mutex<Vec<String>>,
     pull_failed: Mutex<Vec<NodeId>>,
@@ -38,6 +39,7 @@ impl Script {
             answers: Mutex::new(answers.into()),
             asked: AtomicU32::new(0),
             suspects: Vec::new(),
+            down: Vec::new(),
             timeout: Duration::from_secs(5),
             fetch_failed: Mutex::default(),
             pull_failed: Mutex::default(),
@@ -72,6 +74,9 @@ impl Locate for Script {
     }
     fn pull_failed(&self, _path: &str, _version: Version, holder: NodeId) {
         self.pull_failed.lock().unwrap().push(holder);
+    }
+    fn is_down(&self, node: NodeId) -> bool {
+        self.down.contains(&node)
     }
 }
 
@@ -293,4 +298,20 @@ fn a_produced_object_comes_from_its_producer_never_the_shared_file_system() {
     let s = cluster(Script::new(vec![Reply::Fetch]), peers, Shared::default());
     assert!(read_all(&s, object).is_err());
     assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_holder_known_to_be_down_is_never_tried() {
+    let mut script = Script::new(vec![Reply::Holders(vec![1, 2])]);
+    script.down = vec![1];
+    let s = cluster(script, Peers::default(), Shared::default());
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Peer);
+    assert_eq!(tried(&s), [2]);
+
+    // The only holder is down: the shared file system serves at once.
+    let mut script = Script::new(vec![Reply::Holders(vec![1])]);
+    script.down = vec![1];
+    let s = cluster(script, Peers::default(), Shared::default());
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert!(tried(&s).is_empty());
 }

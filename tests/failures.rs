@@ -1,0 +1,105 @@
+//! Node failures with real daemons (UCX over tcp on loopback, gossip over UDP): a frozen only
+//! holder costs no timeout once the cluster knows it is down, and a dead rack home sends no
+//! reader to the shared file system for files a live node holds.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const KIB: usize = 1024;
+
+fn dataset(c: &Cluster, n: usize, len: usize) -> Vec<(String, Vec<u8>)> {
+    let files: Vec<(String, Vec<u8>)> = (0..n)
+        .map(|k| (format!("f{k:03}"), pattern(len + k, 70 + k as u64)))
+        .collect();
+    for (p, d) in &files {
+        fs::write(c.backing.join(p), d).unwrap();
+    }
+    files
+}
+
+fn read_all(m: &Mounted, files: &[(String, Vec<u8>)]) {
+    for (p, d) in files {
+        let got = fs::read(m.path(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert!(got == *d, "{p} differs on {}", m.mnt.display());
+    }
+}
+
+/// Waits until `m` reports `n` members down; returns how long that took.
+fn wait_members_down(m: &Mounted, n: u64) -> Duration {
+    let t = Instant::now();
+    while m.stat("members_down") < n {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{} never saw {n} members down",
+            m.mnt.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.elapsed()
+}
+
+fn signal(m: &Mounted, sig: i32) {
+    // SAFETY: signalling a daemon this test started.
+    unsafe { libc::kill(m.pid as i32, sig) };
+}
+
+#[test]
+fn a_frozen_only_holder_costs_no_timeout_once_it_is_known_down() {
+    let mut c = Cluster::new("frozen", 3, 0);
+    c.extra = vec!["--failure-detection".into(), "1s".into()];
+    let files = dataset(&c, 40, 256 * KIB);
+    c.start(3);
+    read_all(&c.nodes[0], &files);
+    std::thread::sleep(Duration::from_millis(500)); // the publishes land
+    signal(&c.nodes[0], libc::SIGSTOP);
+    let detected = wait_members_down(&c.nodes[2], 1);
+    eprintln!("node 0 frozen: known down at node 2 after {detected:?}");
+    let t = Instant::now();
+    read_all(&c.nodes[2], &files);
+    let took = t.elapsed();
+    signal(&c.nodes[0], libc::SIGCONT);
+    eprintln!("40 files with the only holder frozen and known down: {took:?}");
+    // Without the failure detector each file waits one --peer-timeout (2 s) on node 0: 80 s.
+    assert!(took < Duration::from_secs(10), "reads took {took:?}");
+    assert_eq!(c.nodes[2].stat("bytes_from_peers"), 0);
+    assert_eq!(c.nodes[2].stat("backing_fetches"), files.len() as u64);
+    // Resumed, node 0 is back: node 2 sees nobody down again.
+    let t = Instant::now();
+    while c.nodes[2].stat("members_down") > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "node 0 never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_dead_rack_home_sends_nobody_to_the_shared_file_system() {
+    // Racks: nodes 0 and 1 in r0, nodes 2 and 3 in r1.
+    let mut c = Cluster::new("deadhome", 4, 1);
+    c.extra = vec!["--failure-detection".into(), "1s".into()];
+    let files = dataset(&c, 64, 64 * KIB);
+    c.start(4);
+    read_all(&c.nodes[0], &files);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&c.nodes[3], libc::SIGKILL);
+    for i in 0..3 {
+        let took = wait_members_down(&c.nodes[i], 1);
+        eprintln!("node {i} knew node 3 was down after {took:?}");
+    }
+    // The survivors re-home what node 3 was home of (rack r1's paths, and global paths).
+    std::thread::sleep(Duration::from_millis(500));
+    read_all(&c.nodes[2], &files);
+    assert_eq!(
+        c.nodes[2].stat("bytes_from_backing"),
+        0,
+        "files node 0 holds were read from the shared file system"
+    );
+    assert_eq!(c.nodes[2].stat("peer_fetches"), files.len() as u64);
+    assert!(c.nodes[0].stat("failovers") + c.nodes[1].stat("failovers") > 0);
+}
