@@ -2,9 +2,18 @@
 //! entry: recording a new entry is one `write` to an open file instead of creating, writing and
 //! renaming a second inode per cached file (which costs more than the data write for small
 //! training samples). The last record for a path wins; dropping an entry appends a tombstone
-//! before its data file is deleted. A torn or corrupt record (a crash mid-append) ends the log:
-//! what follows is ignored. The log is rewritten with only the live headers at every start and
-//! whenever it has grown well past that size.
+//! before its data file is deleted. A torn record at the end (a crash mid-append) is ignored; a
+//! corrupt one in the middle (a bad sector) is skipped, and reading resumes at the next byte
+//! where a whole record with a valid checksum starts, so the entries after it are not lost. (A
+//! skipped tombstone can only bring back an entry whose data file is checked before use.) The
+//! log is rewritten with only the live headers at every start and whenever it has grown well
+//! past that size.
+//!
+//! Durability: neither the log nor the data files are fsynced. Everything cached is a copy of
+//! the shared file system: after a power loss a header lost from the page cache only loses its
+//! entry (refetched when read), and chunk bytes that did not reach the disk fail their crc32c
+//! on first serve and are refetched. (Produced files, which exist only here, are synced when
+//! the application calls fsync, as on a local file system.)
 //!
 //! Layout (little endian): magic `"DYADFSJ\0"` | format u32, then records
 //! `len u32 | kind u8 | payload | crc32c(kind, payload) u32` with `len` counting kind, payload
@@ -54,56 +63,81 @@ fn encode(kind: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The records of the log at `path` up to the first torn or corrupt one; none if the file is
-/// missing or from another format.
+/// The whole records of the log at `path`; none if the file is missing or from another
+/// format.
 pub fn read(path: &Path) -> io::Result<Vec<Record>> {
     let mut out = Vec::new();
     replay(path, |r| out.push(r))?;
     Ok(out)
 }
 
-/// Hands each record of the log at `path` to `each`, in order, up to the first torn or corrupt
-/// one, without holding them all (a million headers would be hundreds of MiB at once).
+/// Hands each whole record of the log at `path` to `each`, in order, without holding them all
+/// (a million headers would be hundreds of MiB at once).
 pub fn replay(path: &Path, each: impl FnMut(Record)) -> io::Result<()> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    decode_each(&bytes, each);
+    let skipped = decode_each(&bytes, each);
+    if skipped > 0 {
+        tracing::warn!(
+            log = %path.display(),
+            skipped,
+            "skipped corrupt bytes in the cache's header log; the records after them are kept"
+        );
+    }
     Ok(())
 }
 
-/// The records of a log's bytes (what [`replay`] reads), up to the first torn or corrupt one.
+/// The whole records of a log's bytes (what [`replay`] reads).
 pub fn decode(bytes: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
     decode_each(bytes, |r| out.push(r));
     out
 }
 
-fn decode_each(bytes: &[u8], mut each: impl FnMut(Record)) {
+/// Hands each whole record to `each`; returns how many bytes it skipped (corrupt records, a
+/// torn tail).
+fn decode_each(bytes: &[u8], mut each: impl FnMut(Record)) -> usize {
     if bytes.len() < 12 || &bytes[..8] != MAGIC || bytes[8..12] != FORMAT_VERSION.to_le_bytes() {
-        return;
+        return 0;
     }
     let mut rest = &bytes[12..];
-    while rest.len() >= 4 {
-        let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
-        if len < 5 || rest.len() < 4 + len {
-            break;
+    let mut skipped = 0;
+    while !rest.is_empty() {
+        match record_at(rest) {
+            Some((record, used)) => {
+                each(record);
+                rest = &rest[used..];
+            }
+            // Not a whole record here: resynchronise on the next byte where one starts (a
+            // record's crc32c makes a false start about a 1-in-4-billion chance).
+            None => {
+                rest = &rest[1..];
+                skipped += 1;
+            }
         }
-        let (body, crc) = rest[4..4 + len].split_at(len - 4);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
-            break;
-        }
-        let record = match body[0] {
-            PUT => Header::decode(&body[1..]).ok().map(Record::Put),
-            DROP => String::from_utf8(body[1..].to_vec()).ok().map(Record::Drop),
-            _ => None,
-        };
-        let Some(record) = record else { break };
-        each(record);
-        rest = &rest[4 + len..];
     }
+    skipped
+}
+
+/// The record at the start of `bytes` and its length, if a whole valid one starts there.
+fn record_at(bytes: &[u8]) -> Option<(Record, usize)> {
+    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().unwrap()) as usize;
+    if len < 5 || bytes.len() < 4 + len {
+        return None;
+    }
+    let (body, crc) = bytes[4..4 + len].split_at(len - 4);
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return None;
+    }
+    let record = match body[0] {
+        PUT => Header::decode(&body[1..]).ok().map(Record::Put),
+        DROP => String::from_utf8(body[1..].to_vec()).ok().map(Record::Drop),
+        _ => None,
+    }?;
+    Some((record, 4 + len))
 }
 
 impl Journal {
@@ -216,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn records_come_back_in_order_and_a_torn_tail_is_ignored() {
+    fn records_come_back_in_order_a_torn_tail_is_ignored_and_a_corrupt_one_skipped() {
         let dir = std::env::temp_dir().join(format!("dyadfs-journal-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("index.log");
@@ -238,10 +272,21 @@ mod tests {
         for cut in 1..last {
             assert_eq!(decode(&bytes[..bytes.len() - cut]), want[..3]);
         }
-        // A flipped byte in a record ends the log there.
+        // A flipped byte in a record (in its length, its payload or its checksum) loses that
+        // record only: the ones after it are found again.
+        let first = encode(PUT, &header("a", 1).encode()).len();
+        for at in [12, 12 + 2, 12 + 9, 12 + first - 1] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x41;
+            assert_eq!(decode(&bad), want[1..], "byte {at} flipped");
+        }
+        let second = 12 + first;
         let mut bad = bytes.clone();
-        bad[14] ^= 1;
-        assert_eq!(decode(&bad), vec![]);
+        bad[second + 6] ^= 1;
+        assert_eq!(
+            decode(&bad),
+            [want[0].clone(), want[2].clone(), want[3].clone()]
+        );
         j.rewrite(|| vec![header("b", 3)]).unwrap();
         j.drop_path("b").unwrap();
         assert_eq!(

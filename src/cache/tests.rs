@@ -103,6 +103,48 @@ fn crash_leftovers_are_discarded() {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// A corrupt record in the middle of the header log (a bad sector, not a crash) loses only
+/// the entry it described: the entries recorded after it are reloaded and served.
+#[test]
+fn a_corrupt_record_mid_log_keeps_the_entries_after_it() {
+    let (dir, config, stats) = setup(100 << 20);
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        for (p, byte) in [("a", 1), ("b", 2), ("c", 3)] {
+            let e = cache.entry(p, v(1 << 20)).unwrap();
+            fill(&cache, &e, byte);
+        }
+    }
+    // The log as rewritten at the last start holds a, b, c in some order: corrupt the second
+    // record's payload.
+    let log = dir.join("index.log");
+    let bytes = fs::read(&log).unwrap();
+    let records = journal::decode(&bytes);
+    assert_eq!(records.len(), 3);
+    let first_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize + 4;
+    let mut bad = bytes.clone();
+    bad[12 + first_len + 10] ^= 0xff;
+    fs::write(&log, &bad).unwrap();
+    let lost = match &records[1] {
+        journal::Record::Put(h) => h.path.clone(),
+        other => panic!("{other:?}"),
+    };
+    let cache = Cache::open(&config, stats).unwrap();
+    assert_eq!(cache.cached_files(), 2, "the entries after the bad record are kept");
+    for (p, byte) in [("a", 1u8), ("b", 2), ("c", 3)] {
+        let kept = cache.lookup(p, v(1 << 20));
+        if *p == *lost {
+            assert!(kept.is_none());
+            continue;
+        }
+        let e = kept.unwrap_or_else(|| panic!("{p} was lost"));
+        let mut buf = vec![0; 1 << 20];
+        assert!(e.read_verified(&cache, 0, &mut buf, 1 << 20).unwrap());
+        assert!(buf.iter().all(|&b| b == byte));
+    }
+    let _ = fs::remove_dir_all(dir);
+}
+
 /// A dropped entry stays dropped across a restart, even when another path took its data file.
 #[test]
 fn tombstones_and_slot_takeovers_survive_a_restart() {
