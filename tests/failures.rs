@@ -103,3 +103,60 @@ fn a_dead_rack_home_sends_nobody_to_the_shared_file_system() {
     assert_eq!(c.nodes[2].stat("peer_fetches"), files.len() as u64);
     assert!(c.nodes[0].stat("failovers") + c.nodes[1].stat("failovers") > 0);
 }
+
+/// The node that is name home of the mount's root directory, and the two others.
+fn name_home_and_others(c: &Cluster) -> (usize, usize, usize) {
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
+    let home = m.global_home("") as usize;
+    let others: Vec<usize> = (0..3).filter(|&i| i != home).collect();
+    (home, others[0], others[1])
+}
+
+#[test]
+fn a_restarted_name_home_still_resolves_produced_names() {
+    let mut c = Cluster::new("namehome", 3, 2);
+    c.start(3);
+    let (home, producer, _) = name_home_and_others(&c);
+    let data = pattern(100 * KIB, 5);
+    fs::write(c.nodes[producer].path("made"), &data).unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // the backup copy lands
+    // The name home restarts with empty tables (its cache is kept: it is not the producer).
+    c.nodes.remove(home).unmount();
+    c.start_node(home as u32);
+    let got = fs::read(c.nodes[home].path("made")).expect("the name is known again");
+    assert!(got == data);
+    let listing: Vec<String> = fs::read_dir(&c.nodes[home].mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(listing, ["made"]);
+}
+
+#[test]
+fn a_dead_name_home_loses_no_name() {
+    let mut c = Cluster::new("namedead", 3, 3);
+    c.extra = vec!["--failure-detection".into(), "1s".into()];
+    c.start(3);
+    let (home, producer, consumer) = name_home_and_others(&c);
+    let data = pattern(100 * KIB, 6);
+    fs::write(c.nodes[producer].path("before"), &data).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&c.nodes[home], libc::SIGKILL);
+    wait_members_down(&c.nodes[consumer], 1);
+    // The consumer never looked the name up: its new home (the backup) answers.
+    let got = fs::read(c.nodes[consumer].path("before")).expect("a name from before the death");
+    assert!(got == data);
+    // And names made after the death live at the new home.
+    fs::write(c.nodes[producer].path("after"), &data).unwrap();
+    let t = Instant::now();
+    loop {
+        match fs::read(c.nodes[consumer].path("after")) {
+            Ok(got) => break assert!(got == data),
+            Err(_) if t.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("a name made after the death: {e}"),
+        }
+    }
+}

@@ -130,7 +130,11 @@ fn a_corrupt_record_mid_log_keeps_the_entries_after_it() {
         other => panic!("{other:?}"),
     };
     let cache = Cache::open(&config, stats).unwrap();
-    assert_eq!(cache.cached_files(), 2, "the entries after the bad record are kept");
+    assert_eq!(
+        cache.cached_files(),
+        2,
+        "the entries after the bad record are kept"
+    );
     for (p, byte) in [("a", 1u8), ("b", 2), ("c", 3)] {
         let kept = cache.lookup(p, v(1 << 20));
         if *p == *lost {

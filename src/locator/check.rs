@@ -69,6 +69,11 @@ impl LocatorService {
                 dir: d,
                 name,
                 entry,
+            }
+            | Msg::NameReplica {
+                dir: d,
+                name,
+                entry,
             } => {
                 dir(d)?;
                 one(name)?;

@@ -159,6 +159,15 @@ impl Membership {
         live_hrw(path, self.rack_members(rack), down)
     }
 
+    /// The member after `path`'s live global home in its rendezvous order (its home if the
+    /// home dies); `None` with a single live member.
+    pub fn live_global_backup(&self, path: &str, down: impl Fn(NodeId) -> bool) -> Option<NodeId> {
+        let live: Vec<NodeId> = self.members.keys().copied().filter(|&n| !down(n)).collect();
+        let home = hrw(path, &live);
+        let rest: Vec<NodeId> = live.into_iter().filter(|&n| n != home).collect();
+        (!rest.is_empty()).then(|| hrw(path, &rest))
+    }
+
     /// [`Membership::global_home`] among the members that are not `down`.
     pub fn live_global_home(&self, path: &str, down: impl Fn(NodeId) -> bool) -> NodeId {
         let all: Vec<NodeId> = self.members.keys().copied().collect();

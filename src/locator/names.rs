@@ -28,6 +28,13 @@ impl NameTable {
         self.dirs.get(dir)?.get(name).cloned()
     }
 
+    /// Every name of every directory: (directory, name, entry).
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str, &Name)> {
+        self.dirs
+            .iter()
+            .flat_map(|(d, names)| names.iter().map(move |(n, e)| (d.as_str(), n.as_str(), e)))
+    }
+
     pub fn list(&self, dir: &str) -> Vec<(String, Name)> {
         self.dirs
             .get(dir)

@@ -92,6 +92,14 @@ pub enum Msg {
     },
     /// The answer to a message the addressee refused (it failed [`super::check`]).
     Refused(String),
+    /// A name home keeps a copy of each name at the next node in the directory's rendezvous
+    /// order (which becomes its home if this one dies), and gives it back to a home that
+    /// restarted: store it, forward nothing.
+    NameReplica {
+        dir: String,
+        name: String,
+        entry: Option<Name>,
+    },
 }
 
 /// A message as an RPC payload.

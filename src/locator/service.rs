@@ -124,9 +124,23 @@ impl LocatorService {
         answered
     }
 
-    /// What `node`, just (re)started, lost: this node's copies it is rack home of, and this
-    /// rack's files it is global home of.
+    /// What `node`, just (re)started, lost: this node's copies it is rack home of, this rack's
+    /// files it is global home of, and the names of the directories it is name home of (this
+    /// node keeps copies of those as their backup).
     async fn reannounce(self: &Arc<Self>, node: NodeId) {
+        let names: Vec<Msg> = lock(&self.names)
+            .entries()
+            .filter(|(dir, _, _)| self.global_home(dir) == node)
+            .map(|(dir, name, entry)| Msg::NameReplica {
+                dir: dir.to_string(),
+                name: name.to_string(),
+                entry: Some(entry.clone()),
+            })
+            .collect();
+        if !names.is_empty() {
+            tracing::info!(node, names = names.len(), "gave names back to their home");
+            self.call(node, Msg::Batch(names)).await;
+        }
         let rack = self.membership.rack_of(self.me());
         let mine: Vec<Msg> = self
             .holdings
@@ -520,7 +534,29 @@ impl LocatorService {
             }
             Msg::NameList { dir } => Msg::Names(lock(&self.names).list(&dir)),
             Msg::NameSet { dir, name, entry } => {
-                Msg::NameIs(lock(&self.names).set(&dir, &name, entry))
+                let old = lock(&self.names).set(&dir, &name, entry.clone());
+                // The next node in the directory's order keeps a copy: it answers for the
+                // directory if this node dies, and gives it back if this node restarts.
+                let backup = self
+                    .membership
+                    .live_global_backup(&dir, |n| self.liveness.is_down(n));
+                if let Some(addr) = backup
+                    .filter(|&b| b != self.me())
+                    .and_then(|b| self.reachable(b))
+                {
+                    let (me, timeout) = (self.clone(), self.timeout);
+                    let msg = Msg::NameReplica { dir, name, entry };
+                    tokio::spawn(async move {
+                        if let Err(e) = me.rpc(addr, &msg, timeout).await {
+                            tracing::debug!(error = %e, "a name's backup copy was not stored");
+                        }
+                    });
+                }
+                Msg::NameIs(old)
+            }
+            Msg::NameReplica { dir, name, entry } => {
+                lock(&self.names).set(&dir, &name, entry);
+                Msg::Ack
             }
             Msg::Unhold {
                 object,
