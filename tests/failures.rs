@@ -160,3 +160,40 @@ fn a_dead_name_home_loses_no_name() {
         }
     }
 }
+
+/// Four nodes read the same uncached large file at once (larger than the 8 MiB fetched whole
+/// at open, so it is filled chunk by chunk): the shared file system is read exactly once per
+/// file, the three waiters pulling each chunk from the fetcher, which fills what they ask for
+/// ahead of its own reading.
+#[test]
+fn simultaneous_readers_of_a_large_file_read_each_chunk_once() {
+    let mut c = Cluster::new("largeonce", 4, 4);
+    // DYADFS_TEST_LARGE=MIBxN for a heavier run (the is 64x10); 16 MiB x 5 by default.
+    let (mib, n) = std::env::var("DYADFS_TEST_LARGE")
+        .ok()
+        .and_then(|v| {
+            let (m, n) = v.split_once('x')?;
+            Some((m.parse().ok()?, n.parse().ok()?))
+        })
+        .unwrap_or((16, 5));
+    let files = dataset(&c, n, mib << 20);
+    c.start(4);
+    for (p, d) in &files {
+        let before = c.total("bytes_from_backing");
+        std::thread::scope(|s| {
+            for m in &c.nodes {
+                s.spawn(move || {
+                    let got = fs::read(m.path(p)).unwrap();
+                    assert!(got == *d, "{p} differs on {}", m.mnt.display());
+                });
+            }
+        });
+        let read = c.total("bytes_from_backing") - before;
+
+        eprintln!(
+            "{p}: shared FS read {:.2}x the file",
+            read as f64 / d.len() as f64
+        );
+        assert_eq!(read, d.len() as u64, "{p}: read more than once");
+    }
+}

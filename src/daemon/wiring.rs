@@ -11,6 +11,7 @@ use crate::cache::{Cache, CacheConfig};
 use crate::core::Version;
 use crate::core::names::Namespace;
 use crate::core::source::Source;
+use crate::fs::read::Reader;
 use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
 use crate::locator::Membership;
@@ -18,7 +19,7 @@ use crate::locator::cluster_names::ClusterNames;
 use crate::locator::gossip::{self, GossipConfig, Peer};
 use crate::locator::replicate::start_replicator;
 use crate::locator::service::{Handler, LocatorService};
-use crate::locator::source::{CacheStore, ClusterSource, ServiceLink, start_publisher};
+use crate::locator::source::{CacheStore, ClusterSource, Fetcher, ServiceLink, start_publisher};
 use crate::stats::Stats;
 use crate::transport::auth::Secret;
 use crate::transport::pull::{PullConfig, Puller};
@@ -162,6 +163,14 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         store: Arc::new(CacheStore {
             cache: b.cache.clone(),
             stats: b.stats.clone(),
+            fetcher: Some(Fetcher {
+                locator: locator.clone(),
+                reader: Reader {
+                    cache: b.cache.clone(),
+                    stats: b.stats.clone(),
+                    source: Arc::new(backing(args, &b.cache)),
+                },
+            }),
         }),
         node_id: id,
         faults: Default::default(),

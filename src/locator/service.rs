@@ -27,7 +27,8 @@ use crate::transport::server::{RpcFuture, RpcHandler};
 struct RackState {
     table: RackHome,
     /// Members queued behind a pending global question, per file.
-    waiters: HashMap<(Key, NodeId), oneshot::Sender<Reply>>,
+    /// (A member may have several lookups of one file queued: its readahead threads.)
+    waiters: HashMap<(Key, NodeId), Vec<oneshot::Sender<Reply>>>,
 }
 
 pub struct LocatorService {
@@ -50,9 +51,17 @@ pub struct LocatorService {
     /// Who the cluster declared down (gossip): never asked, never waited on; the paths they
     /// were home of go to the next member in rendezvous order.
     pub liveness: Arc<Liveness>,
+    /// Files this node was told to fetch from the shared file system, and when: its peers that
+    /// wait for them pull what they need from it, and it fills what they ask for that it has
+    /// not read yet (so each chunk is read from the shared file system once).
+    fetching: Mutex<HashMap<Key, Instant>>,
     rpcs: Rpcs,
     stats: Arc<Stats>,
 }
+
+/// How long this node serves as a file's fetcher for its waiting peers after it was told to
+/// fetch it (a fetch that outlives this is a new fetch: its own lookups renew it).
+const FETCHING_FOR: Duration = Duration::from_secs(600);
 
 /// How long a failed node stays suspect.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
@@ -76,6 +85,7 @@ impl LocatorService {
             timeout,
             suspects: Mutex::default(),
             liveness: Arc::default(),
+            fetching: Mutex::default(),
             rpcs,
             stats,
         })
@@ -339,14 +349,31 @@ impl LocatorService {
         match self.call_from_thread(runtime, rack_home, msg) {
             Some(Msg::Located(l)) => {
                 let r = l;
-                if let Reply::Holders(h) = &r {
-                    self.node.remember(key, h.clone());
+                match &r {
+                    Reply::Holders(h) => self.node.remember(key, h.clone()),
+                    Reply::Fetch => self.fetching_now(key),
+                    Reply::WaitFor(_) => {}
                 }
                 r
             }
             // An unreachable home is a miss: read the backing store.
             _ => Reply::Fetch,
         }
+    }
+
+    /// Records that this node fetches `key` (forgetting fetches older than [`FETCHING_FOR`]).
+    fn fetching_now(&self, key: Key) {
+        let mut f = lock(&self.fetching);
+        f.retain(|_, at| at.elapsed() < FETCHING_FOR);
+        f.insert(key, Instant::now());
+    }
+
+    /// Whether this node is the designated fetcher of `path` at `version`: peers waiting for it
+    /// may make it fill chunks it has not read yet.
+    pub fn is_fetching(&self, path: &str, version: Version) -> bool {
+        lock(&self.fetching)
+            .get(&(path.to_string(), version))
+            .is_some_and(|at| at.elapsed() < FETCHING_FOR)
     }
 
     /// The copies racks gained that global home `home` recorded after position `after` of its
@@ -442,7 +469,16 @@ impl LocatorService {
                 global: true,
             } => {
                 let key = (path, version);
-                let r = lock(&self.global).lookup(&key, requester, Instant::now(), self.timeout);
+                let mut g = lock(&self.global);
+                let mut r = g.lookup(&key, requester, Instant::now(), self.timeout);
+                // A fetcher the cluster declared down hands the fetch to this requester (one
+                // of the waiters, never all of them at once).
+                if let Reply::WaitFor(f) = r
+                    && self.liveness.is_down(f)
+                {
+                    g.fetch_failed(&key, f);
+                    r = g.lookup(&key, requester, Instant::now(), self.timeout);
+                }
                 Msg::Located(r)
             }
             Msg::Batch(msgs) => {
@@ -610,7 +646,10 @@ impl LocatorService {
                 RackLookup::Reply(r) => return Msg::Located(r),
                 RackLookup::Queued => {
                     let (tx, rx) = oneshot::channel();
-                    rack.waiters.insert((key.clone(), requester), tx);
+                    rack.waiters
+                        .entry((key.clone(), requester))
+                        .or_default()
+                        .push(tx);
                     Some(rx)
                 }
                 RackLookup::AskGlobal => None,
@@ -640,15 +679,24 @@ impl LocatorService {
             Some(a) => rack.table.global_answered(&key, a),
             None => rack.table.global_unreachable(&key),
         };
-        let mut mine = Reply::Fetch;
+        // The asker's own answer is the first of its entries; each queued lookup gets one.
+        let mut mine = None;
         for (node, reply) in told {
-            if node == requester {
-                mine = reply;
-            } else if let Some(tx) = rack.waiters.remove(&(key.clone(), node)) {
-                let _ = tx.send(reply);
+            if node == requester && mine.is_none() {
+                mine = Some(reply);
+                continue;
+            }
+            let waiting = (key.clone(), node);
+            if let Some(txs) = rack.waiters.get_mut(&waiting) {
+                if let Some(tx) = txs.pop() {
+                    let _ = tx.send(reply);
+                }
+                if txs.is_empty() {
+                    rack.waiters.remove(&waiting);
+                }
             }
         }
-        Msg::Located(mine)
+        Msg::Located(mine.unwrap_or(Reply::Fetch))
     }
 }
 

@@ -22,6 +22,7 @@ use crate::cache::{Cache, CacheEvent};
 use crate::core::Version;
 use crate::core::source::{FillSink, Origin, Source};
 use crate::fs::BackingStore;
+use crate::fs::read::Reader;
 use crate::stats::Stats;
 use crate::transport::TransportError;
 use crate::transport::pull::{Puller, Sink, Want};
@@ -39,8 +40,9 @@ pub trait Locate: Send + Sync + 'static {
     fn fetch_failed(&self, path: &str, version: Version);
     /// Nodes that failed recently: tried last as holders.
     fn suspects(&self) -> Vec<NodeId>;
-    /// A pull from `holder` failed: it is no holder of this version, and is suspect.
-    fn pull_failed(&self, path: &str, version: Version, holder: NodeId);
+    /// A pull from `holder` failed: it is no holder of this version, and, unless it answered
+    /// (`answered`: it said it has not got the bytes), it is suspect.
+    fn pull_failed(&self, path: &str, version: Version, holder: NodeId, answered: bool);
     /// Whether the cluster declared `node` down: it is never tried.
     fn is_down(&self, node: NodeId) -> bool;
 }
@@ -89,11 +91,13 @@ impl Locate for ServiceLink {
         self.service.suspects()
     }
 
-    fn pull_failed(&self, path: &str, version: Version, holder: NodeId) {
+    fn pull_failed(&self, path: &str, version: Version, holder: NodeId, answered: bool) {
         self.service
             .node
             .holder_failed(&(path.to_string(), version), holder);
-        self.service.suspect(holder);
+        if !answered {
+            self.service.suspect(holder);
+        }
     }
 
     fn is_down(&self, node: NodeId) -> bool {
@@ -195,7 +199,8 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                 Ok(_) => return Some(()),
                 Err(e) => {
                     tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
-                    self.locator.pull_failed(path, version, h);
+                    let answered = matches!(e, TransportError::Remote { .. });
+                    self.locator.pull_failed(path, version, h, answered);
                 }
             }
         }
@@ -264,7 +269,16 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
                         waited = true;
                         self.stats.coordinated_waits.fetch_add(1, Ordering::Relaxed);
                     }
-                    // The fetcher publishes when its copy is complete; ask again shortly.
+                    // The fetcher serves what it has and fills the rest for us, as it arrives
+                    // from the shared file system: each chunk is read there once.
+                    if self
+                        .pull_from_peers(path, version, &[f], offset, len, sink)
+                        .is_some()
+                    {
+                        return Ok(Origin::Peer);
+                    }
+                    // It could not (it died, or gave up): ask again shortly; the fetch is
+                    // handed to a waiter once the fetcher is known to be down.
                     std::thread::sleep(
                         pause.min(deadline.saturating_duration_since(Instant::now())),
                     );
@@ -280,6 +294,15 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
 pub struct CacheStore {
     pub cache: Arc<Cache>,
     pub stats: Arc<Stats>,
+    /// Set in a cluster: for a file this node was told to fetch, chunks a waiting peer asks
+    /// for that are not here yet are filled first (from the shared file system, single flight
+    /// with this node's own readers), so the peer never reads them there too.
+    pub fetcher: Option<Fetcher>,
+}
+
+pub struct Fetcher {
+    pub locator: Arc<LocatorService>,
+    pub reader: Reader<BackingStore>,
 }
 
 impl ChunkStore for CacheStore {
@@ -293,7 +316,21 @@ impl ChunkStore for CacheStore {
     ) -> io::Result<Option<u32>> {
         let v: Version = version;
         let missing = || io::Error::new(io::ErrorKind::NotFound, "not in this node's cache");
-        let entry = self.cache.lookup(path, v).ok_or_else(missing)?;
+        let fetcher = self
+            .fetcher
+            .as_ref()
+            .filter(|f| f.locator.is_fetching(path, v));
+        let entry = match (self.cache.lookup(path, v), fetcher) {
+            (Some(e), _) => e,
+            (None, Some(_)) => self.cache.entry(path, v).map_err(io::Error::other)?,
+            (None, None) => return Err(missing()),
+        };
+        if let Some(f) = fetcher {
+            entry.pin(&self.cache);
+            let filled = f.reader.fill(&entry, entry.chunks_for(offset, len as u64));
+            entry.unpin();
+            filled.map_err(io::Error::other)?;
+        }
         if !entry
             .read_verified(&self.cache, offset, room, len)
             .map_err(io::Error::other)?

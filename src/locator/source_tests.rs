@@ -72,7 +72,7 @@ impl Locate for Script {
     fn suspects(&self) -> Vec<NodeId> {
         self.suspects.clone()
     }
-    fn pull_failed(&self, _path: &str, _version: Version, holder: NodeId) {
+    fn pull_failed(&self, _path: &str, _version: Version, holder: NodeId, _answered: bool) {
         self.pull_failed.lock().unwrap().push(holder);
     }
     fn is_down(&self, node: NodeId) -> bool {
@@ -241,27 +241,46 @@ fn a_fetch_reads_the_shared_file_system_and_a_failed_one_is_reported() {
 }
 
 #[test]
-fn a_waiter_asks_again_and_pulls_from_the_fetcher() {
+fn a_waiter_pulls_from_the_fetcher_at_once() {
+    // The fetcher serves (or fills for the waiter) whatever range it asks for.
     let s = cluster(
-        Script::new(vec![
-            Reply::WaitFor(2),
-            Reply::WaitFor(2),
-            Reply::Holders(vec![2]),
-        ]),
+        Script::new(vec![Reply::WaitFor(2)]),
         Peers::default(),
         Shared::default(),
     );
     assert_eq!(read_all(&s, "a").unwrap(), Origin::Peer);
-    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 3);
+    assert_eq!(tried(&s), [2]);
+    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 1);
     assert_eq!(s.stats.coordinated_waits.load(Ordering::Relaxed), 1);
     assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_fetcher_that_cannot_serve_is_asked_about_again() {
+    // Node 2 fails; the home then hands the fetch to this node.
+    let peers = Peers {
+        broken: [2].into(),
+        ..Default::default()
+    };
+    let s = cluster(
+        Script::new(vec![Reply::WaitFor(2), Reply::Fetch]),
+        peers,
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 2);
+    assert_eq!(*s.locator.pull_failed.lock().unwrap(), [2]);
 }
 
 #[test]
 fn a_wait_is_bounded_by_the_timeout() {
     let mut script = Script::new(vec![Reply::WaitFor(2)]);
     script.timeout = Duration::from_millis(100);
-    let s = cluster(script, Peers::default(), Shared::default());
+    let peers = Peers {
+        broken: [2].into(),
+        ..Default::default()
+    };
+    let s = cluster(script, peers, Shared::default());
     let t = Instant::now();
     assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
     let waited = t.elapsed();

@@ -63,15 +63,21 @@ impl RackHome {
         }
     }
 
-    /// The global home answered: what each queued member is told. Only the first crosses the
-    /// rack (fetch or pull); the others wait for that rack-mate and pull from it.
+    /// The global home answered: what each queued member is told. When the first is told to
+    /// fetch, the others wait for it (and pull each chunk from it as it arrives); otherwise
+    /// they are told what the first was (pull from those holders, or wait for the same
+    /// fetcher): a rack-mate still pulling a large file could serve them nothing yet.
     pub fn global_answered(&mut self, key: &Key, answer: Reply) -> Vec<(NodeId, Reply)> {
         let waiting = self.pending.remove(key).unwrap_or_default();
         let Some((&first, rest)) = waiting.split_first() else {
             return Vec::new();
         };
+        let others = match &answer {
+            Reply::Fetch => Reply::WaitFor(first),
+            other => other.clone(),
+        };
         let mut out = vec![(first, answer)];
-        out.extend(rest.iter().map(|&n| (n, Reply::WaitFor(first))));
+        out.extend(rest.iter().map(|&n| (n, others.clone())));
         out
     }
 
@@ -262,6 +268,14 @@ mod tests {
                 (3, Reply::WaitFor(1))
             ]
         );
+        // Told to pull, or to wait for another rack's fetcher: the others are told the same.
+        for answer in [Reply::Holders(vec![7, 8]), Reply::WaitFor(9)] {
+            let k = key("b");
+            assert_eq!(r.lookup(&k, 1), RackLookup::AskGlobal);
+            assert_eq!(r.lookup(&k, 2), RackLookup::Queued);
+            let told = r.global_answered(&k, answer.clone());
+            assert_eq!(told, [(1, answer.clone()), (2, answer)]);
+        }
         assert!(r.publish(&k, 1));
         assert!(!r.publish(&k, 2));
         assert_eq!(
