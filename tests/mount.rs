@@ -614,3 +614,38 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
         m.unmount();
     }
 }
+
+/// A cache disk that fills up (a small tmpfs under a larger `--capacity`, as when other users
+/// share it) serves every read anyway, uncached, instead of failing with EIO.
+#[test]
+fn a_full_cache_disk_serves_reads_uncached() {
+    let f = Fixture::new("enospc");
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=6m", "tmpfs"])
+        .arg(&f.ssd)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mounting a tmpfs for the cache");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _tmpfs = Unmount(f.ssd.clone());
+    let files: Vec<(String, Vec<u8>)> = (0..12)
+        .map(|k| (format!("f{k}"), pattern(MIB + 4096 * k, 300 + k as u64)))
+        .collect();
+    for (p, d) in &files {
+        f.write(p, d);
+    }
+    let m = f.mount(&["--capacity", "1G"]);
+    for _ in 0..2 {
+        for (p, d) in &files {
+            let got = fs::read(m.path(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+            assert!(got == *d, "{p} differs");
+        }
+    }
+    assert!(m.stat("uncached_reads") > 0, "the disk never filled up");
+    m.unmount();
+}

@@ -118,21 +118,39 @@ impl<S: Source + ?Sized> Reader<S> {
                 let offset = run.start * self.cache.chunk_size();
                 let len: u64 = run.clone().map(|i| entry.chunk_len(i)).sum();
                 let mut crcs: Vec<Option<u32>> = vec![None; (run.end - run.start) as usize];
+                let mut disk_full = false;
                 let mut sink = |off: u64, bytes: &[u8], crc: Option<u32>| {
-                    entry.write_at(off, bytes)?;
+                    if let Err(e) = entry.write_at(off, bytes) {
+                        disk_full = is_disk_full(&e);
+                        return Err(e);
+                    }
                     record_crcs(entry, run.clone(), &mut crcs, off, bytes, crc)
                 };
-                let origin = self
-                    .source
-                    .read_into(&entry.path, entry.version, offset, len, &mut sink)
-                    .map_err(Error::Source)?;
+                let read =
+                    self.source
+                        .read_into(&entry.path, entry.version, offset, len, &mut sink);
+                let origin = match read {
+                    // The cache disk is full (whatever the capacity says: it may be shared):
+                    // the read is served uncached; the claims are given back.
+                    Err(_) if disk_full => {
+                        warn_disk_full(&entry.path);
+                        return Ok(false);
+                    }
+                    r => r.map_err(Error::Source)?,
+                };
                 self.count(entry, origin, len);
                 for (idx, crc) in run.zip(crcs) {
                     let crc = crc.ok_or(Error::BadSource("skipped a chunk"))?;
                     fill.complete(idx, crc);
                 }
             }
-            entry.persist()?;
+            match entry.persist() {
+                // The chunks are there for this daemon's lifetime; the next start refetches them.
+                Err(crate::cache::CacheError::Io(e)) if is_disk_full(&e) => {
+                    warn_disk_full(&entry.path)
+                }
+                r => r?,
+            }
             if entry.is_complete() {
                 self.cache.emit(crate::cache::CacheEvent::Complete {
                     path: entry.path.to_string(),
@@ -257,6 +275,28 @@ fn runs(idx: &[u64]) -> Vec<Range<u64>> {
         }
     }
     out
+}
+
+/// Whether an error means the cache's file system has no room left.
+fn is_disk_full(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// Logs a full cache disk, at most once a minute (every read would say it).
+fn warn_disk_full(path: &str) {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let last = LAST.load(Ordering::Relaxed);
+    if now >= last + 60
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(%path, "the cache disk is full: serving reads uncached");
+    }
 }
 
 #[cfg(test)]
