@@ -33,6 +33,9 @@ pub enum Command {
     Mount(MountArgs),
     /// Print the counters of a running mount
     Stats(StatsArgs),
+    /// Re-check every cached chunk of a running mount against its checksum; bad ones are
+    /// dropped (and refetched when next read). Prints what it found
+    Scrub(StatsArgs),
     /// Write a new random job secret (mode 0600) for `mount --secret-file`
     Keygen(KeygenArgs),
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)

@@ -22,6 +22,16 @@ fn main() -> ExitCode {
                 print!("{}", s.table());
             }
         }),
+        Command::Scrub(args) => dyadfs::daemon::scrub(&args.mountpoint).map(|r| {
+            if args.json {
+                println!("{}", serde_json::to_string(&r).expect("serialize"));
+            } else {
+                println!(
+                    "{} files, {} chunks checked, {} bad chunks dropped, {} files unreadable",
+                    r.files, r.chunks, r.dropped, r.unreadable
+                );
+            }
+        }),
         Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))
             .map_err(|source| UserError::KeyFile {

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 /// Extended attribute of the mount root through which the daemon reports its stats.
 pub const STATS_XATTR: &str = "user.dyadfs.stats";
+/// Reading it (on the mount's root) runs a scrub and answers its report (`dyadfs scrub`).
+pub const SCRUB_XATTR: &str = "user.dyadfs.scrub";
 
 #[derive(Debug, Default)]
 pub struct Stats {

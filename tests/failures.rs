@@ -197,3 +197,82 @@ fn simultaneous_readers_of_a_large_file_read_each_chunk_once() {
         assert_eq!(read, d.len() as u64, "{p}: read more than once");
     }
 }
+
+/// The cache data file of `path` under cache directory `ssd`.
+fn data_file(ssd: &std::path::Path, path: &str) -> std::path::PathBuf {
+    let h = dyadfs::core::path_hash(path);
+    ssd.join("data")
+        .join(format!("{:02x}", h >> 56))
+        .join(format!("{h:016x}.dat"))
+}
+
+/// Flips a byte of a cached file on the disk (bit rot after the daemon checked it).
+fn rot(data: &std::path::Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(data)
+        .unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0xff], at).unwrap();
+}
+
+#[test]
+fn a_chunk_that_rotted_on_a_holder_is_refused_reported_and_dropped() {
+    let mut c = Cluster::new("rot", 2, 5);
+    let files = dataset(&c, 1, 3 << 20);
+    c.start(2);
+    let (p, d) = &files[0];
+    read_all(&c.nodes[0], &files);
+    std::thread::sleep(Duration::from_millis(300));
+    rot(&data_file(&c.root.join("s0"), p), (2 << 20) + 5);
+    // Node 1 pulls from node 0, the rotten chunk fails its checksum at node 1: node 1 reads it
+    // elsewhere and tells node 0, which checks it again and drops it.
+    let got = fs::read(c.nodes[1].path(p)).unwrap();
+    assert!(got == *d, "node 1 got the rotten bytes");
+    let t = Instant::now();
+    while c.nodes[0].stat("checksum_failures") == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "node 0 never dropped the chunk"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn scrub_finds_and_drops_rotten_chunks() {
+    let f = Fixture::new("scrub");
+    let files: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|k| (format!("s{k}"), pattern((3 << 20) + k, 90 + k as u64)))
+        .collect();
+    for (p, d) in &files {
+        f.write(p, d);
+    }
+    let m = f.mount(&["--no-passthrough"]);
+    read_all(&m, &files);
+    rot(&data_file(&f.ssd, "s2"), (1 << 20) + 7);
+    let out = dyadfs()
+        .args(["scrub"])
+        .arg(&m.mnt)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["files"], 4);
+    assert_eq!(report["chunks"], 8);
+    assert_eq!(report["dropped"], 1);
+    // The dropped chunk is refetched: the file reads right, from the shared FS once more
+    // (the kernel's page cache is dropped, so the reads reach the daemon).
+    fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
+    let before = m.stat("bytes_from_backing");
+    read_all(&m, &files);
+    assert_eq!(m.stat("bytes_from_backing") - before, 2 << 20);
+}

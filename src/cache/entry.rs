@@ -237,6 +237,29 @@ impl Entry {
     /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
     /// A chunk whose bytes do not match its checksum is dropped (its bytes released) so the
     /// caller refetches it. Returns whether the whole range is present and verified.
+    /// Checks the present chunks of `range` against their checksums again, even those already
+    /// verified (a scrub, or a peer that received a chunk that failed its checksum); drops the
+    /// bad ones (they are refetched when next read). Returns (chunks checked, chunks dropped).
+    pub fn recheck(&self, cache: &Cache, range: Range<u64>) -> Result<(u64, u64), CacheError> {
+        let mut checked = 0;
+        {
+            let mut st = self.state.lock();
+            for idx in range.clone() {
+                if let Chunk::Present { crc, .. } = st.chunks[idx as usize] {
+                    st.chunks[idx as usize] = Chunk::Present {
+                        crc,
+                        verified: false,
+                    };
+                    checked += 1;
+                }
+            }
+        }
+        let before = cache.stats.checksum_failures.load(Ordering::Relaxed);
+        self.verify(cache, range)?;
+        let dropped = cache.stats.checksum_failures.load(Ordering::Relaxed) - before;
+        Ok((checked, dropped.min(checked)))
+    }
+
     pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
         let mut all_good = true;
         let mut buf = Vec::new();

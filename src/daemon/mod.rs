@@ -333,10 +333,22 @@ pub(super) fn run_session<S: crate::core::source::Source>(
 
 /// `dyadfs stats`: asks the daemon behind a mount point for its counters.
 pub fn stats(mountpoint: &Path) -> Result<crate::stats::Snapshot, UserError> {
+    ask(mountpoint, crate::stats::STATS_XATTR)
+}
+
+/// `dyadfs scrub`: has the daemon behind a mount point re-check every cached chunk against its
+/// checksum and drop the bad ones; returns what it found.
+pub fn scrub(mountpoint: &Path) -> Result<crate::cache::ScrubReport, UserError> {
+    ask(mountpoint, crate::stats::SCRUB_XATTR)
+}
+
+/// A JSON answer of the daemon behind a mount point, read as an extended attribute of its
+/// root (the daemon answers it; no other file system has it).
+fn ask<T: serde::de::DeserializeOwned>(mountpoint: &Path, xattr: &str) -> Result<T, UserError> {
     let not_ours = || UserError::NotOurs(mountpoint.to_path_buf());
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
         .map_err(|_| not_ours())?;
-    let name = std::ffi::CString::new(crate::stats::STATS_XATTR).expect("no NUL");
+    let name = std::ffi::CString::new(xattr).expect("no NUL");
     let mut buf = vec![0u8; 64 << 10];
     // SAFETY: valid NUL-terminated strings and a buffer of the length we pass.
     let n = unsafe {

@@ -200,6 +200,19 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         }));
     let c = b.cache.clone();
     let _ = locator.holdings.set(Box::new(move || c.complete_entries()));
+    let c = b.cache.clone();
+    let _ = locator
+        .on_bad_chunk
+        .set(Box::new(move |path, version, offset| {
+            if let Some(e) = c.lookup(path, version) {
+                match e.recheck(&c, e.chunks_for(offset, 1)) {
+                    Ok((_, dropped)) => {
+                        tracing::warn!(%path, offset, dropped, "a peer received a bad chunk")
+                    }
+                    Err(err) => tracing::warn!(%path, error = %err, "rechecking a chunk failed"),
+                }
+            }
+        }));
     start_publisher(&b.cache, locator.clone(), runtime.handle());
     // This node's tables start empty: the others re-announce what they held before it serves.
     let answered =

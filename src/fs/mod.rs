@@ -54,7 +54,7 @@ use read::{Reader, WHOLE_FILE_MAX};
 use crate::cache::{Cache, ReadBytes};
 use crate::core::names::{self, Name, Namespace};
 use crate::core::sync::lock;
-use crate::stats::{STATS_XATTR, Stats};
+use crate::stats::{SCRUB_XATTR, STATS_XATTR, Stats};
 use write::{Producer, Staged};
 
 pub const ROOT_INO: u64 = 1;
@@ -411,10 +411,16 @@ impl<S: Source> DyadFs<S> {
 
     /// Extended attributes: only the root's stats attribute exists.
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>, Error> {
-        if ino != ROOT_INO || name != STATS_XATTR {
+        if ino != ROOT_INO {
             return Err(Error::NoAttr);
         }
         let cache = &self.reader.cache;
+        if name == SCRUB_XATTR {
+            return Ok(serde_json::to_vec(&cache.scrub()).expect("a report serializes"));
+        }
+        if name != STATS_XATTR {
+            return Err(Error::NoAttr);
+        }
         let snap = self.stats().snapshot(crate::stats::Gauges {
             cached_bytes: cache.used_bytes(),
             cached_files: cache.cached_files(),

@@ -60,6 +60,7 @@ impl LocatorService {
                 }
             }
             Msg::Rejoined { node } => sender(*node),
+            Msg::BadChunk { path, .. } => key(path),
             Msg::NameGet { dir: d, name, .. } => {
                 dir(d)?;
                 one(name)

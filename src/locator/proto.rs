@@ -100,6 +100,13 @@ pub enum Msg {
         name: String,
         entry: Option<Name>,
     },
+    /// To a holder: the chunk at `offset` it served failed its checksum at the puller (it
+    /// rotted on the holder's disk after it was checked): check it again, drop it if bad.
+    BadChunk {
+        path: String,
+        version: Version,
+        offset: u64,
+    },
 }
 
 /// A message as an RPC payload.

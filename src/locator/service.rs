@@ -43,6 +43,9 @@ pub struct LocatorService {
     /// The complete copies this node holds (set by the daemon; re-announced to a home that
     /// restarted).
     pub holdings: std::sync::OnceLock<HoldingsFn>,
+    /// What to do when a puller reports a chunk of ours failed its checksum (set by the
+    /// daemon: check it again in the cache).
+    pub on_bad_chunk: std::sync::OnceLock<BadChunkFn>,
     /// Bound on every RPC and on how long a fetch may hold off the others.
     pub timeout: Duration,
     /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
@@ -58,6 +61,9 @@ pub struct LocatorService {
     rpcs: Rpcs,
     stats: Arc<Stats>,
 }
+
+/// Checks a chunk (path, version, offset) of this node's cache again.
+pub type BadChunkFn = Box<dyn Fn(&str, Version, u64) + Send + Sync>;
 
 /// How long this node serves as a file's fetcher for its waiting peers after it was told to
 /// fetch it (a fetch that outlives this is a new fetch: its own lookups renew it).
@@ -82,6 +88,7 @@ impl LocatorService {
             names: Mutex::default(),
             on_release: std::sync::OnceLock::new(),
             holdings: std::sync::OnceLock::new(),
+            on_bad_chunk: std::sync::OnceLock::new(),
             timeout,
             suspects: Mutex::default(),
             liveness: Arc::default(),
@@ -589,6 +596,16 @@ impl LocatorService {
                     });
                 }
                 Msg::NameIs(old)
+            }
+            Msg::BadChunk {
+                path,
+                version,
+                offset,
+            } => {
+                if let Some(f) = self.on_bad_chunk.get() {
+                    f(&path, version, offset);
+                }
+                Msg::Ack
             }
             Msg::NameReplica { dir, name, entry } => {
                 lock(&self.names).set(&dir, &name, entry);

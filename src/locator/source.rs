@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::error::LocatorError;
 use super::membership::{Membership, NodeId};
+use super::proto::Msg;
 use super::service::LocatorService;
 use super::tiers::{Reply, pick_holder};
 use crate::cache::{Cache, CacheEvent};
@@ -40,9 +41,10 @@ pub trait Locate: Send + Sync + 'static {
     fn fetch_failed(&self, path: &str, version: Version);
     /// Nodes that failed recently: tried last as holders.
     fn suspects(&self) -> Vec<NodeId>;
-    /// A pull from `holder` failed: it is no holder of this version, and, unless it answered
-    /// (`answered`: it said it has not got the bytes), it is suspect.
-    fn pull_failed(&self, path: &str, version: Version, holder: NodeId, answered: bool);
+    /// A pull from `holder` failed: it is no holder of this version; unless it answered (it
+    /// said it has not got the bytes) it is suspect; a chunk that failed its checksum is
+    /// reported to it.
+    fn pull_failed(&self, path: &str, version: Version, holder: NodeId, error: &TransportError);
     /// Whether the cluster declared `node` down: it is never tried.
     fn is_down(&self, node: NodeId) -> bool;
 }
@@ -91,12 +93,24 @@ impl Locate for ServiceLink {
         self.service.suspects()
     }
 
-    fn pull_failed(&self, path: &str, version: Version, holder: NodeId, answered: bool) {
+    fn pull_failed(&self, path: &str, version: Version, holder: NodeId, error: &TransportError) {
         self.service
             .node
             .holder_failed(&(path.to_string(), version), holder);
-        if !answered {
-            self.service.suspect(holder);
+        match error {
+            TransportError::Remote { .. } => {}
+            TransportError::Checksum { offset, .. } => {
+                let msg = Msg::BadChunk {
+                    path: path.to_string(),
+                    version,
+                    offset: *offset,
+                };
+                let service = self.service.clone();
+                self.runtime.spawn(async move {
+                    service.call(holder, msg).await;
+                });
+            }
+            _ => self.service.suspect(holder),
         }
     }
 
@@ -199,8 +213,7 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                 Ok(_) => return Some(()),
                 Err(e) => {
                     tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
-                    let answered = matches!(e, TransportError::Remote { .. });
-                    self.locator.pull_failed(path, version, h, answered);
+                    self.locator.pull_failed(path, version, h, &e);
                 }
             }
         }

@@ -72,7 +72,7 @@ impl Locate for Script {
     fn suspects(&self) -> Vec<NodeId> {
         self.suspects.clone()
     }
-    fn pull_failed(&self, _path: &str, _version: Version, holder: NodeId, _answered: bool) {
+    fn pull_failed(&self, _path: &str, _version: Version, holder: NodeId, _: &TransportError) {
         self.pull_failed.lock().unwrap().push(holder);
     }
     fn is_down(&self, node: NodeId) -> bool {
