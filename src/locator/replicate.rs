@@ -169,6 +169,9 @@ pub fn start_replicator(
         .expect("spawn replicator");
 }
 
+/// Files a replicator remembers having tried (about 100 bytes each).
+const MAX_SEEN: usize = 1 << 20;
+
 struct Replicator {
     cluster: Arc<ClusterSource>,
     copier: Arc<Puller>,
@@ -218,6 +221,10 @@ impl Replicator {
         let me = locator.me();
         for (key, holder) in &copies {
             // Produced files have their own life cycle (names, versions, the producer).
+            // Bounded: forgetting what was tried costs a cache lookup per file, not a copy.
+            if self.seen.len() >= MAX_SEEN {
+                self.seen.clear();
+            }
             if *holder == me || crate::core::names::is_object(&key.0) || self.seen.contains(key) {
                 continue;
             }

@@ -134,9 +134,15 @@ struct GlobalEntry {
 pub struct GlobalHome {
     entries: HashMap<Key, GlobalEntry>,
     /// Every rack's first copy of a file, in arrival order: the feed replicating nodes read
-    /// with [`GlobalHome::gained_since`].
-    gained: Vec<(Key, NodeId)>,
+    /// with [`GlobalHome::gained_since`]. Bounded: the oldest go first ([`MAX_FEED`]).
+    gained: std::collections::VecDeque<(Key, NodeId)>,
+    /// The feed position of `gained[0]`.
+    base: u64,
 }
+
+/// Copies a global home's feed keeps (about 100 bytes each): a replicating node that falls
+/// further behind skips the oldest (readers still find those copies through the locator).
+pub const MAX_FEED: usize = 1 << 18;
 
 impl GlobalHome {
     /// A rack home asks on behalf of `requester`, a member that missed the file.
@@ -165,20 +171,27 @@ impl GlobalHome {
         let e = self.entries.entry(key.clone()).or_default();
         e.racks.insert(rack.to_string(), node);
         e.fetcher = None;
-        self.gained.push((key.clone(), node));
+        self.gained.push_back((key.clone(), node));
+        if self.gained.len() > MAX_FEED {
+            self.gained.pop_front();
+            self.base += 1;
+        }
     }
 
     /// Up to `max` copies gained after position `after` of the feed, and the position to ask
     /// from next. A position beyond the feed (this home restarted) starts again from 0. A copy
     /// may have been dropped since: its node then refuses the pull.
     pub fn gained_since(&self, after: u64, max: usize) -> (u64, Vec<(Key, NodeId)>) {
-        let from = if after > self.gained.len() as u64 {
-            0
+        let end = self.base + self.gained.len() as u64;
+        // Past the end (this home restarted) or before the oldest kept: from the oldest.
+        let from = if after > end || after < self.base {
+            self.base
         } else {
-            after as usize
+            after
         };
-        let out: Vec<(Key, NodeId)> = self.gained[from..].iter().take(max).cloned().collect();
-        ((from + out.len()) as u64, out)
+        let skip = (from - self.base) as usize;
+        let out: Vec<(Key, NodeId)> = self.gained.iter().skip(skip).take(max).cloned().collect();
+        (from + out.len() as u64, out)
     }
 
     pub fn rack_lost(&mut self, key: &Key, rack: &str) {
@@ -327,6 +340,14 @@ mod tests {
             (1, vec![(key("a"), 1)]),
             "a position past the end (the home restarted) starts over"
         );
+        // The feed keeps the newest MAX_FEED copies; a reader behind them resumes at the oldest.
+        for i in 0..MAX_FEED + 5 {
+            g.rack_gained(&key(&format!("k{i}")), "r0", 1);
+        }
+        let (next, copies) = g.gained_since(0, 1);
+        assert_eq!(copies.len(), 1);
+        assert_eq!(next, 3 + 5 + 1, "3 first copies and 5 more fell out of the feed");
+        assert_eq!(g.gained.len(), MAX_FEED);
     }
 
     #[test]
