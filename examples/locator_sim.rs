@@ -60,16 +60,19 @@ fn key(f: u64) -> Key {
     )
 }
 
-/// One round of simultaneous reads through the hierarchical locator.
+/// One round of simultaneous reads through the hierarchical locator; `down` are the nodes the
+/// cluster declared dead (homes skip them, holders that are down are never pulled from).
 fn round_hier(
     net: &mut Net,
     held: &mut [HashSet<u64>],
     racks: &mut HashMap<NodeId, RackHome>,
     globals: &mut HashMap<NodeId, GlobalHome>,
     reads: &[(NodeId, u64)],
+    down: &HashSet<NodeId>,
     c: &mut Count,
 ) {
     let m = net.m;
+    let is_down = |n: NodeId| down.contains(&n);
     let now = Instant::now();
     let mut asks: Vec<(NodeId, u64, NodeId)> = Vec::new(); // (rack home, file, first asker)
     let mut obtain: Vec<(NodeId, u64)> = Vec::new();
@@ -80,15 +83,18 @@ fn round_hier(
         }
         c.lookups += 1;
         let k = key(f);
-        let rh = m.rack_home(&k.0, m.rack_of(n));
+        let rh = m.live_rack_home(&k.0, m.rack_of(n), is_down);
         let (a, x) = net.send(n, rh, true);
         c.lookup_msgs += a;
         c.lookup_cross += x;
         match racks.entry(rh).or_default().lookup(&k, n) {
-            RackLookup::Reply(_) => {
+            RackLookup::Reply(r) => {
                 let (a, x) = net.send(rh, n, false);
                 c.lookup_msgs += a;
                 c.lookup_cross += x;
+                if matches!(&r, Reply::Holders(h) if h.iter().all(|&h| is_down(h))) {
+                    c.backing_reads += 1;
+                }
                 obtain.push((n, f));
             }
             RackLookup::AskGlobal => asks.push((rh, f, n)),
@@ -97,7 +103,7 @@ fn round_hier(
     }
     for (rh, f, first) in asks {
         let k = key(f);
-        let gh = m.global_home(&k.0);
+        let gh = m.live_global_home(&k.0, is_down);
         let (a1, x1) = net.send(rh, gh, true);
         let answer = globals
             .entry(gh)
@@ -110,8 +116,10 @@ fn round_hier(
             let (a, x) = net.send(rh, n, false);
             c.lookup_msgs += a;
             c.lookup_cross += x;
-            if reply == Reply::Fetch {
-                c.backing_reads += 1;
+            match &reply {
+                Reply::Fetch => c.backing_reads += 1,
+                Reply::Holders(h) if h.iter().all(|&h| is_down(h)) => c.backing_reads += 1,
+                _ => {}
             }
             obtain.push((n, f));
         }
@@ -121,12 +129,12 @@ fn round_hier(
         c.publishes += 1;
         let k = key(f);
         let rack = m.rack_of(n);
-        let rh = m.rack_home(&k.0, rack);
+        let rh = m.live_rack_home(&k.0, rack, is_down);
         let (a, x) = net.send(n, rh, true);
         c.publish_msgs += a;
         c.publish_cross += x;
         if racks.entry(rh).or_default().publish(&k, n) {
-            let gh = m.global_home(&k.0);
+            let gh = m.live_global_home(&k.0, is_down);
             let (a, x) = net.send(rh, gh, true);
             c.publish_msgs += a;
             c.publish_cross += x;
@@ -213,6 +221,113 @@ fn print(label: &str, c: &Count, load: &[u64], files: u64) {
     );
 }
 
+/// Kills `dead` nodes after a first epoch (their caches and tables are gone), optionally lets
+/// the survivors re-home what the dead were home of (the daemon's `member_changed`), then runs
+/// a second epoch of shifted shards on the survivors. Returns (re-homing messages, re-homed
+/// entries, the second epoch's counts).
+fn failure_round(
+    m: &Membership,
+    per_node: u64,
+    dead: &[NodeId],
+    rehome: bool,
+) -> (u64, u64, Count) {
+    let nodes = m.members().count();
+    let files = nodes as u64 * per_node;
+    let (mut held, mut racks, mut globals) = (
+        vec![HashSet::new(); nodes],
+        HashMap::<NodeId, RackHome>::new(),
+        HashMap::<NodeId, GlobalHome>::new(),
+    );
+    let mut net = Net {
+        m,
+        load: vec![0; nodes],
+    };
+    let mut order: Vec<u64> = (0..files).collect();
+    shuffle(&mut order, 1);
+    let epoch = |order: &[u64], skip: &HashSet<NodeId>| -> Reads {
+        order
+            .iter()
+            .enumerate()
+            .map(|(i, &f)| ((i as u64 / per_node) as NodeId, f))
+            .filter(|(n, _)| !skip.contains(n))
+            .collect()
+    };
+    let none = HashSet::new();
+    let first = epoch(&order, &none);
+    round_hier(
+        &mut net,
+        &mut held,
+        &mut racks,
+        &mut globals,
+        &first,
+        &none,
+        &mut Count::default(),
+    );
+    let down: HashSet<NodeId> = dead.iter().copied().collect();
+    for &d in dead {
+        held[d as usize].clear();
+        racks.remove(&d);
+        globals.remove(&d);
+    }
+    let is_down = |n: NodeId| down.contains(&n);
+    let (mut msgs, mut entries) = (0u64, 0u64);
+    if rehome {
+        // Members: their copies whose rack home died, to the new rack home (one batch each).
+        for (n, files) in held.iter().enumerate() {
+            let n = n as NodeId;
+            let rack = m.rack_of(n).to_string();
+            let mut batches = HashSet::new();
+            for &f in files {
+                let k = key(f);
+                if is_down(m.rack_home(&k.0, &rack)) {
+                    let rh = m.live_rack_home(&k.0, &rack, is_down);
+                    batches.insert(rh);
+                    entries += 1;
+                    if racks.entry(rh).or_default().publish(&k, n) {
+                        let gh = m.live_global_home(&k.0, is_down);
+                        globals.entry(gh).or_default().rack_gained(&k, &rack, n);
+                    }
+                }
+            }
+            msgs += batches.len() as u64;
+        }
+        // Rack homes: their racks' files whose global home died, to the new global home.
+        let homes: Vec<NodeId> = racks.keys().copied().collect();
+        for rh in homes {
+            let rack = m.rack_of(rh).to_string();
+            let held_keys: Vec<(Key, NodeId)> =
+                racks[&rh].held().map(|(k, n)| (k.clone(), n)).collect();
+            let mut batches = HashSet::new();
+            for (k, holder) in held_keys {
+                if is_down(m.global_home(&k.0)) {
+                    let gh = m.live_global_home(&k.0, is_down);
+                    batches.insert(gh);
+                    entries += 1;
+                    globals
+                        .entry(gh)
+                        .or_default()
+                        .rack_gained(&k, &rack, holder);
+                }
+            }
+            msgs += batches.len() as u64;
+        }
+    }
+    // The second epoch: shards shifted by one node, dead nodes read nothing.
+    order.rotate_left(per_node as usize);
+    let second = epoch(&order, &down);
+    let mut c = Count::default();
+    round_hier(
+        &mut net,
+        &mut held,
+        &mut racks,
+        &mut globals,
+        &second,
+        &down,
+        &mut c,
+    );
+    (msgs, entries, c)
+}
+
 fn main() {
     let args: Vec<u64> = std::env::args()
         .skip(1)
@@ -282,6 +397,7 @@ fn main() {
             &mut racks,
             &mut globals_h,
             reads,
+            &HashSet::new(),
             &mut c,
         );
         print(&format!("{label} hierarchical"), &c, &net.load, *nfiles);
@@ -292,6 +408,32 @@ fn main() {
         let mut c = Count::default();
         round_flat(&mut net, &mut held_f, &mut globals_f, reads, &mut c);
         print(&format!("{label} flat"), &c, &net.load, *nfiles);
+    }
+    println!(
+        "\nfailures: nodes die after epoch 1 (caches and tables lost); epoch 2 on the survivors"
+    );
+    println!(
+        "{:<26} {:>12} {:>12} {:>12} {:>16}",
+        "dead / re-homing", "rehome msgs", "rehomed", "backing rd", "of them lost"
+    );
+    for dead_n in [1u64, 10] {
+        let dead: Vec<NodeId> = (0..dead_n).map(|i| (i * 97 % nodes) as NodeId).collect();
+        for rehome in [true, false] {
+            let (msgs, entries, c) = failure_round(&m, per_node, &dead, rehome);
+            // Copies only the dead held are gone: those reads must go to the backing store.
+            let lost = dead_n * per_node;
+            println!(
+                "{:<26} {:>12} {:>12} {:>12} {:>16}",
+                format!(
+                    "{dead_n} dead, {}",
+                    if rehome { "re-homing" } else { "no re-homing" }
+                ),
+                msgs,
+                entries,
+                c.backing_reads,
+                lost
+            );
+        }
     }
     println!(
         "\nmsg/lkp, msg/pub: control messages per lookup (a miss) and per publish (a new copy);\n\
