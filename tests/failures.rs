@@ -276,3 +276,27 @@ fn scrub_finds_and_drops_rotten_chunks() {
     read_all(&m, &files);
     assert_eq!(m.stat("bytes_from_backing") - before, 2 << 20);
 }
+
+#[test]
+fn names_survive_their_home_and_then_its_backup_dying() {
+    let mut c = Cluster::new("namesdead2", 4, 6);
+    c.extra = vec!["--failure-detection".into(), "1s".into()];
+    c.start(4);
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
+    let home = m.global_home("") as usize;
+    // The next in the directory's order: it keeps the copies and is home once `home` is dead.
+    let backup = m.live_global_home("", |n| n as usize == home) as usize;
+    let others: Vec<usize> = (0..4).filter(|&i| i != home && i != backup).collect();
+    let (producer, consumer) = (others[0], others[1]);
+    let data = pattern(64 * KIB, 7);
+    fs::write(c.nodes[producer].path("kept"), &data).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&c.nodes[home], libc::SIGKILL);
+    wait_members_down(&c.nodes[backup], 1);
+    std::thread::sleep(Duration::from_millis(500)); // the backup copies the names on
+    signal(&c.nodes[backup], libc::SIGKILL);
+    wait_members_down(&c.nodes[consumer], 2);
+    let got = fs::read(c.nodes[consumer].path("kept")).expect("the name outlived two homes");
+    assert!(got == data);
+}

@@ -244,6 +244,24 @@ impl LocatorService {
         for (home, msgs) in racks {
             self.call(home, Msg::Batch(msgs)).await;
         }
+        // The directories whose name home died and that this node (their backup) now answers
+        // for get a new backup.
+        let mut names: HashMap<NodeId, Vec<Msg>> = HashMap::new();
+        for (dir, name, entry) in lock(&self.names).entries() {
+            if self.membership.global_home(dir) == node && self.global_home(dir) == self.me() {
+                let down = |n| self.liveness.is_down(n);
+                if let Some(b) = self.membership.live_global_backup(dir, down) {
+                    names.entry(b).or_default().push(Msg::NameReplica {
+                        dir: dir.to_string(),
+                        name: name.to_string(),
+                        entry: Some(entry.clone()),
+                    });
+                }
+            }
+        }
+        for (backup, msgs) in names {
+            self.call(backup, Msg::Batch(msgs)).await;
+        }
         self.stats.failovers.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             node,

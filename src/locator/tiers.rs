@@ -346,7 +346,11 @@ mod tests {
         }
         let (next, copies) = g.gained_since(0, 1);
         assert_eq!(copies.len(), 1);
-        assert_eq!(next, 3 + 5 + 1, "3 first copies and 5 more fell out of the feed");
+        assert_eq!(
+            next,
+            3 + 5 + 1,
+            "3 first copies and 5 more fell out of the feed"
+        );
         assert_eq!(g.gained.len(), MAX_FEED);
     }
 
