@@ -11,6 +11,7 @@
 pub mod check;
 pub mod cluster_names;
 pub mod error;
+mod failover;
 pub mod gossip;
 pub mod membership;
 pub mod names;

@@ -24,20 +24,20 @@ use crate::transport::rpc::Rpcs;
 use crate::transport::server::{RpcFuture, RpcHandler};
 
 #[derive(Default)]
-struct RackState {
-    table: RackHome,
+pub(super) struct RackState {
+    pub(super) table: RackHome,
     /// Members queued behind a pending global question, per file.
     /// (A member may have several lookups of one file queued: its readahead threads.)
-    waiters: HashMap<(Key, NodeId), Vec<oneshot::Sender<Reply>>>,
+    pub(super) waiters: HashMap<(Key, NodeId), Vec<oneshot::Sender<Reply>>>,
 }
 
 pub struct LocatorService {
     pub membership: Membership,
     pub node: NodeTier,
-    rack: Mutex<RackState>,
+    pub(super) rack: Mutex<RackState>,
     global: Mutex<GlobalHome>,
     /// Produced names of the directories this node is name home of.
-    names: Mutex<NameTable>,
+    pub(super) names: Mutex<NameTable>,
     /// What to do when told a produced object of ours is no longer named (set by the daemon).
     pub on_release: std::sync::OnceLock<ReleaseFn>,
     /// The complete copies this node holds (set by the daemon; re-announced to a home that
@@ -50,7 +50,7 @@ pub struct LocatorService {
     pub timeout: Duration,
     /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
     /// tried last as holders, so a dead or frozen node costs one timeout, not one per file.
-    suspects: Mutex<HashMap<NodeId, Instant>>,
+    pub(super) suspects: Mutex<HashMap<NodeId, Instant>>,
     /// Who the cluster declared down (gossip): never asked, never waited on; the paths they
     /// were home of go to the next member in rendezvous order.
     pub liveness: Arc<Liveness>,
@@ -58,8 +58,8 @@ pub struct LocatorService {
     /// wait for them pull what they need from it, and it fills what they ask for that it has
     /// not read yet (so each chunk is read from the shared file system once).
     fetching: Mutex<HashMap<Key, Instant>>,
-    rpcs: Rpcs,
-    stats: Arc<Stats>,
+    pub(super) rpcs: Rpcs,
+    pub(super) stats: Arc<Stats>,
 }
 
 /// Checks a chunk (path, version, offset) of this node's cache again.
@@ -114,163 +114,6 @@ impl LocatorService {
             .live_global_home(path, |n| self.liveness.is_down(n))
     }
 
-    /// Tells every peer this node (re)started with empty tables, so they re-announce what the
-    /// tables held; waits (at most `timeout` per peer, all at once) for their answers. A peer
-    /// that is not up yet has nothing to announce: its failure is ignored, never suspected.
-    pub async fn rejoin(self: &Arc<Self>, timeout: Duration) -> usize {
-        let mut calls = tokio::task::JoinSet::new();
-        for m in self.membership.members() {
-            if m.id == self.me() {
-                continue;
-            }
-            let (me, addr) = (self.clone(), m.addr);
-            calls.spawn(async move {
-                let msg = Msg::Rejoined { node: me.me() };
-                me.rpc(addr, &msg, timeout).await
-            });
-        }
-        let mut answered = 0;
-        while let Some(r) = calls.join_next().await {
-            match r {
-                Ok(Ok(Msg::Ack)) => answered += 1,
-                Ok(Ok(other)) => tracing::warn!(reply = ?other, "unexpected answer to Rejoined"),
-                Ok(Err(e)) => tracing::debug!(error = %e, "a peer did not answer Rejoined"),
-                Err(e) => tracing::warn!(error = %e, "Rejoined task failed"),
-            }
-        }
-        answered
-    }
-
-    /// What `node`, just (re)started, lost: this node's copies it is rack home of, this rack's
-    /// files it is global home of, and the names of the directories it is name home of (this
-    /// node keeps copies of those as their backup).
-    async fn reannounce(self: &Arc<Self>, node: NodeId) {
-        let names: Vec<Msg> = lock(&self.names)
-            .entries()
-            .filter(|(dir, _, _)| self.global_home(dir) == node)
-            .map(|(dir, name, entry)| Msg::NameReplica {
-                dir: dir.to_string(),
-                name: name.to_string(),
-                entry: Some(entry.clone()),
-            })
-            .collect();
-        if !names.is_empty() {
-            tracing::info!(node, names = names.len(), "gave names back to their home");
-            self.call(node, Msg::Batch(names)).await;
-        }
-        let rack = self.membership.rack_of(self.me());
-        let mine: Vec<Msg> = self
-            .holdings
-            .get()
-            .map(|f| f())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(path, _)| self.rack_home(path, rack) == node)
-            .map(|(path, version)| Msg::Publish {
-                path,
-                version,
-                node: self.me(),
-                held: true,
-            })
-            .collect();
-        let copies = mine.len();
-        if !mine.is_empty() {
-            self.call(node, Msg::Batch(mine)).await;
-        }
-        let racks: Vec<Msg> = lock(&self.rack)
-            .table
-            .held()
-            .filter(|((path, _), _)| self.global_home(path) == node)
-            .map(|((path, version), holder)| Msg::RackChanged {
-                path: path.clone(),
-                version: (*version),
-                rack: rack.to_string(),
-                node: holder,
-                held: true,
-            })
-            .collect();
-        if !racks.is_empty() {
-            self.call(node, Msg::Batch(racks)).await;
-        }
-        tracing::info!(node, copies, "re-announced to a restarted node");
-    }
-
-    /// Gossip's news: `node` went down, or came back after being down.
-    ///
-    /// Down: the paths it was home of now have other homes (the next live member in their
-    /// rendezvous order), which know nothing of them yet; this node tells them what it holds
-    /// (as a member) and what its rack holds (as a rack home), so a dead home costs no reads
-    /// of the shared file system for files a live node holds. Back: it gets its paths back,
-    /// and is told what they hold (its tables may be empty after a restart, or stale after a
-    /// freeze).
-    pub async fn member_changed(self: Arc<Self>, node: NodeId, down: bool) {
-        let now_down = self.liveness.down_count() as u64;
-        self.stats.members_down.store(now_down, Ordering::Relaxed);
-        if !down {
-            lock(&self.suspects).remove(&node);
-            self.reannounce(node).await;
-            return;
-        }
-        let rack = self.membership.rack_of(self.me()).to_string();
-        let mine: Vec<(String, Version, bool)> = self
-            .holdings
-            .get()
-            .map(|f| f())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(path, _)| self.membership.rack_home(path, &rack) == node)
-            .map(|(path, version)| (path, version, true))
-            .collect();
-        let copies = mine.len();
-        if !mine.is_empty() {
-            self.publish(&mine).await;
-        }
-        let mut racks: HashMap<NodeId, Vec<Msg>> = HashMap::new();
-        for ((path, version), holder) in lock(&self.rack).table.held() {
-            if self.membership.global_home(path) == node {
-                racks
-                    .entry(self.global_home(path))
-                    .or_default()
-                    .push(Msg::RackChanged {
-                        path: path.clone(),
-                        version: *version,
-                        rack: rack.clone(),
-                        node: holder,
-                        held: true,
-                    });
-            }
-        }
-        let rack_copies: usize = racks.values().map(Vec::len).sum();
-        for (home, msgs) in racks {
-            self.call(home, Msg::Batch(msgs)).await;
-        }
-        // The directories whose name home died and that this node (their backup) now answers
-        // for get a new backup.
-        let mut names: HashMap<NodeId, Vec<Msg>> = HashMap::new();
-        for (dir, name, entry) in lock(&self.names).entries() {
-            if self.membership.global_home(dir) == node && self.global_home(dir) == self.me() {
-                let down = |n| self.liveness.is_down(n);
-                if let Some(b) = self.membership.live_global_backup(dir, down) {
-                    names.entry(b).or_default().push(Msg::NameReplica {
-                        dir: dir.to_string(),
-                        name: name.to_string(),
-                        entry: Some(entry.clone()),
-                    });
-                }
-            }
-        }
-        for (backup, msgs) in names {
-            self.call(backup, Msg::Batch(msgs)).await;
-        }
-        self.stats.failovers.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(
-            node,
-            copies,
-            rack_copies,
-            "re-homed what a dead node was home of"
-        );
-    }
-
     pub fn suspect(&self, node: NodeId) {
         lock(&self.suspects).insert(node, Instant::now());
     }
@@ -320,7 +163,7 @@ impl LocatorService {
     }
 
     /// One locator message to `addr` and its answer, over the transport's RPC.
-    async fn rpc(
+    pub(super) async fn rpc(
         &self,
         addr: std::net::SocketAddr,
         msg: &Msg,

@@ -1,0 +1,174 @@
+//! A member's comings and goings, as the locator handles them: a node that (re)starts with
+//! empty tables tells the others (`Rejoined`) and they re-announce what its tables held; a node
+//! the cluster declares down (gossip) has its paths re-homed to the next live node, whom the
+//! survivors tell what they hold; a node that comes back is told what it is home of again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::membership::NodeId;
+use super::proto::Msg;
+use super::service::LocatorService;
+use crate::core::Version;
+use crate::core::sync::lock;
+
+impl LocatorService {
+    /// Tells every peer this node (re)started with empty tables, so they re-announce what the
+    /// tables held; waits (at most `timeout` per peer, all at once) for their answers. A peer
+    /// that is not up yet has nothing to announce: its failure is ignored, never suspected.
+    pub async fn rejoin(self: &Arc<Self>, timeout: Duration) -> usize {
+        let mut calls = tokio::task::JoinSet::new();
+        for m in self.membership.members() {
+            if m.id == self.me() {
+                continue;
+            }
+            let (me, addr) = (self.clone(), m.addr);
+            calls.spawn(async move {
+                let msg = Msg::Rejoined { node: me.me() };
+                me.rpc(addr, &msg, timeout).await
+            });
+        }
+        let mut answered = 0;
+        while let Some(r) = calls.join_next().await {
+            match r {
+                Ok(Ok(Msg::Ack)) => answered += 1,
+                Ok(Ok(other)) => tracing::warn!(reply = ?other, "unexpected answer to Rejoined"),
+                Ok(Err(e)) => tracing::debug!(error = %e, "a peer did not answer Rejoined"),
+                Err(e) => tracing::warn!(error = %e, "Rejoined task failed"),
+            }
+        }
+        answered
+    }
+
+    /// What `node`, just (re)started, lost: this node's copies it is rack home of, this rack's
+    /// files it is global home of, and the names of the directories it is name home of (this
+    /// node keeps copies of those as their backup).
+    pub(super) async fn reannounce(self: &Arc<Self>, node: NodeId) {
+        let names: Vec<Msg> = lock(&self.names)
+            .entries()
+            .filter(|(dir, _, _)| self.global_home(dir) == node)
+            .map(|(dir, name, entry)| Msg::NameReplica {
+                dir: dir.to_string(),
+                name: name.to_string(),
+                entry: Some(entry.clone()),
+            })
+            .collect();
+        if !names.is_empty() {
+            tracing::info!(node, names = names.len(), "gave names back to their home");
+            self.call(node, Msg::Batch(names)).await;
+        }
+        let rack = self.membership.rack_of(self.me());
+        let mine: Vec<Msg> = self
+            .holdings
+            .get()
+            .map(|f| f())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(path, _)| self.rack_home(path, rack) == node)
+            .map(|(path, version)| Msg::Publish {
+                path,
+                version,
+                node: self.me(),
+                held: true,
+            })
+            .collect();
+        let copies = mine.len();
+        if !mine.is_empty() {
+            self.call(node, Msg::Batch(mine)).await;
+        }
+        let racks: Vec<Msg> = lock(&self.rack)
+            .table
+            .held()
+            .filter(|((path, _), _)| self.global_home(path) == node)
+            .map(|((path, version), holder)| Msg::RackChanged {
+                path: path.clone(),
+                version: (*version),
+                rack: rack.to_string(),
+                node: holder,
+                held: true,
+            })
+            .collect();
+        if !racks.is_empty() {
+            self.call(node, Msg::Batch(racks)).await;
+        }
+        tracing::info!(node, copies, "re-announced to a restarted node");
+    }
+
+    /// Gossip's news: `node` went down, or came back after being down.
+    ///
+    /// Down: the paths it was home of now have other homes (the next live member in their
+    /// rendezvous order), which know nothing of them yet; this node tells them what it holds
+    /// (as a member) and what its rack holds (as a rack home), so a dead home costs no reads
+    /// of the shared file system for files a live node holds. Back: it gets its paths back,
+    /// and is told what they hold (its tables may be empty after a restart, or stale after a
+    /// freeze).
+    pub async fn member_changed(self: Arc<Self>, node: NodeId, down: bool) {
+        let now_down = self.liveness.down_count() as u64;
+        self.stats.members_down.store(now_down, Ordering::Relaxed);
+        if !down {
+            lock(&self.suspects).remove(&node);
+            self.reannounce(node).await;
+            return;
+        }
+        let rack = self.membership.rack_of(self.me()).to_string();
+        let mine: Vec<(String, Version, bool)> = self
+            .holdings
+            .get()
+            .map(|f| f())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(path, _)| self.membership.rack_home(path, &rack) == node)
+            .map(|(path, version)| (path, version, true))
+            .collect();
+        let copies = mine.len();
+        if !mine.is_empty() {
+            self.publish(&mine).await;
+        }
+        let mut racks: HashMap<NodeId, Vec<Msg>> = HashMap::new();
+        for ((path, version), holder) in lock(&self.rack).table.held() {
+            if self.membership.global_home(path) == node {
+                racks
+                    .entry(self.global_home(path))
+                    .or_default()
+                    .push(Msg::RackChanged {
+                        path: path.clone(),
+                        version: *version,
+                        rack: rack.clone(),
+                        node: holder,
+                        held: true,
+                    });
+            }
+        }
+        let rack_copies: usize = racks.values().map(Vec::len).sum();
+        for (home, msgs) in racks {
+            self.call(home, Msg::Batch(msgs)).await;
+        }
+        // The directories whose name home died and that this node (their backup) now answers
+        // for get a new backup.
+        let mut names: HashMap<NodeId, Vec<Msg>> = HashMap::new();
+        for (dir, name, entry) in lock(&self.names).entries() {
+            if self.membership.global_home(dir) == node && self.global_home(dir) == self.me() {
+                let down = |n| self.liveness.is_down(n);
+                if let Some(b) = self.membership.live_global_backup(dir, down) {
+                    names.entry(b).or_default().push(Msg::NameReplica {
+                        dir: dir.to_string(),
+                        name: name.to_string(),
+                        entry: Some(entry.clone()),
+                    });
+                }
+            }
+        }
+        for (backup, msgs) in names {
+            self.call(backup, Msg::Batch(msgs)).await;
+        }
+        self.stats.failovers.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            node,
+            copies,
+            rack_copies,
+            "re-homed what a dead node was home of"
+        );
+    }
+}
