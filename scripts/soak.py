@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""The chaos soak's driver (run by scripts/soak.sh, which builds and sets the environment).
+
+Six daemons in three racks on 127.0.0.1 over one backing directory; a reader per node reads the
+dataset in shifted shards in a loop and checks every byte; a driver freezes (SIGSTOP/SIGCONT),
+kills and restarts daemons at random, usually one at a time, sometimes two at once. At the end
+it reports reads, wrong bytes (must be 0), errors, the longest read stall on a node that was up
+the whole read, shared-FS bytes against the dataset size, failovers and the actions taken.
+"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+BIN = os.environ["BIN"]
+W = os.environ["W"]
+SECONDS = int(os.environ.get("SOAK_SECONDS", "600"))
+FILES = int(os.environ.get("SOAK_FILES", "300"))
+SIZE = int(os.environ.get("SOAK_KIB", "256")) * 1024
+LARGE = int(os.environ.get("SOAK_LARGE", "4"))
+LARGE_SIZE = int(os.environ.get("SOAK_LARGE_MIB", "24")) << 20
+PEER_TIMEOUT = float(os.environ.get("SOAK_PEER_TIMEOUT", "2"))
+DETECT = float(os.environ.get("SOAK_DETECT", "2"))
+NODES = 6
+SEED = int(os.environ.get("SOAK_SEED", "1"))
+# Each node's cache holds this share of the dataset, so nodes keep evicting and pulling from
+# each other (with the whole dataset cached everywhere, chaos would change nothing).
+CACHE_SHARE = float(os.environ.get("SOAK_CACHE_SHARE", "0.4"))
+capacity = ["0"]
+
+rng = random.Random(SEED)
+lock = threading.Lock()
+state = ["up"] * NODES  # up | stopped | dead
+changes = [0] * NODES  # bumped at every action on a node: a read spanning one is not a stall
+pids = [0] * NODES
+counted = {"bytes_from_backing": 0, "bytes_from_peers": 0, "failovers": 0,
+           "checksum_failures": 0, "evictions": 0}
+results = []  # (node, seconds, bytes, outcome, spanned_a_change)
+actions = []
+stop = threading.Event()
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def mnt(i):
+    return f"{W}/n{i}/mnt"
+
+
+def ssd(i):
+    return f"{W}/n{i}/ssd"
+
+
+def stats(i):
+    out = subprocess.run([BIN, "stats", mnt(i), "--json"], capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def mount(i):
+    os.makedirs(mnt(i), exist_ok=True)
+    cmd = [BIN, "mount", mnt(i), "--ssd", ssd(i), "--backing", f"{W}/backing",
+           "--node-id", str(i), "--peers", f"{W}/peers", "--secret-file", f"{W}/secret",
+           "--peer-timeout", f"{PEER_TIMEOUT}s", "--failure-detection", f"{DETECT}s",
+           "--capacity", capacity[0]]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"node {i} failed to mount: {out.stderr.strip()}")
+    pids[i] = stats(i)["pid"]
+
+
+def bank(i):
+    """Adds a daemon's counters to the totals before it dies (a restart starts from zero)."""
+    s = stats(i)
+    if s:
+        for k in counted:
+            counted[k] += s.get(k, 0)
+
+
+def make_dataset():
+    files = {}
+    os.makedirs(f"{W}/backing", exist_ok=True)
+    sizes = [(f"s{k:04}", SIZE + k) for k in range(FILES)]
+    sizes += [(f"large{k}", LARGE_SIZE + k) for k in range(LARGE)]
+    for name, size in sizes:
+        data = os.urandom(size)
+        with open(f"{W}/backing/{name}", "wb") as f:
+            f.write(data)
+        files[name] = (size, hashlib.sha256(data).hexdigest())
+    return files
+
+
+def reader(i, files):
+    names = sorted(files)
+    k = i * len(names) // NODES
+    while not stop.is_set():
+        with lock:
+            up, before = state[i] == "up", changes[i]
+        if not up:
+            time.sleep(0.2)
+            continue
+        name = names[k % len(names)]
+        k += 1
+        t = time.monotonic()
+        try:
+            with open(f"{mnt(i)}/{name}", "rb") as f:
+                data = f.read()
+            outcome = "ok" if hashlib.sha256(data).hexdigest() == files[name][1] else "wrong"
+        except OSError as e:
+            outcome = f"error {e.errno}"
+        took = time.monotonic() - t
+        with lock:
+            spanned = changes[i] != before or state[i] != "up"
+            results.append((i, took, files[name][0], outcome, spanned))
+        if outcome == "wrong" and not spanned:
+            log(f"WRONG BYTES: node {i} {name}")
+
+
+def act(kind, nodes):
+    with lock:
+        for n in nodes:
+            changes[n] += 1
+    actions.append((kind, tuple(nodes)))
+    log(f"{kind} {nodes}")
+
+
+def driver():
+    end = time.monotonic() + SECONDS
+    while time.monotonic() < end:
+        time.sleep(rng.uniform(3, 8))
+        up = [n for n in range(NODES) if state[n] == "up"]
+        roll = rng.random()
+        if roll < 0.45:
+            n = rng.choice(up)
+            act("freeze", [n])
+            with lock:
+                state[n] = "stopped"
+            os.kill(pids[n], signal.SIGSTOP)
+            time.sleep(rng.uniform(2, 6))
+            os.kill(pids[n], signal.SIGCONT)
+            with lock:
+                state[n] = "up"
+                changes[n] += 1
+        elif roll < 0.80:
+            n = rng.choice(up)
+            bank(n)
+            act("kill+restart", [n])
+            with lock:
+                state[n] = "dead"
+            os.kill(pids[n], signal.SIGKILL)
+            time.sleep(rng.uniform(2, 4))
+            subprocess.run(["fusermount3", "-uz", mnt(n)], capture_output=True)
+            mount(n)
+            with lock:
+                state[n] = "up"
+                changes[n] += 1
+        elif roll < 0.90:
+            pair = rng.sample(up, 2)
+            act("freeze two", pair)
+            with lock:
+                for n in pair:
+                    state[n] = "stopped"
+            for n in pair:
+                os.kill(pids[n], signal.SIGSTOP)
+            time.sleep(3)
+            for n in pair:
+                os.kill(pids[n], signal.SIGCONT)
+            with lock:
+                for n in pair:
+                    state[n] = "up"
+                    changes[n] += 1
+
+
+def main():
+    racks = ["r0", "r0", "r1", "r1", "r2", "r2"]
+    base = 21000 + rng.randrange(0, 300) * 10
+    with open(f"{W}/peers", "w") as f:
+        for i in range(NODES):
+            f.write(f"{i} 127.0.0.1:{base + i} {racks[i]}\n")
+    subprocess.run([BIN, "keygen", f"{W}/secret"], check=True, capture_output=True)
+    files = make_dataset()
+    dataset = sum(s for s, _ in files.values())
+    capacity[0] = f"{max(int(dataset * CACHE_SHARE) >> 20, LARGE_SIZE >> 19)}M"
+    log(f"dataset: {len(files)} files, {dataset / 2**20:.1f} MiB; {NODES} daemons in 3 racks; "
+        f"caches of {capacity[0]} each; peer timeout {PEER_TIMEOUT}s, failure detection {DETECT}s; "
+        f"{SECONDS}s of chaos")
+    for i in range(NODES):
+        mount(i)
+    readers = [threading.Thread(target=reader, args=(i, files), daemon=True)
+               for i in range(NODES)]
+    for r in readers:
+        r.start()
+    try:
+        driver()
+    finally:
+        stop.set()
+        for r in readers:
+            r.join(timeout=30)
+        for i in range(NODES):
+            if pids[i]:
+                try:
+                    os.kill(pids[i], signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        for i in range(NODES):
+            bank(i)
+            subprocess.run(["fusermount3", "-u", mnt(i)], capture_output=True)
+    live = [r for r in results if not r[4]]
+    wrong = sum(1 for r in results if r[3] == "wrong")
+    errors = sum(1 for r in live if r[3].startswith("error"))
+    down_reads = len(results) - len(live)
+    stall = max(live, key=lambda r: r[1]) if live else (0, 0.0, 0, "", False)
+    bound = PEER_TIMEOUT + 1.0
+    print()
+    print(f"reads                    {len(results)} ({len(live)} on nodes up for the whole read, "
+          f"{down_reads} overlapping an action on their own node)")
+    print(f"wrong bytes              {wrong} reads (must be 0)")
+    print(f"errors on live nodes     {errors}")
+    print(f"longest live read        {stall[1]:.2f} s (node {stall[0]}, {stall[2]} bytes); "
+          f"bound: peer timeout {PEER_TIMEOUT}s + shared-FS time (< 1 s here) = {bound:.1f} s: "
+          f"{'within' if stall[1] <= bound else 'OVER'}")
+    slow = sorted((r[1] for r in live), reverse=True)[:5]
+    print(f"slowest live reads       {', '.join(f'{s:.2f}' for s in slow)} s")
+    print(f"shared-FS bytes          {counted['bytes_from_backing'] / 2**20:.1f} MiB = "
+          f"{counted['bytes_from_backing'] / dataset:.2f}x the dataset "
+          f"({dataset / 2**20:.1f} MiB)")
+    print(f"bytes from peers         {counted['bytes_from_peers'] / 2**20:.1f} MiB")
+    print(f"failovers                {counted['failovers']} (re-homings after a death)")
+    print(f"evictions                {counted['evictions']} (caches hold {CACHE_SHARE:.0%} of the dataset)")
+    print(f"checksum failures        {counted['checksum_failures']}")
+    kinds = {}
+    for k, _ in actions:
+        kinds[k] = kinds.get(k, 0) + 1
+    print(f"actions                  {len(actions)}: " +
+          ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())))
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
