@@ -44,6 +44,7 @@ counted = {"bytes_from_backing": 0, "bytes_from_peers": 0, "failovers": 0,
            "checksum_failures": 0, "evictions": 0}
 results = []  # (node, seconds, bytes, outcome, spanned_a_change)
 actions = []
+deaths = []  # (node, when): daemons found gone that the driver had not killed
 stop = threading.Event()
 
 
@@ -123,6 +124,21 @@ def reader(i, files):
             log(f"WRONG BYTES: node {i} {name}")
 
 
+def alive(n):
+    """Whether node n's daemon still runs; one found gone is recorded and restarted."""
+    try:
+        os.kill(pids[n], 0)
+        return True
+    except ProcessLookupError:
+        log(f"DAEMON GONE: node {n} (pid {pids[n]}) exited by itself; see {ssd(n)}/dyadfs.log")
+        deaths.append((n, time.strftime("%H:%M:%S")))
+        subprocess.run(["fusermount3", "-uz", mnt(n)], capture_output=True)
+        mount(n)
+        with lock:
+            changes[n] += 1
+        return False
+
+
 def act(kind, nodes):
     with lock:
         for n in nodes:
@@ -135,6 +151,8 @@ def driver():
     end = time.monotonic() + SECONDS
     while time.monotonic() < end:
         time.sleep(rng.uniform(3, 8))
+        for n in range(NODES):
+            alive(n)
         up = [n for n in range(NODES) if state[n] == "up"]
         roll = rng.random()
         if roll < 0.45:
@@ -235,12 +253,13 @@ def main():
     print(f"failovers                {counted['failovers']} (re-homings after a death)")
     print(f"evictions                {counted['evictions']} (caches hold {CACHE_SHARE:.0%} of the dataset)")
     print(f"checksum failures        {counted['checksum_failures']}")
+    print(f"daemons that died alone  {len(deaths)} {deaths}")
     kinds = {}
     for k, _ in actions:
         kinds[k] = kinds.get(k, 0) + 1
     print(f"actions                  {len(actions)}: " +
           ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())))
-    sys.exit(1 if wrong else 0)
+    sys.exit(1 if wrong or deaths else 0)
 
 
 if __name__ == "__main__":

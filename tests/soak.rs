@@ -1,0 +1,22 @@
+//! A short chaos soak in the test command (`scripts/soak.sh`, 20 seconds): six real daemons,
+//! readers checking every byte, daemons frozen, killed and restarted at random. The long run
+//! (`SOAK_SECONDS=600 scripts/soak.sh`) is in the README.
+
+use std::process::Command;
+
+#[test]
+fn a_short_chaos_soak_reads_no_wrong_byte() {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/soak.sh"))
+        .env("DYADFS_BIN", env!("CARGO_BIN_EXE_dyadfs"))
+        .env("SOAK_SECONDS", "20")
+        .env("SOAK_FILES", "60")
+        .env("SOAK_LARGE", "1")
+        .env("SOAK_LARGE_MIB", "12")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the soak failed");
+    assert!(text.contains("wrong bytes              0 reads"), "{text}");
+    assert!(text.contains("errors on live nodes     0"), "{text}");
+}
