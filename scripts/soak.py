@@ -116,6 +116,8 @@ def reader(i, files):
             outcome = "ok" if hashlib.sha256(data).hexdigest() == files[name][1] else "wrong"
         except OSError as e:
             outcome = f"error {e.errno}"
+            if e.errno == 107:  # ENOTCONN: the daemon is gone; the driver restarts it
+                time.sleep(0.2)
         took = time.monotonic() - t
         with lock:
             spanned = changes[i] != before or state[i] != "up"
@@ -241,6 +243,12 @@ def main():
           f"{down_reads} overlapping an action on their own node)")
     print(f"wrong bytes              {wrong} reads (must be 0)")
     print(f"errors on live nodes     {errors}")
+    by = {}
+    for r in live:
+        if r[3].startswith("error"):
+            by[(r[0], r[3])] = by.get((r[0], r[3]), 0) + 1
+    if by:
+        print("  by node and errno      " + ", ".join(f"node {n} {e}: {c}" for (n, e), c in sorted(by.items())))
     print(f"longest live read        {stall[1]:.2f} s (node {stall[0]}, {stall[2]} bytes); "
           f"bound: peer timeout {PEER_TIMEOUT}s + shared-FS time (< 1 s here) = {bound:.1f} s: "
           f"{'within' if stall[1] <= bound else 'OVER'}")
