@@ -143,12 +143,14 @@ fn a_dead_name_home_loses_no_name() {
     fs::write(c.nodes[producer].path("before"), &data).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     signal(&c.nodes[home], libc::SIGKILL);
+    // A name made at once, before anyone has declared the home down: the producer's publish
+    // waits for the directory to move rather than lose the name.
+    fs::write(c.nodes[producer].path("after"), &data).unwrap();
     wait_members_down(&c.nodes[consumer], 1);
-    // The consumer never looked the name up: its new home (the backup) answers.
+    // The consumer never looked the names up: their new home (the backup) answers.
     let got = fs::read(c.nodes[consumer].path("before")).expect("a name from before the death");
     assert!(got == data);
-    // And names made after the death live at the new home.
-    fs::write(c.nodes[producer].path("after"), &data).unwrap();
+    // The publish of "after" runs at release, which the kernel sends after close returns.
     let t = Instant::now();
     loop {
         match fs::read(c.nodes[consumer].path("after")) {
@@ -156,7 +158,7 @@ fn a_dead_name_home_loses_no_name() {
             Err(_) if t.elapsed() < Duration::from_secs(10) => {
                 std::thread::sleep(Duration::from_millis(100))
             }
-            Err(e) => panic!("a name made after the death: {e}"),
+            Err(e) => panic!("a name made as its home died: {e}"),
         }
     }
 }

@@ -221,6 +221,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let names = Arc::new(ClusterNames {
         locator: locator.clone(),
         runtime: runtime.handle().clone(),
+        failover_wait: args.cluster.failure_detection * 2,
     });
     let pull_config = PullConfig {
         node_id: id,

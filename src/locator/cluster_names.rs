@@ -16,15 +16,43 @@ use crate::core::{NodeId, Version};
 pub struct ClusterNames {
     pub locator: Arc<LocatorService>,
     pub runtime: tokio::runtime::Handle,
+    /// How long a name question waits, after its home failed to answer, for the cluster to
+    /// declare that home down (its directories then move to the next live node, which holds
+    /// their backup copies): the failure detection time, with a margin.
+    pub failover_wait: Duration,
 }
 
+/// How often a question whose home failed checks whether the directory moved.
+const FAILOVER_POLL: Duration = Duration::from_millis(50);
+
 impl ClusterNames {
+    /// Asks the directory's name home. A home that fails to answer may be dying before the
+    /// cluster has declared it down: rather than lose a produced name (or answer "no such
+    /// name"), the question waits for the directory to move and asks the new home; a home that
+    /// was only slow (never declared down) keeps its directories, so nothing is orphaned at a
+    /// backup.
     fn ask(&self, dir: &str, msg: Msg, wait: Duration) -> std::io::Result<Msg> {
         let l = &self.locator;
-        let home = l.global_home(dir);
-        self.runtime
-            .block_on(l.call_within(home, msg, wait + l.timeout))
-            .ok_or_else(|| LocatorError::NameHomeUnreachable(home).into())
+        let mut home = l.global_home(dir);
+        let deadline = std::time::Instant::now() + self.failover_wait;
+        loop {
+            let call = l.call_within(home, msg.clone(), wait + l.timeout);
+            if let Some(reply) = self.runtime.block_on(call) {
+                return Ok(reply);
+            }
+            loop {
+                if std::time::Instant::now() >= deadline {
+                    return Err(LocatorError::NameHomeUnreachable(home).into());
+                }
+                std::thread::sleep(FAILOVER_POLL);
+                let now = l.global_home(dir);
+                if now != home {
+                    tracing::info!(dir, from = home, to = now, "asking a directory's new home");
+                    home = now;
+                    break;
+                }
+            }
+        }
     }
 }
 
