@@ -90,6 +90,7 @@ fn forged_name() -> Message {
             holder: 0,
             uid: 0,
             gid: 0,
+            meta: Default::default(),
         }),
     })
 }

@@ -26,7 +26,7 @@ pub fn producer_of(object: &str) -> Option<NodeId> {
 }
 
 /// One published name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Name {
     pub dir: bool,
     /// The object holding a file's bytes (empty for a directory).
@@ -41,6 +41,84 @@ pub struct Name {
     pub uid: u32,
     #[serde(default)]
     pub gid: u32,
+    /// What else it is (a symlink, a device...) and the times users set on it.
+    #[serde(default)]
+    pub meta: NameMeta,
+}
+
+/// A name's kind beyond a file or a directory, and its times beyond the object's version.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameMeta {
+    /// `S_IFLNK`, `S_IFIFO`, `S_IFCHR`, `S_IFBLK` or `S_IFSOCK` for a name without bytes
+    /// (0: a file or a directory).
+    pub special: u32,
+    /// A symlink's target.
+    pub target: String,
+    /// A device node's number.
+    pub rdev: u64,
+    /// The modification time a user set (`None`: the version's `mtime_ns`, which names the
+    /// object's bytes and so never changes without them).
+    pub mtime_ns: Option<i64>,
+    pub atime_ns: Option<i64>,
+    /// When the name's attributes last changed (`None`: its modification time).
+    pub ctime_ns: Option<i64>,
+    /// A hard-linked file: the key of its record in [`LINKS_DIR`], which holds what all its
+    /// names share (bytes, mode, owner, times, link count). A name with a key and no object
+    /// points at the record; the record carries its own key.
+    pub inode: String,
+    /// A record's number of names.
+    pub nlink: u32,
+}
+
+/// The namespace directory of hard-linked files' records (never a dataset path).
+pub const LINKS_DIR: &str = "//links";
+
+/// The longest symlink target a name may carry (`PATH_MAX`).
+pub const TARGET_MAX: usize = 4096;
+
+impl Name {
+    /// The modification time users see.
+    pub fn mtime(&self) -> i64 {
+        self.meta.mtime_ns.unwrap_or(self.mtime_ns)
+    }
+
+    pub fn ctime(&self) -> i64 {
+        self.meta.ctime_ns.unwrap_or_else(|| self.mtime())
+    }
+
+    pub fn atime(&self) -> i64 {
+        self.meta.atime_ns.unwrap_or_else(|| self.mtime())
+    }
+
+    /// A regular file (or a pointer at a hard-linked one's record).
+    pub fn is_file(&self) -> bool {
+        !self.dir && self.meta.special == 0
+    }
+
+    /// A name that points at a hard-linked file's record instead of holding its attributes.
+    pub fn is_pointer(&self) -> bool {
+        !self.meta.inode.is_empty() && self.object.is_empty() && self.is_file()
+    }
+
+    /// The name that points at record `key`, made by `holder`.
+    pub fn pointer(key: &str, holder: NodeId) -> Name {
+        Name {
+            holder,
+            meta: NameMeta {
+                inode: key.to_string(),
+                ..NameMeta::default()
+            },
+            ..Name::default()
+        }
+    }
+}
+
+/// Now, in nanoseconds since the epoch (the clock of produced names' times).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as i64
 }
 
 /// How the filesystem reaches the produced namespace: in process on a single node, by RPC to

@@ -264,6 +264,9 @@ pub(super) fn run_session<S: crate::core::source::Source>(
         fuser::MountOption::Subtype("dyadfs".into()),
         fuser::MountOption::NoAtime,
         fuser::MountOption::DefaultPermissions,
+        // Device nodes and set-id bits may be published by any node of the job: never honoured.
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
     ];
     for o in args.options.iter().filter(|o| !o.is_empty()) {
         match o.as_str() {

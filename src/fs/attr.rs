@@ -3,33 +3,74 @@
 
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Error;
 use super::write::Staged;
 use crate::core::Version;
 use crate::core::names::Name;
+use crate::core::sync::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     File,
     Dir,
     Symlink,
-    Other,
+    Fifo,
+    Char,
+    Block,
+    Socket,
 }
 
 impl Kind {
     pub(super) fn of(ft: std::fs::FileType) -> Kind {
+        use std::os::unix::fs::FileTypeExt;
         if ft.is_file() {
             Kind::File
         } else if ft.is_dir() {
             Kind::Dir
         } else if ft.is_symlink() {
             Kind::Symlink
+        } else if ft.is_char_device() {
+            Kind::Char
+        } else if ft.is_block_device() {
+            Kind::Block
+        } else if ft.is_socket() {
+            Kind::Socket
         } else {
-            Kind::Other
+            Kind::Fifo
         }
+    }
+
+    /// The kind a produced name is.
+    pub(super) fn of_name(n: &Name) -> Kind {
+        if n.dir {
+            return Kind::Dir;
+        }
+        match n.meta.special {
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFCHR => Kind::Char,
+            libc::S_IFBLK => Kind::Block,
+            libc::S_IFSOCK => Kind::Socket,
+            _ => Kind::File,
+        }
+    }
+
+    /// The `S_IFMT` bits of a special kind a name may be made as (`mknod`, `symlink`).
+    pub(super) fn special_bits(mode: u32) -> Option<u32> {
+        match mode & libc::S_IFMT {
+            b @ (libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+fn time_of_ns(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
     }
 }
 
@@ -47,6 +88,8 @@ pub struct Attr {
     pub nlink: u32,
     pub uid: u32,
     pub gid: u32,
+    /// A device node's number.
+    pub rdev: u32,
     pub version: Version,
     /// Written under the mount (not in the backing tree): other nodes may change it.
     pub produced: bool,
@@ -74,6 +117,7 @@ impl Attr {
             nlink: meta.nlink() as u32,
             uid: meta.uid(),
             gid: meta.gid(),
+            rdev: meta.rdev() as u32,
             version: crate::core::version_of(meta),
             produced: false,
         }
@@ -82,31 +126,79 @@ impl Attr {
     pub(super) fn from_staged(ino: u64, s: &Staged) -> Result<Attr, Error> {
         let meta = s.file.metadata().map_err(Error::Write)?;
         let mut a = Attr::from_meta(ino, &meta);
-        a.perm = s.mode.load(Ordering::Relaxed) as u16;
-        (a.uid, a.gid) = s.owner;
+        let set = lock(&s.set);
+        a.perm = set.mode as u16;
+        (a.uid, a.gid) = set.owner;
+        if let Some(t) = set.atime_ns {
+            a.atime = time_of_ns(t);
+        }
+        if let Some(t) = set.mtime_ns {
+            a.mtime = time_of_ns(t);
+        }
+        if let Some(t) = set.ctime_ns {
+            a.ctime = time_of_ns(t);
+        }
         a.produced = true;
         Ok(a)
     }
 
     pub(super) fn from_name(ino: u64, n: &Name) -> Attr {
-        let t = UNIX_EPOCH + Duration::from_nanos(n.mtime_ns.max(0) as u64);
+        let kind = Kind::of_name(n);
+        let size = match kind {
+            Kind::Symlink => n.meta.target.len() as u64,
+            _ => n.size,
+        };
         Attr {
             ino,
-            kind: if n.dir { Kind::Dir } else { Kind::File },
-            size: n.size,
-            blocks: n.size.div_ceil(512),
-            atime: t,
-            mtime: t,
-            ctime: t,
+            kind,
+            size,
+            blocks: size.div_ceil(512),
+            atime: time_of_ns(n.atime()),
+            mtime: time_of_ns(n.mtime()),
+            ctime: time_of_ns(n.ctime()),
             perm: (n.mode & 0o7777) as u16,
-            nlink: if n.dir { 2 } else { 1 },
+            nlink: if n.dir { 2 } else { n.meta.nlink.max(1) },
             uid: n.uid,
             gid: n.gid,
+            rdev: n.meta.rdev as u32,
             version: Version {
                 size: n.size,
                 mtime_ns: n.mtime_ns,
             },
             produced: true,
         }
+    }
+}
+
+/// A time `setattr` sets: now (`UTIME_NOW`, `touch`) or a given one, in ns since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(i64),
+}
+
+impl TimeSet {
+    pub fn at(self, now: i64) -> i64 {
+        match self {
+            TimeSet::Now => now,
+            TimeSet::At(t) => t,
+        }
+    }
+}
+
+/// What a `setattr` changes (`None`: left as it is).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        *self == Changes::default()
     }
 }

@@ -61,8 +61,13 @@ impl BackingStore {
     /// Opens `rel` (a relative, normalised path; "" is the root) beneath the root with `flags`
     /// (read-only, close-on-exec added). Symlinks resolve only within the root.
     fn open_beneath(&self, rel: &str, flags: i32) -> io::Result<File> {
-        crate::core::paths::dataset_path(rel)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        use crate::core::paths::PathError;
+        crate::core::paths::dataset_path(rel).map_err(|e| {
+            io::Error::from_raw_os_error(match e {
+                PathError::TooLong(_) | PathError::NameTooLong(_) => libc::ENAMETOOLONG,
+                _ => libc::EINVAL,
+            })
+        })?;
         let root = self
             .root_fd
             .as_ref()

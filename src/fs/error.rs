@@ -18,6 +18,12 @@ pub enum Error {
     ReadOnly,
     #[error("file exists")]
     Exists,
+    #[error("invalid argument")]
+    Invalid,
+    #[error("name or symlink target too long")]
+    NameTooLong,
+    #[error("hard links are not supported in the produced namespace")]
+    NoLinks,
     #[error("directory not empty")]
     NotEmpty,
     #[error("a non-empty produced directory cannot be renamed (copy it instead)")]
@@ -53,6 +59,10 @@ impl Error {
             Error::IsDir => libc::EISDIR,
             Error::ReadOnly => libc::EROFS,
             Error::Exists => libc::EEXIST,
+            Error::Invalid => libc::EINVAL,
+            Error::NameTooLong => libc::ENAMETOOLONG,
+            // What link(2) says on a file system that does not make hard links.
+            Error::NoLinks => libc::EPERM,
             Error::NotEmpty => libc::ENOTEMPTY,
             // What rename(2) says when it cannot move: `mv` then copies and removes.
             Error::CrossDevice => libc::EXDEV,

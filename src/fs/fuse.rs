@@ -18,7 +18,7 @@ use fuser::{
 
 use super::io_modes::{IoModes, OpenMode};
 use super::listing::page;
-use super::{Attr, DyadFs, Error, Kind};
+use super::{Attr, Changes, DyadFs, Error, Kind, TimeSet};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -64,9 +64,19 @@ fn file_attr(a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 4096,
         flags: 0,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_nanos() as i64,
+            Err(e) => -(e.duration().as_nanos() as i64),
+        }),
     }
 }
 
@@ -75,7 +85,10 @@ fn file_type(k: Kind) -> FileType {
         Kind::File => FileType::RegularFile,
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
-        Kind::Other => FileType::NamedPipe,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Char => FileType::CharDevice,
+        Kind::Block => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
     }
 }
 
@@ -124,9 +137,9 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _span = tracing::debug_span!("getattr", ino = ino.0).entered();
-        match self.fs.getattr(ino.0) {
+        match self.fs.getattr_open(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.fs.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -295,11 +308,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -308,7 +321,17 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.fs.setattr(ino.0, mode, size) {
+        let _span = tracing::debug_span!("setattr", ino = ino.0).entered();
+        // The kernel checked the caller's right to each change (default_permissions).
+        let changes = Changes {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        match self.fs.setattr(ino.0, &changes) {
             Ok(a) => reply.attr(&self.fs.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -328,6 +351,60 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .fs
             .mkdir(parent.0, name, mode & !umask, (req.uid(), req.gid()))
         {
+            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let _span = tracing::debug_span!("symlink", parent = parent.0, ?link_name).entered();
+        match self
+            .fs
+            .symlink(parent.0, link_name, target, (req.uid(), req.gid()))
+        {
+            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _span = tracing::debug_span!("mknod", parent = parent.0, ?name).entered();
+        let mode = mode & !(umask & 0o7777);
+        match self
+            .fs
+            .mknod(parent.0, name, mode, rdev, (req.uid(), req.gid()))
+        {
+            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let _span = tracing::debug_span!("link", ino = ino.0, ?newname).entered();
+        match self.fs.link(ino.0, newparent.0, newname) {
             Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }

@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::attr::Attr;
 use super::{DyadFs, Error, Found, ROOT_INO, split};
 use crate::core::Version;
+use crate::core::names::LINKS_DIR;
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -25,6 +26,9 @@ pub(super) struct Node {
     pub(super) last_use: AtomicU64,
     /// The version whose pages the kernel may hold for this inode (see `open`).
     pub(super) kernel_version: Mutex<Option<Version>>,
+    /// A hard-linked file's other keys in `by_path` (its other names, and its record's id),
+    /// dropped with it; empty for all other files.
+    pub(super) aliases: Mutex<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -88,6 +92,27 @@ impl InodeShedder {
     }
 }
 
+impl Node {
+    /// `path` no longer names this node: it is moved to `to`, or (`None`) gone. A hard-linked
+    /// file's node keeps resolving through another of its names.
+    pub(super) fn unalias(&self, path: &str, to: Option<&str>) {
+        let mut aliases = lock(&self.aliases);
+        aliases.retain(|a| a != path);
+        let mut primary = self.path.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(to) = to {
+            if *primary != path {
+                aliases.push(to.to_string());
+            } else {
+                *primary = to.to_string();
+            }
+        } else if *primary == path
+            && let Some(other) = aliases.iter().find(|a| !a.starts_with(LINKS_DIR))
+        {
+            *primary = other.clone();
+        }
+    }
+}
+
 pub(super) fn new_node(path: &str, attr: Attr, lookups: u64) -> Node {
     Node {
         path: RwLock::new(path.to_string()),
@@ -95,6 +120,7 @@ pub(super) fn new_node(path: &str, attr: Attr, lookups: u64) -> Node {
         last_use: AtomicU64::new(0),
         attr: Mutex::new((attr, Instant::now())),
         kernel_version: Mutex::new(None),
+        aliases: Mutex::new(Vec::new()),
     }
 }
 
@@ -125,21 +151,43 @@ impl<S: Source> DyadFs<S> {
             Found::Backing(meta) => Ok(Attr::from_meta(ino, meta)),
             Found::Produced(n) => Ok(Attr::from_name(ino, n)),
         };
+        // The names of a hard-linked file share one inode, found by its record's id.
+        let link_id = match found {
+            Found::Produced(n) if !n.meta.inode.is_empty() => {
+                Some(format!("{LINKS_DIR}/{}", n.meta.inode))
+            }
+            _ => None,
+        };
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(&ino) = inodes.by_path.get(&path) {
+        let known = |key: &String| {
+            inodes
+                .by_path
+                .get(key)
+                .filter(|ino| inodes.nodes.contains_key(ino))
+                .copied()
+        };
+        if let Some(ino) = known(&path).or_else(|| link_id.as_ref().and_then(known)) {
             let attr = attr_of(ino)?;
-            let node = &inodes.nodes[&ino];
+            let node = inodes.nodes[&ino].clone();
+            for key in [Some(&path), link_id.as_ref()].into_iter().flatten() {
+                if inodes.by_path.insert(key.clone(), ino) != Some(ino) {
+                    lock(&node.aliases).push(key.clone());
+                }
+            }
             *lock(&node.attr) = (attr, Instant::now());
-            inodes.referenced(node, refs);
+            inodes.referenced(&node, refs);
             return Ok(attr);
         }
         let ino = inodes.next;
         inodes.next += 1;
         let attr = attr_of(ino)?;
         inodes.by_path.insert(path.clone(), ino);
-        inodes
-            .nodes
-            .insert(ino, Arc::new(new_node(&path, attr, refs)));
+        let node = new_node(&path, attr, refs);
+        if let Some(id) = link_id {
+            inodes.by_path.insert(id.clone(), ino);
+            lock(&node.aliases).push(id);
+        }
+        inodes.nodes.insert(ino, Arc::new(node));
         inodes.referenced(&inodes.nodes[&ino], 0);
         Ok(attr)
     }
@@ -171,8 +219,10 @@ impl<S: Source> DyadFs<S> {
         }
         let node = inodes.nodes.remove(&ino).expect("present");
         let path = Self::path_of(&node);
-        if inodes.by_path.get(&path) == Some(&ino) {
-            inodes.by_path.remove(&path);
+        for key in std::iter::once(path).chain(lock(&node.aliases).drain(..)) {
+            if inodes.by_path.get(&key) == Some(&ino) {
+                inodes.by_path.remove(&key);
+            }
         }
     }
 
@@ -186,6 +236,10 @@ impl<S: Source> DyadFs<S> {
     /// kernel, which forgets it on its own).
     pub(super) fn unmap(&self, path: &str) {
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        inodes.by_path.remove(path);
+        if let Some(ino) = inodes.by_path.remove(path)
+            && let Some(node) = inodes.nodes.get(&ino)
+        {
+            node.unalias(path, None);
+        }
     }
 }

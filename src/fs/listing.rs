@@ -64,7 +64,7 @@ impl<S: Source> DyadFs<S> {
             Ok(names) => {
                 for (n, name) in names {
                     if !staged_names.contains(n.as_str()) && seen.insert(n.clone().into()) {
-                        let kind = if name.dir { Kind::Dir } else { Kind::File };
+                        let kind = Kind::of_name(&name);
                         found.push((n.into(), kind));
                     }
                 }

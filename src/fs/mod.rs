@@ -29,7 +29,7 @@ mod ops_tests;
 #[cfg(test)]
 mod test_source;
 
-pub use attr::{Attr, Kind};
+pub use attr::{Attr, Changes, Kind, TimeSet};
 pub use handles::Opened;
 use handles::{CachedHandle, Handle};
 pub use inodes::InodeShedder;
@@ -197,6 +197,20 @@ impl<S: Source> DyadFs<S> {
             self.stats().name_waits.fetch_add(1, Ordering::Relaxed);
         }
         match self.names.get(dir, name, wait) {
+            // A hard link: the record holds what the file's names share.
+            Ok(Some(n)) if n.is_pointer() => {
+                match self
+                    .names
+                    .get(names::LINKS_DIR, &n.meta.inode, Duration::ZERO)
+                {
+                    Ok(Some(r)) => Ok(Found::Produced(r)),
+                    Ok(None) => Err(Error::NotFound),
+                    Err(e) => {
+                        tracing::warn!(%path, error = %e, "link record lookup failed");
+                        Err(Error::NotFound)
+                    }
+                }
+            }
             Ok(Some(n)) => Ok(Found::Produced(n)),
             Ok(None) => Err(Error::NotFound),
             Err(e) => {
@@ -252,11 +266,27 @@ impl<S: Source> DyadFs<S> {
         self.fresh_attr(&node)
     }
 
+    /// `fstat`: a file being written that was unlinked while open still has attributes (and
+    /// no link).
+    pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr, Error> {
+        if let Some(fh) = fh
+            && let Ok(h) = self.handle(fh)
+            && let Handle::Staged { staged, .. } = &*h
+            && staged.unlinked.load(Ordering::Relaxed)
+        {
+            let mut a = Attr::from_staged(ino, staged)?;
+            a.nlink = 0;
+            return Ok(a);
+        }
+        self.getattr(ino)
+    }
+
     pub fn readlink(&self, ino: u64) -> Result<PathBuf, Error> {
-        let node = self.node(ino)?;
-        self.backing
-            .read_link(&Self::path_of(&node))
-            .map_err(Error::Backing)
+        let path = Self::path_of(&*self.node(ino)?);
+        match self.backing.read_link(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.produced_target(&path),
+            r => r.map_err(Error::Backing),
+        }
     }
 
     /// Opens a file. `write`: open for writing (a produced file gets a new version, started
@@ -283,12 +313,18 @@ impl<S: Source> DyadFs<S> {
                 if n.dir {
                     return Err(Error::IsDir);
                 }
+                if !n.is_file() {
+                    return Err(Error::Invalid);
+                }
                 if write {
                     // A new version keeps the file's owner.
                     let staged = self
                         .producer
                         .create(&path, n.mode, (n.uid, n.gid))
                         .map_err(Error::Write)?;
+                    if !n.meta.inode.is_empty() {
+                        let _ = staged.inode.set(n.meta.inode.clone());
+                    }
                     if !truncate {
                         self.copy_into(&n, &staged)?;
                     }
@@ -399,6 +435,7 @@ impl<S: Source> DyadFs<S> {
                 staged,
                 writable: true,
             }) => {
+                let _sealing = lock(&staged.sealing);
                 let last = staged.writers.fetch_sub(1, Ordering::Relaxed) == 1;
                 if last {
                     return self.seal(staged);

@@ -1,18 +1,21 @@
 //! Operations that change the produced namespace: create, write, seal and publish, mkdir,
-//! remove, rename, setattr and fsync. The backing tree is never modified.
+//! symlink, mknod, remove, rename, setattr and fsync. The backing tree is never modified.
+//!
+//! Times follow POSIX: a name's ctime changes with its attributes, a directory's mtime and
+//! ctime with its entries (a produced directory's; the backing tree's stay as they are).
 
 use std::ffi::OsStr;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use super::attr::{Attr, Kind};
+use super::attr::{Attr, Changes, Kind, TimeSet};
 use super::handles::{Handle, Opened};
 use super::write::Staged;
 use super::{DyadFs, Error, Found, join, split};
 use crate::core::Version;
-use crate::core::names::Name;
+use crate::core::names::{LINKS_DIR, Name, NameMeta, TARGET_MAX, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -68,6 +71,7 @@ impl<S: Source> DyadFs<S> {
             .producer
             .create(&path, mode, owner)
             .map_err(Error::Write)?;
+        self.touch_dir(&Self::path_of(&parent))?;
         let attr = self.upsert(path, &Found::Staged(staged.clone()), 1)?;
         Ok((attr, self.staged_handle(staged, true)))
     }
@@ -83,6 +87,12 @@ impl<S: Source> DyadFs<S> {
                     .file
                     .write_all_at(data, offset)
                     .map_err(Error::Write)?;
+                // A write is a modification: a time set before it no longer holds.
+                let mut set = lock(&staged.set);
+                if set.mtime_ns.is_some() || set.ctime_ns.is_some() {
+                    (set.mtime_ns, set.ctime_ns) = (None, None);
+                }
+                drop(set);
                 self.stats()
                     .bytes_written
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -108,29 +118,166 @@ impl<S: Source> DyadFs<S> {
         let path = lock(&staged.path).clone();
         let object = self.producer.new_object();
         let version = self.producer.seal(staged, &object).map_err(Error::Write)?;
+        let set = *lock(&staged.set);
         let name = Name {
             dir: false,
             object,
             size: version.size,
             mtime_ns: version.mtime_ns,
-            mode: staged.mode.load(Ordering::Relaxed) as u32,
+            mode: set.mode,
             holder: self.names.me(),
-            uid: staged.owner.0,
-            gid: staged.owner.1,
+            uid: set.owner.0,
+            gid: set.owner.1,
+            meta: NameMeta {
+                atime_ns: set.atime_ns,
+                mtime_ns: set.mtime_ns,
+                ctime_ns: set.ctime_ns,
+                ..NameMeta::default()
+            },
         };
+        if let Some(key) = staged.inode.get()
+            && let Some(mut r) = self
+                .names
+                .get(LINKS_DIR, key, Duration::ZERO)
+                .map_err(Error::Names)?
+        {
+            // A new version of a hard-linked file: every name of it sees the new bytes.
+            let old = r.clone();
+            (r.object, r.size, r.mtime_ns) = (name.object, name.size, name.mtime_ns);
+            (r.mode, r.uid, r.gid) = (name.mode, name.uid, name.gid);
+            r.meta.mtime_ns = set.mtime_ns;
+            r.meta.ctime_ns = Some(set.ctime_ns.unwrap_or_else(now_ns));
+            self.names
+                .set(LINKS_DIR, key, Some(r.clone()))
+                .map_err(Error::Names)?;
+            self.release_object(&old, false);
+            self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
+            self.upsert(path, &Found::Produced(r), 0)?;
+            return Ok(());
+        }
         let (dir, file) = split(&path);
         let old = self
             .names
             .set(dir, file, Some(name.clone()))
             .map_err(Error::Names)?;
-        if let Some(old) = old.filter(|o| !o.dir) {
+        if let Some(old) = old.filter(|o| o.object != name.object) {
             // The old version stays readable by whoever has it open, then may be evicted.
-            self.release_object(&old, false);
+            self.unname(&old, false)?;
         }
         self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%path, object = %name.object, size = version.size, "published");
         self.upsert(path, &Found::Produced(name), 0)?;
         Ok(())
+    }
+
+    /// A name went away (`drop`: unlinked) or was replaced by a new version: a hard link's
+    /// record loses a name (and its bytes with the last one); a file's holder is told that no
+    /// name points at its object any more.
+    pub(super) fn unname(&self, old: &Name, drop: bool) -> Result<(), Error> {
+        if old.is_pointer() {
+            let key = &old.meta.inode;
+            let Some(mut r) = self
+                .names
+                .get(LINKS_DIR, key, Duration::ZERO)
+                .map_err(Error::Names)?
+            else {
+                return Ok(());
+            };
+            r.meta.nlink = r.meta.nlink.saturating_sub(1);
+            if r.meta.nlink == 0 {
+                self.names.set(LINKS_DIR, key, None).map_err(Error::Names)?;
+                self.release_object(&r, drop);
+            } else {
+                r.meta.ctime_ns = Some(now_ns());
+                self.names
+                    .set(LINKS_DIR, key, Some(r.clone()))
+                    .map_err(Error::Names)?;
+                self.refresh_link(&r);
+            }
+        } else if !old.object.is_empty() {
+            self.release_object(old, drop);
+        }
+        Ok(())
+    }
+
+    /// The inode of a hard-linked file, if the kernel knows it, takes the record's new
+    /// attributes (its other names' link count and ctime changed).
+    fn refresh_link(&self, r: &Name) {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{LINKS_DIR}/{}", r.meta.inode);
+        if let Some(&ino) = inodes.by_path.get(&id)
+            && let Some(node) = inodes.nodes.get(&ino)
+        {
+            *lock(&node.attr) = (Attr::from_name(ino, r), std::time::Instant::now());
+        }
+    }
+
+    /// Publishes changed attributes of a name at `path` (or of its hard link record).
+    fn store(&self, path: &str, n: &Name) -> Result<(), Error> {
+        let (dir, file) = match n.meta.inode.as_str() {
+            "" => split(path),
+            key => (LINKS_DIR, key),
+        };
+        self.names
+            .set(dir, file, Some(n.clone()))
+            .map_err(Error::Names)?;
+        Ok(())
+    }
+
+    /// What `path` is, once a file whose last writer just closed is sealed and published.
+    fn settled(&self, path: &str) -> Result<Found, Error> {
+        match self.resolve(path, Duration::ZERO)? {
+            Found::Staged(s) if s.writers.load(Ordering::Relaxed) == 0 => {
+                drop(lock(&s.sealing));
+                self.resolve(path, Duration::ZERO)
+            }
+            found => Ok(found),
+        }
+    }
+
+    /// Makes `new_name` in `new_parent` a hard link to the produced file `ino`: the file's
+    /// attributes move to a record in [`LINKS_DIR`] that all its names point at.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<Attr, Error> {
+        let from = Self::path_of(&*self.node(ino)?);
+        let parent = self.node(new_parent)?;
+        if self.fresh_attr(&parent)?.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let dir_path = Self::path_of(&parent);
+        let to = join(&dir_path, new_name);
+        match self.resolve(&to, Duration::ZERO) {
+            Ok(_) => return Err(Error::Exists),
+            Err(Error::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let mut r = match self.settled(&from)? {
+            Found::Backing(_) => return Err(Error::ReadOnly),
+            // Still open for writing: its bytes have no object to share yet.
+            Found::Staged(_) => return Err(Error::NoLinks),
+            Found::Produced(n) if n.dir => return Err(Error::NoLinks),
+            Found::Produced(n) => n,
+        };
+        let me = self.names.me();
+        r.meta.ctime_ns = Some(now_ns());
+        if r.meta.inode.is_empty() {
+            r.meta.inode = self.producer.new_link_key();
+            r.meta.nlink = 2;
+            self.store(&from, &r)?;
+            let (fd, ff) = split(&from);
+            self.names
+                .set(fd, ff, Some(Name::pointer(&r.meta.inode, me)))
+                .map_err(Error::Names)?;
+        } else {
+            r.meta.nlink += 1;
+            self.store(&from, &r)?;
+        }
+        let (td, tf) = split(&to);
+        self.names
+            .set(td, tf, Some(Name::pointer(&r.meta.inode, me)))
+            .map_err(Error::Names)?;
+        self.touch_dir(&dir_path)?;
+        self.upsert(from, &Found::Produced(r.clone()), 0)?;
+        self.upsert(to, &Found::Produced(r), 1)
     }
 
     /// Tells an object's holder that no name points at it any more.
@@ -155,35 +302,121 @@ impl<S: Source> DyadFs<S> {
         mode: u32,
         owner: (u32, u32),
     ) -> Result<Attr, Error> {
+        let n = self.new_name(true, mode, owner, NameMeta::default());
+        self.make(parent, name, n)
+    }
+
+    /// Makes a symlink to `target` owned by `owner`.
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &std::path::Path,
+        owner: (u32, u32),
+    ) -> Result<Attr, Error> {
+        let target = target.as_os_str().as_encoded_bytes();
+        if target.len() >= TARGET_MAX {
+            return Err(Error::NameTooLong);
+        }
+        let meta = NameMeta {
+            special: libc::S_IFLNK,
+            target: String::from_utf8(target.to_vec()).map_err(|_| Error::Invalid)?,
+            ..NameMeta::default()
+        };
+        let n = self.new_name(false, 0o777, owner, meta);
+        self.make(parent, name, n)
+    }
+
+    /// Makes a FIFO, socket or device node (a name without bytes: the kernel serves FIFOs and
+    /// sockets itself, and the mount is `nodev`) or an empty regular file.
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        owner: (u32, u32),
+    ) -> Result<Attr, Error> {
+        if mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0 {
+            let (attr, opened) = self.create(parent, name, mode & 0o7777, (true, false), owner)?;
+            self.release(opened.fh)?;
+            return self.getattr(attr.ino);
+        }
+        let special = Kind::special_bits(mode).ok_or(Error::Invalid)?;
+        let meta = NameMeta {
+            special,
+            rdev: rdev.into(),
+            ..NameMeta::default()
+        };
+        let n = self.new_name(false, mode, owner, meta);
+        self.make(parent, name, n)
+    }
+
+    /// A name without bytes made now by this node.
+    fn new_name(&self, dir: bool, mode: u32, owner: (u32, u32), meta: NameMeta) -> Name {
+        Name {
+            dir,
+            object: String::new(),
+            size: 0,
+            mtime_ns: now_ns(),
+            mode: mode & 0o7777,
+            holder: self.names.me(),
+            uid: owner.0,
+            gid: owner.1,
+            meta,
+        }
+    }
+
+    /// Publishes a new name without bytes (a directory, symlink or special file) in `parent`.
+    fn make(&self, parent: u64, name: &OsStr, n: Name) -> Result<Attr, Error> {
         let parent = self.node(parent)?;
         if self.fresh_attr(&parent)?.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
-        let path = join(&Self::path_of(&parent), name);
+        let dir_path = Self::path_of(&parent);
+        let path = join(&dir_path, name);
         match self.resolve(&path, Duration::ZERO) {
             Ok(_) => return Err(Error::Exists),
             Err(Error::NotFound) => {}
             Err(e) => return Err(e),
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as i64;
-        let n = Name {
-            dir: true,
-            object: String::new(),
-            size: 0,
-            mtime_ns: now,
-            mode: mode & 0o7777,
-            holder: self.names.me(),
-            uid: owner.0,
-            gid: owner.1,
-        };
         let (dir, file) = split(&path);
         self.names
             .set(dir, file, Some(n.clone()))
             .map_err(Error::Names)?;
+        self.touch_dir(&dir_path)?;
         self.upsert(path, &Found::Produced(n), 1)
+    }
+
+    /// A produced directory's entries changed now: its mtime and ctime move (a backing
+    /// directory's stay: the backing tree is never modified).
+    pub(super) fn touch_dir(&self, path: &str) -> Result<(), Error> {
+        if path.is_empty() || self.backing.stat(path).is_ok() {
+            return Ok(());
+        }
+        let (dir, file) = split(path);
+        let Some(mut n) = self
+            .names
+            .get(dir, file, Duration::ZERO)
+            .map_err(Error::Names)?
+        else {
+            return Ok(());
+        };
+        let now = now_ns();
+        (n.meta.mtime_ns, n.meta.ctime_ns) = (Some(now), Some(now));
+        self.names
+            .set(dir, file, Some(n.clone()))
+            .map_err(Error::Names)?;
+        self.upsert(path.to_string(), &Found::Produced(n), 0)?;
+        Ok(())
+    }
+
+    /// A produced symlink's target.
+    pub(super) fn produced_target(&self, path: &str) -> Result<std::path::PathBuf, Error> {
+        match self.resolve(path, Duration::ZERO)? {
+            Found::Produced(n) if n.meta.special == libc::S_IFLNK => Ok(n.meta.target.into()),
+            _ => Err(Error::Invalid),
+        }
     }
 
     /// Whether a produced directory has entries (published or being written here).
@@ -216,13 +449,11 @@ impl<S: Source> DyadFs<S> {
             }
         }
         // Also the published version of a file that was being rewritten.
-        if let Some(old) = self.names.set(d, file, None).map_err(Error::Names)?
-            && !old.dir
-        {
-            self.release_object(&old, true);
+        if let Some(old) = self.names.set(d, file, None).map_err(Error::Names)? {
+            self.unname(&old, true)?;
         }
         self.unmap(&path);
-        Ok(())
+        self.touch_dir(&Self::path_of(&parent))
     }
 
     pub fn rename(
@@ -233,9 +464,13 @@ impl<S: Source> DyadFs<S> {
         new_name: &OsStr,
         no_replace: bool,
     ) -> Result<(), Error> {
-        let from = join(&Self::path_of(&*self.node(parent)?), name);
-        let to = join(&Self::path_of(&*self.node(new_parent)?), new_name);
-        let src = self.resolve(&from, Duration::ZERO)?;
+        let (from_dir, to_dir) = (
+            Self::path_of(&*self.node(parent)?),
+            Self::path_of(&*self.node(new_parent)?),
+        );
+        let from = join(&from_dir, name);
+        let to = join(&to_dir, new_name);
+        let src = self.settled(&from)?;
         // POSIX: renaming a name onto itself does nothing, once the name exists.
         if from == to {
             return Ok(());
@@ -248,15 +483,24 @@ impl<S: Source> DyadFs<S> {
         if dst.is_some() && no_replace {
             return Err(Error::Exists);
         }
+        let src_dir = matches!(&src, Found::Produced(n) if n.dir);
+        let src_inode = match &src {
+            Found::Produced(n) => n.meta.inode.clone(),
+            _ => String::new(),
+        };
         match &dst {
             Some(Found::Backing(_)) => return Err(Error::ReadOnly),
+            Some(Found::Produced(n)) if n.dir && !src_dir => return Err(Error::IsDir),
             Some(Found::Produced(n)) if n.dir && self.dir_has_entries(&to)? => {
                 return Err(Error::NotEmpty);
             }
+            Some(Found::Produced(n)) if !n.dir && src_dir => return Err(Error::NotDir),
+            Some(Found::Staged(_)) if src_dir => return Err(Error::NotDir),
             _ => {}
         }
         let (fd, fname) = split(&from);
         let (td, tname) = split(&to);
+        let mut moved = None;
         match src {
             Found::Backing(_) => return Err(Error::ReadOnly),
             Found::Staged(_) => {
@@ -265,55 +509,142 @@ impl<S: Source> DyadFs<S> {
                 }
                 self.producer.rename_staged(&from, &to);
             }
-            Found::Produced(n) => {
+            Found::Produced(_)
+                if matches!(&dst, Some(Found::Produced(d))
+                    if !d.meta.inode.is_empty() && src_inode == d.meta.inode) =>
+            {
+                // Two names of one hard-linked file: POSIX says nothing happens.
+                return Ok(());
+            }
+            Found::Produced(mut n) => {
                 // A directory's names are keyed by its path: only an empty one can move.
                 if n.dir && self.dir_has_entries(&from)? {
                     return Err(Error::CrossDevice);
                 }
+                if let Some(Found::Staged(d)) = &dst {
+                    // The file being written there is replaced: it will never be published.
+                    d.unlinked.store(true, Ordering::Relaxed);
+                    self.producer.unstage(d);
+                }
+                n.meta.ctime_ns = Some(now_ns());
+                let entry = if n.meta.inode.is_empty() {
+                    n.clone()
+                } else {
+                    self.store(&from, &n)?;
+                    Name::pointer(&n.meta.inode, self.names.me())
+                };
                 let old = self
                     .names
-                    .set(td, tname, Some(n.clone()))
+                    .set(td, tname, Some(entry))
                     .map_err(Error::Names)?;
-                if let Some(old) = old.filter(|o| !o.dir && o.object != n.object) {
-                    self.release_object(&old, true);
+                if let Some(old) = old.filter(|o| o.object.is_empty() || o.object != n.object) {
+                    self.unname(&old, true)?;
                 }
                 self.names.set(fd, fname, None).map_err(Error::Names)?;
+                moved = Some(n);
             }
         }
-        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        inodes.by_path.remove(&to);
-        if let Some(ino) = inodes.by_path.remove(&from) {
-            if let Some(node) = inodes.nodes.get(&ino) {
-                *node.path.write().unwrap_or_else(|e| e.into_inner()) = to.clone();
+        {
+            let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+            inodes.by_path.remove(&to);
+            if let Some(ino) = inodes.by_path.remove(&from) {
+                if let Some(node) = inodes.nodes.get(&ino) {
+                    node.unalias(&from, Some(&to));
+                }
+                inodes.by_path.insert(to.clone(), ino);
             }
-            inodes.by_path.insert(to, ino);
+        }
+        if let Some(n) = moved {
+            self.upsert(to, &Found::Produced(n), 0)?;
+        }
+        self.touch_dir(&from_dir)?;
+        if to_dir != from_dir {
+            self.touch_dir(&to_dir)?;
         }
         Ok(())
     }
 
-    /// chmod/truncate/utimes. Only files being written change (mode, size); on anything else
-    /// the call succeeds without effect unless it would change a size.
-    pub fn setattr(&self, ino: u64, mode: Option<u32>, size: Option<u64>) -> Result<Attr, Error> {
+    /// chmod, chown, truncate and utimes. A file being written changes in place; a published
+    /// name is published again with its new attributes (a new size is a new version of the
+    /// bytes); the backing tree is read-only.
+    pub fn setattr(&self, ino: u64, changes: &Changes) -> Result<Attr, Error> {
         let node = self.node(ino)?;
         let path = Self::path_of(&node);
-        match self.resolve(&path, Duration::ZERO)? {
+        let now = now_ns();
+        let time = |t: Option<TimeSet>| t.map(|t| t.at(now));
+        match self.settled(&path)? {
             Found::Staged(s) => {
-                if let Some(size) = size {
+                if let Some(size) = changes.size {
                     s.file.set_len(size).map_err(Error::Write)?;
                 }
-                if let Some(mode) = mode {
-                    s.mode.store((mode & 0o7777) as usize, Ordering::Relaxed);
+                if !changes.is_empty() {
+                    self.setattr_staged(&s, changes, now);
                 }
                 self.upsert(path, &Found::Staged(s), 0)
             }
-            found => {
-                let attr = self.upsert(path, &found, 0)?;
-                match size {
-                    Some(s) if s != attr.size => Err(Error::ReadOnly),
-                    _ => Ok(attr),
+            Found::Backing(meta) => {
+                let attr = self.upsert(path, &Found::Backing(meta), 0)?;
+                if changes.is_empty() {
+                    Ok(attr)
+                } else {
+                    Err(Error::ReadOnly)
                 }
             }
+            Found::Produced(n) if changes.size.is_some_and(|s| s != n.size) => {
+                if !n.is_file() {
+                    return Err(Error::Invalid);
+                }
+                // A new version of the bytes, written and published at once.
+                let staged = self
+                    .producer
+                    .create(&path, n.mode, (n.uid, n.gid))
+                    .map_err(Error::Write)?;
+                if !n.meta.inode.is_empty() {
+                    let _ = staged.inode.set(n.meta.inode.clone());
+                }
+                self.copy_into(&n, &staged)?;
+                staged
+                    .file
+                    .set_len(changes.size.unwrap_or(0))
+                    .map_err(Error::Write)?;
+                self.setattr_staged(&staged, changes, now);
+                self.seal(&staged)?;
+                self.getattr(ino)
+            }
+            Found::Produced(mut n) => {
+                if changes.is_empty() {
+                    return self.upsert(path, &Found::Produced(n), 0);
+                }
+                if let Some(mode) = changes.mode {
+                    n.mode = mode & 0o7777;
+                }
+                n.uid = changes.uid.unwrap_or(n.uid);
+                n.gid = changes.gid.unwrap_or(n.gid);
+                n.meta.atime_ns = time(changes.atime).or(n.meta.atime_ns);
+                n.meta.mtime_ns = time(changes.mtime).or(n.meta.mtime_ns);
+                n.meta.ctime_ns = Some(now);
+                self.store(&path, &n)?;
+                self.upsert(path, &Found::Produced(n), 0)
+            }
         }
+    }
+
+    /// Applies attribute changes to a file being written (its size already set).
+    fn setattr_staged(&self, s: &Staged, changes: &Changes, now: i64) {
+        let mut set = lock(&s.set);
+        if let Some(mode) = changes.mode {
+            set.mode = mode & 0o7777;
+        }
+        set.owner.0 = changes.uid.unwrap_or(set.owner.0);
+        set.owner.1 = changes.gid.unwrap_or(set.owner.1);
+        set.atime_ns = changes.atime.map(|t| t.at(now)).or(set.atime_ns);
+        set.mtime_ns = match (changes.mtime, changes.size) {
+            (Some(t), _) => Some(t.at(now)),
+            // A truncate is a modification: the file's own mtime again.
+            (None, Some(_)) => None,
+            (None, None) => set.mtime_ns,
+        };
+        set.ctime_ns = Some(now);
     }
 
     pub fn fsync(&self, fh: u64) -> Result<(), Error> {

@@ -26,13 +26,30 @@ pub struct Staged {
     pub path: Mutex<String>,
     pub file: File,
     pub staging_path: PathBuf,
-    pub mode: AtomicUsize,
-    /// The user and group of the process that created it (its owner, published with it).
-    pub owner: (u32, u32),
+    /// What users set on it (chmod, chown, utimes), published with it.
+    pub set: Mutex<SetAttrs>,
     /// Open writable handles; the last one to close seals the file.
     pub writers: AtomicUsize,
     /// Unlinked before it was sealed: it is never published.
     pub unlinked: AtomicBool,
+    /// A new version of a hard-linked file: the key of the record it is published to.
+    pub inode: std::sync::OnceLock<String>,
+    /// Held while the last writable handle's release seals it: a change of attributes that
+    /// finds no writer left waits for the seal, then changes the published name.
+    pub sealing: Mutex<()>,
+}
+
+/// The attributes of a file being written that are not its bytes'.
+#[derive(Debug, Clone, Copy)]
+pub struct SetAttrs {
+    /// Permission bits (`0o7777`).
+    pub mode: u32,
+    /// User and group: at first, those of the process that created it.
+    pub owner: (u32, u32),
+    /// Times set by `utimensat` (`None`: the staging file's own).
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+    pub ctime_ns: Option<i64>,
 }
 
 pub struct Producer {
@@ -137,10 +154,17 @@ impl Producer {
             path: Mutex::new(path.to_string()),
             file,
             staging_path,
-            mode: AtomicUsize::new((mode & 0o7777) as usize),
-            owner,
+            set: Mutex::new(SetAttrs {
+                mode: mode & 0o7777,
+                owner,
+                atime_ns: None,
+                mtime_ns: None,
+                ctime_ns: None,
+            }),
             writers: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
+            inode: std::sync::OnceLock::new(),
+            sealing: Mutex::new(()),
         });
         if let Some(old) = lock(&self.staged).insert(path.to_string(), s.clone()) {
             old.unlinked.store(true, Ordering::Relaxed);
@@ -171,6 +195,12 @@ impl Producer {
     pub fn new_object(&self) -> String {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         format!("{OBJECT_PREFIX}{}/{:x}-{seq:x}", self.node, self.epoch)
+    }
+
+    /// A fresh key for a hard-linked file's record: unique across this node's restarts.
+    pub fn new_link_key(&self) -> String {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{:x}-{seq:x}", self.node, self.epoch)
     }
 
     /// Takes a finished staged file into the cache as the kept object `object`.

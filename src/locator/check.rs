@@ -6,7 +6,7 @@
 use super::membership::{Membership, NodeId};
 use super::proto::Msg;
 use super::service::LocatorService;
-use crate::core::names::Name;
+use crate::core::names::{LINKS_DIR, Name, TARGET_MAX};
 
 impl LocatorService {
     /// Whether a request's paths, names and node ids are well formed and known (see
@@ -18,7 +18,10 @@ impl LocatorService {
         use crate::core::paths::{cache_key, dataset_path, name as one_name, object_id};
         let member = |id: NodeId| self.membership.check_member(id);
         let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
-        let dir = |p: &str| dataset_path(p).map_err(|e| format!("{p:?}: {e}"));
+        let dir = |p: &str| match p {
+            LINKS_DIR => Ok(()),
+            p => dataset_path(p).map_err(|e| format!("{p:?}: {e}")),
+        };
         let one = |n: &str| one_name(n).map_err(|e| format!("{n:?}: {e}"));
         let sender = |id: NodeId| match peer {
             Some(p) if p != id => Err(format!("node {p} spoke for node {id}")),
@@ -93,15 +96,34 @@ impl LocatorService {
     }
 }
 
-/// A published name is well formed: a directory names no object; a file's object is a token
-/// of its holder, a member.
+/// A published name is well formed: a directory, symlink or special file names no object; a
+/// symlink's target is short and has no NUL; only a symlink has a target; a file's object is a
+/// token of its holder, a member.
 pub fn check_name(n: &Name, membership: &Membership) -> Result<(), String> {
     membership.check_member(n.holder)?;
-    if n.dir {
+    let m = &n.meta;
+    let special = matches!(
+        m.special,
+        libc::S_IFLNK | libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK
+    );
+    if m.special != 0 && (!special || n.dir) {
+        return Err(format!("a name of kind {:o}", m.special));
+    }
+    if m.special == libc::S_IFLNK {
+        if m.target.is_empty() || m.target.len() >= TARGET_MAX || m.target.contains('\0') {
+            return Err("a malformed symlink target".into());
+        }
+    } else if !m.target.is_empty() {
+        return Err("a target on a name that is not a symlink".into());
+    }
+    if !m.inode.is_empty() && (n.dir || special || m.inode.len() > 64 || m.inode.contains('/')) {
+        return Err("a malformed link record key".into());
+    }
+    if n.dir || special || n.is_pointer() {
         return if n.object.is_empty() {
             Ok(())
         } else {
-            Err("a directory with an object".into())
+            Err("a name without bytes with an object".into())
         };
     }
     match crate::core::paths::object_id(&n.object) {

@@ -127,6 +127,7 @@ mod tests {
             holder: 2,
             uid: 1000,
             gid: 1000,
+            meta: Default::default(),
         }
     }
 

@@ -160,14 +160,37 @@ mod tests {
                 holder: 1,
                 uid: 1000,
                 gid: 100,
+                meta: Default::default(),
             })),
+            Msg::NameSet {
+                dir: "out".into(),
+                name: "latest".into(),
+                entry: Some(Name {
+                    mtime_ns: 12,
+                    mode: 0o777,
+                    holder: 2,
+                    meta: crate::core::names::NameMeta {
+                        special: libc::S_IFLNK,
+                        target: "step_1000".into(),
+                        atime_ns: Some(-1),
+                        ctime_ns: Some(13),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                }),
+            },
+            Msg::NameSet {
+                dir: "out".into(),
+                name: "hard".into(),
+                entry: Some(Name::pointer("2-5-7", 2)),
+            },
             Msg::Refused("no".into()),
         ]
     }
 
     #[test]
     fn golden_payloads() {
-        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v4.bin");
+        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v5.bin");
         let all: Vec<u8> = samples().iter().flat_map(frame::encode).collect();
         // After a deliberate change (and a protocol version bump), regenerate with
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden

@@ -10,7 +10,7 @@ use super::frame::{self, WireError};
 use crate::core::Version;
 
 /// Version 4: locator messages travel as an opaque `Rpc` payload.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v4.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v5.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -160,7 +160,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v4.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v5.bin"),
                 &all,
             )
             .unwrap();
