@@ -25,3 +25,11 @@ if ! "$VENV/bin/python3" -c 'import numpy, torch' >/dev/null 2>&1; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check numpy torch
 fi
+
+# pjdfstest, the public POSIX file-system suite tests/posix.rs runs in a mount (a pinned
+# release, built once into .tools/; DYADFS_TOOLS moves it).
+TOOLS=${DYADFS_TOOLS:-$(cd "$(dirname "$0")/.." && pwd)/.tools}
+if [ ! -x "$TOOLS/bin/pjdfstest" ]; then
+  echo "building pjdfstest 0.2.2 into $TOOLS (about a minute)" >&2
+  cargo install -q --locked --version 0.2.2 --root "$TOOLS" pjdfstest
+fi

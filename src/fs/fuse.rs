@@ -137,9 +137,9 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _span = tracing::debug_span!("getattr", ino = ino.0).entered();
-        match self.fs.getattr_open(ino.0, fh.map(|f| f.0)) {
+        match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.fs.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }

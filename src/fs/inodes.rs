@@ -105,10 +105,12 @@ impl Node {
             } else {
                 *primary = to.to_string();
             }
-        } else if *primary == path
-            && let Some(other) = aliases.iter().find(|a| !a.starts_with(LINKS_DIR))
-        {
-            *primary = other.clone();
+        } else if *primary == path {
+            match aliases.iter().find(|a| !a.starts_with(LINKS_DIR)) {
+                Some(other) => *primary = other.clone(),
+                // Its last name: what is still open of it has no link.
+                None => lock(&self.attr).0.nlink = 0,
+            }
         }
     }
 }

@@ -222,13 +222,58 @@ impl<S: Source> DyadFs<S> {
 
     /// A node's attributes, refreshed once their TTL has passed (at once while being written).
     fn fresh_attr(&self, node: &Node) -> Result<Attr, Error> {
+        self.refreshed(node, false)
+    }
+
+    /// As [`Self::fresh_attr`]; `exact`: through the node's own path only (a lookup of that
+    /// name), never through another name of a hard-linked file.
+    fn refreshed(&self, node: &Node, exact: bool) -> Result<Attr, Error> {
         let (attr, at) = *lock(&node.attr);
         let path = Self::path_of(node);
         if at.elapsed() < self.ttl(&attr) && self.producer.staged(&path).is_none() {
             return Ok(attr);
         }
-        let found = self.resolve(&path, Duration::ZERO)?;
+        match self.resolve(&path, Duration::ZERO) {
+            Err(Error::NotFound) if !exact && !lock(&node.aliases).is_empty() => {
+                self.through_another_name(node, &path)
+            }
+            r => self.upsert(path, &r?, 0),
+        }
+    }
+
+    /// A hard-linked file whose name this node knew it by was removed (maybe on another
+    /// node): it is still reached through another of its names.
+    fn through_another_name(&self, node: &Node, gone: &str) -> Result<Attr, Error> {
+        let (path, found) = self.another_name(node, gone)?;
         self.upsert(path, &found, 0)
+    }
+
+    /// Another name of a hard-linked file that still resolves, which becomes the node's path.
+    fn another_name(&self, node: &Node, gone: &str) -> Result<(String, Found), Error> {
+        let others: Vec<String> = lock(&node.aliases)
+            .iter()
+            .filter(|a| !a.starts_with(names::LINKS_DIR) && *a != gone)
+            .cloned()
+            .collect();
+        for other in others {
+            if let Ok(found) = self.resolve(&other, Duration::ZERO) {
+                *node.path.write().unwrap_or_else(|e| e.into_inner()) = other.clone();
+                return Ok((other, found));
+            }
+        }
+        Err(Error::NotFound)
+    }
+
+    /// What an inode's path is now (through another name of a hard-linked file whose name
+    /// went away), and that path.
+    fn resolve_node(&self, node: &Node) -> Result<(String, Found), Error> {
+        let path = Self::path_of(node);
+        match self.resolve(&path, Duration::ZERO) {
+            Err(Error::NotFound) if !lock(&node.aliases).is_empty() => {
+                self.another_name(node, &path)
+            }
+            r => Ok((path, r?)),
+        }
     }
 
     /// Looks a name up for thread `caller`; a name not published yet is waited for (`--wait`)
@@ -243,8 +288,10 @@ impl<S: Source> DyadFs<S> {
                 .get(&path)
                 .and_then(|i| inodes.nodes.get(i).cloned())
         };
-        if let Some(node) = known {
-            match self.fresh_attr(&node) {
+        // (A hard-linked file's node may be known by another of its names: then this one is
+        // looked up itself.)
+        if let Some(node) = known.filter(|n| Self::path_of(n) == path) {
+            match self.refreshed(&node, true) {
                 Err(Error::NotFound) => {}
                 Err(e) => return Err(e),
                 // Unless forgotten meanwhile (then it is made anew below).
@@ -263,22 +310,28 @@ impl<S: Source> DyadFs<S> {
 
     pub fn getattr(&self, ino: u64) -> Result<Attr, Error> {
         let node = self.node(ino)?;
-        self.fresh_attr(&node)
+        match self.fresh_attr(&node) {
+            Err(Error::NotFound) => self.unlinked_attr(ino, &node),
+            r => r,
+        }
     }
 
-    /// `fstat`: a file being written that was unlinked while open still has attributes (and
-    /// no link).
-    pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr, Error> {
-        if let Some(fh) = fh
-            && let Ok(h) = self.handle(fh)
-            && let Handle::Staged { staged, .. } = &*h
-            && staged.unlinked.load(Ordering::Relaxed)
-        {
-            let mut a = Attr::from_staged(ino, staged)?;
-            a.nlink = 0;
-            return Ok(a);
-        }
-        self.getattr(ino)
+    /// `fstat` of a file being written that was unlinked while open: it has attributes still,
+    /// and no link.
+    fn unlinked_attr(&self, ino: u64, node: &Node) -> Result<Attr, Error> {
+        let path = Self::path_of(node);
+        let staged = lock(&self.handles).values().find_map(|h| match &**h {
+            Handle::Staged { staged, .. }
+                if staged.unlinked.load(Ordering::Relaxed) && *lock(&staged.path) == path =>
+            {
+                Some(staged.clone())
+            }
+            _ => None,
+        });
+        let staged = staged.ok_or(Error::NotFound)?;
+        let mut a = Attr::from_staged(ino, &staged)?;
+        a.nlink = 0;
+        Ok(a)
     }
 
     pub fn readlink(&self, ino: u64) -> Result<PathBuf, Error> {
@@ -293,8 +346,7 @@ impl<S: Source> DyadFs<S> {
     /// from the current bytes unless `truncate`); backing files are read-only.
     pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened, Error> {
         let node = self.node(ino)?;
-        let path = Self::path_of(&node);
-        let found = self.resolve(&path, Duration::ZERO)?;
+        let (path, found) = self.resolve_node(&node)?;
         let (key, attr) = match found {
             Found::Staged(s) => {
                 if truncate {

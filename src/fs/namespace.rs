@@ -238,7 +238,7 @@ impl<S: Source> DyadFs<S> {
     /// Makes `new_name` in `new_parent` a hard link to the produced file `ino`: the file's
     /// attributes move to a record in [`LINKS_DIR`] that all its names point at.
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<Attr, Error> {
-        let from = Self::path_of(&*self.node(ino)?);
+        let (from, _) = self.resolve_node(&*self.node(ino)?)?;
         let parent = self.node(new_parent)?;
         if self.fresh_attr(&parent)?.kind != Kind::Dir {
             return Err(Error::NotDir);
@@ -426,15 +426,22 @@ impl<S: Source> DyadFs<S> {
     }
 
     /// Removes a file or (`dir`) an empty directory.
-    pub fn remove(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Error> {
-        let parent = self.node(parent)?;
+    pub fn remove(&self, parent_ino: u64, name: &OsStr, dir: bool) -> Result<(), Error> {
+        let parent = self.node(parent_ino)?;
         let path = join(&Self::path_of(&parent), name);
         let (d, file) = split(&path);
-        match self.resolve(&path, Duration::ZERO)? {
+        match self.settled(&path)? {
             Found::Backing(_) => return Err(Error::ReadOnly),
             Found::Staged(s) => {
                 if dir {
                     return Err(Error::NotDir);
+                }
+                // Under the sealing lock, so its last release either saw it unlinked (and
+                // publishes nothing) or has published it (then that name is removed).
+                let sealing = lock(&s.sealing);
+                if s.writers.load(Ordering::Relaxed) == 0 {
+                    drop(sealing);
+                    return self.remove(parent_ino, name, dir);
                 }
                 s.unlinked.store(true, Ordering::Relaxed);
                 self.producer.unstage(&s);
@@ -503,7 +510,13 @@ impl<S: Source> DyadFs<S> {
         let mut moved = None;
         match src {
             Found::Backing(_) => return Err(Error::ReadOnly),
-            Found::Staged(_) => {
+            Found::Staged(s) => {
+                // Under the sealing lock, so its last release publishes it at the new name.
+                let sealing = lock(&s.sealing);
+                if s.writers.load(Ordering::Relaxed) == 0 {
+                    drop(sealing);
+                    return self.rename(parent, name, new_parent, new_name, no_replace);
+                }
                 if let Some(Found::Staged(d)) = &dst {
                     d.unlinked.store(true, Ordering::Relaxed);
                 }
@@ -569,7 +582,7 @@ impl<S: Source> DyadFs<S> {
     /// bytes); the backing tree is read-only.
     pub fn setattr(&self, ino: u64, changes: &Changes) -> Result<Attr, Error> {
         let node = self.node(ino)?;
-        let path = Self::path_of(&node);
+        let (path, _) = self.resolve_node(&node)?;
         let now = now_ns();
         let time = |t: Option<TimeSet>| t.map(|t| t.at(now));
         match self.settled(&path)? {

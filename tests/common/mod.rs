@@ -135,13 +135,25 @@ impl Mounted {
     }
 
     /// Unmounts (as a user would) and waits for the daemon to exit.
+    /// A mount still busy (a process that used it is still exiting) is retried for 5 s.
     pub fn unmount(self) {
-        let st = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.mnt)
-            .status()
-            .unwrap();
-        assert!(st.success(), "fusermount3 -u failed");
+        let t = Instant::now();
+        loop {
+            let out = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                break;
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("busy") && t.elapsed() < Duration::from_secs(5),
+                "fusermount3 -u failed: {err}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         wait_gone(self.pid);
         std::mem::forget(self);
     }
