@@ -594,7 +594,8 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
         assert_eq!(read_all_parallel(&m, &files), Vec::<String>::new());
         assert_eq!(m.stat("cached_files"), files.len() as u64);
         assert!(fds(&m) < NOFILE as usize, "{} descriptors open", fds(&m));
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // (The kernel forgets asynchronously: slower on a loaded machine.)
+        let deadline = Instant::now() + Duration::from_secs(30);
         while m.stat("inodes") > 1024 {
             assert!(
                 Instant::now() < deadline,

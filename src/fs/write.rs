@@ -4,7 +4,10 @@
 //! daemon that dies mid-write never seals: its staging files are discarded at the next start.
 //!
 //! The objects this node keeps (the only copy of what it produced) are listed in `<ssd>/kept`,
-//! so a restarted daemon keeps them too.
+//! so a restarted daemon keeps them too: a log of `SIZE MTIME OBJECT` (kept) and `- OBJECT`
+//! (released) lines, appended to per publish and rewritten whole at start and when it holds
+//! more released lines than kept ones (rewriting it whole on every publish made the n-th
+//! produced file cost n writes).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -61,6 +64,8 @@ pub struct Producer {
     staged: Mutex<HashMap<String, Arc<Staged>>>,
     /// Objects kept as the only copy: object -> version.
     kept: Mutex<BTreeMap<String, Version>>,
+    /// The kept log open for appending, and how many lines it holds.
+    kept_log: Mutex<(Option<File>, usize)>,
     epoch: u64,
     seq: AtomicU64,
 }
@@ -84,6 +89,10 @@ impl Producer {
         let mut kept = BTreeMap::new();
         if let Ok(text) = fs::read_to_string(&kept_path) {
             for line in text.lines() {
+                if let Some(object) = line.strip_prefix("- ") {
+                    kept.remove(object);
+                    continue;
+                }
                 let mut f = line.split(' ');
                 let (Some(size), Some(mtime), Some(object)) = (f.next(), f.next(), f.next()) else {
                     continue;
@@ -109,10 +118,11 @@ impl Producer {
             node,
             staged: Mutex::default(),
             kept: Mutex::new(kept),
+            kept_log: Mutex::new((None, 0)),
             epoch,
             seq: AtomicU64::new(0),
         };
-        p.save_kept()?;
+        p.save_kept(&lock(&p.kept))?;
         Ok(p)
     }
 
@@ -210,8 +220,12 @@ impl Producer {
         self.cache
             .adopt(object, version, &s.staging_path)
             .map_err(io::Error::other)?;
-        lock(&self.kept).insert(object.to_string(), version);
-        self.save_kept()?;
+        let mut kept = lock(&self.kept);
+        kept.insert(object.to_string(), version);
+        self.log_kept(
+            &kept,
+            &format!("{} {} {object}\n", version.size, version.mtime_ns),
+        )?;
         Ok(version)
     }
 
@@ -222,22 +236,42 @@ impl Producer {
         } else if let Some(e) = self.cache.lookup(object, version) {
             e.keep.store(false, Ordering::Relaxed);
         }
-        if lock(&self.kept).remove(object).is_some()
-            && let Err(e) = self.save_kept()
+        let mut kept = lock(&self.kept);
+        if kept.remove(object).is_some()
+            && let Err(e) = self.log_kept(&kept, &format!("- {object}\n"))
         {
             tracing::warn!(error = %e, "cannot save the list of kept objects");
         }
     }
 
-    fn save_kept(&self) -> io::Result<()> {
-        let kept = lock(&self.kept);
+    /// Appends `line` to the kept log (`kept`: the list with the change made, held locked so
+    /// lines land in the order of the changes), or rewrites the log once it is mostly
+    /// released lines.
+    fn log_kept(&self, kept: &BTreeMap<String, Version>, line: &str) -> io::Result<()> {
+        let mut log = lock(&self.kept_log);
+        if log.1 > 2 * kept.len() + 1024 {
+            drop(log);
+            return self.save_kept(kept);
+        }
+        if log.0.is_none() {
+            log.0 = Some(OpenOptions::new().append(true).open(&self.kept_path)?);
+        }
+        log.0.as_mut().expect("opened").write_all(line.as_bytes())?;
+        log.1 += 1;
+        Ok(())
+    }
+
+    /// Rewrites the kept log whole: one line per kept object.
+    fn save_kept(&self, kept: &BTreeMap<String, Version>) -> io::Result<()> {
         let tmp = self.kept_path.with_extension("tmp");
-        let mut f = File::create(&tmp)?;
+        let mut f = io::BufWriter::new(File::create(&tmp)?);
         for (object, v) in kept.iter() {
             writeln!(f, "{} {} {object}", v.size, v.mtime_ns)?;
         }
-        drop(f);
-        fs::rename(&tmp, &self.kept_path)
+        f.into_inner().map_err(|e| e.into_error())?;
+        fs::rename(&tmp, &self.kept_path)?;
+        *lock(&self.kept_log) = (None, kept.len());
+        Ok(())
     }
 }
 
