@@ -36,6 +36,10 @@ pub enum Command {
     /// Re-check every cached chunk of a running mount against its checksum; bad ones are
     /// dropped (and refetched when next read). Prints what it found
     Scrub(StatsArgs),
+    /// Stage files into the cache before a job reads them, with progress: each is read from
+    /// the shared file system at most once in the cluster (a file a peer holds is pulled from
+    /// it). Ctrl-C stops cleanly; what was staged stays
+    Warm(WarmArgs),
     /// Write a new random job secret (mode 0600) for `mount --secret-file`
     Keygen(KeygenArgs),
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)
@@ -286,8 +290,40 @@ pub struct StatsArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct WarmArgs {
+    /// Mount point of a running dyadfs
+    pub mountpoint: PathBuf,
+    /// Files or directory trees under the mount to stage (absolute, or relative to the current
+    /// directory) [default: the whole mount, unless --list]
+    pub paths: Vec<PathBuf>,
+    /// A file listing paths to stage, one per line (as PATH; `-` reads standard input)
+    #[arg(long, value_name = "FILE")]
+    pub list: Option<PathBuf>,
+    /// Files staged at once
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: u32,
+    /// Stage only this node's share of the list (split by path over the cluster's members):
+    /// run it on every node (e.g. `srun dyadfs warm --cluster ...`) and the dataset lands
+    /// once in the cluster, spread over the nodes
+    #[arg(long)]
+    pub cluster: bool,
+}
+
 // The conversions into the daemon's plain config structs: nothing below the command line
 // knows clap.
+
+impl From<WarmArgs> for crate::daemon::warm::WarmConfig {
+    fn from(a: WarmArgs) -> Self {
+        crate::daemon::warm::WarmConfig {
+            mountpoint: a.mountpoint,
+            paths: a.paths,
+            list: a.list,
+            threads: a.threads as usize,
+            cluster: a.cluster,
+        }
+    }
+}
 
 impl From<MountArgs> for MountConfig {
     fn from(a: MountArgs) -> MountConfig {

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
                 );
             }
         }),
+        Command::Warm(args) => dyadfs::daemon::warm::warm(args.into()),
         Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))
             .map_err(|source| UserError::KeyFile {

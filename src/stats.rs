@@ -36,6 +36,11 @@ pub struct Stats {
     /// dead member was home of.
     pub members_down: AtomicU64,
     pub failovers: AtomicU64,
+    /// This node's id, its rank among the members' ids (sorted) and their number (set once
+    /// at mount; `dyadfs warm --cluster` splits its list by them).
+    pub node_id: AtomicU64,
+    pub node_rank: AtomicU64,
+    pub members: AtomicU64,
     pub passthrough: AtomicBool,
 }
 
@@ -92,6 +97,13 @@ pub struct Snapshot {
     pub members_down: u64,
     #[serde(default)]
     pub failovers: u64,
+    /// This node's id, its rank among the members (sorted by id) and their number.
+    #[serde(default)]
+    pub node_id: u64,
+    #[serde(default)]
+    pub node_rank: u64,
+    #[serde(default)]
+    pub members: u64,
 }
 
 /// The gauges a snapshot reads from the cache and the file system.
@@ -143,6 +155,9 @@ impl Stats {
             open_files,
             members_down: get(&self.members_down),
             failovers: get(&self.failovers),
+            node_id: get(&self.node_id),
+            node_rank: get(&self.node_rank),
+            members: get(&self.members).max(1),
         }
     }
 }
@@ -150,7 +165,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 29] = [
+        let rows: [(&str, String); 31] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -180,6 +195,8 @@ impl Snapshot {
             ("failovers", self.failovers.to_string()),
             ("passthrough", self.passthrough.to_string()),
             ("daemon pid", self.pid.to_string()),
+            ("node id", self.node_id.to_string()),
+            ("members", self.members.to_string()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect()
     }

@@ -98,6 +98,14 @@ pub enum UserError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error("{}: {source}", .path.display())]
+    WarmRead { path: PathBuf, source: io::Error },
+    #[error("{} is not under the mount point {}", .path.display(), .mountpoint.display())]
+    NotUnderMount { path: PathBuf, mountpoint: PathBuf },
+    #[error("interrupted after {staged} of {total} files (what was staged stays staged)")]
+    WarmInterrupted { staged: usize, total: usize },
+    #[error("{missing} paths not found and {failed} files unreadable (the rest is staged)")]
+    WarmIncomplete { missing: usize, failed: usize },
     /// A file named by a `dyadfs transport` flag (`what`).
     #[error("{what} {}: {source}", .path.display())]
     ToolFile {

@@ -6,6 +6,7 @@
 pub mod config;
 mod error;
 mod tool;
+pub mod warm;
 mod wiring;
 
 pub use error::UserError;

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::UserError;
@@ -131,6 +132,12 @@ fn run<S: Source>(
 fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let id = super::node_id(args)?;
     let members = members(args, id)?;
+    let mut ids: Vec<u32> = members.members().map(|m| m.id).collect();
+    ids.sort_unstable();
+    b.stats.node_id.store(id.into(), Ordering::Relaxed);
+    let rank = ids.iter().position(|&m| m == id).unwrap_or(0);
+    b.stats.node_rank.store(rank as u64, Ordering::Relaxed);
+    b.stats.members.store(ids.len() as u64, Ordering::Relaxed);
     let listen = match args.cluster.listen {
         Some(a) => a,
         None => members.member(id).expect("own id checked").addr,
