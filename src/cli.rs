@@ -36,6 +36,9 @@ pub enum Command {
     /// Re-check every cached chunk of a running mount against its checksum; bad ones are
     /// dropped (and refetched when next read). Prints what it found
     Scrub(StatsArgs),
+    /// The cluster as this node sees it: members, racks, which are up, suspect or down, what
+    /// each one's cache holds, and where this node's opens found their bytes
+    Status(StatsArgs),
     /// Stage files into the cache before a job reads them, with progress: each is read from
     /// the shared file system at most once in the cluster (a file a peer holds is pulled from
     /// it). Ctrl-C stops cleanly; what was staged stays

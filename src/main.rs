@@ -32,6 +32,19 @@ fn main() -> ExitCode {
                 );
             }
         }),
+        Command::Status(args) => dyadfs::daemon::status(&args.mountpoint).map(|(r, s)| {
+            let hits = dyadfs::stats::HitRatios::of(&s);
+            if args.json {
+                let v = serde_json::json!({
+                    "node": r.node,
+                    "members": r.members,
+                    "hit_ratios": hits,
+                });
+                println!("{v}");
+            } else {
+                print!("{}", r.table(&hits));
+            }
+        }),
         Command::Warm(args) => dyadfs::daemon::warm::warm(args.into()),
         Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))

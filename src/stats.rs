@@ -9,6 +9,29 @@ use serde::{Deserialize, Serialize};
 pub const STATS_XATTR: &str = "user.dyadfs.stats";
 /// Reading it (on the mount's root) runs a scrub and answers its report (`dyadfs scrub`).
 pub const SCRUB_XATTR: &str = "user.dyadfs.scrub";
+/// The root's extended attribute `dyadfs status` reads: a [`StatusReport`] in JSON.
+pub const STATUS_XATTR: &str = "user.dyadfs.status";
+
+/// One member as this node sees it (`dyadfs status`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemberStatus {
+    pub id: u32,
+    pub addr: String,
+    pub rack: String,
+    /// `self`, `up`, `suspect` (failed a call lately; not declared down) or `down` (the
+    /// cluster's failure detection declared it).
+    pub state: String,
+    /// Complete files and bytes its cache holds (`None`: it did not answer).
+    pub files: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
+/// The cluster as this node sees it (`dyadfs status`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusReport {
+    pub node: u32,
+    pub members: Vec<MemberStatus>,
+}
 
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -104,6 +127,84 @@ pub struct Snapshot {
     pub node_rank: u64,
     #[serde(default)]
     pub members: u64,
+}
+
+/// This node's opens by where their bytes came from: its cache, a peer's, the shared file
+/// system (fractions of the opens that needed a file; `dyadfs status`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HitRatios {
+    pub local: f64,
+    pub peer: f64,
+    pub shared_fs: f64,
+    pub opens: u64,
+}
+
+impl HitRatios {
+    pub fn of(s: &Snapshot) -> HitRatios {
+        let opens = s.local_hits + s.peer_fetches + s.backing_fetches;
+        let f = |n: u64| {
+            if opens == 0 {
+                0.0
+            } else {
+                n as f64 / opens as f64
+            }
+        };
+        HitRatios {
+            local: f(s.local_hits),
+            peer: f(s.peer_fetches),
+            shared_fs: f(s.backing_fetches),
+            opens,
+        }
+    }
+}
+
+impl StatusReport {
+    /// The human-readable form of `dyadfs status` without `--json`.
+    pub fn table(&self, hits: &HitRatios) -> String {
+        let mut out = format!(
+            "node {} of {} members\n{:<6} {:<10} {:<8} {:>10} {:>12}  {}\n",
+            self.node,
+            self.members.len(),
+            "ID",
+            "RACK",
+            "STATE",
+            "FILES",
+            "BYTES",
+            "ADDRESS"
+        );
+        for m in &self.members {
+            let opt = |v: Option<u64>, f: fn(u64) -> String| v.map(f).unwrap_or("-".into());
+            out += &format!(
+                "{:<6} {:<10} {:<8} {:>10} {:>12}  {}\n",
+                m.id,
+                m.rack,
+                m.state,
+                opt(m.files, |v| v.to_string()),
+                opt(m.bytes, short),
+                m.addr
+            );
+        }
+        out += &format!(
+            "this node's opens: {:.1}% local, {:.1}% from peers, {:.1}% from the shared file \
+             system ({} opens that needed a file)\n",
+            100.0 * hits.local,
+            100.0 * hits.peer,
+            100.0 * hits.shared_fs,
+            hits.opens
+        );
+        out
+    }
+}
+
+/// Bytes in binary units, short.
+pub fn short(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut u) = (bytes as f64, 0);
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
 }
 
 /// The gauges a snapshot reads from the cache and the file system.

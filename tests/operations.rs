@@ -122,3 +122,64 @@ fn warm_cluster_spreads_the_dataset_once() {
         "read once in the cluster"
     );
 }
+
+fn status(m: &common::Mounted) -> serde_json::Value {
+    let out = dyadfs()
+        .arg("status")
+        .arg(&m.mnt)
+        .arg("--json")
+        .output()
+        .unwrap();
+    serde_json::from_str(&succeeded("status --json", out)).unwrap()
+}
+
+/// `status` lists every member with its state and holdings, and this node's hit ratios; a
+/// killed node shows as down once the cluster's failure detection declares it.
+#[test]
+fn status_shows_members_holdings_and_a_dead_node() {
+    let mut c = Cluster::new("status", 3, 1);
+    c.extra = vec!["--failure-detection".into(), "1s".into()];
+    for k in 0..6 {
+        let p = c.backing.join(format!("f{k}"));
+        fs::write(p, pattern(20_000, k)).unwrap();
+    }
+    c.start(3);
+    for k in 0..6 {
+        fs::read(c.nodes[0].path(&format!("f{k}"))).unwrap();
+    }
+    fs::read(c.nodes[1].path("f0")).unwrap();
+    let s = status(&c.nodes[1]);
+    assert_eq!(s["node"], 1);
+    let members = s["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    let state = |s: &serde_json::Value, id: usize| s["members"][id]["state"].clone();
+    assert_eq!(state(&s, 1), "self");
+    assert_eq!(state(&s, 0), "up");
+    assert_eq!(s["members"][0]["files"], 6);
+    assert_eq!(s["members"][0]["bytes"], 6 * 20_000);
+    assert_eq!(s["members"][1]["files"], 1);
+    assert_eq!(s["hit_ratios"]["opens"], 1);
+    let table = succeeded(
+        "status",
+        dyadfs()
+            .arg("status")
+            .arg(&c.nodes[1].mnt)
+            .output()
+            .unwrap(),
+    );
+    assert!(table.contains("node 1 of 3 members"), "{table}");
+    // Node 2 dies: within the detection time (1 s) and a probe, node 1 says so.
+    let victim = c.nodes.remove(2);
+    // SAFETY: signals our own child daemon.
+    unsafe { libc::kill(victim.pid as i32, libc::SIGKILL) };
+    let t = std::time::Instant::now();
+    while state(&status(&c.nodes[1]), 2) != "down" {
+        assert!(t.elapsed().as_secs() < 10, "node 2 never shown down");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(
+        status(&c.nodes[1])["members"][2]["files"],
+        serde_json::Value::Null
+    );
+    drop(victim);
+}

@@ -340,6 +340,16 @@ pub fn stats(mountpoint: &Path) -> Result<crate::stats::Snapshot, UserError> {
     ask(mountpoint, crate::stats::STATS_XATTR)
 }
 
+/// `dyadfs status`: the cluster as the daemon behind a mount point sees it, and its counters.
+pub fn status(
+    mountpoint: &Path,
+) -> Result<(crate::stats::StatusReport, crate::stats::Snapshot), UserError> {
+    Ok((
+        ask(mountpoint, crate::stats::STATUS_XATTR)?,
+        stats(mountpoint)?,
+    ))
+}
+
 /// `dyadfs scrub`: has the daemon behind a mount point re-check every cached chunk against its
 /// checksum and drop the bad ones; returns what it found.
 pub fn scrub(mountpoint: &Path) -> Result<crate::cache::ScrubReport, UserError> {

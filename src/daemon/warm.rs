@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::UserError;
-use crate::stats::Snapshot;
+use crate::stats::{Snapshot, short as human};
 
 pub struct WarmConfig {
     pub mountpoint: PathBuf,
@@ -81,17 +81,6 @@ fn under_mount(mnt: &Path, p: &Path) -> Result<PathBuf, UserError> {
             mountpoint: mnt.to_path_buf(),
         })
     }
-}
-
-/// Bytes in binary units, short (the progress line's).
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let (mut v, mut u) = (bytes as f64, 0);
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
 }
 
 /// What a run moved, from the daemon's counters before and after.

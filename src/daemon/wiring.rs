@@ -12,6 +12,7 @@ use crate::cache::{Cache, CacheConfig};
 use crate::core::Version;
 use crate::core::names::Namespace;
 use crate::core::source::Source;
+use crate::fs::StatusFn;
 use crate::fs::read::Reader;
 use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
@@ -109,7 +110,7 @@ fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let source = Arc::new(backing(args, &b.cache));
     let names = Arc::new(crate::locator::names::LocalNames::default());
     let producer = producer(args, &b.cache, 0)?;
-    run(args, b, names, producer, source)
+    run(args, b, names, producer, source, None)
 }
 
 /// The filesystem over the base and the given names, producer and source, mounted until it
@@ -120,10 +121,14 @@ fn run<S: Source>(
     names: Arc<dyn Namespace>,
     producer: Arc<Producer>,
     source: Arc<S>,
+    status: Option<StatusFn>,
 ) -> Result<(), UserError> {
     let backing = backing(args, &b.cache);
     let fs = DyadFs::new(backing, names, producer, source, b.cache, b.stats, b.config)
         .map_err(backing_err(args))?;
+    if let Some(f) = status {
+        fs.set_status(f);
+    }
     super::run_session(args, fs, b.signals)
 }
 
@@ -238,6 +243,8 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         background: false,
         secret,
     };
+    let (l, rt) = (locator.clone(), runtime.handle().clone());
+    let status: StatusFn = Box::new(move || rt.block_on(l.status()));
     let source = Arc::new(ClusterSource {
         locator: ServiceLink {
             service: locator,
@@ -256,7 +263,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         let copier = Puller::new(background, cfg);
         start_replicator(source.clone(), copier, b.cache.clone(), b.stats.clone());
     }
-    let r = run(args, b, names, producer, source);
+    let r = run(args, b, names, producer, source, Some(status));
     runtime.shutdown_timeout(Duration::from_secs(1));
     r
 }

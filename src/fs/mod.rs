@@ -54,7 +54,7 @@ use read::{Reader, WHOLE_FILE_MAX};
 use crate::cache::{Cache, ReadBytes};
 use crate::core::names::{self, Name, Namespace};
 use crate::core::sync::lock;
-use crate::stats::{SCRUB_XATTR, STATS_XATTR, Stats};
+use crate::stats::{MemberStatus, SCRUB_XATTR, STATS_XATTR, STATUS_XATTR, Stats, StatusReport};
 use write::{Producer, Staged};
 
 pub const ROOT_INO: u64 = 1;
@@ -95,7 +95,12 @@ pub struct DyadFs<S: Source> {
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
     readahead: crossbeam_channel::Sender<Job>,
+    /// What `dyadfs status` reports of the cluster (set by a cluster's wiring).
+    status: std::sync::OnceLock<StatusFn>,
 }
+
+/// The cluster as this node sees it, for `dyadfs status`.
+pub type StatusFn = Box<dyn Fn() -> StatusReport + Send + Sync>;
 
 /// (directory, name) of a path; the root's entries are in directory "".
 fn split(path: &str) -> (&str, &str) {
@@ -158,6 +163,7 @@ impl<S: Source> DyadFs<S> {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             readahead: tx,
+            status: std::sync::OnceLock::new(),
         })
     }
 
@@ -168,6 +174,11 @@ impl<S: Source> DyadFs<S> {
         } else {
             self.config.metadata_ttl
         }
+    }
+
+    /// Sets what `dyadfs status` reports (a cluster's members); once.
+    pub fn set_status(&self, f: StatusFn) {
+        let _ = self.status.set(f);
     }
 
     pub fn passthrough_enabled(&self) -> bool {
@@ -506,6 +517,23 @@ impl<S: Source> DyadFs<S> {
         let cache = &self.reader.cache;
         if name == SCRUB_XATTR {
             return Ok(serde_json::to_vec(&cache.scrub()).expect("a report serializes"));
+        }
+        if name == STATUS_XATTR {
+            let report = match self.status.get() {
+                Some(f) => f(),
+                None => StatusReport {
+                    node: 0,
+                    members: vec![MemberStatus {
+                        id: 0,
+                        addr: String::new(),
+                        rack: String::new(),
+                        state: "self".into(),
+                        files: Some(cache.cached_files()),
+                        bytes: Some(cache.used_bytes()),
+                    }],
+                },
+            };
+            return Ok(serde_json::to_vec(&report).expect("a report serializes"));
         }
         if name != STATS_XATTR {
             return Err(Error::NoAttr);

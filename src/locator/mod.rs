@@ -21,6 +21,7 @@ pub mod rendezvous;
 pub mod replicate;
 pub mod service;
 pub mod source;
+mod status;
 pub mod tiers;
 
 pub use membership::{Member, Membership, NodeId, PeersError};

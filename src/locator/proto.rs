@@ -107,6 +107,13 @@ pub enum Msg {
         version: Version,
         offset: u64,
     },
+    /// `dyadfs status`: how many complete files (and bytes) the addressee's cache holds.
+    CountHeld,
+    /// The answer to `CountHeld`.
+    Held {
+        files: u64,
+        bytes: u64,
+    },
 }
 
 /// A message as an RPC payload.
@@ -183,6 +190,11 @@ mod tests {
                 dir: "out".into(),
                 name: "hard".into(),
                 entry: Some(Name::pointer("2-5-7", 2)),
+            },
+            Msg::CountHeld,
+            Msg::Held {
+                files: 3,
+                bytes: 4 << 30,
             },
             Msg::Refused("no".into()),
         ]

@@ -482,6 +482,13 @@ impl LocatorService {
                 }
                 Msg::Ack
             }
+            Msg::CountHeld => {
+                let held = self.holdings.get().map(|f| f()).unwrap_or_default();
+                Msg::Held {
+                    files: held.len() as u64,
+                    bytes: held.iter().map(|(_, v)| v.size).sum(),
+                }
+            }
             other => Msg::Refused(format!("not a request: {other:?}")),
         }
     }
