@@ -45,6 +45,9 @@ pub enum Command {
     Warm(WarmArgs),
     /// Write a new random job secret (mode 0600) for `mount --secret-file`
     Keygen(KeygenArgs),
+    /// Install this binary as the mount helper `mount -t fuse.dyadfs` and /etc/fstab lines use
+    /// (a symlink DIR/mount.fuse.dyadfs)
+    Install(InstallArgs),
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)
     #[command(subcommand)]
     Transport(TransportCommand),
@@ -291,6 +294,13 @@ pub struct StatsArgs {
     /// Print one JSON object instead of a table
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Where mount(8) looks for helpers
+    #[arg(long, default_value = "/sbin")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

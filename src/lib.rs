@@ -7,6 +7,7 @@ pub mod cli;
 pub mod core;
 pub mod daemon;
 pub mod fs;
+pub mod fstab;
 pub mod locator;
 pub mod stats;
 pub mod sys;

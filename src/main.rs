@@ -5,7 +5,22 @@ use dyadfs::cli::{Cli, Command, TransportCommand};
 use dyadfs::daemon::UserError;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Started as /sbin/mount.fuse.dyadfs by mount(8): SOURCE MOUNTPOINT -o OPTIONS.
+    // It becomes `dyadfs mount ...` (exec'd, so the daemon it starts sees those arguments).
+    if argv.first().is_some_and(dyadfs::fstab::is_helper) {
+        use std::os::unix::process::CommandExt;
+        let err = match dyadfs::fstab::mount_argv(&argv[1..]) {
+            Ok(args) => match std::env::current_exe() {
+                Ok(exe) => std::process::Command::new(exe).args(&args[1..]).exec(),
+                Err(e) => e,
+            },
+            Err(e) => std::io::Error::other(e),
+        };
+        eprintln!("dyadfs: {err}");
+        return ExitCode::FAILURE;
+    }
+    let cli = Cli::parse_from(argv);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DYADFS_LOG")
@@ -50,6 +65,13 @@ fn main() -> ExitCode {
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))
             .map_err(|source| UserError::KeyFile {
                 path: args.file.clone(),
+                source,
+            }),
+        Command::Install(args) => dyadfs::fstab::install(&args.dir)
+            .map(|link| println!("installed {}", link.display()))
+            .map_err(|source| UserError::ToolFile {
+                what: "mount helper",
+                path: args.dir.join(dyadfs::fstab::HELPER_NAMES[0]),
                 source,
             }),
         Command::Transport(TransportCommand::Serve(args)) => {

@@ -183,3 +183,89 @@ fn status_shows_members_holdings_and_a_dead_node() {
     );
     drop(victim);
 }
+
+/// The admin's way: `dyadfs install` puts the mount helper where mount(8) looks, and an fstab
+/// line (here a private fstab, `mount -T`) and `mount -t fuse.dyadfs` mount; `umount` unmounts.
+/// The helper is removed (or the previous symlink put back) afterwards.
+#[test]
+fn fstab_lines_and_mount_t_use_the_installed_helper() {
+    let helper = std::path::Path::new("/sbin/mount.fuse.dyadfs");
+    let previous = match fs::symlink_metadata(helper) {
+        Ok(m) if !m.file_type().is_symlink() => {
+            eprintln!("skipped: {} is a file that is not ours", helper.display());
+            return;
+        }
+        Ok(_) => Some(fs::read_link(helper).unwrap()),
+        Err(_) => None,
+    };
+    let f = Fixture::new("fstab");
+    f.write("a.txt", b"through fstab");
+    succeeded(
+        "install",
+        dyadfs()
+            .args(["install", "--dir", "/sbin"])
+            .output()
+            .unwrap(),
+    );
+    let restore = || {
+        let _ = fs::remove_file(helper);
+        if let Some(p) = &previous {
+            std::os::unix::fs::symlink(p, helper).unwrap();
+        }
+    };
+    let result = std::panic::catch_unwind(|| {
+        let fstab = f.root.join("fstab");
+        fs::write(
+            &fstab,
+            format!(
+                "{} {} fuse.dyadfs ssd={},capacity=64M,_netdev,allow_other 0 0\n",
+                f.backing.display(),
+                f.mnt.display(),
+                f.ssd.display()
+            ),
+        )
+        .unwrap();
+        // (Waits for the daemon to exit: the next mount takes the same cache directory.)
+        let umount = || {
+            let m = common::Mounted {
+                mnt: f.mnt.clone(),
+                pid: 0,
+            };
+            let pid = m.stat("pid");
+            std::mem::forget(m); // (its drop would unmount)
+            succeeded(
+                "umount",
+                Command::new("umount").arg(&f.mnt).output().unwrap(),
+            );
+            common::wait_gone(pid as u32);
+        };
+        succeeded(
+            "mount -T fstab",
+            Command::new("mount")
+                .arg("-T")
+                .arg(&fstab)
+                .arg(&f.mnt)
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(fs::read(f.mnt.join("a.txt")).unwrap(), b"through fstab");
+        umount();
+        succeeded(
+            "mount -t fuse.dyadfs",
+            Command::new("mount")
+                .args(["-t", "fuse.dyadfs", "-o"])
+                .arg(format!("ssd={},no-passthrough", f.ssd.display()))
+                .arg(&f.backing)
+                .arg(&f.mnt)
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(fs::read(f.mnt.join("a.txt")).unwrap(), b"through fstab");
+        umount();
+    });
+    restore();
+    if let Err(e) = result {
+        let _ = Command::new("fusermount3").arg("-uz").arg(&f.mnt).status();
+        std::panic::resume_unwind(e);
+    }
+}
