@@ -279,6 +279,11 @@ pub struct MountArgs {
         help_heading = "Process"
     )]
     pub options: Vec<String>,
+
+    /// Serve the counters of `dyadfs stats` and latency histograms (opens, chunk fills by
+    /// source, locator lookups by tier) as Prometheus metrics at http://HOST:PORT/metrics
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Process")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -356,6 +361,7 @@ impl From<MountArgs> for MountConfig {
             },
             threads: a.threads,
             options: a.options,
+            metrics_listen: a.metrics_listen,
             foreground: a.foreground,
             log_file: a.log_file,
             cluster: ClusterConfig {

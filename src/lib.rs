@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod fs;
 pub mod fstab;
 pub mod locator;
+pub mod metrics;
 pub mod stats;
 pub mod sys;
 pub mod transport;

@@ -2,7 +2,10 @@
 //! The key names are a contract with scripts outside the project: add keys, never rename.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde::{Deserialize, Serialize};
 
 /// Extended attribute of the mount root through which the daemon reports its stats.
@@ -65,6 +68,8 @@ pub struct Stats {
     pub node_rank: AtomicU64,
     pub members: AtomicU64,
     pub passthrough: AtomicBool,
+    /// Latency histograms (`mount --metrics-listen`).
+    pub latency: Latencies,
 }
 
 /// What `dyadfs stats --json` prints: counters since mount, and the cache as it is.
@@ -315,5 +320,48 @@ pub fn human(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{v:.1} {} ({bytes})", UNITS[u])
+    }
+}
+
+type Histograms = Family<Vec<(String, String)>, Histogram, fn() -> Histogram>;
+
+/// 50 us .. ~6.7 s in 18 doublings.
+fn buckets() -> Histogram {
+    Histogram::new(exponential_buckets(50e-6, 2.0, 18))
+}
+
+/// Latency histograms, observed where the work happens and exported by the metrics endpoint:
+/// opens, chunk fills by source (`peer`, `shared_fs`) and locator lookups by tier (`rack`,
+/// `global`).
+#[derive(Debug, Clone)]
+pub struct Latencies {
+    pub open: Histogram,
+    pub fill: Histograms,
+    pub lookup: Histograms,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies {
+            open: buckets(),
+            fill: Family::new_with_constructor(buckets),
+            lookup: Family::new_with_constructor(buckets),
+        }
+    }
+}
+
+impl Latencies {
+    /// A chunk run filled from `source` (`peer` or `shared_fs`) since `start`.
+    pub fn fill(&self, source: &str, start: Instant) {
+        self.fill
+            .get_or_create(&vec![("source".into(), source.into())])
+            .observe(start.elapsed().as_secs_f64());
+    }
+
+    /// A locator question answered by `tier` (`rack` or `global`) since `start`.
+    pub fn lookup(&self, tier: &str, start: Instant) {
+        self.lookup
+            .get_or_create(&vec![("tier".into(), tier.into())])
+            .observe(start.elapsed().as_secs_f64());
     }
 }

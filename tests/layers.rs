@@ -9,7 +9,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("core", &[]),
     ("sys", &[]),
     ("stats", &[]),
+    ("metrics", &["stats"]),
     ("cli", &["core", "fs", "daemon"]),
+    ("fstab", &["cli"]),
     ("cache", &["core", "sys", "stats"]),
     ("fs", &["core", "sys", "stats", "cache"]),
     ("transport", &["core", "sys"]),
@@ -27,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fs",
             "transport",
             "locator",
+            "metrics",
         ],
     ),
 ];

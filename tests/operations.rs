@@ -269,3 +269,63 @@ fn fstab_lines_and_mount_t_use_the_installed_helper() {
         std::panic::resume_unwind(e);
     }
 }
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    out.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// The value of a sample line `name{labels} value` in a scrape.
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `--metrics-listen`: a Prometheus scrape parses, carries every stats key with the node
+/// label, and moves with reads (counters and the fill histogram).
+#[test]
+fn the_metrics_endpoint_moves_with_reads() {
+    let f = Fixture::new("metrics");
+    for k in 0..5 {
+        f.write(&format!("m{k}.bin"), &pattern(100_000, k));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let m = f.mount(&["--metrics-listen", &format!("127.0.0.1:{port}")]);
+    let before = scrape(port);
+    assert!(before.ends_with("# EOF\n"));
+    for key in [
+        "local_hits",
+        "bytes_from_backing",
+        "cached_files",
+        "members",
+    ] {
+        assert!(before.contains(&format!("dyadfs_{key}")), "{key}");
+    }
+    for k in 0..5 {
+        fs::read(m.path(&format!("m{k}.bin"))).unwrap();
+    }
+    let after = scrape(port);
+    let backing = r#"dyadfs_bytes_from_backing_total{node="0"}"#;
+    assert_eq!(sample(&before, backing), 0.0);
+    assert_eq!(sample(&after, backing), 500_000.0);
+    assert_eq!(sample(&after, r#"dyadfs_cached_files{node="0"}"#), 5.0);
+    assert!(sample(&after, r#"dyadfs_fill_seconds_count{source="shared_fs"}"#) >= 5.0);
+    assert!(sample(&after, "dyadfs_open_seconds_count") >= 5.0);
+    m.unmount();
+}

@@ -31,6 +31,8 @@ pub struct MountConfig {
     pub foreground: bool,
     /// Log file of the background daemon (`None`: `<ssd>/dyadfs.log`).
     pub log_file: Option<PathBuf>,
+    /// Where to serve Prometheus metrics (`/metrics`), if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     pub cluster: ClusterConfig,
 }
 

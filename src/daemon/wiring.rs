@@ -129,6 +129,14 @@ fn run<S: Source>(
     if let Some(f) = status {
         fs.set_status(f);
     }
+    if let Some(addr) = args.metrics_listen {
+        let (snapshot, stats) = (fs.snapshots(), fs.stats_handle());
+        let local = crate::metrics::serve(addr, move || {
+            crate::metrics::render(&snapshot(), &stats.latency)
+        })
+        .map_err(|source| UserError::Listen { addr, source })?;
+        tracing::info!(%local, "serving Prometheus metrics at /metrics");
+    }
     super::run_session(args, fs, b.signals)
 }
 

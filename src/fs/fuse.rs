@@ -156,7 +156,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let _span = tracing::debug_span!("open", ino = ino.0).entered();
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || truncate;
-        let opened = match self.fs.open(ino.0, write, truncate) {
+        let started = std::time::Instant::now();
+        let opened = self.fs.open(ino.0, write, truncate);
+        let latency = &self.fs.stats().latency.open;
+        latency.observe(started.elapsed().as_secs_f64());
+        let opened = match opened {
             Ok(o) => o,
             Err(e) => return reply.error(errno(&e)),
         };

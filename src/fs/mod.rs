@@ -176,6 +176,25 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
+    /// A way to take `dyadfs stats` snapshots from another thread (the metrics endpoint's).
+    pub fn snapshots(&self) -> impl Fn() -> crate::stats::Snapshot + Send + Sync + 'static {
+        let (cache, stats, inodes) = (
+            self.reader.cache.clone(),
+            self.reader.stats.clone(),
+            self.inodes.clone(),
+        );
+        move || {
+            let inodes = inodes.read().unwrap_or_else(|e| e.into_inner()).nodes.len();
+            stats.snapshot(crate::stats::Gauges {
+                cached_bytes: cache.used_bytes(),
+                cached_files: cache.cached_files(),
+                capacity_bytes: cache.capacity(),
+                inodes: inodes as u64,
+                open_files: cache.open_files(),
+            })
+        }
+    }
+
     /// Sets what `dyadfs status` reports (a cluster's members); once.
     pub fn set_status(&self, f: StatusFn) {
         let _ = self.status.set(f);
@@ -183,6 +202,11 @@ impl<S: Source> DyadFs<S> {
 
     pub fn passthrough_enabled(&self) -> bool {
         self.config.passthrough
+    }
+
+    /// The counters, shared (for threads outside the file system).
+    pub fn stats_handle(&self) -> Arc<Stats> {
+        self.reader.stats.clone()
     }
 
     pub fn stats(&self) -> &Stats {
@@ -538,13 +562,7 @@ impl<S: Source> DyadFs<S> {
         if name != STATS_XATTR {
             return Err(Error::NoAttr);
         }
-        let snap = self.stats().snapshot(crate::stats::Gauges {
-            cached_bytes: cache.used_bytes(),
-            cached_files: cache.cached_files(),
-            capacity_bytes: cache.capacity(),
-            inodes: self.inode_count() as u64,
-            open_files: cache.open_files(),
-        });
+        let snap = (self.snapshots())();
         Ok(serde_json::to_vec(&snap).expect("stats serialize"))
     }
 

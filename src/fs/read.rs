@@ -126,6 +126,7 @@ impl<S: Source + ?Sized> Reader<S> {
                     }
                     record_crcs(entry, run.clone(), &mut crcs, off, bytes, crc)
                 };
+                let started = std::time::Instant::now();
                 let read =
                     self.source
                         .read_into(&entry.path, entry.version, offset, len, &mut sink);
@@ -138,6 +139,11 @@ impl<S: Source + ?Sized> Reader<S> {
                     }
                     r => r.map_err(Error::Source)?,
                 };
+                let source = match origin {
+                    Origin::Peer => "peer",
+                    Origin::Backing => "shared_fs",
+                };
+                self.stats.latency.fill(source, started);
                 self.count(entry, origin, len);
                 for (idx, crc) in run.zip(crcs) {
                     let crc = crc.ok_or(Error::BadSource("skipped a chunk"))?;

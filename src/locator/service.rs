@@ -214,7 +214,10 @@ impl LocatorService {
             requester: self.me(),
             global: false,
         };
-        match self.call_from_thread(runtime, rack_home, msg) {
+        let started = Instant::now();
+        let answer = self.call_from_thread(runtime, rack_home, msg);
+        self.stats.latency.lookup("rack", started);
+        match answer {
             Some(Msg::Located(l)) => {
                 let r = l;
                 match &r {
@@ -555,7 +558,10 @@ impl LocatorService {
             requester,
             global: true,
         };
-        let answer = match self.call(self.global_home(&key.0), msg).await {
+        let started = Instant::now();
+        let reply = self.call(self.global_home(&key.0), msg).await;
+        self.stats.latency.lookup("global", started);
+        let answer = match reply {
             Some(Msg::Located(l)) => Some(l),
             _ => None,
         };
