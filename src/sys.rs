@@ -96,3 +96,16 @@ pub fn release_free_memory() {
     // SAFETY: malloc_trim only releases free heap memory; it touches no live allocation.
     unsafe { libc::malloc_trim(0) };
 }
+
+/// Whether this process has `CAP_SYS_ADMIN` (what FUSE passthrough needs to hand the kernel a
+/// backing file), from `CapEff` in `/proc/self/status`.
+pub fn has_cap_sys_admin() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+            u64::from_str_radix(hex, 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}

@@ -329,3 +329,103 @@ fn the_metrics_endpoint_moves_with_reads() {
     assert!(sample(&after, "dyadfs_open_seconds_count") >= 5.0);
     m.unmount();
 }
+
+/// A plain user mounts (FUSE through the setuid fusermount3), reads through the mount, and the
+/// daemon says it serves reads itself (passthrough needs CAP_SYS_ADMIN). The test makes a
+/// system user `dyadfs-user` if there is none, and makes /dev/fuse usable by users for its
+/// duration if it is not (restoring its mode); it is skipped, saying why, where it cannot.
+#[test]
+fn a_plain_user_mounts_and_the_daemon_serves_reads_itself() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the test needs root to make a user");
+        return;
+    }
+    let user = "dyadfs-user";
+    if !Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        let made = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                user,
+            ])
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: cannot create the user {user}");
+            return;
+        }
+    }
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id").args([flag, user]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let (uid, gid) = (id("-u"), id("-g"));
+    let fuse_mode = fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    if fuse_mode & 0o006 != 0o006 {
+        fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(fuse_mode | 0o666)).unwrap();
+    }
+    let restore = || {
+        let _ = fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(fuse_mode));
+    };
+    let f = Fixture::new("plainuser");
+    f.write("a.txt", b"a plain user's read");
+    let as_user = |args: &[&std::ffi::OsStr]| {
+        Command::new("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let result = std::panic::catch_unwind(|| {
+        for d in [&f.ssd, &f.mnt] {
+            std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();
+        }
+        let bin = std::ffi::OsStr::new(env!("CARGO_BIN_EXE_dyadfs"));
+        succeeded(
+            "mount as a plain user",
+            as_user(&[
+                bin,
+                "mount".as_ref(),
+                f.mnt.as_os_str(),
+                "--ssd".as_ref(),
+                f.ssd.as_os_str(),
+                "--backing".as_ref(),
+                f.backing.as_os_str(),
+            ]),
+        );
+        let file = f.mnt.join("a.txt");
+        let read = succeeded("cat", as_user(&["cat".as_ref(), file.as_os_str()]));
+        assert_eq!(read, "a plain user's read");
+        let stats = succeeded(
+            "stats",
+            as_user(&[bin, "stats".as_ref(), f.mnt.as_os_str(), "--json".as_ref()]),
+        );
+        let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        assert_eq!(stats["passthrough"], false, "{stats}");
+        assert_eq!(stats["cached_files"], 1);
+        let log = fs::read_to_string(f.ssd.join("dyadfs.log")).unwrap();
+        assert!(log.contains("serves every read itself"), "{log}");
+        let pid = stats["pid"].as_u64().unwrap() as u32;
+        succeeded(
+            "fusermount3 -u",
+            as_user(&["fusermount3".as_ref(), "-u".as_ref(), f.mnt.as_os_str()]),
+        );
+        common::wait_gone(pid);
+    });
+    restore();
+    if let Err(e) = result {
+        let _ = Command::new("fusermount3").arg("-uz").arg(&f.mnt).status();
+        std::panic::resume_unwind(e);
+    }
+}

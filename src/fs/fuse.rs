@@ -107,7 +107,12 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let _ = config.add_capabilities(wanted & config.capabilities());
         let mut passthrough = false;
         if self.fs.passthrough_enabled() {
-            if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
+            if !crate::sys::has_cap_sys_admin() {
+                tracing::warn!(
+                    "not privileged (no CAP_SYS_ADMIN): the daemon serves every read itself \
+                     (FUSE passthrough needs CAP_SYS_ADMIN)"
+                );
+            } else if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
                 passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                     && config.set_max_stack_depth(1).is_ok();
             } else {
