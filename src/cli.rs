@@ -284,6 +284,11 @@ pub struct MountArgs {
     /// source, locator lookups by tier) as Prometheus metrics at http://HOST:PORT/metrics
     #[arg(long, value_name = "HOST:PORT", help_heading = "Process")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// Write a trace of FUSE operations, chunk fills, pulls and locator lookups to FILE, in the
+    /// Chrome trace-event JSON format (DFTracer's; open it in ui.perfetto.dev). Off by default
+    #[arg(long, value_name = "FILE", help_heading = "Process")]
+    pub trace: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -12,4 +12,5 @@ pub mod locator;
 pub mod metrics;
 pub mod stats;
 pub mod sys;
+pub mod trace;
 pub mod transport;

@@ -21,13 +21,33 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let cli = Cli::parse_from(argv);
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DYADFS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let trace = match trace_layer(&cli) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("dyadfs: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let flusher = trace.as_ref().map(|t| t.flusher());
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        use tracing_subscriber::{EnvFilter, Layer, filter::Targets};
+        let log = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(
+                EnvFilter::try_from_env("DYADFS_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+            );
+        // The trace takes the daemon's own spans, whatever the log level.
+        let spans = Targets::new().with_target("dyadfs", tracing::Level::DEBUG);
+        tracing_subscriber::registry()
+            .with(log)
+            .with(trace.map(|t| t.with_filter(spans)))
+            .init();
+    }
+    if let Some(f) = &flusher {
+        f.clone().every_second();
+    }
     let result = match cli.command {
         Command::Mount(args) => dyadfs::daemon::mount(args.into()),
         Command::Stats(args) => dyadfs::daemon::stats(&args.mountpoint).map(|s| {
@@ -79,11 +99,32 @@ fn main() -> ExitCode {
         }
         Command::Transport(TransportCommand::Pull(args)) => dyadfs::daemon::pull(args.into()),
     };
+    if let Some(f) = &flusher {
+        f.flush();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dyadfs: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The trace of a serving daemon (`mount --trace`, in the process that stays in the
+/// foreground: not the parent that only starts it).
+fn trace_layer(cli: &Cli) -> Result<Option<dyadfs::trace::TraceLayer>, std::io::Error> {
+    match &cli.command {
+        Command::Mount(a) if a.foreground => match &a.trace {
+            Some(file) => {
+                let node = a
+                    .node_id
+                    .or_else(|| dyadfs::locator::membership::node_id_from_launcher().map(|l| l.1))
+                    .unwrap_or(0);
+                dyadfs::trace::TraceLayer::create(file, node).map(Some)
+            }
+            None => Ok(None),
+        },
+        _ => Ok(None),
     }
 }

@@ -10,6 +10,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sys", &[]),
     ("stats", &[]),
     ("metrics", &["stats"]),
+    ("trace", &["core"]),
     ("cli", &["core", "fs", "daemon"]),
     ("fstab", &["cli"]),
     ("cache", &["core", "sys", "stats"]),

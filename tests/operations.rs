@@ -429,3 +429,28 @@ fn a_plain_user_mounts_and_the_daemon_serves_reads_itself() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// `--trace FILE`: a read leaves valid Chrome trace events (complete events with node and
+/// thread ids, times and sizes) for the FUSE operations and the chunk fill behind it.
+#[test]
+fn a_read_leaves_trace_events() {
+    let f = Fixture::new("trace");
+    f.write("t.bin", &pattern(300_000, 9));
+    let trace = f.root.join("trace.json");
+    let m = f.mount(&["--trace", trace.to_str().unwrap()]);
+    assert_eq!(fs::read(m.path("t.bin")).unwrap(), pattern(300_000, 9));
+    m.unmount();
+    // The array is left open (as the format allows): close it to parse it strictly.
+    let text = fs::read_to_string(&trace).unwrap();
+    let text = format!("{}]", text.trim_end().trim_end_matches(','));
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let named = |n: &'static str| events.iter().filter(move |e| e["name"] == n);
+    let fill = named("fill").next().expect("a fill event");
+    assert_eq!(fill["ph"], "X");
+    assert_eq!(fill["pid"], 0);
+    assert!(fill["tid"].as_u64().unwrap() > 0 && fill["dur"].as_f64().unwrap() > 0.0);
+    assert_eq!(fill["args"]["source"], "shared_fs");
+    assert_eq!(fill["args"]["bytes"], 300_000);
+    assert_eq!(fill["args"]["path"], "t.bin");
+    assert!(named("open").count() >= 1 && named("lookup").count() >= 1);
+}

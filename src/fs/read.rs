@@ -127,6 +127,14 @@ impl<S: Source + ?Sized> Reader<S> {
                     record_crcs(entry, run.clone(), &mut crcs, off, bytes, crc)
                 };
                 let started = std::time::Instant::now();
+                let span = tracing::debug_span!(
+                    "fill",
+                    path = %entry.path,
+                    offset,
+                    bytes = len,
+                    source = tracing::field::Empty
+                )
+                .entered();
                 let read =
                     self.source
                         .read_into(&entry.path, entry.version, offset, len, &mut sink);
@@ -144,6 +152,8 @@ impl<S: Source + ?Sized> Reader<S> {
                     Origin::Backing => "shared_fs",
                 };
                 self.stats.latency.fill(source, started);
+                span.record("source", source);
+                drop(span);
                 self.count(entry, origin, len);
                 for (idx, crc) in run.zip(crcs) {
                     let crc = crc.ok_or(Error::BadSource("skipped a chunk"))?;

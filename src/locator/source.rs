@@ -208,7 +208,8 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                 len,
             };
             let mut pulled = |off: u64, bytes: &[u8], crc: u32| sink(off, bytes, Some(crc));
-            let r = puller.pull(addr, &want, &mut pulled);
+            let span = tracing::debug_span!("pull", path, holder = h, offset, bytes = len);
+            let r = span.in_scope(|| puller.pull(addr, &want, &mut pulled));
             match r {
                 Ok(_) => return Some(()),
                 Err(e) => {
