@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Turns a `dyadfs mount --trace` file into an SVG timeline (one lane per node and thread,
 one box per operation, coloured by kind) and prints per-kind latency percentiles.
-Standard library only. Usage: scripts/trace_plot.py TRACE.json OUT.svg"""
+Several nodes' traces line up (their times are since the Unix epoch). Standard library only.
+Usage: scripts/trace_plot.py OUT.svg TRACE.json [TRACE.json...]"""
 import json
 import sys
 
-COLOURS = {"fill": "#d62728", "pull": "#1f77b4", "lookup": "#2ca02c", "open": "#ff7f0e",
+COLOURS = {"fill": "#d62728", "pull": "#1f77b4", "locate": "#2ca02c", "lookup": "#17becf", "open": "#ff7f0e",
            "read": "#9467bd", "getattr": "#8c564b", "create": "#e377c2", "write": "#7f7f7f"}
 
 
@@ -21,10 +22,10 @@ def percentile(xs, p):
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
 
 
-def main(trace, out):
-    ev = [e for e in load(trace) if e.get("ph") == "X"]
+def main(out, traces):
+    ev = [e for t in traces for e in load(t) if e.get("ph") == "X"]
     if not ev:
-        sys.exit("no events in " + trace)
+        sys.exit("no events in " + " ".join(traces))
     lanes = sorted({(e["pid"], e["tid"]) for e in ev})
     t0 = min(e["ts"] for e in ev)
     t1 = max(e["ts"] + e["dur"] for e in ev)
@@ -58,6 +59,6 @@ def main(trace, out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2:])

@@ -1,7 +1,8 @@
 //! `mount --trace FILE`: every span the daemon closes (FUSE operations, chunk fills, pulls from
 //! peers, locator lookups) as one event of the Chrome trace-event format that DFTracer writes
 //! and Perfetto (ui.perfetto.dev) and chrome://tracing open: a JSON array of complete (`"X"`)
-//! events with the node id as `pid`, the thread as `tid`, start and duration in microseconds
+//! events with the node id as `pid`, the thread as `tid`, start (since the Unix epoch, so the
+//! traces of several nodes line up) and duration in microseconds
 //! and the span's fields (sizes, offsets, paths) as `args`. The array is left open (the format
 //! allows it), so a daemon that dies leaves a readable trace of everything flushed.
 
@@ -25,6 +26,8 @@ pub struct TraceLayer {
     out: Out,
     node: u32,
     epoch: Instant,
+    /// `epoch` in microseconds since the Unix epoch: the traces of several nodes line up.
+    epoch_us: f64,
 }
 
 /// What a span carries until it closes: when it started and its fields as JSON members.
@@ -78,6 +81,11 @@ impl TraceLayer {
             out: Arc::new(Mutex::new((out, 0))),
             node,
             epoch: Instant::now(),
+            epoch_us: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1e6,
         })
     }
 }
@@ -110,7 +118,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Tr
         let Some(open) = ext.get::<Open>() else {
             return;
         };
-        let ts = open.start.duration_since(self.epoch).as_secs_f64() * 1e6;
+        let ts = self.epoch_us + open.start.duration_since(self.epoch).as_secs_f64() * 1e6;
         let dur = open.start.elapsed().as_secs_f64() * 1e6;
         let line = format!(
             "{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"ts\":{ts:.1},\"dur\":{dur:.1},\"pid\":{},\

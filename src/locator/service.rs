@@ -215,7 +215,7 @@ impl LocatorService {
             global: false,
         };
         let started = Instant::now();
-        let span = tracing::debug_span!("lookup", path, tier = "rack").entered();
+        let span = tracing::debug_span!("locate", path, tier = "rack").entered();
         let answer = self.call_from_thread(runtime, rack_home, msg);
         drop(span);
         self.stats.latency.lookup("rack", started);
