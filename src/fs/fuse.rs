@@ -50,6 +50,16 @@ fn reply_empty(r: Result<(), Error>, reply: ReplyEmpty) {
     }
 }
 
+impl<S: Source> FuseAdapter<S> {
+    /// Replies to a request that made or found a name.
+    fn reply_entry(&self, r: Result<Attr, Error>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
 fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
@@ -131,10 +141,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _span = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
-        match self.fs.lookup(parent.0, name, req.pid()) {
-            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.reply_entry(self.fs.lookup(parent.0, name, req.pid()), reply);
     }
 
     // (batch_forget's default calls this for each inode.)
@@ -356,13 +363,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyEntry,
     ) {
         let _span = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
-        match self
-            .fs
-            .mkdir(parent.0, name, mode & !umask, (req.uid(), req.gid()))
-        {
-            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.reply_entry(
+            self.fs
+                .mkdir(parent.0, name, mode & !umask, (req.uid(), req.gid())),
+            reply,
+        );
     }
 
     fn symlink(
@@ -374,13 +379,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyEntry,
     ) {
         let _span = tracing::debug_span!("symlink", parent = parent.0, ?link_name).entered();
-        match self
-            .fs
-            .symlink(parent.0, link_name, target, (req.uid(), req.gid()))
-        {
-            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.reply_entry(
+            self.fs
+                .symlink(parent.0, link_name, target, (req.uid(), req.gid())),
+            reply,
+        );
     }
 
     fn mknod(
@@ -395,13 +398,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     ) {
         let _span = tracing::debug_span!("mknod", parent = parent.0, ?name).entered();
         let mode = mode & !(umask & 0o7777);
-        match self
-            .fs
-            .mknod(parent.0, name, mode, rdev, (req.uid(), req.gid()))
-        {
-            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.reply_entry(
+            self.fs
+                .mknod(parent.0, name, mode, rdev, (req.uid(), req.gid())),
+            reply,
+        );
     }
 
     fn link(
@@ -413,10 +414,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyEntry,
     ) {
         let _span = tracing::debug_span!("link", ino = ino.0, ?newname).entered();
-        match self.fs.link(ino.0, newparent.0, newname) {
-            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.reply_entry(self.fs.link(ino.0, newparent.0, newname), reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {

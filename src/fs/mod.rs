@@ -404,17 +404,7 @@ impl<S: Source> DyadFs<S> {
                     return Err(Error::Invalid);
                 }
                 if write {
-                    // A new version keeps the file's owner.
-                    let staged = self
-                        .producer
-                        .create(&path, n.mode, (n.uid, n.gid))
-                        .map_err(Error::Write)?;
-                    if !n.meta.inode.is_empty() {
-                        let _ = staged.inode.set(n.meta.inode.clone());
-                    }
-                    if !truncate {
-                        self.copy_into(&n, &staged)?;
-                    }
+                    let staged = self.new_version(&path, &n, !truncate)?;
                     self.upsert(path, &Found::Staged(staged.clone()), 0)?;
                     return Ok(self.staged_handle(staged, true));
                 }

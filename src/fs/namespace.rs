@@ -20,6 +20,27 @@ use crate::core::source::Source;
 use crate::core::sync::lock;
 
 impl<S: Source> DyadFs<S> {
+    /// Starts a new version of the produced file `n` at `path` (its owner kept, and its hard
+    /// link record if it has one), from its current bytes if `copy`.
+    pub(super) fn new_version(
+        &self,
+        path: &str,
+        n: &Name,
+        copy: bool,
+    ) -> Result<Arc<Staged>, Error> {
+        let staged = self
+            .producer
+            .create(path, n.mode, (n.uid, n.gid))
+            .map_err(Error::Write)?;
+        if !n.meta.inode.is_empty() {
+            let _ = staged.inode.set(n.meta.inode.clone());
+        }
+        if copy {
+            self.copy_into(n, &staged)?;
+        }
+        Ok(staged)
+    }
+
     /// Copies a produced file's current bytes into a new version being written.
     pub(super) fn copy_into(&self, n: &Name, staged: &Staged) -> Result<(), Error> {
         let version = Version {
@@ -608,14 +629,7 @@ impl<S: Source> DyadFs<S> {
                     return Err(Error::Invalid);
                 }
                 // A new version of the bytes, written and published at once.
-                let staged = self
-                    .producer
-                    .create(&path, n.mode, (n.uid, n.gid))
-                    .map_err(Error::Write)?;
-                if !n.meta.inode.is_empty() {
-                    let _ = staged.inode.set(n.meta.inode.clone());
-                }
-                self.copy_into(&n, &staged)?;
+                let staged = self.new_version(&path, &n, true)?;
                 staged
                     .file
                     .set_len(changes.size.unwrap_or(0))
