@@ -62,7 +62,7 @@ pub struct NameMeta {
     pub atime_ns: Option<i64>,
     /// When the name's attributes last changed (`None`: its modification time).
     pub ctime_ns: Option<i64>,
-    /// A hard-linked file: the key of its record in [`LINKS_DIR`], which holds what all its
+    /// A hard-linked file: the key of its record in [`links_dir`], which holds what all its
     /// names share (bytes, mode, owner, times, link count). A name with a key and no object
     /// points at the record; the record carries its own key.
     pub inode: String,
@@ -70,8 +70,21 @@ pub struct NameMeta {
     pub nlink: u32,
 }
 
-/// The namespace directory of hard-linked files' records (never a dataset path).
+/// The namespace directories of hard-linked files' records (never a dataset path): 256 of
+/// them, `//links/00` to `//links/ff`, so the records spread over as many name homes.
 pub const LINKS_DIR: &str = "//links";
+
+/// The directory of the record `key`.
+pub fn links_dir(key: &str) -> String {
+    format!("{LINKS_DIR}/{:02x}", super::path_hash(key) & 0xff)
+}
+
+/// Whether `dir` is one of the records' directories.
+pub fn is_links_dir(dir: &str) -> bool {
+    dir.strip_prefix(LINKS_DIR)
+        .and_then(|d| d.strip_prefix('/'))
+        .is_some_and(|d| d.len() == 2 && d.bytes().all(|b| b.is_ascii_hexdigit()))
+}
 
 /// The longest symlink target a name may carry (`PATH_MAX`).
 pub const TARGET_MAX: usize = 4096;
@@ -140,6 +153,16 @@ pub trait Namespace: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_records_spread_over_their_directories() {
+        let dirs: std::collections::HashSet<String> = (0..2000)
+            .map(|i| links_dir(&format!("0-1-{i:x}")))
+            .collect();
+        assert!(dirs.len() > 200, "{}", dirs.len());
+        assert!(dirs.iter().all(|d| is_links_dir(d)));
+        assert!(!is_links_dir("//links") && !is_links_dir("//links/zz") && !is_links_dir("a/b"));
+    }
 
     #[test]
     fn objects_are_never_backing_paths() {

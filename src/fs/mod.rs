@@ -234,10 +234,11 @@ impl<S: Source> DyadFs<S> {
         match self.names.get(dir, name, wait) {
             // A hard link: the record holds what the file's names share.
             Ok(Some(n)) if n.is_pointer() => {
-                match self
-                    .names
-                    .get(names::LINKS_DIR, &n.meta.inode, Duration::ZERO)
-                {
+                match self.names.get(
+                    &names::links_dir(&n.meta.inode),
+                    &n.meta.inode,
+                    Duration::ZERO,
+                ) {
                     Ok(Some(r)) => Ok(Found::Produced(r)),
                     Ok(None) => Err(Error::NotFound),
                     Err(e) => {

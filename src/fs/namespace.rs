@@ -15,7 +15,7 @@ use super::handles::{Handle, Opened};
 use super::write::Staged;
 use super::{DyadFs, Error, Found, join, split};
 use crate::core::Version;
-use crate::core::names::{LINKS_DIR, Name, NameMeta, TARGET_MAX, now_ns};
+use crate::core::names::{LINKS_DIR, Name, NameMeta, TARGET_MAX, links_dir, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -159,7 +159,7 @@ impl<S: Source> DyadFs<S> {
         if let Some(key) = staged.inode.get()
             && let Some(mut r) = self
                 .names
-                .get(LINKS_DIR, key, Duration::ZERO)
+                .get(&links_dir(key), key, Duration::ZERO)
                 .map_err(Error::Names)?
         {
             // A new version of a hard-linked file: every name of it sees the new bytes.
@@ -169,7 +169,7 @@ impl<S: Source> DyadFs<S> {
             r.meta.mtime_ns = set.mtime_ns;
             r.meta.ctime_ns = Some(set.ctime_ns.unwrap_or_else(now_ns));
             self.names
-                .set(LINKS_DIR, key, Some(r.clone()))
+                .set(&links_dir(key), key, Some(r.clone()))
                 .map_err(Error::Names)?;
             self.release_object(&old, false);
             self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
@@ -199,19 +199,21 @@ impl<S: Source> DyadFs<S> {
             let key = &old.meta.inode;
             let Some(mut r) = self
                 .names
-                .get(LINKS_DIR, key, Duration::ZERO)
+                .get(&links_dir(key), key, Duration::ZERO)
                 .map_err(Error::Names)?
             else {
                 return Ok(());
             };
             r.meta.nlink = r.meta.nlink.saturating_sub(1);
             if r.meta.nlink == 0 {
-                self.names.set(LINKS_DIR, key, None).map_err(Error::Names)?;
+                self.names
+                    .set(&links_dir(key), key, None)
+                    .map_err(Error::Names)?;
                 self.release_object(&r, drop);
             } else {
                 r.meta.ctime_ns = Some(now_ns());
                 self.names
-                    .set(LINKS_DIR, key, Some(r.clone()))
+                    .set(&links_dir(key), key, Some(r.clone()))
                     .map_err(Error::Names)?;
                 self.refresh_link(&r);
             }
@@ -235,13 +237,14 @@ impl<S: Source> DyadFs<S> {
 
     /// Publishes changed attributes of a name at `path` (or of its hard link record).
     fn store(&self, path: &str, n: &Name) -> Result<(), Error> {
-        let (dir, file) = match n.meta.inode.as_str() {
-            "" => split(path),
-            key => (LINKS_DIR, key),
+        let r = match n.meta.inode.as_str() {
+            "" => {
+                let (dir, file) = split(path);
+                self.names.set(dir, file, Some(n.clone()))
+            }
+            key => self.names.set(&links_dir(key), key, Some(n.clone())),
         };
-        self.names
-            .set(dir, file, Some(n.clone()))
-            .map_err(Error::Names)?;
+        r.map_err(Error::Names)?;
         Ok(())
     }
 
@@ -257,7 +260,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     /// Makes `new_name` in `new_parent` a hard link to the produced file `ino`: the file's
-    /// attributes move to a record in [`LINKS_DIR`] that all its names point at.
+    /// attributes move to a record (in [`links_dir`]) that all its names point at.
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<Attr, Error> {
         let (from, _) = self.resolve_node(&*self.node(ino)?)?;
         let parent = self.node(new_parent)?;

@@ -6,7 +6,7 @@
 use super::membership::{Membership, NodeId};
 use super::proto::Msg;
 use super::service::LocatorService;
-use crate::core::names::{LINKS_DIR, Name, TARGET_MAX};
+use crate::core::names::{Name, TARGET_MAX, is_links_dir};
 
 impl LocatorService {
     /// Whether a request's paths, names and node ids are well formed and known (see
@@ -18,9 +18,11 @@ impl LocatorService {
         use crate::core::paths::{cache_key, dataset_path, name as one_name, object_id};
         let member = |id: NodeId| self.membership.check_member(id);
         let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
-        let dir = |p: &str| match p {
-            LINKS_DIR => Ok(()),
-            p => dataset_path(p).map_err(|e| format!("{p:?}: {e}")),
+        let dir = |p: &str| {
+            if is_links_dir(p) {
+                return Ok(());
+            }
+            dataset_path(p).map_err(|e| format!("{p:?}: {e}"))
         };
         let one = |n: &str| one_name(n).map_err(|e| format!("{n:?}: {e}"));
         let sender = |id: NodeId| match peer {
