@@ -232,7 +232,18 @@ impl Cache {
             Some(c) => c,
             None => {
                 let (total, avail) = fs_space(&config.dir)?;
-                (avail + used).saturating_sub(total / 10)
+                let c = (avail + used).saturating_sub(total / 10);
+                if c < (total / 100).max(1 << 30) {
+                    // Every read would then go uncached to the shared file system: say why.
+                    tracing::warn!(
+                        capacity = c,
+                        free = avail,
+                        size = total,
+                        "the cache file system is over 90% full: the cache gets {c} bytes \
+                         (give --capacity to choose), so most reads go to the shared file system"
+                    );
+                }
+                c
             }
         };
         crate::sys::release_free_memory();
