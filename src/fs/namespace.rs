@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::attr::{Attr, Changes, Kind, TimeSet};
 use super::handles::{Handle, Opened};
+use super::inodes::Node;
 use super::write::Staged;
 use super::{DyadFs, Error, Found, join, split};
 use crate::core::Version;
@@ -92,7 +93,7 @@ impl<S: Source> DyadFs<S> {
             .producer
             .create(&path, mode, owner)
             .map_err(Error::Write)?;
-        self.touch_dir(&Self::path_of(&parent))?;
+        self.touch_dir(&parent)?;
         let attr = self.upsert(path, &Found::Staged(staged.clone()), 1)?;
         Ok((attr, self.staged_handle(staged, true)))
     }
@@ -299,7 +300,7 @@ impl<S: Source> DyadFs<S> {
         self.names
             .set(td, tf, Some(Name::pointer(&r.meta.inode, me)))
             .map_err(Error::Names)?;
-        self.touch_dir(&dir_path)?;
+        self.touch_dir(&parent)?;
         self.upsert(from, &Found::Produced(r.clone()), 0)?;
         self.upsert(to, &Found::Produced(r), 1)
     }
@@ -408,20 +409,22 @@ impl<S: Source> DyadFs<S> {
         self.names
             .set(dir, file, Some(n.clone()))
             .map_err(Error::Names)?;
-        self.touch_dir(&dir_path)?;
+        self.touch_dir(&parent)?;
         self.upsert(path, &Found::Produced(n), 1)
     }
 
     /// A produced directory's entries changed now: its mtime and ctime move (a backing
-    /// directory's stay: the backing tree is never modified).
-    pub(super) fn touch_dir(&self, path: &str) -> Result<(), Error> {
-        if path.is_empty() || self.backing.stat(path).is_ok() {
+    /// directory's stay: the backing tree is never modified). Whether `dir` is produced comes
+    /// from its (cached) attributes, not from a stat of the shared file system per entry.
+    pub(super) fn touch_dir(&self, dir: &Node) -> Result<(), Error> {
+        if !self.fresh_attr(dir).is_ok_and(|a| a.produced) {
             return Ok(());
         }
-        let (dir, file) = split(path);
+        let path = Self::path_of(dir);
+        let (parent, file) = split(&path);
         let Some(mut n) = self
             .names
-            .get(dir, file, Duration::ZERO)
+            .get(parent, file, Duration::ZERO)
             .map_err(Error::Names)?
         else {
             return Ok(());
@@ -429,9 +432,9 @@ impl<S: Source> DyadFs<S> {
         let now = now_ns();
         (n.meta.mtime_ns, n.meta.ctime_ns) = (Some(now), Some(now));
         self.names
-            .set(dir, file, Some(n.clone()))
+            .set(parent, file, Some(n.clone()))
             .map_err(Error::Names)?;
-        self.upsert(path.to_string(), &Found::Produced(n), 0)?;
+        self.upsert(path, &Found::Produced(n), 0)?;
         Ok(())
     }
 
@@ -484,7 +487,7 @@ impl<S: Source> DyadFs<S> {
             self.unname(&old, true)?;
         }
         self.unmap(&path);
-        self.touch_dir(&Self::path_of(&parent))
+        self.touch_dir(&parent)
     }
 
     pub fn rename(
@@ -495,12 +498,9 @@ impl<S: Source> DyadFs<S> {
         new_name: &OsStr,
         no_replace: bool,
     ) -> Result<(), Error> {
-        let (from_dir, to_dir) = (
-            Self::path_of(&*self.node(parent)?),
-            Self::path_of(&*self.node(new_parent)?),
-        );
-        let from = join(&from_dir, name);
-        let to = join(&to_dir, new_name);
+        let (from_dir, to_dir) = (self.node(parent)?, self.node(new_parent)?);
+        let from = join(&Self::path_of(&from_dir), name);
+        let to = join(&Self::path_of(&to_dir), new_name);
         let src = self.settled(&from)?;
         // POSIX: renaming a name onto itself does nothing, once the name exists.
         if from == to {
@@ -595,7 +595,7 @@ impl<S: Source> DyadFs<S> {
             self.upsert(to, &Found::Produced(n), 0)?;
         }
         self.touch_dir(&from_dir)?;
-        if to_dir != from_dir {
+        if !Arc::ptr_eq(&from_dir, &to_dir) {
             self.touch_dir(&to_dir)?;
         }
         Ok(())
