@@ -308,18 +308,12 @@ impl Snapshot {
     }
 }
 
+/// Bytes in binary units with the exact count (`dyadfs stats`' table).
 pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
+    if bytes < 1024 {
         format!("{bytes} B")
     } else {
-        format!("{v:.1} {} ({bytes})", UNITS[u])
+        format!("{} ({bytes})", short(bytes))
     }
 }
 

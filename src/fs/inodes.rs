@@ -115,6 +115,12 @@ impl Node {
     }
 }
 
+/// The key in `by_path` under which the names of the hard-linked file with record `inode`
+/// find their one inode.
+pub(super) fn link_id(inode: &str) -> String {
+    format!("{LINKS_DIR}/{inode}")
+}
+
 pub(super) fn new_node(path: &str, attr: Attr, lookups: u64) -> Node {
     Node {
         path: RwLock::new(path.to_string()),
@@ -155,9 +161,7 @@ impl<S: Source> DyadFs<S> {
         };
         // The names of a hard-linked file share one inode, found by its record's id.
         let link_id = match found {
-            Found::Produced(n) if !n.meta.inode.is_empty() => {
-                Some(format!("{LINKS_DIR}/{}", n.meta.inode))
-            }
+            Found::Produced(n) if !n.meta.inode.is_empty() => Some(link_id(&n.meta.inode)),
             _ => None,
         };
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());

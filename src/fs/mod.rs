@@ -233,20 +233,14 @@ impl<S: Source> DyadFs<S> {
         }
         match self.names.get(dir, name, wait) {
             // A hard link: the record holds what the file's names share.
-            Ok(Some(n)) if n.is_pointer() => {
-                match self.names.get(
-                    &names::links_dir(&n.meta.inode),
-                    &n.meta.inode,
-                    Duration::ZERO,
-                ) {
-                    Ok(Some(r)) => Ok(Found::Produced(r)),
-                    Ok(None) => Err(Error::NotFound),
-                    Err(e) => {
-                        tracing::warn!(%path, error = %e, "link record lookup failed");
-                        Err(Error::NotFound)
-                    }
+            Ok(Some(n)) if n.is_pointer() => match self.record(&n.meta.inode) {
+                Ok(Some(r)) => Ok(Found::Produced(r)),
+                Ok(None) => Err(Error::NotFound),
+                Err(e) => {
+                    tracing::warn!(%path, error = %e, "link record lookup failed");
+                    Err(Error::NotFound)
                 }
-            }
+            },
             Ok(Some(n)) => Ok(Found::Produced(n)),
             Ok(None) => Err(Error::NotFound),
             Err(e) => {
@@ -269,18 +263,12 @@ impl<S: Source> DyadFs<S> {
         if at.elapsed() < self.ttl(&attr) && self.producer.staged(&path).is_none() {
             return Ok(attr);
         }
-        match self.resolve(&path, Duration::ZERO) {
-            Err(Error::NotFound) if !exact && !lock(&node.aliases).is_empty() => {
-                self.through_another_name(node, &path)
-            }
-            r => self.upsert(path, &r?, 0),
-        }
-    }
-
-    /// A hard-linked file whose name this node knew it by was removed (maybe on another
-    /// node): it is still reached through another of its names.
-    fn through_another_name(&self, node: &Node, gone: &str) -> Result<Attr, Error> {
-        let (path, found) = self.another_name(node, gone)?;
+        let (path, found) = if exact {
+            let found = self.resolve(&path, Duration::ZERO)?;
+            (path, found)
+        } else {
+            self.resolve_node(node)?
+        };
         self.upsert(path, &found, 0)
     }
 

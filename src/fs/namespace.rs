@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use super::attr::{Attr, Changes, Kind, TimeSet};
 use super::handles::{Handle, Opened};
-use super::inodes::Node;
+use super::inodes::{Node, link_id};
 use super::write::Staged;
 use super::{DyadFs, Error, Found, join, split};
 use crate::core::Version;
-use crate::core::names::{LINKS_DIR, Name, NameMeta, TARGET_MAX, links_dir, now_ns};
+use crate::core::names::{Name, NameMeta, TARGET_MAX, links_dir, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -158,10 +158,7 @@ impl<S: Source> DyadFs<S> {
             },
         };
         if let Some(key) = staged.inode.get()
-            && let Some(mut r) = self
-                .names
-                .get(&links_dir(key), key, Duration::ZERO)
-                .map_err(Error::Names)?
+            && let Some(mut r) = self.record(key)?
         {
             // A new version of a hard-linked file: every name of it sees the new bytes.
             let old = r.clone();
@@ -169,9 +166,7 @@ impl<S: Source> DyadFs<S> {
             (r.mode, r.uid, r.gid) = (name.mode, name.uid, name.gid);
             r.meta.mtime_ns = set.mtime_ns;
             r.meta.ctime_ns = Some(set.ctime_ns.unwrap_or_else(now_ns));
-            self.names
-                .set(&links_dir(key), key, Some(r.clone()))
-                .map_err(Error::Names)?;
+            self.set_record(key, Some(r.clone()))?;
             self.release_object(&old, false);
             self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
             self.upsert(path, &Found::Produced(r), 0)?;
@@ -198,24 +193,16 @@ impl<S: Source> DyadFs<S> {
     pub(super) fn unname(&self, old: &Name, drop: bool) -> Result<(), Error> {
         if old.is_pointer() {
             let key = &old.meta.inode;
-            let Some(mut r) = self
-                .names
-                .get(&links_dir(key), key, Duration::ZERO)
-                .map_err(Error::Names)?
-            else {
+            let Some(mut r) = self.record(key)? else {
                 return Ok(());
             };
             r.meta.nlink = r.meta.nlink.saturating_sub(1);
             if r.meta.nlink == 0 {
-                self.names
-                    .set(&links_dir(key), key, None)
-                    .map_err(Error::Names)?;
+                self.set_record(key, None)?;
                 self.release_object(&r, drop);
             } else {
                 r.meta.ctime_ns = Some(now_ns());
-                self.names
-                    .set(&links_dir(key), key, Some(r.clone()))
-                    .map_err(Error::Names)?;
+                self.set_record(key, Some(r.clone()))?;
                 self.refresh_link(&r);
             }
         } else if !old.object.is_empty() {
@@ -228,25 +215,40 @@ impl<S: Source> DyadFs<S> {
     /// attributes (its other names' link count and ctime changed).
     fn refresh_link(&self, r: &Name) {
         let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
-        let id = format!("{LINKS_DIR}/{}", r.meta.inode);
-        if let Some(&ino) = inodes.by_path.get(&id)
+        if let Some(&ino) = inodes.by_path.get(&link_id(&r.meta.inode))
             && let Some(node) = inodes.nodes.get(&ino)
         {
             *lock(&node.attr) = (Attr::from_name(ino, r), std::time::Instant::now());
         }
     }
 
+    /// A hard-linked file's record.
+    pub(super) fn record(&self, key: &str) -> Result<Option<Name>, Error> {
+        self.names
+            .get(&links_dir(key), key, Duration::ZERO)
+            .map_err(Error::Names)
+    }
+
+    /// Publishes (or removes) a hard-linked file's record.
+    fn set_record(&self, key: &str, r: Option<Name>) -> Result<(), Error> {
+        self.names
+            .set(&links_dir(key), key, r)
+            .map_err(Error::Names)?;
+        Ok(())
+    }
+
     /// Publishes changed attributes of a name at `path` (or of its hard link record).
     fn store(&self, path: &str, n: &Name) -> Result<(), Error> {
-        let r = match n.meta.inode.as_str() {
+        match n.meta.inode.as_str() {
             "" => {
                 let (dir, file) = split(path);
-                self.names.set(dir, file, Some(n.clone()))
+                self.names
+                    .set(dir, file, Some(n.clone()))
+                    .map_err(Error::Names)?;
+                Ok(())
             }
-            key => self.names.set(&links_dir(key), key, Some(n.clone())),
-        };
-        r.map_err(Error::Names)?;
-        Ok(())
+            key => self.set_record(key, Some(n.clone())),
+        }
     }
 
     /// What `path` is, once a file whose last writer just closed is sealed and published.
@@ -265,16 +267,7 @@ impl<S: Source> DyadFs<S> {
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<Attr, Error> {
         let (from, _) = self.resolve_node(&*self.node(ino)?)?;
         let parent = self.node(new_parent)?;
-        if self.fresh_attr(&parent)?.kind != Kind::Dir {
-            return Err(Error::NotDir);
-        }
-        let dir_path = Self::path_of(&parent);
-        let to = join(&dir_path, new_name);
-        match self.resolve(&to, Duration::ZERO) {
-            Ok(_) => return Err(Error::Exists),
-            Err(Error::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let to = self.free_path(&parent, new_name)?;
         let mut r = match self.settled(&from)? {
             Found::Backing(_) => return Err(Error::ReadOnly),
             // Still open for writing: its bytes have no object to share yet.
@@ -395,22 +388,26 @@ impl<S: Source> DyadFs<S> {
     /// Publishes a new name without bytes (a directory, symlink or special file) in `parent`.
     fn make(&self, parent: u64, name: &OsStr, n: Name) -> Result<Attr, Error> {
         let parent = self.node(parent)?;
-        if self.fresh_attr(&parent)?.kind != Kind::Dir {
-            return Err(Error::NotDir);
-        }
-        let dir_path = Self::path_of(&parent);
-        let path = join(&dir_path, name);
-        match self.resolve(&path, Duration::ZERO) {
-            Ok(_) => return Err(Error::Exists),
-            Err(Error::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let path = self.free_path(&parent, name)?;
         let (dir, file) = split(&path);
         self.names
             .set(dir, file, Some(n.clone()))
             .map_err(Error::Names)?;
         self.touch_dir(&parent)?;
         self.upsert(path, &Found::Produced(n), 1)
+    }
+
+    /// The path of a new `name` in the directory `parent`, which must not exist yet.
+    fn free_path(&self, parent: &Node, name: &OsStr) -> Result<String, Error> {
+        if self.fresh_attr(parent)?.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let path = join(&Self::path_of(parent), name);
+        match self.resolve(&path, Duration::ZERO) {
+            Ok(_) => Err(Error::Exists),
+            Err(Error::NotFound) => Ok(path),
+            Err(e) => Err(e),
+        }
     }
 
     /// A produced directory's entries changed now: its mtime and ctime move (a backing
