@@ -43,6 +43,10 @@ pub enum Command {
     /// the shared file system at most once in the cluster (a file a peer holds is pulled from
     /// it). Ctrl-C stops cleanly; what was staged stays
     Warm(WarmArgs),
+    /// Hand a running mount the order in which a job will read its files: background threads
+    /// fill them into the cache in that order (from peers or the shared file system), a
+    /// window ahead of what the job has opened. A new list replaces the stream's last one
+    Prefetch(PrefetchArgs),
     /// Write a new random job secret (mode 0600) for `mount --secret-file`
     Keygen(KeygenArgs),
     /// Install this binary as the mount helper `mount -t fuse.dyadfs` and /etc/fstab lines use
@@ -186,6 +190,17 @@ pub struct MountArgs {
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "Performance")]
     pub readahead_threads: u16,
+
+    /// Threads filling the files of prefetch lists (`dyadfs prefetch`) in list order
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "Performance")]
+    pub prefetch_threads: u16,
+
+    /// How many files of a prefetch list the threads may fill ahead of the last one the job
+    /// opened (and at most a quarter of the cache's capacity in bytes)
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = "Performance")]
+    pub prefetch_window: u32,
 
     /// This node's id in the peers file [default: from the launcher: SLURM_NODEID,
     /// FLUX_TASK_RANK, OMPI_COMM_WORLD_RANK or PMI_RANK]
@@ -333,6 +348,19 @@ pub struct WarmArgs {
     pub cluster: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct PrefetchArgs {
+    /// Mount point of a running dyadfs
+    pub mountpoint: PathBuf,
+    /// The files in reading order, one per line: absolute paths under the mount or paths
+    /// relative to its root (`-` reads standard input; an empty list cancels the stream)
+    #[arg(long, value_name = "FILE")]
+    pub list: PathBuf,
+    /// Which of your lists this one replaces (e.g. one per rank on the node)
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub stream: String,
+}
+
 // The conversions into the daemon's plain config structs: nothing below the command line
 // knows clap.
 
@@ -344,6 +372,16 @@ impl From<WarmArgs> for crate::daemon::warm::WarmConfig {
             list: a.list,
             threads: a.threads as usize,
             cluster: a.cluster,
+        }
+    }
+}
+
+impl From<PrefetchArgs> for crate::daemon::prefetch::PrefetchConfig {
+    fn from(a: PrefetchArgs) -> Self {
+        crate::daemon::prefetch::PrefetchConfig {
+            mountpoint: a.mountpoint,
+            list: a.list,
+            stream: a.stream,
         }
     }
 }
@@ -363,6 +401,8 @@ impl From<MountArgs> for MountConfig {
                 readahead_threads: a.readahead_threads.into(),
                 wait: a.wait,
                 max_inodes: a.max_inodes as usize,
+                prefetch_threads: a.prefetch_threads.into(),
+                prefetch_window: a.prefetch_window as usize,
             },
             threads: a.threads,
             options: a.options,

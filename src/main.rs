@@ -81,6 +81,15 @@ fn main() -> ExitCode {
             }
         }),
         Command::Warm(args) => dyadfs::daemon::warm::warm(args.into()),
+        Command::Prefetch(args) => {
+            let stream = args.stream.clone();
+            dyadfs::daemon::prefetch::prefetch(args.into()).map(|q| {
+                println!(
+                    "queued {} files for prefetch (stream {stream}); {} lines skipped",
+                    q.files, q.skipped
+                )
+            })
+        }
         Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))
             .map_err(|source| UserError::KeyFile {

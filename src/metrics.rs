@@ -18,7 +18,7 @@ use crate::stats::{Latencies, Snapshot};
 type Labels = Vec<(String, String)>;
 
 /// Keys of `dyadfs stats` that are levels, not counts.
-const GAUGES: [&str; 11] = [
+const GAUGES: [&str; 12] = [
     "cached_bytes",
     "cached_files",
     "capacity_bytes",
@@ -30,6 +30,7 @@ const GAUGES: [&str; 11] = [
     "node_id",
     "node_rank",
     "members",
+    "prefetch_pending",
 ];
 
 /// The text a scrape returns.
@@ -145,6 +146,7 @@ mod tests {
             capacity_bytes: 100,
             inodes: 2,
             open_files: 0,
+            prefetch_pending: 0,
         });
         stats.latency.fill("peer", std::time::Instant::now());
         let text = render(&snap, &stats.latency);

@@ -58,6 +58,9 @@ pub struct Stats {
     pub name_waits: AtomicU64,
     pub replicated_files: AtomicU64,
     pub bytes_replicated: AtomicU64,
+    /// Files (and their bytes) prefetch lists brought into the cache.
+    pub prefetched_files: AtomicU64,
+    pub prefetched_bytes: AtomicU64,
     /// Members the cluster declares down now (gossip), and how often this node re-homed what a
     /// dead member was home of.
     pub members_down: AtomicU64,
@@ -132,6 +135,14 @@ pub struct Snapshot {
     pub node_rank: u64,
     #[serde(default)]
     pub members: u64,
+    /// Files prefetch lists brought into the cache (`dyadfs prefetch`), their bytes (counted in
+    /// `bytes_from_peers` or `bytes_from_backing` too), and listed files not taken yet.
+    #[serde(default)]
+    pub prefetched_files: u64,
+    #[serde(default)]
+    pub prefetched_bytes: u64,
+    #[serde(default)]
+    pub prefetch_pending: u64,
 }
 
 /// This node's opens by where their bytes came from: its cache, a peer's, the shared file
@@ -219,6 +230,7 @@ pub struct Gauges {
     pub capacity_bytes: u64,
     pub inodes: u64,
     pub open_files: u64,
+    pub prefetch_pending: u64,
 }
 
 impl Stats {
@@ -230,6 +242,7 @@ impl Stats {
             capacity_bytes,
             inodes,
             open_files,
+            prefetch_pending,
         } = g;
         Snapshot {
             local_hits: get(&self.local_hits),
@@ -264,6 +277,9 @@ impl Stats {
             node_id: get(&self.node_id),
             node_rank: get(&self.node_rank),
             members: get(&self.members).max(1),
+            prefetched_files: get(&self.prefetched_files),
+            prefetched_bytes: get(&self.prefetched_bytes),
+            prefetch_pending,
         }
     }
 }
@@ -271,7 +287,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 31] = [
+        let rows: [(&str, String); 34] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -289,6 +305,9 @@ impl Snapshot {
             ("name waits", self.name_waits.to_string()),
             ("replicated files", self.replicated_files.to_string()),
             ("bytes replicated", human(self.bytes_replicated)),
+            ("prefetched files", self.prefetched_files.to_string()),
+            ("prefetched bytes", human(self.prefetched_bytes)),
+            ("prefetch pending", self.prefetch_pending.to_string()),
             ("uncached reads", self.uncached_reads.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),

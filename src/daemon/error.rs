@@ -91,6 +91,8 @@ pub enum UserError {
     Session(io::Error),
     #[error("{} is not a dyadfs mount point", .0.display())]
     NotOurs(PathBuf),
+    #[error("bad prefetch stream name {0:?} (non-empty, no ':')")]
+    BadStream(String),
     #[error("{}: {source}", .path.display())]
     Stats { path: PathBuf, source: io::Error },
     #[error("unreadable stats from {}: {source}", .path.display())]

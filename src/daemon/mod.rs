@@ -5,6 +5,7 @@
 
 pub mod config;
 mod error;
+pub mod prefetch;
 mod tool;
 pub mod warm;
 mod wiring;
@@ -282,10 +283,16 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     config.clone_fd = true;
 
     let shedder = fs.shedder();
-    let mut session = fuser::Session::new(FuseAdapter::new(fs), &args.mountpoint, &config)
-        .map_err(|source| UserError::Mount {
-            path: args.mountpoint.clone(),
-            source,
+    let adapter = FuseAdapter::new(fs).map_err(|source| UserError::Start {
+        what: "prefetch threads",
+        source,
+    })?;
+    let mut session =
+        fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| {
+            UserError::Mount {
+                path: args.mountpoint.clone(),
+                source,
+            }
         })?;
     let notifier = session.notifier();
     std::thread::Builder::new()

@@ -49,6 +49,10 @@ pub enum Error {
     Backing(io::Error),
     #[error(transparent)]
     Cache(#[from] CacheError),
+    #[error("this user's prefetch lists hold too many files")]
+    Busy,
+    #[error("prefetch list: {0}")]
+    PrefetchList(io::Error),
 }
 
 impl Error {
@@ -85,6 +89,8 @@ impl Error {
             Error::Cache(CacheError::Io(_) | CacheError::Corrupt(_)) => libc::EIO,
             Error::Cache(CacheError::Locked(_)) => libc::EBUSY,
             Error::Cache(CacheError::FillTimeout(_)) => libc::ETIMEDOUT,
+            Error::Busy => libc::EBUSY,
+            Error::PrefetchList(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }
 }

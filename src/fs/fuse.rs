@@ -5,8 +5,8 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -26,16 +26,19 @@ use crate::core::sync::lock;
 const MAX_REQUEST: u32 = 1 << 20;
 
 pub struct FuseAdapter<S: Source> {
-    fs: DyadFs<S>,
+    fs: Arc<DyadFs<S>>,
     modes: Mutex<IoModes<BackingId>>,
 }
 
 impl<S: Source> FuseAdapter<S> {
-    pub fn new(fs: DyadFs<S>) -> Self {
-        FuseAdapter {
+    /// Wraps the file system and starts its prefetch threads.
+    pub fn new(fs: DyadFs<S>) -> io::Result<Self> {
+        let fs = Arc::new(fs);
+        DyadFs::start_prefetch(&fs)?;
+        Ok(FuseAdapter {
             fs,
             modes: Mutex::default(),
-        }
+        })
     }
 }
 
@@ -505,8 +508,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name, req.uid()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() <= size as usize => reply.data(&v),
             Ok(_) => reply.error(errno(&Error::Range)),

@@ -20,6 +20,7 @@ mod inodes;
 pub mod io_modes;
 pub mod listing;
 mod namespace;
+pub mod prefetch;
 pub mod read;
 mod readahead;
 pub mod write;
@@ -82,6 +83,10 @@ pub struct FsConfig {
     /// Inodes the daemon keeps for the kernel before asking it to forget the least recently
     /// used (see [`InodeShedder`]).
     pub max_inodes: usize,
+    /// Threads filling the files of prefetch lists, and how many files they may be ahead of
+    /// the reader (and a quarter of the cache's capacity in bytes).
+    pub prefetch_threads: usize,
+    pub prefetch_window: usize,
 }
 
 pub struct DyadFs<S: Source> {
@@ -95,6 +100,7 @@ pub struct DyadFs<S: Source> {
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
     readahead: crossbeam_channel::Sender<Job>,
+    prefetch: Arc<prefetch::Prefetcher>,
     /// What `dyadfs status` reports of the cluster (set by a cluster's wiring).
     status: std::sync::OnceLock<StatusFn>,
 }
@@ -148,6 +154,10 @@ impl<S: Source> DyadFs<S> {
                 .spawn(move || rx.iter().for_each(|job| job()))
                 .map_err(|e| Error::Cache(e.into()))?;
         }
+        let window = prefetch::Window {
+            files: config.prefetch_window.max(1),
+            bytes: (cache.capacity() / 4).max(1),
+        };
         Ok(DyadFs {
             backing,
             names,
@@ -163,6 +173,7 @@ impl<S: Source> DyadFs<S> {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             readahead: tx,
+            prefetch: Arc::new(prefetch::Prefetcher::new(window)),
             status: std::sync::OnceLock::new(),
         })
     }
@@ -178,10 +189,11 @@ impl<S: Source> DyadFs<S> {
 
     /// A way to take `dyadfs stats` snapshots from another thread (the metrics endpoint's).
     pub fn snapshots(&self) -> impl Fn() -> crate::stats::Snapshot + Send + Sync + 'static {
-        let (cache, stats, inodes) = (
+        let (cache, stats, inodes, prefetch) = (
             self.reader.cache.clone(),
             self.reader.stats.clone(),
             self.inodes.clone(),
+            self.prefetch.clone(),
         );
         move || {
             let inodes = inodes.read().unwrap_or_else(|e| e.into_inner()).nodes.len();
@@ -191,6 +203,7 @@ impl<S: Source> DyadFs<S> {
                 capacity_bytes: cache.capacity(),
                 inodes: inodes as u64,
                 open_files: cache.open_files(),
+                prefetch_pending: prefetch.pending(),
             })
         }
     }
@@ -371,6 +384,9 @@ impl<S: Source> DyadFs<S> {
     pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened, Error> {
         let node = self.node(ino)?;
         let (path, found) = self.resolve_node(&node)?;
+        if !write {
+            self.prefetch.opened(&path);
+        }
         let (key, attr) = match found {
             Found::Staged(s) => {
                 if truncate {
@@ -512,10 +528,14 @@ impl<S: Source> DyadFs<S> {
         Ok(())
     }
 
-    /// Extended attributes: only the root's stats attribute exists.
-    pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>, Error> {
+    /// Extended attributes: only the root's control attributes exist (stats, status, scrub,
+    /// prefetch requests of caller `uid`).
+    pub fn getxattr(&self, ino: u64, name: &OsStr, uid: u32) -> Result<Vec<u8>, Error> {
         if ino != ROOT_INO {
             return Err(Error::NoAttr);
+        }
+        if let Some((stream, list)) = name.to_str().and_then(prefetch::request) {
+            return self.prefetch_request(stream, list, uid);
         }
         let cache = &self.reader.cache;
         if name == SCRUB_XATTR {

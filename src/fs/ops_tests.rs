@@ -98,6 +98,8 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
         readahead_threads: 1,
         wait: Duration::ZERO,
         max_inodes: 1024,
+        prefetch_threads: 1,
+        prefetch_window: 16,
     };
     let fs = DyadFs::new(
         BackingStore::new(backing),

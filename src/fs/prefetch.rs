@@ -1,0 +1,481 @@
+//! Reads ahead of the sampler: a training job hands the mount the order in which it will open
+//! its files (`dyadfs prefetch`, or `examples/python/dyadfs_prefetch.py` around a sampler), and
+//! background threads fill them into the cache in that order, from peers or the shared file
+//! system, a bounded window ahead of what the job has opened so far. The reader then opens
+//! local copies instead of waiting for each fetch.
+//!
+//! The request is a `getxattr` of the mount root named `user.dyadfs.prefetch:STREAM:LIST`:
+//! LIST is a file, owned by the caller, of paths relative to the mount root, one per line, in
+//! reading order. A getxattr needs only read permission on the root (a setxattr would need
+//! write permission there), and the list travels as a file because an attribute value holds
+//! 64 KiB. A new list replaces the caller's previous list of the same STREAM (one per rank of a
+//! job); an empty one cancels it. The answer is `{"files":N,"skipped":M}` (short, so a first
+//! small buffer fits it and the request runs once).
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::{Condvar, Mutex};
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{Attr, DyadFs, Error, Found};
+use crate::core::source::Source;
+use crate::core::sync::lock;
+use crate::core::version_of;
+
+/// The extended attribute name's prefix; `STREAM:LIST` follows.
+pub const PREFETCH_XATTR: &str = "user.dyadfs.prefetch:";
+/// Bounds on what one user can make the daemon hold: lists, paths over all of them (about
+/// 100 bytes each for paths of 50), and the size of one list file.
+const MAX_PLANS: usize = 64;
+const MAX_PATHS: usize = 8 << 20;
+const MAX_LIST_BYTES: u64 = 1 << 30;
+
+/// How far ahead of the reader the threads may go.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// One stream's list and how far the reader and the threads have come.
+struct Plan {
+    id: u64,
+    paths: Vec<Box<str>>,
+    /// Path hash -> its first position (a collision at worst moves the reader's mark).
+    index: HashMap<u64, u32>,
+    /// The next position a thread takes.
+    next: usize,
+    /// One past the furthest position the reader has opened.
+    read: usize,
+    /// Positions at or past `read` that threads filled, with their sizes.
+    ahead: BTreeMap<usize, u64>,
+    ahead_bytes: u64,
+    in_flight: usize,
+}
+
+impl Plan {
+    fn runnable(&self, w: Window) -> bool {
+        self.next < self.paths.len()
+            && self.next - self.read < w.files
+            && self.ahead_bytes < w.bytes
+    }
+
+    fn finished(&self) -> bool {
+        self.next >= self.paths.len() && self.in_flight == 0
+    }
+
+    /// The reader opened the file at `pos`: the window moves past it.
+    fn reached(&mut self, pos: usize) {
+        if pos < self.read {
+            return;
+        }
+        self.read = pos + 1;
+        self.next = self.next.max(self.read);
+        let keep = self.ahead.split_off(&self.read);
+        self.ahead_bytes -= self.ahead.values().sum::<u64>();
+        self.ahead = keep;
+    }
+}
+
+#[derive(Default)]
+struct State {
+    plans: HashMap<(u32, String), Plan>,
+    next_id: u64,
+    /// Where the round robin over plans starts next.
+    turn: usize,
+}
+
+/// What a thread fills next.
+pub struct Item {
+    key: (u32, String),
+    id: u64,
+    pos: usize,
+    pub path: Box<str>,
+}
+
+/// The plans and the threads' work queue.
+pub struct Prefetcher {
+    state: Mutex<State>,
+    work: Condvar,
+    window: Window,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Prefetcher {
+    pub fn new(window: Window) -> Prefetcher {
+        Prefetcher {
+            state: Mutex::default(),
+            work: Condvar::new(),
+            window,
+            hasher: Default::default(),
+        }
+    }
+
+    fn hash(&self, path: &str) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write(path.as_bytes());
+        h.finish()
+    }
+
+    /// Replaces `uid`'s plan `stream` with `paths` (none: cancels it). Returns how many
+    /// were queued.
+    pub fn set(&self, uid: u32, stream: &str, paths: Vec<Box<str>>) -> Result<usize, Error> {
+        let mut st = lock(&self.state);
+        let key = (uid, stream.to_string());
+        if paths.is_empty() {
+            st.plans.remove(&key);
+            return Ok(0);
+        }
+        let (plans, held) = st
+            .plans
+            .iter()
+            .filter(|(k, _)| k.0 == uid && **k != key)
+            .fold((0, 0), |(n, p), (_, plan)| (n + 1, p + plan.paths.len()));
+        if plans >= MAX_PLANS || held + paths.len() > MAX_PATHS {
+            return Err(Error::Busy);
+        }
+        let mut index = HashMap::with_capacity(paths.len());
+        for (i, p) in paths.iter().enumerate() {
+            index.entry(self.hash(p)).or_insert(i as u32);
+        }
+        st.next_id += 1;
+        let n = paths.len();
+        let plan = Plan {
+            id: st.next_id,
+            paths,
+            index,
+            next: 0,
+            read: 0,
+            ahead: BTreeMap::new(),
+            ahead_bytes: 0,
+            in_flight: 0,
+        };
+        st.plans.insert(key, plan);
+        drop(st);
+        self.work.notify_all();
+        Ok(n)
+    }
+
+    /// A reader opened `path` (relative to the mount root).
+    pub fn opened(&self, path: &str) {
+        let mut st = lock(&self.state);
+        if st.plans.is_empty() {
+            return;
+        }
+        let h = self.hash(path);
+        let mut moved = false;
+        for plan in st.plans.values_mut() {
+            if let Some(&pos) = plan.index.get(&h) {
+                plan.reached(pos as usize);
+                moved = true;
+            }
+        }
+        st.plans.retain(|_, p| !p.finished());
+        drop(st);
+        if moved {
+            self.work.notify_all();
+        }
+    }
+
+    /// Files queued and not yet taken by a thread, over all plans.
+    pub fn pending(&self) -> u64 {
+        let st = lock(&self.state);
+        st.plans
+            .values()
+            .map(|p| (p.paths.len() - p.next.min(p.paths.len())) as u64)
+            .sum()
+    }
+
+    /// Blocks until some plan has a file inside its window; takes it.
+    pub fn take(&self) -> Item {
+        let mut st = lock(&self.state);
+        loop {
+            let n = st.plans.len();
+            let start = st.turn;
+            let mut keys: Vec<&(u32, String)> = st.plans.keys().collect();
+            keys.sort();
+            let found = (0..n)
+                .map(|i| keys[(start + i) % n].clone())
+                .find(|k| st.plans[k].runnable(self.window));
+            if let Some(key) = found {
+                st.turn = st.turn.wrapping_add(1);
+                let plan = st.plans.get_mut(&key).expect("found above");
+                let pos = plan.next;
+                plan.next += 1;
+                plan.in_flight += 1;
+                return Item {
+                    id: plan.id,
+                    pos,
+                    path: plan.paths[pos].clone(),
+                    key,
+                };
+            }
+            st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A thread is done with `item`; `size`: the bytes it holds in the cache now.
+    pub fn done(&self, item: Item, size: u64) {
+        let mut st = lock(&self.state);
+        if let Some(plan) = st.plans.get_mut(&item.key).filter(|p| p.id == item.id) {
+            plan.in_flight -= 1;
+            if item.pos >= plan.read {
+                plan.ahead.insert(item.pos, size);
+                plan.ahead_bytes += size;
+            }
+            if plan.finished() {
+                st.plans.remove(&item.key);
+            }
+        }
+        drop(st);
+        self.work.notify_all();
+    }
+}
+
+impl<S: Source> DyadFs<S> {
+    /// Starts the prefetch threads; they hold the file system weakly and end with it.
+    pub fn start_prefetch(fs: &Arc<DyadFs<S>>) -> std::io::Result<()> {
+        for i in 0..fs.config.prefetch_threads {
+            let (weak, prefetcher) = (Arc::downgrade(fs), fs.prefetch.clone());
+            std::thread::Builder::new()
+                .name(format!("prefetch-{i}"))
+                .spawn(move || {
+                    loop {
+                        let item = prefetcher.take();
+                        let Some(fs) = weak.upgrade() else { return };
+                        let size = fs.prefetch_one(&item.path).unwrap_or_else(|e| {
+                            tracing::debug!(path = %item.path, error = %e, "prefetch failed");
+                            0
+                        });
+                        prefetcher.done(item, size);
+                    }
+                })?;
+        }
+        Ok(())
+    }
+
+    /// A prefetch request (a getxattr of the root by `uid`): queues the list's files.
+    pub(super) fn prefetch_request(
+        &self,
+        stream: &str,
+        list: &Path,
+        uid: u32,
+    ) -> Result<Vec<u8>, Error> {
+        let (paths, skipped) = read_list(list, uid)?;
+        let files = self.prefetch.set(uid, stream, paths)?;
+        tracing::info!(uid, stream, files, skipped, "prefetch list queued");
+        Ok(format!("{{\"files\":{files},\"skipped\":{skipped}}}").into_bytes())
+    }
+
+    /// Fills one listed file into the cache, the way its first read would (never waiting
+    /// for a producer, never making an inode). Files being written, directories and the like
+    /// are left alone. Returns the bytes the file holds in the cache.
+    fn prefetch_one(&self, path: &str) -> Result<u64, Error> {
+        let (key, version) = match self.resolve(path, Duration::ZERO)? {
+            Found::Backing(meta) if meta.is_file() => (path.to_string(), version_of(&meta)),
+            Found::Produced(n) if n.is_file() => {
+                let version = Attr::from_name(0, &n).version;
+                (n.object, version)
+            }
+            _ => return Ok(0),
+        };
+        let cache = &self.reader.cache;
+        let entry = cache.entry(&key, version)?;
+        if entry.is_complete() {
+            return Ok(version.size);
+        }
+        if self.reader.fill_ahead(&entry, 0..entry.chunk_count())? && entry.is_complete() {
+            let stats = self.stats();
+            stats.prefetched_files.fetch_add(1, Ordering::Relaxed);
+            stats
+                .prefetched_bytes
+                .fetch_add(version.size, Ordering::Relaxed);
+        }
+        Ok(version.size)
+    }
+}
+
+/// Parses a request's attribute name: `Some((stream, list))` if it is one.
+pub fn request(name: &str) -> Option<(&str, &Path)> {
+    let rest = name.strip_prefix(PREFETCH_XATTR)?;
+    let (stream, list) = rest.split_once(':')?;
+    (!stream.is_empty() && list.starts_with('/')).then_some((stream, Path::new(list)))
+}
+
+/// Reads a list file for caller `uid`: it must be a regular file the caller owns (the daemon
+/// may run as root; it reads nobody else's files). Returns the paths it accepts, in order, and
+/// how many lines it skipped (absolute, `..`, empty).
+pub fn read_list(list: &Path, uid: u32) -> Result<(Vec<Box<str>>, usize), Error> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(list)
+        .map_err(Error::PrefetchList)?;
+    let meta = file.metadata().map_err(Error::PrefetchList)?;
+    if !meta.is_file() || (uid != 0 && meta.uid() != uid) {
+        return Err(Error::PrefetchList(std::io::Error::from_raw_os_error(
+            libc::EACCES,
+        )));
+    }
+    if meta.len() > MAX_LIST_BYTES {
+        return Err(Error::PrefetchList(std::io::Error::from_raw_os_error(
+            libc::EFBIG,
+        )));
+    }
+    let (mut paths, mut skipped) = (Vec::new(), 0);
+    for line in BufReader::new(file).split(b'\n') {
+        let line = line.map_err(Error::PrefetchList)?;
+        match std::str::from_utf8(&line).ok().and_then(clean) {
+            Some(p) if paths.len() < MAX_PATHS => paths.push(p.into()),
+            _ => skipped += 1,
+        }
+    }
+    Ok((paths, skipped))
+}
+
+/// A list line as a path relative to the mount root (`./` and repeated slashes dropped), or
+/// `None` if it is empty, absolute or climbs with `..`.
+fn clean(line: &str) -> Option<String> {
+    if line.starts_with('/') {
+        return None;
+    }
+    let parts: Vec<&str> = line
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    (!parts.is_empty() && !parts.contains(&"..")).then(|| parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(n: usize) -> Vec<Box<str>> {
+        (0..n).map(|i| format!("f{i}").into()).collect()
+    }
+
+    const WIDE: Window = Window {
+        files: 1000,
+        bytes: u64::MAX,
+    };
+
+    #[test]
+    fn threads_take_files_in_list_order_within_the_window() {
+        let p = Prefetcher::new(Window {
+            files: 3,
+            bytes: u64::MAX,
+        });
+        assert_eq!(p.set(0, "a", paths(10)).unwrap(), 10);
+        let taken: Vec<Item> = (0..3).map(|_| p.take()).collect();
+        let names: Vec<&str> = taken.iter().map(|i| &*i.path).collect();
+        assert_eq!(names, ["f0", "f1", "f2"]);
+        assert!(
+            !lock(&p.state)
+                .plans
+                .values()
+                .any(|pl| pl.runnable(p.window))
+        );
+        // The reader opens f4: f3 is skipped (it reads it itself), the window is f5..f7.
+        p.opened("f4");
+        assert_eq!(&*p.take().path, "f5");
+        for i in taken {
+            p.done(i, 1);
+        }
+        assert_eq!(p.pending(), 4);
+    }
+
+    #[test]
+    fn the_byte_window_holds_threads_back_until_the_reader_moves() {
+        let p = Prefetcher::new(Window {
+            files: 100,
+            bytes: 10,
+        });
+        p.set(7, "s", paths(5)).unwrap();
+        let a = p.take();
+        p.done(a, 10);
+        assert!(
+            !lock(&p.state)
+                .plans
+                .values()
+                .any(|pl| pl.runnable(p.window))
+        );
+        p.opened("f0");
+        assert_eq!(&*p.take().path, "f1");
+    }
+
+    #[test]
+    fn a_new_list_replaces_the_streams_old_one_and_an_empty_one_cancels() {
+        let p = Prefetcher::new(WIDE);
+        p.set(1, "s", paths(5)).unwrap();
+        let old = p.take();
+        p.set(1, "s", vec!["x".into()]).unwrap();
+        p.set(2, "s", vec!["y".into()]).unwrap();
+        assert_eq!(p.pending(), 2);
+        // A thread finishing a file of the replaced list does not touch the new one.
+        p.done(old, 1);
+        assert_eq!(p.pending(), 2);
+        p.set(1, "s", Vec::new()).unwrap();
+        assert_eq!(p.pending(), 1);
+        let y = p.take();
+        assert_eq!(&*y.path, "y");
+        p.done(y, 1);
+        assert!(lock(&p.state).plans.is_empty());
+    }
+
+    #[test]
+    fn plans_are_bounded() {
+        let p = Prefetcher::new(WIDE);
+        for i in 0..MAX_PLANS {
+            p.set(0, &i.to_string(), paths(1)).unwrap();
+        }
+        assert!(matches!(p.set(0, "one more", paths(1)), Err(Error::Busy)));
+        // Replacing an existing plan is allowed, and other users have their own bound.
+        p.set(0, "0", paths(2)).unwrap();
+        p.set(1, "0", paths(2)).unwrap();
+        assert!(matches!(
+            p.set(1, "1", paths(MAX_PATHS - 1)),
+            Err(Error::Busy)
+        ));
+    }
+
+    #[test]
+    fn requests_and_list_lines_are_checked() {
+        assert_eq!(
+            request("user.dyadfs.prefetch:rank0:/tmp/l"),
+            Some(("rank0", Path::new("/tmp/l")))
+        );
+        assert_eq!(request("user.dyadfs.prefetch:rank0:tmp/l"), None);
+        assert_eq!(request("user.dyadfs.prefetch::/tmp/l"), None);
+        assert_eq!(request("user.dyadfs.stats"), None);
+        assert_eq!(clean("a//b/./c").as_deref(), Some("a/b/c"));
+        assert_eq!(clean("/etc/passwd"), None);
+        assert_eq!(clean("a/../../b"), None);
+        assert_eq!(clean(""), None);
+    }
+
+    #[test]
+    fn a_list_must_be_the_callers_own_regular_file() {
+        let dir = std::env::temp_dir().join(format!("dyadfs-prefetch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let list = dir.join("l");
+        std::fs::write(&list, "a\n/abs\n\nb/c\n../x\n").unwrap();
+        let me = std::fs::metadata(&list).unwrap().uid();
+        let (got, skipped) = read_list(&list, me).unwrap();
+        assert_eq!(got, vec!["a".into(), "b/c".into()] as Vec<Box<str>>);
+        assert_eq!(skipped, 3);
+        let other = me.wrapping_add(1).max(1);
+        assert_eq!(read_list(&list, other).unwrap_err().errno(), libc::EACCES);
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&list, &link).unwrap();
+        assert_eq!(read_list(&link, me).unwrap_err().errno(), libc::ELOOP);
+        assert!(read_list(&dir, me).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,169 @@
+//! Reads ahead of the sampler: `dyadfs prefetch` and `examples/python/dyadfs_prefetch.py` hand
+//! a real mount a reading order; its threads fill the files a window ahead of the reader, from
+//! the shared file system or from a peer over UCX.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Fixture, Mounted, dyadfs, pattern, succeeded};
+
+fn prefetch(m: &Mounted, list: &Path) -> String {
+    let out = dyadfs()
+        .arg("prefetch")
+        .arg(&m.mnt)
+        .arg("--list")
+        .arg(list)
+        .output()
+        .unwrap();
+    succeeded("dyadfs prefetch", out)
+}
+
+/// Polls `key` of `m` until `done` holds (10 s at most); returns its last value.
+fn wait_stat(m: &Mounted, key: &str, done: impl Fn(u64) -> bool) -> u64 {
+    let t = Instant::now();
+    loop {
+        let v = m.stat(key);
+        if done(v) || t.elapsed() > Duration::from_secs(10) {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The threads fill the list's first files up to the window and stop there; an empty list
+/// cancels; a reader moving through the list moves the window, and every file is read from the
+/// shared file system exactly once, byte-exact.
+#[test]
+fn prefetch_fills_a_window_ahead_of_the_reader_in_list_order() {
+    let f = Fixture::new("prefetch");
+    let n = 200;
+    let files: Vec<(String, Vec<u8>)> = (0..n)
+        .map(|k| {
+            (
+                format!("d{}/f{k}.bin", k % 7),
+                pattern(20_000 + k, k as u64),
+            )
+        })
+        .collect();
+    for (p, d) in &files {
+        f.write(p, d);
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    // The reading order: a fixed shuffle.
+    let order: Vec<usize> = (0..n).map(|i| (i * 37 + 11) % n).collect();
+    let m = f.mount(&["--prefetch-window", "20"]);
+    let list = f.root.join("list");
+    let mut text: String = order
+        .iter()
+        .map(|&i| format!("{}\n", m.path(&files[i].0).display()))
+        .collect();
+    text += "/etc/passwd\n../escape\n";
+    fs::write(&list, text).unwrap();
+
+    let out = prefetch(&m, &list);
+    assert!(
+        out.contains("queued 200 files") && out.contains("2 lines skipped"),
+        "{out}"
+    );
+    assert_eq!(wait_stat(&m, "prefetched_files", |v| v >= 20), 20);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(m.stat("cached_files"), 20, "the window holds the threads");
+    assert_eq!(m.stat("prefetch_pending"), 180);
+    let out = prefetch(&m, Path::new("/dev/null"));
+    assert!(out.contains("queued 0 files"), "{out}");
+    assert_eq!(m.stat("prefetch_pending"), 0, "an empty list cancels");
+
+    prefetch(&m, &list);
+    for &i in &order {
+        let (p, d) = &files[i];
+        let got = fs::read(m.path(p)).unwrap();
+        assert!(got == *d, "{p} differs");
+    }
+    let s = m.stats();
+    assert_eq!(s["bytes_from_backing"], total, "each file read once: {s}");
+    assert_eq!(s["backing_fetches"], n as u64, "{s}");
+    assert!(s["local_hits"].as_u64().unwrap() >= 20, "{s}");
+    assert_eq!(wait_stat(&m, "prefetch_pending", |v| v == 0), 0);
+    m.unmount();
+}
+
+/// The Python helper around a sampler hands a node its order; the node pulls every file from
+/// the peer that holds it before a read, then reads them all locally. Outside a mount the
+/// helper warns and yields the order unchanged.
+#[test]
+fn the_python_helper_prefetches_from_a_peer() {
+    let mut c = Cluster::new("prefetch-py", 2, 0);
+    let n = 40;
+    let files: Vec<(String, Vec<u8>)> = (0..n)
+        .map(|k| {
+            (
+                format!("train/s{k:02}.npz"),
+                pattern(300_000 + k * 13, k as u64),
+            )
+        })
+        .collect();
+    for (p, d) in &files {
+        let path = c.backing.join(p);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, d).unwrap();
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    c.start(2);
+    for (p, d) in &files {
+        assert!(fs::read(c.nodes[0].path(p)).unwrap() == *d);
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python");
+    let script = r#"
+import os, sys, warnings
+sys.path.insert(0, sys.argv[1])
+from dyadfs_prefetch import PrefetchSampler, mount_root
+
+paths = sys.argv[3:]
+order = [(i * 7 + 3) % len(paths) for i in range(len(paths))]
+
+class Sampler:  # what a DistributedSampler looks like to the wrapper
+    rank = 1
+    def __iter__(self):
+        return iter(order)
+    def __len__(self):
+        return len(order)
+    def set_epoch(self, epoch):
+        pass
+
+assert mount_root(paths[0]) == os.path.realpath(sys.argv[2]), mount_root(paths[0])
+s = PrefetchSampler(Sampler(), paths)
+s.set_epoch(0)
+assert list(s) == order and len(s) == len(order)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    outside = PrefetchSampler(Sampler(), ["/tmp/x%d" % i for i in range(len(paths))])
+    assert list(outside) == order
+    assert any("not available" in str(x.message) for x in w), [str(x.message) for x in w]
+print("ok")
+"#;
+    let b = &c.nodes[1];
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&examples)
+        .arg(&b.mnt)
+        .args(files.iter().map(|(p, _)| b.path(p)))
+        .output()
+        .unwrap();
+    assert_eq!(succeeded("python helper", out).trim(), "ok");
+    assert_eq!(
+        wait_stat(b, "prefetched_files", |v| v >= n as u64),
+        n as u64
+    );
+    for (p, d) in &files {
+        assert!(fs::read(b.path(p)).unwrap() == *d, "{p} differs");
+    }
+    let s = b.stats();
+    assert_eq!(s["bytes_from_peers"], total, "{s}");
+    assert_eq!(s["bytes_from_backing"], 0, "{s}");
+    assert_eq!(s["local_hits"], n as u64, "every read was local: {s}");
+}
