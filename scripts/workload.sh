@@ -5,6 +5,8 @@
 #   local      every rank reads a local copy on the cache disk directly (the physical limit)
 #   dyadfs     every rank reads through its own node's dyadfs mount (4 daemons, 2 racks, UCX tcp)
 #   replicate  the same with `dyadfs mount --replicate` (each node copies what the others fetch)
+#   prefetch   as dyadfs, and each DataLoader rank hands its mount the epoch's file order
+#              (examples/python/dyadfs_prefetch.py around its sampler; DLIO runs as dyadfs)
 # Workloads: "dataloader" (an unmodified torch DataLoader over npz files, DistributedSampler with
 # set_epoch, batch 32, 4 workers, one rank per node) and "dlio" (DLIO unet3d scaled down, pytorch
 # reader, 4 MPI ranks one per node; with computation time 0, then the shipped 0.636 s/step).
@@ -21,7 +23,7 @@
 #        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads),
 #        DYADFS_BIN (a dyadfs binary to use instead of building this tree; DYADFS_BIN_NOTE says
 #        what it is in the results), DYADFS_VENV (.venv), CONFIGS ("shared local dyadfs
-#        replicate": the configurations to run; fewer for a quick A/B of two binaries)
+#        replicate", prefetch too if named: the configurations to run; fewer for a quick A/B)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -109,7 +111,7 @@ for i in $(seq 0 $((NODES - 1))); do
   echo "$i 127.0.0.1:$((PORT + i)) r$((i / 2))"
 done > "$W/peers"
 # The configurations that run the dyadfs cluster.
-is_cluster() { [ "$1" = dyadfs ] || [ "$1" = replicate ]; }
+is_cluster() { [ "$1" = dyadfs ] || [ "$1" = replicate ] || [ "$1" = prefetch ]; }
 start_cluster() {
   for i in $(seq 0 $((NODES - 1))); do
     rm -rf "$W/n$i/ssd"
@@ -135,7 +137,7 @@ sources() {
   case $1 in
     shared) echo "$W/shared" ;;
     local) echo "$W/local" ;;
-    dyadfs|replicate) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
+    dyadfs|replicate|prefetch) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
   esac
 }
 # CPU ticks the daemons have used, the machine's busy and idle CPU ticks so far, and the run's
@@ -204,7 +206,7 @@ row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samp
        "other_cpu_s": round(max(0.0, int(busy) / hz - int(run) / 1e9), 2)}
 if au != "-":
     row["au_percent"] = float(au)
-if cfg in ("dyadfs", "replicate"):
+if cfg in ("dyadfs", "replicate", "prefetch"):
     # peer: all bytes pulled from other nodes' caches, those replication copied included.
     row.update(local_hits=int(local), peer=int(peer), backing=int(backing),
                replicated=int(replicated), daemon_cpu_s=round(int(daemon) / hz, 2))
@@ -232,7 +234,7 @@ dataloader_epoch() {
   for i in $(seq 0 $((NODES - 1))); do
     RANK=$i scripts/workload/in_view.sh "$srcs" "$W/view" "$PY" scripts/workload/train.py \
       --data "$W/view/dl" --rank "$i" --world $NODES --first-epoch "$e" --barrier "$barrier" \
-      > "$W/rank$i.json" &
+      $([ "$CFG" = prefetch ] && echo --prefetch) > "$W/rank$i.json" &
   done
   wait
   cat "$W"/rank*.json | "$PY" -c '
@@ -294,6 +296,7 @@ for workload in $WORKLOADS; do
   for run in "${runs[@]}"; do
     read -r name fn compute <<< "$run"
     for cfg in $CONFIGS; do
+      CFG=$cfg
       DAEMONS=
       is_cluster "$cfg" && start_cluster "$cfg" && DAEMONS=$(daemon_pids)
       for e in $(seq 1 "$EPOCHS"); do

@@ -7,7 +7,10 @@ whose bytes differ from what dataset.py wrote; only with --verify), and cpu_busy
 busy the machine's CPUs were during the epoch, all processes).
 
 Usage: python3 train.py --data DIR --rank R --world W --epochs 1 [--first-epoch E] [--verify]
-                        [--barrier DIR]
+                        [--barrier DIR] [--prefetch]
+
+--prefetch wraps the sampler in examples/python/dyadfs_prefetch.py's PrefetchSampler: each
+epoch's file order goes to the dyadfs mount the data is under, which fills the files ahead.
 """
 import argparse
 import json
@@ -64,11 +67,18 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--verify", action="store_true", help="check every sample's bytes")
+    p.add_argument("--prefetch", action="store_true",
+                   help="hand each epoch's file order to the dyadfs mount (dyadfs_prefetch.py)")
     p.add_argument("--barrier", help="a directory the ranks meet in before the first epoch, so"
                    " that no rank's epoch overlaps another's start-up (importing torch)")
     a = p.parse_args()
     ds = NpzDataset(a.data)
     sampler = DistributedSampler(ds, num_replicas=a.world, rank=a.rank, shuffle=True, seed=0)
+    if a.prefetch:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "..", "examples", "python"))
+        from dyadfs_prefetch import PrefetchSampler
+        sampler = PrefetchSampler(sampler, [os.path.join(a.data, f) for f in ds.files])
     loader = DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers)
     if a.barrier:
         barrier(a.barrier, a.rank, a.world)
