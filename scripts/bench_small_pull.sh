@@ -7,11 +7,13 @@
 # has them all; B's CPU counted from its start). The page cache is dropped before each run.
 # Reports files/s and the CPU both daemons spend per file: that CPU is what the training input
 # pipeline competes with on a busy node (docs/workloads.md).
-# Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS)
+# EAGER lists values of `mount --eager-max` to compare, interleaved run by run (default
+# "0 256K": every chunk by RMA get, and small chunks inline in the holder's reply).
+# Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
-RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144}
+RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 256K}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
@@ -55,38 +57,40 @@ for _ in $(seq "$RUNS"); do
   t0=$(now); read_all "$W/local"; t1=$(now)
   echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/local.txt"
 
-  # B restarts empty; A re-announces its copies to B's tables as B starts.
-  rm -rf "$W/b/ssd"; mount_node b 1
-  drop
-  A=$(daemon_of a) B=$(daemon_of b)
-  a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
-  t0=$(now); read_all "$W/b/mnt"; t1=$(now)
-  sleep 0.5   # publishes trail the reads
-  a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
-  peers=$(stat_b bytes_from_peers)
-  [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
-  fusermount3 -u "$W/b/mnt"; sleep 0.3
-  record dyadfs "$t0" "$t1"
+  for e in $EAGER; do
+    # B restarts empty; A re-announces its copies to B's tables as B starts.
+    rm -rf "$W/b/ssd"; MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e" mount_node b 1
+    drop
+    A=$(daemon_of a) B=$(daemon_of b)
+    a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
+    t0=$(now); read_all "$W/b/mnt"; t1=$(now)
+    sleep 0.5   # publishes trail the reads
+    a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+    peers=$(stat_b bytes_from_peers)
+    [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
+    fusermount3 -u "$W/b/mnt"; sleep 0.3
+    record "dyadfs-$e" "$t0" "$t1"
 
-  # B restarts empty with --replicate and copies everything A holds without being read.
-  rm -rf "$W/b/ssd"; drop
-  a0=$(cpu_ms "$A") sa0=$(switches "$A")
-  t0=$(now); MOUNT_ARGS="${MOUNT_ARGS:-} --replicate" mount_node b 1
-  B=$(daemon_of b) b0=0 sb0=0
-  until [ "$(stat_b replicated_files)" = "$FILES" ]; do sleep 0.1; done
-  t1=$(now)
-  a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
-  fusermount3 -u "$W/b/mnt"; sleep 0.3
-  record replicate "$t0" "$t1"
+    # B restarts empty with --replicate and copies everything A holds without being read.
+    rm -rf "$W/b/ssd"; drop
+    a0=$(cpu_ms "$A") sa0=$(switches "$A")
+    t0=$(now); MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --replicate" mount_node b 1
+    B=$(daemon_of b) b0=0 sb0=0
+    until [ "$(stat_b replicated_files)" = "$FILES" ]; do sleep 0.1; done
+    t1=$(now)
+    a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+    fusermount3 -u "$W/b/mnt"; sleep 0.3
+    record "replicate-$e" "$t0" "$t1"
+  done
 done
 runs() { xargs printf '%.0f ' < "$1"; }
 printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s)\n' \
   "$FILES" "$SIZE" "$RUNS" "$UCX_TLS"
 printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "$W/local.txt")" "$(runs "$W/local.txt")"
-for k in dyadfs replicate; do
+for k in $(for e in $EAGER; do echo "dyadfs-$e"; done; for e in $EAGER; do echo "replicate-$e"; done); do
   case $k in
-    dyadfs) what="dyadfs, pulled from node A " ;;
-    replicate) what="--replicate, B copies all" ;;
+    dyadfs-*) what=$(printf '%-28s' "dyadfs, pulled, eager ${k#dyadfs-}") ;;
+    replicate-*) what=$(printf '%-28s' "--replicate, eager ${k#replicate-}") ;;
   esac
   printf '  %s   %8.0f files/s   runs: %s\n' "$what" "$(median < "$W/$k.txt")" "$(runs "$W/$k.txt")"
   printf '    daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \

@@ -119,6 +119,9 @@ pub struct PullArgs {
     /// Requests in flight
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub window: u32,
+    /// Chunks up to this size come inline in the holder's reply instead of by RMA get
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size)]
+    pub eager_max: u64,
     #[command(flatten)]
     pub ucx: UcxArgs,
 }
@@ -253,6 +256,15 @@ pub struct MountArgs {
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration,
           help_heading = "Cluster")]
     pub failure_detection: Duration,
+
+    /// Chunks up to this size come from a peer inline, in the holder's reply on the control
+    /// connection (one round trip, no RMA get and no release: a small file's pull then wakes
+    /// no UCX progress thread on either side); larger chunks are staged and got over UCX RMA.
+    /// On an RDMA fabric, where a get costs the holder no CPU, a smaller value (e.g. 32K)
+    /// keeps bulk bytes off TCP; 0 sends every chunk by RMA
+    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size,
+          help_heading = "Cluster")]
+    pub eager_max: u64,
 
     /// Copy the files other nodes fetch into this node's cache too, in the background: at the
     /// lowest CPU priority, paused while the machine's CPUs are less than 20% idle, and only
@@ -417,6 +429,7 @@ impl From<MountArgs> for MountConfig {
                 listen: a.listen,
                 rack: a.rack,
                 peer_timeout: a.peer_timeout,
+                eager_max: a.eager_max,
                 failure_detection: a.failure_detection,
                 replicate: a.replicate,
                 secret_file: a.secret_file,
@@ -458,6 +471,7 @@ impl From<PullArgs> for PullToolConfig {
             offset: a.offset,
             len: a.len,
             window: a.window,
+            eager_max: a.eager_max,
             ucx: a.ucx.into(),
         }
     }

@@ -138,6 +138,41 @@ fn sizes_at_chunk_boundaries_are_byte_exact() {
     }
 }
 
+/// Chunks that come inline in the holder's reply (all of them, or the small tails only, next
+/// to chunks got by RMA in the same pull) are byte-exact too, and checked.
+#[test]
+fn inline_chunks_are_byte_exact_and_checked() {
+    let d = Dir::new("eager");
+    let sizes = [0, 1, 300_000, 2 * MIB, 2 * MIB + 1, 6 * MIB + 5];
+    for (i, s) in sizes.iter().enumerate() {
+        fs::write(d.src(&format!("f{i}")), pattern(*s, i as u64)).unwrap();
+    }
+    let h = Holder::start(&d.0.join("src"), true, &[]);
+    for eager in ["2M", "1M", "256K"] {
+        for (i, s) in sizes.iter().enumerate() {
+            let out = d.0.join(format!("out{i}"));
+            let _ = fs::remove_file(&out);
+            assert_ok(&pull(
+                true,
+                &h,
+                &d,
+                &format!("f{i}"),
+                &out,
+                &["--eager-max", eager],
+            ));
+            assert!(
+                fs::read(&out).unwrap() == pattern(*s, i as u64),
+                "size {s}, eager {eager}"
+            );
+        }
+    }
+    drop(h);
+    let h = Holder::start(&d.0.join("src"), true, &["--corrupt"]);
+    let o = pull(true, &h, &d, "f2", &d.0.join("o"), &["--eager-max", "2M"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("checksum"));
+}
+
 #[test]
 fn sparse_file_beyond_4gib_pulls_at_high_offsets() {
     let d = Dir::new("sparse");

@@ -74,6 +74,7 @@ fn puller_hello() -> Message {
         worker_address: vec![1; 16],
         rkey: vec![1; 16],
         background: false,
+        eager_max: 0,
     }
 }
 

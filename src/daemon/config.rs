@@ -53,6 +53,8 @@ pub struct ClusterConfig {
     pub peer_timeout: Duration,
     /// How soon a silent node is known to be down everywhere (gossip).
     pub failure_detection: Duration,
+    /// Chunks up to this size come inline in a holder's reply instead of by RMA get.
+    pub eager_max: u64,
     /// Copy what other nodes fetch in the background.
     pub replicate: bool,
     pub secret_file: Option<PathBuf>,
@@ -85,6 +87,7 @@ pub struct PullToolConfig {
     pub offset: u64,
     pub len: Option<u64>,
     pub window: u32,
+    pub eager_max: u64,
     pub ucx: UcxConfig,
 }
 

@@ -89,6 +89,7 @@ pub fn pull(args: PullToolConfig) -> Result<(), UserError> {
         timeout: args.ucx.timeout,
         background: false,
         secret: None,
+        eager_max: args.eager_max.min(args.ucx.slot_size) as u32,
     };
     let start = Instant::now();
     let mut sink = |off: u64, bytes: &[u8], _crc: u32| out.write_all_at(bytes, off);

@@ -250,6 +250,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         timeout: args.cluster.peer_timeout,
         background: false,
         secret,
+        eager_max: args.cluster.eager_max.min(args.chunk_size) as u32,
     };
     let (l, rt) = (locator.clone(), runtime.handle().clone());
     let status: StatusFn = Box::new(move || rt.block_on(l.status()));

@@ -15,7 +15,7 @@ use super::stream::{FrameReader, bad_frame, read_frame, write_frame};
 use super::ucx::Worker;
 use super::wire::{self, Message, PROTOCOL_VERSION};
 
-pub(super) fn hello(worker: &Worker, node_id: u32, background: bool) -> Message {
+pub(super) fn hello(worker: &Worker, node_id: u32, background: bool, eager_max: u32) -> Message {
     let info = worker.info();
     Message::Hello {
         protocol: PROTOCOL_VERSION,
@@ -23,6 +23,7 @@ pub(super) fn hello(worker: &Worker, node_id: u32, background: bool) -> Message 
         worker_address: info.worker_address,
         rkey: info.rkey,
         background,
+        eager_max,
     }
 }
 

@@ -32,6 +32,9 @@ pub struct PullConfig {
     pub background: bool,
     /// The job secret every connection authenticates with (`None`: `--insecure`).
     pub secret: Option<Arc<Secret>>,
+    /// Chunks of up to this many bytes come inline in the holder's reply (one round trip, no
+    /// RMA get, no release); larger ones are staged and got. 0: every chunk by RMA.
+    pub eager_max: u32,
 }
 
 /// A byte range of one version of a file.
@@ -145,7 +148,12 @@ fn connect(
     }
     frames
         .s
-        .write_all(&wire::encode(&hello(worker, cfg.node_id, cfg.background)))
+        .write_all(&wire::encode(&hello(
+            worker,
+            cfg.node_id,
+            cfg.background,
+            cfg.eager_max,
+        )))
         .map_err(err("hello"))?;
     let info = match frames.next(true).map_err(err("hello"))? {
         Some(Message::Hello {
@@ -201,47 +209,42 @@ fn pull_chunks(
         conn.send(&mut outgoing)
             .map_err(err("a request to be sent"))?;
         let reply = conn.frames.next(true).map_err(err("a staged chunk"))?;
-        let (id, addr, l, crc) = match reply {
+        // The holder's numbers are checked against the request before any buffer is used.
+        let (id, l, crc, slot) = match reply {
+            Some(Message::Data { id, len, crc32c })
+                if id == done && len == at(done).1 && len <= cfg.eager_max =>
+            {
+                let mut slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
+                conn.frames
+                    .read_raw(slot.bytes_mut(len as usize))
+                    .map_err(err("an inline chunk"))?;
+                (id, len, crc32c, slot)
+            }
             Some(Message::Staged {
                 id,
                 addr,
                 len,
                 crc32c,
-                // The holder's numbers are checked against the request before any buffer is used.
-            }) if id == done && len == at(done).1 => (id, addr, len, crc32c),
+            }) if id == done && len == at(done).1 => {
+                let slot = get(worker, conn, peer, addr, len, t)?;
+                outgoing.extend(wire::encode(&Message::Release { addr }));
+                if sent == n {
+                    // No request follows to carry it.
+                    conn.send(&mut outgoing)
+                        .map_err(err("a release to be sent"))?;
+                }
+                (id, len, crc32c, slot)
+            }
             Some(Message::Error { message, .. }) => {
                 return Err(TransportError::Remote { peer, message });
             }
             other => {
                 return Err(TransportError::Protocol {
                     peer,
-                    what: format!("expected Staged {done}, got {other:?}"),
+                    what: format!("expected Staged or Data {done}, got {other:?}"),
                 });
             }
         };
-        let slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
-        // On timeout the receiver is dropped; the slot returns to the pool when UCX completes.
-        let (slot, r) = worker
-            .get(conn.ucx_peer, addr, slot, l as usize)
-            .wait(t)
-            .map_err(|e| match e {
-                NoResult::TimedOut => TransportError::Timeout {
-                    peer,
-                    what: "an RMA get",
-                    timeout: t,
-                },
-                NoResult::Abandoned => TransportError::Ucx {
-                    peer,
-                    source: UcxError::gone("ucp_get_nbx"),
-                },
-            })?;
-        r.map_err(|source| TransportError::Ucx { peer, source })?;
-        outgoing.extend(wire::encode(&Message::Release { addr }));
-        if sent == n {
-            // No request follows to carry it.
-            conn.send(&mut outgoing)
-                .map_err(err("a release to be sent"))?;
-        }
         let bytes = slot.bytes(l as usize);
         let (off, _) = at(id);
         if crc32c::crc32c(bytes) != crc {
@@ -251,4 +254,33 @@ fn pull_chunks(
         done += 1;
     }
     Ok(len)
+}
+
+/// Gets `len` bytes staged at `addr` on the holder into a slot of ours.
+fn get(
+    worker: &Arc<Worker>,
+    conn: &Conn,
+    peer: SocketAddr,
+    addr: u64,
+    len: u32,
+    t: Duration,
+) -> Result<super::ucx::Slot, TransportError> {
+    let slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
+    // On timeout the receiver is dropped; the slot returns to the pool when UCX completes.
+    let (slot, r) = worker
+        .get(conn.ucx_peer, addr, slot, len as usize)
+        .wait(t)
+        .map_err(|e| match e {
+            NoResult::TimedOut => TransportError::Timeout {
+                peer,
+                what: "an RMA get",
+                timeout: t,
+            },
+            NoResult::Abandoned => TransportError::Ucx {
+                peer,
+                source: UcxError::gone("ucp_get_nbx"),
+            },
+        })?;
+    r.map_err(|source| TransportError::Ucx { peer, source })?;
+    Ok(slot)
 }

@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::auth::Secret;
 use super::handshake::{authenticate, hello};
-use super::stream::{FrameReader, bad_frame, read_frame, write_frame};
+use super::stream::{FrameReader, bad_frame, read_frame, write_all_parts, write_frame};
 use super::ucx::{Slot, Worker};
 use super::wire::{self, Message};
 use crate::core::Version;
@@ -221,7 +221,7 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         None => None,
     };
     let admitted = peer_id.map(|p| conns.admit(p)).transpose()?;
-    let background = match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
+    let (background, eager_max) = match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
         // The authenticated peer is the only identity: a Hello claiming another is refused.
         (
             Message::Hello {
@@ -234,7 +234,14 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
                 format!("authenticated as node {peer_id:?}, claimed node {claimed}"),
             ));
         }
-        (Message::Hello { background, .. }, _) => background,
+        (
+            Message::Hello {
+                background,
+                eager_max,
+                ..
+            },
+            _,
+        ) => (background, eager_max),
         (Message::Rpc(mut payload), Some(rpc)) => loop {
             let reply = rpc.handle(peer_id, payload).await?;
             write_frame(&mut s, &Message::Rpc(reply)).await?;
@@ -250,7 +257,7 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         Some(w) if background => w,
         _ => worker,
     };
-    write_frame(&mut s, &hello(&worker, node_id, background)).await?;
+    write_frame(&mut s, &hello(&worker, node_id, background, 0)).await?;
     // A puller's chunks are served by a thread of its own with blocking I/O: a chunk then
     // costs this node one wake-up for the request (and one for a disk read), where the
     // reactor, a task and the blocking pool cost seven context switches per chunk
@@ -270,7 +277,7 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
             if background {
                 crate::sys::lower_thread_priority();
             }
-            match serve_pulls(s, worker.slab(), &*store, faults) {
+            match serve_pulls(s, worker.slab(), &*store, faults, eager_max) {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
                 Err(e) => tracing::info!(error = %e, "closing puller connection"),
                 Ok(()) => {}
@@ -301,12 +308,14 @@ const MAX_QUEUED: usize = 64;
 
 /// Serves one puller's requests in order until it disconnects. Slots lent to it return when it
 /// releases them, or all at once when it goes away. While a request waits for a free slot, the
-/// frames the puller sent meanwhile are read, so its releases free slots.
+/// frames the puller sent meanwhile are read, so its releases free slots. A chunk of at most
+/// `eager_max` bytes is sent inline after its `Data` frame, and its slot is free again at once.
 fn serve_pulls(
     s: std::net::TcpStream,
     slab: &Arc<super::ucx::Slab>,
     store: &dyn ChunkStore,
     faults: Faults,
+    eager_max: u32,
 ) -> io::Result<()> {
     s.set_write_timeout(Some(SLOT_WAIT))?;
     let mut frames = FrameReader::new(s.try_clone()?);
@@ -356,6 +365,19 @@ fn serve_pulls(
             None => Err("holder has no free slot".to_string()),
         };
         let reply = match staged {
+            Ok((slot, crc32c)) if r.len <= eager_max => {
+                let head = wire::encode(&Message::Data {
+                    id: r.id,
+                    len: r.len,
+                    crc32c,
+                });
+                let body = slot.bytes(r.len as usize);
+                write_all_parts(
+                    &mut out,
+                    &mut [io::IoSlice::new(&head), io::IoSlice::new(body)],
+                )?;
+                continue;
+            }
             Ok((slot, crc32c)) => {
                 let addr = slot.addr();
                 lent.insert(addr, (slot, std::time::Instant::now()));

@@ -78,6 +78,35 @@ impl FrameReader {
     }
 }
 
+impl FrameReader {
+    /// Reads exactly `dst.len()` raw bytes that follow the last frame (a `Data` chunk): those
+    /// already buffered first, the rest straight from the socket into `dst`.
+    pub(super) fn read_raw(&mut self, dst: &mut [u8]) -> io::Result<()> {
+        let have = self.buf.len().min(dst.len());
+        dst[..have].copy_from_slice(&self.buf[..have]);
+        self.buf.drain(..have);
+        self.s.read_exact(&mut dst[have..])
+    }
+}
+
+/// Writes all of `parts` with as few syscalls as the socket allows (a frame and the raw bytes
+/// that follow it in one `writev`).
+pub(super) fn write_all_parts(
+    s: &mut impl io::Write,
+    parts: &mut [io::IoSlice<'_>],
+) -> io::Result<()> {
+    let mut parts = parts;
+    while !parts.is_empty() {
+        match s.write_vectored(parts) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn bad_frame(e: WireError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::frame::{self, WireError};
 use crate::core::Version;
 
-/// Version 4: locator messages travel as an opaque `Rpc` payload.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// Version 4: locator messages travel as an opaque `Rpc` payload. Version 6: small chunks
+/// travel inline (`Data`), as the puller's hello allows.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -26,6 +27,10 @@ pub enum Message {
         /// lowest-priority threads, through its background UCX worker if it has one.
         #[serde(default)]
         background: bool,
+        /// The puller takes chunks of up to this many bytes inline (`Data`) instead of staged
+        /// for an RMA get (0: never).
+        #[serde(default)]
+        eager_max: u32,
     },
     /// Stage bytes `[offset, offset + len)` of a file at a version (one chunk; `len` at most
     /// the holder's slot size).
@@ -46,6 +51,13 @@ pub enum Message {
     /// The requester is done with a staged slot.
     Release {
         addr: u64,
+    },
+    /// The chunk itself: its `len` bytes follow this frame on the stream, raw (a request of at
+    /// most the hello's `eager_max` bytes; nothing to get or release).
+    Data {
+        id: u64,
+        len: u32,
+        crc32c: u32,
     },
     Error {
         id: u64,
@@ -110,6 +122,7 @@ mod tests {
                 worker_address: vec![1, 2, 3, 250],
                 rkey: vec![9, 8],
                 background: true,
+                eager_max: 256 << 10,
             },
             Message::Request {
                 id: 7,
@@ -129,6 +142,11 @@ mod tests {
             },
             Message::Release {
                 addr: 0x7f00_dead_0000,
+            },
+            Message::Data {
+                id: 8,
+                len: 64 << 10,
+                crc32c: 0x1234_5678,
             },
             Message::Error {
                 id: 7,
@@ -151,7 +169,7 @@ mod tests {
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v5.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v6.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -160,7 +178,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v5.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v6.bin"),
                 &all,
             )
             .unwrap();
@@ -190,6 +208,7 @@ mod tests {
             worker_address: vec![],
             rkey: vec![],
             background: false,
+            eager_max: 0,
         });
         assert_eq!(
             decode(&future[4..]),
