@@ -412,6 +412,24 @@ fn a_changed_backing_file_is_served_fresh() {
     }
 }
 
+/// Within the metadata TTL, an open of a cached backing file does not go to the shared file
+/// system (a metadata round trip per open on Lustre): a file removed there is still served
+/// from the cache until the TTL has passed, then it is gone.
+#[test]
+fn opens_within_the_ttl_do_not_ask_the_shared_fs() {
+    let f = Fixture::new("ttlopen");
+    f.write("f.bin", &pattern(MIB, 5));
+    let m = f.mount(&["--metadata-ttl", "2s"]);
+    assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 5));
+    fs::remove_file(f.backing.join("f.bin")).unwrap();
+    assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 5));
+    assert_eq!(m.stat("local_hits"), 1);
+    std::thread::sleep(Duration::from_millis(2200));
+    let e = fs::read(m.path("f.bin")).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    m.unmount();
+}
+
 #[test]
 fn large_directory_lists_completely() {
     let f = Fixture::new("bigdir");

@@ -67,6 +67,13 @@ enum Found {
     Produced(Name),
 }
 
+/// What an open found: a handle made already (a file being written), or the cache key and
+/// attributes of a file to read.
+enum ToOpen {
+    Handle(Opened),
+    Cached(String, Attr),
+}
+
 /// How long a produced name's attributes are trusted: another node may rename or replace it.
 const PRODUCED_TTL: Duration = Duration::from_secs(1);
 
@@ -383,38 +390,25 @@ impl<S: Source> DyadFs<S> {
     /// from the current bytes unless `truncate`); backing files are read-only.
     pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened, Error> {
         let node = self.node(ino)?;
-        let (path, found) = self.resolve_node(&node)?;
-        if !write {
-            self.prefetch.opened(&path);
-        }
-        let (key, attr) = match found {
-            Found::Staged(s) => {
-                if truncate {
-                    s.file.set_len(0).map_err(Error::Write)?;
-                }
-                return Ok(self.staged_handle(s, write));
-            }
-            Found::Backing(meta) => {
-                if write {
-                    return Err(Error::ReadOnly);
-                }
-                let attr = self.upsert(path.clone(), &Found::Backing(meta), 0)?;
+        let fresh = if write {
+            None
+        } else {
+            self.fresh_backing_file(&node)
+        };
+        let (key, attr) = match fresh {
+            Some((path, attr)) => {
+                self.prefetch.opened(&path);
                 (path, attr)
             }
-            Found::Produced(n) => {
-                if n.dir {
-                    return Err(Error::IsDir);
+            None => {
+                let (path, found) = self.resolve_node(&node)?;
+                if !write {
+                    self.prefetch.opened(&path);
                 }
-                if !n.is_file() {
-                    return Err(Error::Invalid);
+                match self.open_found(path, found, write, truncate)? {
+                    ToOpen::Handle(opened) => return Ok(opened),
+                    ToOpen::Cached(key, attr) => (key, attr),
                 }
-                if write {
-                    let staged = self.new_version(&path, &n, !truncate)?;
-                    self.upsert(path, &Found::Staged(staged.clone()), 0)?;
-                    return Ok(self.staged_handle(staged, true));
-                }
-                let attr = self.upsert(path, &Found::Produced(n.clone()), 0)?;
-                (n.object, attr)
             }
         };
         match attr.kind {
@@ -476,6 +470,59 @@ impl<S: Source> DyadFs<S> {
             passthrough: (verified && self.config.passthrough).then_some(entry),
             keep_cache,
         })
+    }
+
+    /// A backing file's path and attributes while they are fresh (the kernel trusts them as
+    /// long): an open then costs no stat of the shared file system, which on Lustre or GPFS is
+    /// a metadata server round trip per open of a cached file. A changed file is noticed once
+    /// the TTL has passed, as its attributes are.
+    fn fresh_backing_file(&self, node: &Node) -> Option<(String, Attr)> {
+        let (attr, at) = *lock(&node.attr);
+        (attr.kind == Kind::File && !attr.produced && at.elapsed() < self.ttl(&attr))
+            .then(|| (Self::path_of(node), attr))
+    }
+
+    /// What an open does with what its path resolved to: a file being written (or a new
+    /// version of a produced one) gets its handle at once; a file to read gives its cache key
+    /// and attributes.
+    fn open_found(
+        &self,
+        path: String,
+        found: Found,
+        write: bool,
+        truncate: bool,
+    ) -> Result<ToOpen, Error> {
+        let (key, attr) = match found {
+            Found::Staged(s) => {
+                if truncate {
+                    s.file.set_len(0).map_err(Error::Write)?;
+                }
+                return Ok(ToOpen::Handle(self.staged_handle(s, write)));
+            }
+            Found::Backing(meta) => {
+                if write {
+                    return Err(Error::ReadOnly);
+                }
+                let attr = self.upsert(path.clone(), &Found::Backing(meta), 0)?;
+                (path, attr)
+            }
+            Found::Produced(n) => {
+                if n.dir {
+                    return Err(Error::IsDir);
+                }
+                if !n.is_file() {
+                    return Err(Error::Invalid);
+                }
+                if write {
+                    let staged = self.new_version(&path, &n, !truncate)?;
+                    self.upsert(path, &Found::Staged(staged.clone()), 0)?;
+                    return Ok(ToOpen::Handle(self.staged_handle(staged, true)));
+                }
+                let attr = self.upsert(path, &Found::Produced(n.clone()), 0)?;
+                (n.object, attr)
+            }
+        };
+        Ok(ToOpen::Cached(key, attr))
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadBytes, Error> {
