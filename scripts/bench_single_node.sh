@@ -4,7 +4,7 @@
 #   (b) 4096 cached files of 128 KiB read in random order by 4 processes
 # each through dyadfs (passthrough, --no-passthrough), directly on the same disk, and through
 # bindfs -o kernel_cache over the same tree; "cold" drops the page cache before each run,
-# "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]
+# "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, BASE_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -16,7 +16,7 @@ BIN=$PWD/target/release/dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench.XXXX)}
 mkdir -p "$W"/{backing/small,ssd,mnt,bind}
 cleanup() {
-  unmount_mounted "$W/mnt" "$W/bind"
+  unmount_mounted "$W/mnt" "$W/mnt2" "$W/mnt3" "$W/bind"
   [ -n "${KEEP:-}" ] || rm -rf "$W"
 }
 trap cleanup EXIT
@@ -46,38 +46,51 @@ measure() {
 }
 command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null
 
+# Every configuration is mounted at once and they take turns run by run (interleaved), so a
+# slow moment of the VM hits all of them. BASE_BIN=path adds "base-passthrough": another dyadfs
+# binary (e.g. the previous commit's) in passthrough mode, for an A/B in the same run.
 declare -A R
-run_all() { # label dir
-  for temp in cold warm; do
-    big "$2"; small "$2"   # fill dyadfs's cache / prime the page cache for warm runs
-    R[$1,big,$temp]=$(measure $temp big "$2")
-    R[$1,small,$temp]=$(measure $temp small "$2")
-  done
-}
-run_all direct "$W/backing"
-for mode in passthrough no-passthrough; do
-  args=(); [ $mode = no-passthrough ] && args=(--no-passthrough)
-  rm -rf "$W/ssd"; mkdir -p "$W/ssd"
-  "$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing" "${args[@]}"
-  run_all "dyadfs-$mode" "$W/mnt"
-  "$BIN" stats "$W/mnt" --json > "$W/stats-$mode.json"
-  fusermount3 -u "$W/mnt"; sleep 0.3
-done
+CONFIGS=(direct dyadfs-passthrough dyadfs-no-passthrough bindfs-kernel_cache)
+declare -A DIR=([direct]="$W/backing" [dyadfs-passthrough]="$W/mnt" [dyadfs-no-passthrough]="$W/mnt2"
+  [bindfs-kernel_cache]="$W/bind" [base-passthrough]="$W/mnt3")
+mkdir -p "$W"/{mnt2,mnt3,ssd2,ssd3}
+rm -rf "$W"/ssd/* "$W"/ssd2/* "$W"/ssd3/*
+"$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing"
+"$BIN" mount "$W/mnt2" --ssd "$W/ssd2" --backing "$W/backing" --no-passthrough
+if [ -n "${BASE_BIN:-}" ]; then
+  "$BASE_BIN" mount "$W/mnt3" --ssd "$W/ssd3" --backing "$W/backing"
+  CONFIGS+=(base-passthrough)
+fi
 bindfs -o kernel_cache "$W/backing" "$W/bind"
-run_all bindfs-kernel_cache "$W/bind"
-fusermount3 -u "$W/bind"
+for c in "${CONFIGS[@]}"; do big "${DIR[$c]}"; small "${DIR[$c]}"; done   # fill the caches
+for temp in cold warm; do
+  for w in big small; do
+    for r in $(seq "$RUNS"); do
+      for c in "${CONFIGS[@]}"; do
+        [ "$temp" = cold ] && drop
+        [ "$temp" = warm ] && $w "${DIR[$c]}"   # this config's own pages in the page cache
+        t0=$(now); $w "${DIR[$c]}"; t=$(echo "$(now) - $t0" | bc -l)
+        echo "$t" >> "$W/t.$c.$w.$temp"
+        printf '%s %s %s run %d: %.3f s\n' "$c" "$w" "$temp" "$r" "$t" >&2
+      done
+    done
+    for c in "${CONFIGS[@]}"; do R[$c,$w,$temp]=$(median < "$W/t.$c.$w.$temp"); done
+  done
+done
+"$BIN" stats "$W/mnt" --json > "$W/stats-passthrough.json"
+"$BIN" stats "$W/mnt2" --json > "$W/stats-no-passthrough.json"
 
 printf '\n%-24s %14s %14s %16s %16s\n' config "1GiB cold MB/s" "1GiB warm MB/s" "small cold f/s" "small warm f/s"
-for c in direct dyadfs-passthrough dyadfs-no-passthrough bindfs-kernel_cache; do
+for c in "${CONFIGS[@]}"; do
   printf '%-24s' $c
   for k in big,cold big,warm; do printf ' %14.0f' "$(echo "1073.741824 / ${R[$c,$k]}" | bc -l)"; done
   for k in small,cold small,warm; do printf ' %16.0f' "$(echo "4096 / ${R[$c,$k]}" | bc -l)"; done
   echo
 done
 printf '\nratio to direct (higher is better, 1.00 = as fast as the disk):\n'
-for c in dyadfs-passthrough dyadfs-no-passthrough bindfs-kernel_cache; do
+for c in "${CONFIGS[@]:1}"; do
   printf '%-24s' $c
   for k in big,cold big,warm small,cold small,warm; do printf ' %8.2f' "$(echo "${R[direct,$k]} / ${R[$c,$k]}" | bc -l)"; done
   echo
 done
-echo "(columns: 1GiB cold, 1GiB warm, small cold, small warm; medians of $RUNS runs)"
+echo "(columns: 1GiB cold, 1GiB warm, small cold, small warm; medians of $RUNS interleaved runs)"
