@@ -302,3 +302,34 @@ fn names_survive_their_home_and_then_its_backup_dying() {
     let got = fs::read(c.nodes[consumer].path("kept")).expect("the name outlived two homes");
     assert!(got == data);
 }
+
+/// Both holders of a file (in two racks) freeze and the cluster does not know yet (slow failure
+/// detection): a read waits one --peer-timeout (2 s) in all, locating and trying each frozen
+/// holder in turn, before the shared file system serves it; not one timeout per frozen holder.
+#[test]
+fn frozen_holders_not_known_down_cost_a_read_one_peer_timeout() {
+    let mut c = Cluster::new("frozen2", 5, 7);
+    c.extra = vec!["--failure-detection".into(), "30s".into()];
+    let files = dataset(&c, 6, 256 * KIB);
+    c.start(5);
+    // Node 0 (rack r0) and node 2 (rack r1) hold every file; node 4 (rack r2) reads them.
+    read_all(&c.nodes[0], &files);
+    read_all(&c.nodes[2], &files);
+    std::thread::sleep(Duration::from_millis(500)); // the publishes land
+    signal(&c.nodes[0], libc::SIGSTOP);
+    signal(&c.nodes[2], libc::SIGSTOP);
+    let mut took = Vec::new();
+    for f in &files {
+        let t = Instant::now();
+        read_all(&c.nodes[4], std::slice::from_ref(f));
+        took.push(t.elapsed());
+    }
+    signal(&c.nodes[0], libc::SIGCONT);
+    signal(&c.nodes[2], libc::SIGCONT);
+    eprintln!("reads with both holders frozen: {took:?}");
+    // Before one bound per read, a file whose holders were both tried took 2 x 2 s.
+    for t in &took {
+        assert!(*t < Duration::from_secs(3), "{took:?}");
+    }
+    assert_eq!(c.nodes[4].stat("backing_fetches"), files.len() as u64);
+}

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::error::LocatorError;
 use super::membership::NodeId;
-use super::source::{ClusterSource, read_at_via_pieces};
+use super::source::{ClusterSource, Locate, read_at_via_pieces};
 use super::tiers::Key;
 use crate::cache::Cache;
 use crate::core::Version;
@@ -134,8 +134,7 @@ impl Source for FromHolders {
                 path,
                 version,
                 &self.holders,
-                offset,
-                len,
+                (offset, len, Instant::now() + self.cluster.locator.timeout()),
                 sink,
             )
             .ok_or_else(|| LocatorError::FeedHoldersFailed(path.to_string()))?;

@@ -146,19 +146,24 @@ impl LocatorService {
 
     /// As [`LocatorService::call`], from a plain thread (a FUSE request's), with blocking I/O:
     /// the reply wakes the thread directly. `runtime` answers messages addressed to this node.
+    /// Waits at most `within` (and the peer timeout).
     fn call_from_thread(
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
         to: NodeId,
         msg: Msg,
+        within: Duration,
     ) -> Option<Msg> {
+        let within = within.min(self.timeout);
         if to == self.me() {
-            return Some(runtime.block_on(self.clone().answer(Some(self.me()), msg)));
+            let answer = self.clone().answer(Some(self.me()), msg);
+            // (The timer is made inside the runtime: block_on enters its context.)
+            return runtime
+                .block_on(async move { tokio::time::timeout(within, answer).await })
+                .ok();
         }
         let addr = self.reachable(to)?;
-        let reply = self
-            .rpcs
-            .call_blocking(addr, &proto::encode(&msg), self.timeout);
+        let reply = self.rpcs.call_blocking(addr, &proto::encode(&msg), within);
         self.outcome(to, reply.and_then(|r| decoded(addr, &r)))
     }
 
@@ -200,6 +205,7 @@ impl LocatorService {
         runtime: &tokio::runtime::Handle,
         path: &str,
         version: Version,
+        within: Duration,
     ) -> Reply {
         let key: Key = (path.to_string(), version);
         if let Some(Known::Holders(h)) = self.node.get(&key) {
@@ -216,7 +222,7 @@ impl LocatorService {
         };
         let started = Instant::now();
         let span = tracing::debug_span!("locate", path, tier = "rack").entered();
-        let answer = self.call_from_thread(runtime, rack_home, msg);
+        let answer = self.call_from_thread(runtime, rack_home, msg, within);
         drop(span);
         self.stats.latency.lookup("rack", started);
         match answer {
@@ -259,7 +265,7 @@ impl LocatorService {
         after: u64,
         max: u32,
     ) -> Option<(u64, Vec<(Key, NodeId)>)> {
-        match self.call_from_thread(runtime, home, Msg::Gained { after, max })? {
+        match self.call_from_thread(runtime, home, Msg::Gained { after, max }, self.timeout)? {
             Msg::GainedList { next, copies } => Some((
                 next,
                 copies

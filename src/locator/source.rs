@@ -35,8 +35,8 @@ pub trait Locate: Send + Sync + 'static {
     fn membership(&self) -> &Membership;
     /// Bound on waiting for another node's fetch.
     fn timeout(&self) -> Duration;
-    /// What this node should do about a file it misses.
-    fn locate(&self, path: &str, version: Version) -> Reply;
+    /// What this node should do about a file it misses, asking for at most `within`.
+    fn locate(&self, path: &str, version: Version, within: Duration) -> Reply;
     /// This node was told to fetch and could not read the backing store.
     fn fetch_failed(&self, path: &str, version: Version);
     /// Nodes that failed recently: tried last as holders.
@@ -49,14 +49,26 @@ pub trait Locate: Send + Sync + 'static {
     fn is_down(&self, node: NodeId) -> bool;
 }
 
-/// Pulls a byte range from the holder at an address.
+/// Pulls a byte range from the holder at an address, waiting at most `within` for each answer.
 pub trait Pull: Send + Sync + 'static {
-    fn pull(&self, peer: SocketAddr, want: &Want, sink: Sink<'_>) -> Result<u64, TransportError>;
+    fn pull(
+        &self,
+        peer: SocketAddr,
+        want: &Want,
+        sink: Sink<'_>,
+        within: Duration,
+    ) -> Result<u64, TransportError>;
 }
 
 impl Pull for Puller {
-    fn pull(&self, peer: SocketAddr, want: &Want, sink: Sink<'_>) -> Result<u64, TransportError> {
-        Puller::pull(self, peer, want, sink)
+    fn pull(
+        &self,
+        peer: SocketAddr,
+        want: &Want,
+        sink: Sink<'_>,
+        within: Duration,
+    ) -> Result<u64, TransportError> {
+        Puller::pull_within(self, peer, want, sink, within)
     }
 }
 
@@ -80,8 +92,8 @@ impl Locate for ServiceLink {
         self.service.timeout
     }
 
-    fn locate(&self, path: &str, version: Version) -> Reply {
-        self.service.locate(&self.runtime, path, version)
+    fn locate(&self, path: &str, version: Version, within: Duration) -> Reply {
+        self.service.locate(&self.runtime, path, version, within)
     }
 
     fn fetch_failed(&self, path: &str, version: Version) {
@@ -140,7 +152,15 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         sink: FillSink<'_>,
     ) -> io::Result<Origin> {
         if let Some(producer) = crate::core::names::producer_of(path) {
-            return match self.pull_from_peers(path, version, &[producer], offset, len, sink) {
+            let deadline = Instant::now() + self.locator.timeout();
+            return match self.pull_with(
+                &self.puller,
+                path,
+                version,
+                &[producer],
+                (offset, len, deadline),
+                sink,
+            ) {
                 Some(()) => Ok(Origin::Peer),
                 None => Err(LocatorError::ProducerUnreachable {
                     producer,
@@ -152,29 +172,15 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         self.backing.read_into(path, version, offset, len, sink)
     }
 
-    /// Tries the holders in preference order; `None` if none could serve the range.
-    fn pull_from_peers(
-        &self,
-        path: &str,
-        version: Version,
-        holders: &[NodeId],
-        offset: u64,
-        len: u64,
-        sink: FillSink<'_>,
-    ) -> Option<()> {
-        self.pull_with(&self.puller, path, version, holders, offset, len, sink)
-    }
-
-    /// As `pull_from_peers`, with the given puller (the replicator's background one).
-    #[allow(clippy::too_many_arguments)]
+    /// Tries the holders in preference order with `puller` (the replicator has a background
+    /// one) for the range `(offset, len)`, until `deadline`; `None` if none served it in time.
     pub(crate) fn pull_with(
         &self,
         puller: &impl Pull,
         path: &str,
         version: Version,
         holders: &[NodeId],
-        offset: u64,
-        len: u64,
+        (offset, len, deadline): (u64, u64, Instant),
         sink: FillSink<'_>,
     ) -> Option<()> {
         // A holder known to be down is not tried at all: with no other, the caller reads the
@@ -200,6 +206,11 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
             if h == self.locator.me() {
                 continue;
             }
+            // The read's one peer timeout is spent: the caller reads the shared file system.
+            let within = deadline.saturating_duration_since(Instant::now());
+            if within.is_zero() {
+                return None;
+            }
             let addr = membership.member(h)?.addr;
             let want = Want {
                 path: path.to_string(),
@@ -209,7 +220,7 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
             };
             let mut pulled = |off: u64, bytes: &[u8], crc: u32| sink(off, bytes, Some(crc));
             let span = tracing::debug_span!("pull", path, holder = h, offset, bytes = len);
-            let r = span.in_scope(|| puller.pull(addr, &want, &mut pulled));
+            let r = span.in_scope(|| puller.pull(addr, &want, &mut pulled, within));
             match r {
                 Ok(_) => return Some(()),
                 Err(e) => {
@@ -257,14 +268,23 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
         len: u64,
         sink: FillSink<'_>,
     ) -> io::Result<Origin> {
+        // One peer timeout for the whole read: locating, pulling from each holder in turn and
+        // waiting for another node's fetch all come out of it, so peers that stopped answering
+        // (and are not known to be down yet) cost a read at most that before the shared file
+        // system serves it.
         let deadline = Instant::now() + self.locator.timeout();
+        let range = (offset, len, deadline);
         let mut pause = Duration::from_millis(10);
         let mut waited = false;
         loop {
-            match self.locator.locate(path, version) {
+            let within = deadline.saturating_duration_since(Instant::now());
+            if within.is_zero() {
+                return self.read_backing(path, version, offset, len, sink);
+            }
+            match self.locator.locate(path, version, within) {
                 Reply::Holders(h) => {
                     if self
-                        .pull_from_peers(path, version, &h, offset, len, sink)
+                        .pull_with(&self.puller, path, version, &h, range, sink)
                         .is_some()
                     {
                         return Ok(Origin::Peer);
@@ -278,7 +298,7 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
                     }
                     return r;
                 }
-                Reply::WaitFor(f) if f != self.locator.me() && Instant::now() < deadline => {
+                Reply::WaitFor(f) if f != self.locator.me() => {
                     if !waited {
                         waited = true;
                         self.stats.coordinated_waits.fetch_add(1, Ordering::Relaxed);
@@ -286,7 +306,7 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
                     // The fetcher serves what it has and fills the rest for us, as it arrives
                     // from the shared file system: each chunk is read there once.
                     if self
-                        .pull_from_peers(path, version, &[f], offset, len, sink)
+                        .pull_with(&self.puller, path, version, &[f], range, sink)
                         .is_some()
                     {
                         return Ok(Origin::Peer);

@@ -57,7 +57,8 @@ impl Locate for Script {
     fn timeout(&self) -> Duration {
         self.timeout
     }
-    fn locate(&self, _path: &str, _version: Version) -> Reply {
+    fn locate(&self, _path: &str, _version: Version, within: Duration) -> Reply {
+        assert!(!within.is_zero() && within <= self.timeout, "{within:?}");
         self.asked.fetch_add(1, Ordering::Relaxed);
         let mut a = self.answers.lock().unwrap();
         if a.len() > 1 {
@@ -80,17 +81,36 @@ impl Locate for Script {
     }
 }
 
-/// Holders by port (node n listens on 7000 + n): every node serves `DATA` except the broken.
+/// Holders by port (node n listens on 7000 + n): every node serves `DATA` except the broken
+/// (which answer an error at once) and the frozen (which use up the time they are given).
 #[derive(Default)]
 struct Peers {
     broken: HashSet<NodeId>,
+    frozen: HashSet<NodeId>,
     tried: Mutex<Vec<NodeId>>,
+    /// The time each pull was given.
+    given: Mutex<Vec<Duration>>,
 }
 
 impl Pull for Peers {
-    fn pull(&self, peer: SocketAddr, want: &Want, sink: Sink<'_>) -> Result<u64, TransportError> {
+    fn pull(
+        &self,
+        peer: SocketAddr,
+        want: &Want,
+        sink: Sink<'_>,
+        within: Duration,
+    ) -> Result<u64, TransportError> {
         let node = NodeId::from(peer.port() - 7000);
         self.tried.lock().unwrap().push(node);
+        self.given.lock().unwrap().push(within);
+        if self.frozen.contains(&node) {
+            std::thread::sleep(within);
+            return Err(TransportError::Timeout {
+                peer,
+                what: "a staged chunk",
+                timeout: within,
+            });
+        }
         if self.broken.contains(&node) {
             return Err(TransportError::Remote {
                 peer,
@@ -180,6 +200,33 @@ fn a_failed_holder_is_reported_and_the_next_serves() {
     assert_eq!(tried(&s), [1, 2]);
     assert_eq!(*s.locator.pull_failed.lock().unwrap(), [1]);
     assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+/// Frozen holders (not known to be down yet) share one peer timeout per read: the second is
+/// not given another, and the shared file system serves once the first used it up.
+#[test]
+fn frozen_holders_cost_a_read_one_peer_timeout_in_all() {
+    let peers = Peers {
+        frozen: [1, 2, 3].into(),
+        ..Default::default()
+    };
+    let mut script = Script::new(vec![Reply::Holders(vec![1, 2, 3])]);
+    script.timeout = Duration::from_millis(200);
+    let s = cluster(script, peers, Shared::default());
+    let t = std::time::Instant::now();
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    let given = s.puller.given.lock().unwrap().clone();
+    assert!(given[0] <= Duration::from_millis(200), "{given:?}");
+    assert!(
+        given.iter().sum::<Duration>() <= Duration::from_millis(200),
+        "{given:?}"
+    );
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 1);
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[test]

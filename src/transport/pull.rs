@@ -95,17 +95,30 @@ impl Puller {
         want: &Want,
         sink: Sink<'_>,
     ) -> Result<u64, TransportError> {
+        self.pull_within(peer, want, sink, self.cfg.timeout)
+    }
+
+    /// As [`Puller::pull`], each wait bounded by `within` if that is less than the timeout
+    /// (what is left of a read's time).
+    pub fn pull_within(
+        &self,
+        peer: SocketAddr,
+        want: &Want,
+        sink: Sink<'_>,
+        within: Duration,
+    ) -> Result<u64, TransportError> {
+        let t = within.min(self.cfg.timeout);
         let pooled = self.idle.take(peer);
         let reused = pooled.is_some();
         let conn = match pooled {
             Some(c) => c,
-            None => connect(&self.worker, &self.cfg, peer)?,
+            None => connect(&self.worker, &self.cfg, peer, t)?,
         };
-        match self.pull_on(peer, conn, want, sink) {
+        match self.pull_on(peer, conn, want, sink, t) {
             // An idle connection may have died with a restarted holder: one fresh try.
             Err(TransportError::Io { .. } | TransportError::Ucx { .. }) if reused => {
-                let conn = connect(&self.worker, &self.cfg, peer)?;
-                self.pull_on(peer, conn, want, sink)
+                let conn = connect(&self.worker, &self.cfg, peer, t)?;
+                self.pull_on(peer, conn, want, sink, t)
             }
             r => r,
         }
@@ -118,8 +131,13 @@ impl Puller {
         mut conn: Conn,
         want: &Want,
         sink: Sink<'_>,
+        t: Duration,
     ) -> Result<u64, TransportError> {
-        let r = pull_chunks(&self.worker, &self.cfg, peer, &mut conn, want, sink);
+        let r = conn
+            .frames
+            .bound(t)
+            .map_err(|e| stream_error(peer, e, "a staged chunk", t))
+            .and_then(|()| pull_chunks(&self.worker, &self.cfg, peer, &mut conn, want, sink, t));
         match r {
             Ok(_) => self.idle.put(peer, conn),
             Err(_) => self.worker.disconnect(conn.ucx_peer),
@@ -128,19 +146,19 @@ impl Puller {
     }
 }
 
-/// Opens a control stream to a holder, exchanges hellos and creates the UCX endpoint.
+/// Opens a control stream to a holder, exchanges hellos and creates the UCX endpoint, each
+/// step waiting at most `t`.
 fn connect(
     worker: &Arc<Worker>,
     cfg: &PullConfig,
     peer: SocketAddr,
+    t: Duration,
 ) -> Result<Conn, TransportError> {
-    let t = cfg.timeout;
     let err = |what| move |e| stream_error(peer, e, what, t);
     let s = std::net::TcpStream::connect_timeout(&peer, t).map_err(err("connect"))?;
     let _ = s.set_nodelay(true);
-    s.set_read_timeout(Some(t)).map_err(err("connect"))?;
-    s.set_write_timeout(Some(t)).map_err(err("connect"))?;
     let mut frames = FrameReader::new(s);
+    frames.bound(t).map_err(err("connect"))?;
     // The holder's rkey is sent only to a peer that proved the key, and sent to a holder only
     // after it proved it too.
     if let Some(key) = &cfg.secret {
@@ -184,9 +202,9 @@ fn pull_chunks(
     conn: &mut Conn,
     want: &Want,
     sink: Sink<'_>,
+    t: Duration,
 ) -> Result<u64, TransportError> {
     let (offset, len) = (want.offset, want.len);
-    let t = cfg.timeout;
     let err = |what| move |e| stream_error(peer, e, what, t);
     let chunk = u64::from(cfg.chunk.min(worker.slab().slot_size() as u32));
     let n = len.div_ceil(chunk);

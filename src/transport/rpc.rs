@@ -95,10 +95,9 @@ impl Rpcs {
         let s = std::net::TcpStream::connect_timeout(&peer, timeout)
             .map_err(|e| stream_error(peer, e, "connect", timeout))?;
         let _ = s.set_nodelay(true);
-        s.set_read_timeout(Some(timeout))
-            .and_then(|()| s.set_write_timeout(Some(timeout)))
-            .map_err(|e| stream_error(peer, e, RPC_REPLY, timeout))?;
         let mut s = FrameReader::new(s);
+        s.bound(timeout)
+            .map_err(|e| stream_error(peer, e, RPC_REPLY, timeout))?;
         if let Some((me, key)) = &self.auth {
             authenticate_blocking(&mut s, key, *me).map_err(|e| refused(peer, e))?;
         }
@@ -113,6 +112,8 @@ impl Rpcs {
         timeout: Duration,
     ) -> Result<Vec<u8>, TransportError> {
         let err = |e| stream_error(peer, e, RPC_REPLY, timeout);
+        // An idle connection keeps the bound of its last call; this call may have less time.
+        s.bound(timeout).map_err(err)?;
         s.s.write_all(&wire::encode(msg)).map_err(err)?;
         let reply = s
             .next(true)

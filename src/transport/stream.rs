@@ -40,11 +40,27 @@ pub(super) async fn write_frame(
 pub(super) struct FrameReader {
     pub(super) s: std::net::TcpStream,
     buf: Vec<u8>,
+    /// The socket's read and write timeout as last set through [`FrameReader::bound`].
+    bound: Option<Duration>,
 }
 
 impl FrameReader {
     pub(super) fn new(s: std::net::TcpStream) -> Self {
-        FrameReader { s, buf: Vec::new() }
+        FrameReader {
+            s,
+            buf: Vec::new(),
+            bound: None,
+        }
+    }
+
+    /// Bounds each read and write on the socket by `t` (no syscall if it already is).
+    pub(super) fn bound(&mut self, t: Duration) -> io::Result<()> {
+        if self.bound != Some(t) {
+            self.s.set_read_timeout(Some(t))?;
+            self.s.set_write_timeout(Some(t))?;
+            self.bound = Some(t);
+        }
+        Ok(())
     }
 
     /// The next frame. `wait`: block for it (within the socket's read timeout: then an error of
