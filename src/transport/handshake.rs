@@ -101,8 +101,9 @@ pub(super) async fn authenticate_async(
     Ok(server)
 }
 
-/// A failed handshake: the peer lacks the key (or is not a dyadfs node).
-pub(super) fn refused(peer: SocketAddr, e: io::Error) -> TransportError {
+/// A failed handshake: the peer lacks the key (or is not a dyadfs node), or did not answer
+/// within `waited`.
+pub(super) fn refused(peer: SocketAddr, e: io::Error, waited: Duration) -> TransportError {
     match e.kind() {
         io::ErrorKind::PermissionDenied | io::ErrorKind::InvalidData => TransportError::Protocol {
             peer,
@@ -111,7 +112,7 @@ pub(super) fn refused(peer: SocketAddr, e: io::Error) -> TransportError {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => TransportError::Timeout {
             peer,
             what: "authentication",
-            timeout: AUTH_WAIT,
+            timeout: waited,
         },
         _ => TransportError::Io { peer, source: e },
     }

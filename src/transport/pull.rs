@@ -162,7 +162,7 @@ fn connect(
     // The holder's rkey is sent only to a peer that proved the key, and sent to a holder only
     // after it proved it too.
     if let Some(key) = &cfg.secret {
-        authenticate_blocking(&mut frames, key, cfg.node_id).map_err(|e| refused(peer, e))?;
+        authenticate_blocking(&mut frames, key, cfg.node_id).map_err(|e| refused(peer, e, t))?;
     }
     frames
         .s

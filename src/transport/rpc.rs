@@ -71,7 +71,7 @@ impl Rpcs {
                     what: "authentication",
                     timeout,
                 })?
-                .map_err(|e| refused(peer, e))?;
+                .map_err(|e| refused(peer, e, timeout))?;
         }
         self.call_on(s, peer, msg, timeout).await
     }
@@ -99,7 +99,7 @@ impl Rpcs {
         s.bound(timeout)
             .map_err(|e| stream_error(peer, e, RPC_REPLY, timeout))?;
         if let Some((me, key)) = &self.auth {
-            authenticate_blocking(&mut s, key, *me).map_err(|e| refused(peer, e))?;
+            authenticate_blocking(&mut s, key, *me).map_err(|e| refused(peer, e, timeout))?;
         }
         self.call_blocking_on(s, peer, msg, timeout)
     }
