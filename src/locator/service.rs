@@ -567,7 +567,11 @@ impl LocatorService {
             global: true,
         };
         let started = Instant::now();
-        let reply = self.call(self.global_home(&key.0), msg).await;
+        // Within half a peer timeout: a frozen global home then costs this rack home's askers
+        // (who wait a whole one for it) an answer, "read it yourself", not a timeout that
+        // makes this live node look frozen to them.
+        let home = self.global_home(&key.0);
+        let reply = self.call_within(home, msg, self.timeout / 2).await;
         self.stats.latency.lookup("global", started);
         let answer = match reply {
             Some(Msg::Located(l)) => Some(l),
