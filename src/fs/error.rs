@@ -50,7 +50,7 @@ pub enum Error {
     #[error(transparent)]
     Cache(#[from] CacheError),
     #[error("this user's prefetch lists hold too many files")]
-    Busy,
+    PrefetchFull,
     #[error("prefetch list: {0}")]
     PrefetchList(io::Error),
 }
@@ -89,7 +89,7 @@ impl Error {
             Error::Cache(CacheError::Io(_) | CacheError::Corrupt(_)) => libc::EIO,
             Error::Cache(CacheError::Locked(_)) => libc::EBUSY,
             Error::Cache(CacheError::FillTimeout(_)) => libc::ETIMEDOUT,
-            Error::Busy => libc::EBUSY,
+            Error::PrefetchFull => libc::EBUSY,
             Error::PrefetchList(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }

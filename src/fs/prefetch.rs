@@ -138,7 +138,7 @@ impl Prefetcher {
             .filter(|(k, _)| k.0 == uid && **k != key)
             .fold((0, 0), |(n, p), (_, plan)| (n + 1, p + plan.paths.len()));
         if plans >= MAX_PLANS || held + paths.len() > MAX_PATHS {
-            return Err(Error::Busy);
+            return Err(Error::PrefetchFull);
         }
         let mut index = HashMap::with_capacity(paths.len());
         for (i, p) in paths.iter().enumerate() {
@@ -434,13 +434,16 @@ mod tests {
         for i in 0..MAX_PLANS {
             p.set(0, &i.to_string(), paths(1)).unwrap();
         }
-        assert!(matches!(p.set(0, "one more", paths(1)), Err(Error::Busy)));
+        assert!(matches!(
+            p.set(0, "one more", paths(1)),
+            Err(Error::PrefetchFull)
+        ));
         // Replacing an existing plan is allowed, and other users have their own bound.
         p.set(0, "0", paths(2)).unwrap();
         p.set(1, "0", paths(2)).unwrap();
         assert!(matches!(
             p.set(1, "1", paths(MAX_PATHS - 1)),
-            Err(Error::Busy)
+            Err(Error::PrefetchFull)
         ));
     }
 

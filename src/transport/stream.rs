@@ -63,6 +63,15 @@ impl FrameReader {
         Ok(())
     }
 
+    /// Reads exactly `dst.len()` raw bytes that follow the last frame (a `Data` chunk): those
+    /// already buffered first, the rest straight from the socket into `dst`.
+    pub(super) fn read_raw(&mut self, dst: &mut [u8]) -> io::Result<()> {
+        let have = self.buf.len().min(dst.len());
+        dst[..have].copy_from_slice(&self.buf[..have]);
+        self.buf.drain(..have);
+        self.s.read_exact(&mut dst[have..])
+    }
+
     /// The next frame. `wait`: block for it (within the socket's read timeout: then an error of
     /// kind `WouldBlock` or `TimedOut`); otherwise `Ok(None)` if none has arrived whole.
     pub(super) fn next(&mut self, wait: bool) -> io::Result<Option<Message>> {
@@ -91,17 +100,6 @@ impl FrameReader {
                 Err(e) => return Err(e),
             }
         }
-    }
-}
-
-impl FrameReader {
-    /// Reads exactly `dst.len()` raw bytes that follow the last frame (a `Data` chunk): those
-    /// already buffered first, the rest straight from the socket into `dst`.
-    pub(super) fn read_raw(&mut self, dst: &mut [u8]) -> io::Result<()> {
-        let have = self.buf.len().min(dst.len());
-        dst[..have].copy_from_slice(&self.buf[..have]);
-        self.buf.drain(..have);
-        self.s.read_exact(&mut dst[have..])
     }
 }
 
