@@ -295,8 +295,10 @@ fn failure_round(
         let homes: Vec<NodeId> = racks.keys().copied().collect();
         for rh in homes {
             let rack = m.rack_of(rh).to_string();
-            let held_keys: Vec<(Key, NodeId)> =
-                racks[&rh].held().map(|(k, n)| (k.clone(), n)).collect();
+            let held_keys: Vec<(Key, NodeId)> = racks[&rh]
+                .held()
+                .map(|((path, version), n)| ((path.to_string(), version), n))
+                .collect();
             let mut batches = HashSet::new();
             for (k, holder) in held_keys {
                 if is_down(m.global_home(&k.0)) {

@@ -83,8 +83,8 @@ impl LocatorService {
             .held()
             .filter(|((path, _), _)| self.global_home(path) == node)
             .map(|((path, version), holder)| Msg::RackChanged {
-                path: path.clone(),
-                version: (*version),
+                path: path.to_string(),
+                version,
                 rack: rack.to_string(),
                 node: holder,
                 held: true,
@@ -133,8 +133,8 @@ impl LocatorService {
                     .entry(self.global_home(path))
                     .or_default()
                     .push(Msg::RackChanged {
-                        path: path.clone(),
-                        version: *version,
+                        path: path.to_string(),
+                        version,
                         rack: rack.clone(),
                         node: holder,
                         held: true,

@@ -22,6 +22,7 @@ pub mod replicate;
 pub mod service;
 pub mod source;
 mod status;
+mod table;
 pub mod tiers;
 
 pub use membership::{Member, Membership, NodeId, PeersError};

@@ -9,10 +9,11 @@
 //! waits for it (bounded), so the backing store is read once. A rack home tells the global home
 //! only when its rack gains its first copy or loses its last.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::membership::{Membership, NodeId};
+use super::table::{self, Few, HomeKey, Table};
 use crate::core::Version;
 
 /// A file at one version: holders of another version are never used.
@@ -40,16 +41,27 @@ pub enum RackLookup {
     Queued,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RackHome {
-    holders: HashMap<Key, BTreeSet<NodeId>>,
+    /// The rack's holders of each file it holds (see [`table`] for the row's size).
+    holders: Table<Few<NodeId>>,
+    /// Members waiting for the global home's answer (transient: a row per question out).
     pending: HashMap<Key, Vec<NodeId>>,
+}
+
+impl Default for RackHome {
+    fn default() -> Self {
+        RackHome {
+            holders: table::table(),
+            pending: HashMap::new(),
+        }
+    }
 }
 
 impl RackHome {
     pub fn lookup(&mut self, key: &Key, requester: NodeId) -> RackLookup {
-        if let Some(h) = self.holders.get(key).filter(|h| !h.is_empty()) {
-            return RackLookup::Reply(Reply::Holders(h.iter().copied().collect()));
+        if let Some(h) = self.holders.get(key) {
+            return RackLookup::Reply(Reply::Holders(h.as_slice().to_vec()));
         }
         match self.pending.get_mut(key) {
             Some(waiting) => {
@@ -89,10 +101,18 @@ impl RackHome {
 
     /// A member completed a copy. `true`: the rack's first copy, tell the global home.
     pub fn publish(&mut self, key: &Key, node: NodeId) -> bool {
-        let h = self.holders.entry(key.clone()).or_default();
-        let first = h.is_empty();
-        h.insert(node);
-        first
+        match self.holders.get_mut(key) {
+            Some(h) => {
+                if !h.as_slice().contains(&node) {
+                    *h = h.with(node, |n| *n == node);
+                }
+                false
+            }
+            None => {
+                self.holders.insert(HomeKey::from(key), Few::One(node));
+                true
+            }
+        }
     }
 
     /// A member dropped its copy. `true`: the rack's last copy, tell the global home.
@@ -100,49 +120,74 @@ impl RackHome {
         let Some(h) = self.holders.get_mut(key) else {
             return false;
         };
-        let removed = h.remove(&node);
-        if h.is_empty() {
-            self.holders.remove(key);
-            return removed;
+        if !h.as_slice().contains(&node) {
+            return false;
         }
-        false
+        match h.without(|n| *n == node) {
+            Some(rest) => {
+                *h = rest;
+                false
+            }
+            None => {
+                self.holders.remove(key);
+                true
+            }
+        }
     }
 
     pub fn holders(&self, key: &Key) -> Vec<NodeId> {
         self.holders
             .get(key)
-            .map(|h| h.iter().copied().collect())
+            .map(|h| h.as_slice().to_vec())
             .unwrap_or_default()
     }
 
     /// Every file the rack holds, with one of its holders.
-    pub fn held(&self) -> impl Iterator<Item = (&Key, NodeId)> {
+    pub fn held(&self) -> impl Iterator<Item = ((&str, Version), NodeId)> {
         self.holders
             .iter()
-            .filter_map(|(k, h)| Some((k, *h.iter().next()?)))
+            .map(|(k, h)| ((&*k.path, k.version), h.as_slice()[0]))
     }
 }
 
-#[derive(Debug, Default)]
-struct GlobalEntry {
-    /// Rack -> a member of it that held the file when the rack gained it.
-    racks: BTreeMap<String, NodeId>,
-    fetcher: Option<(NodeId, Instant)>,
-}
-
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct GlobalHome {
-    entries: HashMap<Key, GlobalEntry>,
+    /// The racks holding each file, as (rack number in `rack_names`, a member of the rack
+    /// that held it when the rack gained it), one per rack (see [`table`] for the row's size).
+    racks: Table<Few<(u32, NodeId)>>,
+    /// Rack names, numbered in order of appearance (a few hundred at most).
+    rack_names: Vec<Box<str>>,
+    /// Files nobody holds that a requester was told to fetch, with its deadline. Transient:
+    /// removed when a rack gains the file or the fetch fails; rows past their deadline are
+    /// swept when the map grows ([`FETCHES_SWEPT`]).
+    fetching: HashMap<Key, (NodeId, Instant)>,
     /// Every rack's first copy of a file, in arrival order: the feed replicating nodes read
     /// with [`GlobalHome::gained_since`]. Bounded: the oldest go first ([`MAX_FEED`]).
-    gained: std::collections::VecDeque<(Key, NodeId)>,
+    gained: std::collections::VecDeque<(HomeKey, NodeId)>,
     /// The feed position of `gained[0]`.
     base: u64,
 }
 
-/// Copies a global home's feed keeps (about 100 bytes each): a replicating node that falls
-/// further behind skips the oldest (readers still find those copies through the locator).
+impl Default for GlobalHome {
+    fn default() -> Self {
+        GlobalHome {
+            racks: table::table(),
+            rack_names: Vec::new(),
+            fetching: HashMap::new(),
+            gained: Default::default(),
+            base: 0,
+        }
+    }
+}
+
+/// Copies a global home's feed keeps (about 40 bytes each, the path shared with the table): a
+/// replicating node that falls further behind skips the oldest (readers still find those
+/// copies through the locator).
 pub const MAX_FEED: usize = 1 << 18;
+
+/// Fetches in flight past which the overdue ones are swept (a fetcher that died without
+/// reporting leaves its row behind until then).
+const FETCHES_SWEPT: usize = 1 << 14;
 
 impl GlobalHome {
     /// A rack home asks on behalf of `requester`, a member that missed the file.
@@ -153,25 +198,56 @@ impl GlobalHome {
         now: Instant,
         fetch_timeout: Duration,
     ) -> Reply {
-        let e = self.entries.entry(key.clone()).or_default();
-        if !e.racks.is_empty() {
-            return Reply::Holders(e.racks.values().copied().collect());
+        if let Some(racks) = self.racks.get(key) {
+            // One holder per rack, in the order of the racks' names.
+            let mut by_name: Vec<(&str, NodeId)> = racks
+                .as_slice()
+                .iter()
+                .map(|&(r, n)| (&*self.rack_names[r as usize], n))
+                .collect();
+            by_name.sort_unstable();
+            return Reply::Holders(by_name.into_iter().map(|(_, n)| n).collect());
         }
-        match e.fetcher {
-            Some((f, deadline)) if now < deadline && f != requester => Reply::WaitFor(f),
+        match self.fetching.get(key) {
+            Some(&(f, deadline)) if now < deadline && f != requester => Reply::WaitFor(f),
             _ => {
                 // No fetch under way, or it overran its deadline: this requester fetches.
-                e.fetcher = Some((requester, now + fetch_timeout));
+                if self.fetching.len() >= FETCHES_SWEPT {
+                    self.fetching.retain(|_, (_, deadline)| now < *deadline);
+                }
+                self.fetching
+                    .insert(key.clone(), (requester, now + fetch_timeout));
                 Reply::Fetch
             }
         }
     }
 
+    /// The number of rack `name`, numbered on first sight.
+    fn rack_number(&mut self, name: &str) -> u32 {
+        match self.rack_names.iter().position(|r| **r == *name) {
+            Some(i) => i as u32,
+            None => {
+                self.rack_names.push(name.into());
+                (self.rack_names.len() - 1) as u32
+            }
+        }
+    }
+
     pub fn rack_gained(&mut self, key: &Key, rack: &str, node: NodeId) {
-        let e = self.entries.entry(key.clone()).or_default();
-        e.racks.insert(rack.to_string(), node);
-        e.fetcher = None;
-        self.gained.push_back((key.clone(), node));
+        let r = self.rack_number(rack);
+        let row = match self.racks.get_key_value_mut(key) {
+            Some((k, racks)) => {
+                *racks = racks.with((r, node), |(other, _)| *other == r);
+                k.clone()
+            }
+            None => {
+                let k = HomeKey::from(key);
+                self.racks.insert(k.clone(), Few::One((r, node)));
+                k
+            }
+        };
+        self.fetching.remove(key);
+        self.gained.push_back((row, node));
         if self.gained.len() > MAX_FEED {
             self.gained.pop_front();
             self.base += 1;
@@ -190,30 +266,39 @@ impl GlobalHome {
             after
         };
         let skip = (from - self.base) as usize;
-        let out: Vec<(Key, NodeId)> = self.gained.iter().skip(skip).take(max).cloned().collect();
+        let out: Vec<(Key, NodeId)> = self
+            .gained
+            .iter()
+            .skip(skip)
+            .take(max)
+            .map(|(k, n)| (k.to_key(), *n))
+            .collect();
         (from + out.len() as u64, out)
     }
 
     pub fn rack_lost(&mut self, key: &Key, rack: &str) {
-        if let Some(e) = self.entries.get_mut(key) {
-            e.racks.remove(rack);
-            if e.racks.is_empty() && e.fetcher.is_none() {
-                self.entries.remove(key);
+        let Some(r) = self.rack_names.iter().position(|n| **n == *rack) else {
+            return;
+        };
+        if let Some(racks) = self.racks.get_mut(key) {
+            match racks.without(|(other, _)| *other as usize == r) {
+                Some(rest) => *racks = rest,
+                None => {
+                    self.racks.remove(key);
+                }
             }
         }
     }
 
     /// The designated fetcher gave up: the next requester is told to fetch.
     pub fn fetch_failed(&mut self, key: &Key, node: NodeId) {
-        if let Some(e) = self.entries.get_mut(key)
-            && e.fetcher.is_some_and(|(f, _)| f == node)
-        {
-            e.fetcher = None;
+        if self.fetching.get(key).is_some_and(|(f, _)| *f == node) {
+            self.fetching.remove(key);
         }
     }
 
     pub fn racks_holding(&self, key: &Key) -> usize {
-        self.entries.get(key).map_or(0, |e| e.racks.len())
+        self.racks.get(key).map_or(0, |r| r.as_slice().len())
     }
 }
 
@@ -254,6 +339,7 @@ pub fn pick_holder(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn key(p: &str) -> Key {
         (
@@ -380,7 +466,7 @@ mod tests {
 /// authenticated): no panic, and the answers agree with a plain model of who holds what.
 #[cfg(test)]
 mod model_tests {
-    use std::collections::{BTreeSet, HashMap};
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
     use std::time::{Duration, Instant};
 
     use proptest::prelude::*;
