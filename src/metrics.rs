@@ -18,7 +18,7 @@ use crate::stats::{Latencies, Snapshot};
 type Labels = Vec<(String, String)>;
 
 /// Keys of `dyadfs stats` that are levels, not counts.
-const GAUGES: [&str; 12] = [
+const GAUGES: [&str; 14] = [
     "cached_bytes",
     "cached_files",
     "capacity_bytes",
@@ -31,6 +31,8 @@ const GAUGES: [&str; 12] = [
     "node_rank",
     "members",
     "prefetch_pending",
+    "home_rack_files",
+    "home_global_files",
 ];
 
 /// The text a scrape returns.

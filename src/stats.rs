@@ -70,6 +70,9 @@ pub struct Stats {
     pub node_id: AtomicU64,
     pub node_rank: AtomicU64,
     pub members: AtomicU64,
+    /// Files this node's tables hold as a rack home and as a global home (their rows).
+    pub home_rack_files: AtomicU64,
+    pub home_global_files: AtomicU64,
     pub passthrough: AtomicBool,
     /// Latency histograms (`mount --metrics-listen`).
     pub latency: Latencies,
@@ -143,6 +146,12 @@ pub struct Snapshot {
     pub prefetched_bytes: u64,
     #[serde(default)]
     pub prefetch_pending: u64,
+    /// Files this node keeps a row for as a rack home and as a global home (about 170 and 190
+    /// bytes each; README, "Scale").
+    #[serde(default)]
+    pub home_rack_files: u64,
+    #[serde(default)]
+    pub home_global_files: u64,
 }
 
 /// This node's opens by where their bytes came from: its cache, a peer's, the shared file
@@ -280,6 +289,8 @@ impl Stats {
             prefetched_files: get(&self.prefetched_files),
             prefetched_bytes: get(&self.prefetched_bytes),
             prefetch_pending,
+            home_rack_files: get(&self.home_rack_files),
+            home_global_files: get(&self.home_global_files),
         }
     }
 }
@@ -287,7 +298,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 34] = [
+        let rows: [(&str, String); 36] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -322,6 +333,8 @@ impl Snapshot {
             ("daemon pid", self.pid.to_string()),
             ("node id", self.node_id.to_string()),
             ("members", self.members.to_string()),
+            ("home rack files", self.home_rack_files.to_string()),
+            ("home global files", self.home_global_files.to_string()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect()
     }

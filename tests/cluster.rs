@@ -60,6 +60,16 @@ fn shifted_epochs_read_nothing_from_the_backing_store() {
     }
     assert_eq!(c.total("backing_fetches"), 32);
     assert_eq!(c.total("peer_fetches"), 64);
+    // Both racks hold every file now: a row at one rack home in each rack and at one global
+    // home per file (publishes are batched: give them a moment).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (c.total("home_rack_files"), c.total("home_global_files")) != (64, 32)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(c.total("home_rack_files"), 64);
+    assert_eq!(c.total("home_global_files"), 32);
 }
 
 #[test]

@@ -411,6 +411,9 @@ impl LocatorService {
                 } else {
                     g.rack_lost(&key, &rack);
                 }
+                self.stats
+                    .home_global_files
+                    .store(g.files() as u64, Ordering::Relaxed);
                 Msg::Ack
             }
             Msg::Rejoined { node } => {
@@ -516,11 +519,15 @@ impl LocatorService {
         let key = (path, version);
         let changed = {
             let mut rack = lock(&self.rack);
-            if held {
+            let changed = if held {
                 rack.table.publish(&key, node)
             } else {
                 rack.table.unpublish(&key, node)
-            }
+            };
+            self.stats
+                .home_rack_files
+                .store(rack.table.files() as u64, Ordering::Relaxed);
+            changed
         };
         changed.then(|| {
             let home = self.global_home(&key.0);

@@ -135,6 +135,11 @@ impl RackHome {
         }
     }
 
+    /// Files the rack holds (rows of the table).
+    pub fn files(&self) -> usize {
+        self.holders.len()
+    }
+
     pub fn holders(&self, key: &Key) -> Vec<NodeId> {
         self.holders
             .get(key)
@@ -295,6 +300,11 @@ impl GlobalHome {
         if self.fetching.get(key).is_some_and(|(f, _)| *f == node) {
             self.fetching.remove(key);
         }
+    }
+
+    /// Files some rack holds (rows of the table).
+    pub fn files(&self) -> usize {
+        self.racks.len()
     }
 
     pub fn racks_holding(&self, key: &Key) -> usize {
