@@ -20,7 +20,7 @@ pub mod mapping;
 use chunks::Chunk;
 pub use chunks::Claim;
 pub use entry::Entry;
-use entry::reloaded_entry;
+use entry::Reloaded;
 pub use mapping::{Mapping, ReadBytes};
 
 use std::collections::HashMap;
@@ -34,7 +34,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use files::{DataFiles, Mode};
-use format::Header;
 use journal::{Journal, Record};
 
 use crate::core::sync::lock;
@@ -84,37 +83,65 @@ impl Shared {
 }
 
 /// The entries by slot (the hash of their path, which names their data file): a slot holds one
-/// entry at a time (a colliding newcomer takes it), so one map finds both.
+/// entry at a time (a colliding newcomer takes it), so one table finds both. A table of bare
+/// entries placed by the slot each keeps: 9 bytes a bucket where a map from slot took 17 (a
+/// million entries: 17 MB less).
 #[derive(Default)]
 struct Index {
-    slots: HashMap<u64, Arc<Entry>>,
+    slots: hashbrown::HashTable<Arc<Entry>>,
+}
+
+/// Where slot `slot` goes in the table: FNV's low bits are weak, so they are mixed first
+/// (splitmix64's finalizer).
+fn place(slot: u64) -> u64 {
+    let z = (slot ^ (slot >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl Index {
     fn get(&self, path: &str) -> Option<&Arc<Entry>> {
+        let slot = path_hash(path);
         self.slots
-            .get(&path_hash(path))
+            .find(place(slot), |e| e.slot == slot)
             .filter(|e| *e.path == *path)
     }
 
     fn insert(&mut self, entry: Arc<Entry>) {
-        self.slots.insert(path_hash(&entry.path), entry);
+        let slot = entry.slot;
+        match self
+            .slots
+            .entry(place(slot), |e| e.slot == slot, |e| place(e.slot))
+        {
+            hashbrown::hash_table::Entry::Occupied(mut taken) => *taken.get_mut() = entry,
+            hashbrown::hash_table::Entry::Vacant(free) => {
+                free.insert(entry);
+            }
+        }
     }
 
     fn remove(&mut self, path: &str) -> Option<Arc<Entry>> {
-        let hash = path_hash(path);
-        if *self.slots.get(&hash)?.path != *path {
+        let slot = path_hash(path);
+        let found = self
+            .slots
+            .find_entry(place(slot), |e| e.slot == slot)
+            .ok()?;
+        if *found.get().path != *path {
             return None;
         }
-        self.slots.remove(&hash)
+        Some(found.remove().0)
     }
 
-    fn in_slot(&self, hash: u64) -> Option<Arc<Entry>> {
-        self.slots.get(&hash).cloned()
+    fn in_slot(&self, slot: u64) -> Option<Arc<Entry>> {
+        self.slots.find(place(slot), |e| e.slot == slot).cloned()
     }
 
     fn entries(&self) -> impl Iterator<Item = &Arc<Entry>> {
-        self.slots.values()
+        self.slots.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
     }
 }
 
@@ -189,19 +216,20 @@ impl Cache {
         // The live header of each data file (slot): records are replayed in order, a header
         // takes its slot (a colliding path's newer header wins, as the running cache did), a
         // tombstone empties its path's slot.
-        let mut by_slot: HashMap<u64, Header> = HashMap::new();
+        // Headers are kept in the form their entries will hold (see `Reloaded`).
+        let mut by_slot: HashMap<u64, Reloaded> = HashMap::new();
         journal::replay(&log_path, |record| match record {
             Record::Put(h) => {
-                by_slot.insert(path_hash(&h.path), h);
+                by_slot.insert(path_hash(&h.path), Reloaded::from(h));
             }
             Record::Drop(path) => {
                 let hash = path_hash(&path);
-                if by_slot.get(&hash).is_some_and(|h| h.path == path) {
+                if by_slot.get(&hash).is_some_and(|h| *h.path == *path) {
                     by_slot.remove(&hash);
                 }
             }
         })?;
-        by_slot.retain(|_, header| match check_header(header, chunk_size) {
+        by_slot.retain(|_, header| match header.check(chunk_size) {
             Ok(()) => true,
             Err(e) => {
                 // Its data file is left to the orphan sweep.
@@ -209,7 +237,7 @@ impl Cache {
                 false
             }
         });
-        let journal = Journal::create(&log_path, by_slot.values().cloned())?;
+        let journal = Journal::create(&log_path, by_slot.values().map(Reloaded::header))?;
         let shared = Arc::new(Shared {
             dir: config.dir.clone(),
             chunk_size,
@@ -218,12 +246,12 @@ impl Cache {
             used: AtomicU64::new(0),
         });
         let mut index = Index::default();
-        index.slots.reserve(by_slot.len());
+        index.slots.reserve(by_slot.len(), |e| place(e.slot));
         let mut used = 0;
         let mut next_id = 0;
         for header in by_slot.into_values() {
             next_id += 1;
-            let entry = reloaded_entry(header, next_id, shared.clone());
+            let entry = header.into_entry(next_id, shared.clone());
             used += entry.state.lock().present_bytes;
             index.insert(Arc::new(entry));
         }
@@ -248,7 +276,7 @@ impl Cache {
         };
         crate::sys::release_free_memory();
         tracing::info!(
-            entries = index.slots.len(),
+            entries = index.len(),
             used,
             capacity,
             open_files = config.open_files,
@@ -284,7 +312,7 @@ impl Cache {
                     .and_then(|hex| u64::from_str_radix(hex, 16).ok())
                     .filter(|hash| self.shared.data_path(*hash) == file);
                 let index = lock(&self.index);
-                if slot.is_none_or(|hash| !index.slots.contains_key(&hash)) {
+                if slot.is_none_or(|hash| index.in_slot(hash).is_none()) {
                     let _ = fs::remove_file(&file);
                     removed += 1;
                 }
@@ -422,11 +450,11 @@ impl Cache {
         data.set_len(version.size)?;
         let n = version.size.div_ceil(self.shared.chunk_size) as usize;
         let entry = Arc::new(Entry::new(
-            path.to_string(),
+            path.into(),
             version,
             self.next_id(),
             self.shared.clone(),
-            vec![Chunk::Absent; n],
+            vec![Chunk::Absent; n].into(),
             self.next_tick(),
         ));
         // The new file is written next: keep it open.
@@ -497,7 +525,7 @@ impl Cache {
             return true;
         }
         // In a large cache, free a little more than needed, so the next fills need no scan.
-        let slack = if index.slots.len() > SCAN_CHEAP {
+        let slack = if index.len() > SCAN_CHEAP {
             self.capacity / EVICT_SLACK_DIVISOR
         } else {
             0
@@ -564,7 +592,7 @@ impl Cache {
         entry.state.lock().evicted = true;
         self.shared.files.close(entry.id);
         let adopted = Arc::new(Entry::new(
-            entry.path.to_string(),
+            entry.path.clone(),
             version,
             self.next_id(),
             self.shared.clone(),
@@ -573,7 +601,8 @@ impl Cache {
                     crc,
                     verified: true,
                 })
-                .collect(),
+                .collect::<Vec<_>>()
+                .into(),
             self.next_tick(),
         ));
         adopted.keep.store(true, Ordering::Relaxed);
@@ -602,21 +631,6 @@ impl Cache {
 }
 
 /// Checks that a logged header fits this cache (its data file is checked when first opened).
-fn check_header(header: &Header, chunk_size: u64) -> Result<(), CacheError> {
-    if u64::from(header.chunk_size) != chunk_size {
-        return Err(CacheError::Corrupt(format!(
-            "chunk size {} differs from the configured {chunk_size}",
-            header.chunk_size
-        )));
-    }
-    if header.chunks.len() as u64 != header.version.size.div_ceil(chunk_size) {
-        return Err(CacheError::Corrupt(
-            "chunk count does not match size".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// (total, available to unprivileged users) bytes of the filesystem holding `dir`.
 pub fn fs_space(dir: &Path) -> io::Result<(u64, u64)> {
     let s = crate::sys::statvfs(dir)?;

@@ -42,6 +42,7 @@ struct Base {
 
 /// Builds the mount the arguments describe and serves it until it is unmounted.
 pub(super) fn serve(args: &MountConfig) -> Result<(), UserError> {
+    crate::sys::fix_mmap_threshold();
     // Signals are taken by one thread (sigwait) that unmounts; block them everywhere else.
     let signals = crate::sys::StopSignals::block();
     // Nothing depends on getting more: the cache keeps half of what there is.
