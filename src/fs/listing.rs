@@ -1,12 +1,13 @@
 //! Directory listings: the backing directory's entries and the produced names in it, snapshot
 //! at `opendir` and served by offset.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::attr::Kind;
-use super::{DyadFs, Error, join};
+use super::{DyadFs, Error};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -55,34 +56,42 @@ impl<S: Source> DyadFs<S> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::Backing(e)),
         }
-        let mut seen: std::collections::HashSet<OsString> =
-            found.iter().map(|(n, _)| n.clone()).collect();
         let staged = self.producer.staged_in(&dir);
-        let staged_names: std::collections::HashSet<&str> =
-            staged.iter().map(|(n, _)| n.as_str()).collect();
-        match self.names.list(&dir) {
-            Ok(names) => {
-                for (n, name) in names {
-                    if !staged_names.contains(n.as_str()) && seen.insert(n.clone().into()) {
-                        let kind = Kind::of_name(&name);
-                        found.push((n.into(), kind));
-                    }
+        let names = self.names.list(&dir).unwrap_or_else(|e| {
+            tracing::warn!(%dir, error = %e, "listing produced names failed");
+            Vec::new()
+        });
+        // Most directories of a dataset hold no produced names: then there is nothing to merge
+        // (a set of a million backing names cost `find` a second).
+        if !names.is_empty() || !staged.is_empty() {
+            let mut seen: HashSet<OsString> = found.iter().map(|(n, _)| n.clone()).collect();
+            let staged_names: HashSet<&str> = staged.iter().map(|(n, _)| n.as_str()).collect();
+            for (n, name) in names {
+                if !staged_names.contains(n.as_str()) && seen.insert(n.clone().into()) {
+                    let kind = Kind::of_name(&name);
+                    found.push((n.into(), kind));
                 }
             }
-            Err(e) => tracing::warn!(%dir, error = %e, "listing produced names failed"),
-        }
-        for (n, _) in staged {
-            if seen.insert(n.clone().into()) {
-                found.push((n.into(), Kind::File));
+            for (n, _) in staged {
+                if seen.insert(n.clone().into()) {
+                    found.push((n.into(), Kind::File));
+                }
             }
         }
         // Listed entries get inode numbers (known ones keep theirs) but no node: the kernel
-        // makes one with a lookup if it needs the entry.
+        // makes one with a lookup if it needs the entry. One path buffer serves every entry.
         let mut entries = Vec::with_capacity(found.len());
         {
             let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+            let mut path = String::with_capacity(dir.len() + 64);
             for (name, kind) in found {
-                let ino = match inodes.by_path.get(&join(&dir, &name)) {
+                path.clear();
+                if !dir.is_empty() {
+                    path.push_str(&dir);
+                    path.push('/');
+                }
+                path.push_str(&name.to_string_lossy());
+                let ino = match inodes.by_path.get(path.as_str()) {
                     Some(&ino) => ino,
                     None => {
                         inodes.next += 1;
