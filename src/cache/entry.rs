@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::chunks::{Chunk, ChunkStates, Chunks, Claim, State};
 use super::files::Mode;
@@ -18,26 +18,31 @@ use super::{Cache, CacheError, FILL_WAIT, Shared};
 use crate::core::{Version, path_hash};
 
 /// One cached file. Held by open handles (`pin`) and by the index. It owns no descriptor: its
-/// data file is opened through the cache's bounded [`DataFiles`] when used.
+/// data file is opened through the cache's bounded [`DataFiles`] when used. A million of them
+/// are held at once, so it is kept at 104 bytes: with its reference counts, 128 bytes of heap,
+/// one malloc size class below where eight more bytes would put it (144).
 pub struct Entry {
     pub path: Box<str>,
     pub version: Version,
     /// Unique for the cache's lifetime: the key of its open data files.
     pub(super) id: u64,
-    /// The hash of its path: its place in the index and the name of its data file. (Free:
-    /// the entry's allocation has room for it in malloc's 16-byte steps.)
-    pub(super) slot: u64,
     pub(super) shared: Arc<Shared>,
     pub(super) state: ChunkStates,
-    pub(super) pins: AtomicU32,
-    pub(super) last_use: AtomicU64,
-    /// Whether any of this entry's bytes were fetched from the backing store (stats).
-    pub fetched: AtomicBool,
-    /// Whether any of this entry's bytes were pulled from a peer (stats).
-    pub pulled: AtomicBool,
-    /// A produced file's current object on its producer: the only copy, never evicted.
-    pub keep: AtomicBool,
+    /// Open handles holding it (the low bits) and its marks ([`FETCHED`], [`PULLED`],
+    /// [`KEEP`]).
+    pins_marks: AtomicU32,
+    /// The cache's tick when it was last used, in 32 bits: ages are taken modulo 2^32
+    /// ([`Entry::age`]), so the counter's wrap changes no order.
+    last_use: AtomicU32,
 }
+
+/// Some of this entry's bytes were fetched from the backing store (stats).
+const FETCHED: u32 = 1 << 31;
+/// Some of this entry's bytes were pulled from a peer (stats).
+const PULLED: u32 = 1 << 30;
+/// A produced file's current object on its producer: the only copy, never evicted.
+const KEEP: u32 = 1 << 29;
+const PINS: u32 = KEEP - 1;
 
 impl Entry {
     /// An entry holding `chunks` (its present bytes follow from them), last used at `tick`.
@@ -56,7 +61,6 @@ impl Entry {
             .map(|(i, _)| chunk_len(version.size, shared.chunk_size, i as u64))
             .sum();
         Entry {
-            slot: path_hash(&path),
             path,
             version,
             id,
@@ -67,16 +71,13 @@ impl Entry {
                 evicted: false,
                 unchecked: false,
             }),
-            pins: AtomicU32::new(0),
-            last_use: AtomicU64::new(tick),
-            fetched: AtomicBool::new(false),
-            pulled: AtomicBool::new(false),
-            keep: AtomicBool::new(false),
+            pins_marks: AtomicU32::new(0),
+            last_use: AtomicU32::new(tick as u32),
         }
     }
 
     pub(super) fn data_path(&self) -> PathBuf {
-        self.shared.data_path(self.slot)
+        self.shared.data_path(self.slot())
     }
 
     /// The entry's data file opened as `mode`, from the cache's LRU or opened now. An entry
@@ -230,18 +231,60 @@ impl Entry {
         offset / self.shared.chunk_size..end.div_ceil(self.shared.chunk_size)
     }
 
+    /// The hash of its path: its slot in the index and the name of its data file.
+    pub(super) fn slot(&self) -> u64 {
+        path_hash(&self.path)
+    }
+
     pub(super) fn touch(&self, tick: u64) {
-        self.last_use.store(tick, Ordering::Relaxed);
+        self.last_use.store(tick as u32, Ordering::Relaxed);
+    }
+
+    /// Ticks since it was last used, as of tick `now`.
+    pub(super) fn age(&self, now: u64) -> u32 {
+        (now as u32).wrapping_sub(self.last_use.load(Ordering::Relaxed))
     }
 
     /// An open handle holds the entry: it is not evicted until `unpin`.
     pub fn pin(&self, cache: &Cache) {
-        self.pins.fetch_add(1, Ordering::Relaxed);
+        self.pins_marks.fetch_add(1, Ordering::Relaxed);
         self.touch(cache.next_tick());
     }
 
     pub fn unpin(&self) {
-        self.pins.fetch_sub(1, Ordering::Relaxed);
+        self.pins_marks.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn pinned(&self) -> bool {
+        self.pins_marks.load(Ordering::Relaxed) & PINS != 0
+    }
+
+    /// Sets `mark`; whether it was not set before.
+    fn mark(&self, mark: u32) -> bool {
+        self.pins_marks.fetch_or(mark, Ordering::Relaxed) & mark == 0
+    }
+
+    /// Records that bytes of it came from the backing store: `true` the first time.
+    pub fn mark_fetched(&self) -> bool {
+        self.mark(FETCHED)
+    }
+
+    /// Records that bytes of it came from a peer: `true` the first time.
+    pub fn mark_pulled(&self) -> bool {
+        self.mark(PULLED)
+    }
+
+    /// Whether it is a produced file's current object (never evicted).
+    pub fn kept(&self) -> bool {
+        self.pins_marks.load(Ordering::Relaxed) & KEEP != 0
+    }
+
+    pub fn set_kept(&self, keep: bool) {
+        if keep {
+            self.pins_marks.fetch_or(KEEP, Ordering::Relaxed);
+        } else {
+            self.pins_marks.fetch_and(!KEEP, Ordering::Relaxed);
+        }
     }
 
     pub fn is_evicted(&self) -> bool {

@@ -84,8 +84,8 @@ impl Shared {
 
 /// The entries by slot (the hash of their path, which names their data file): a slot holds one
 /// entry at a time (a colliding newcomer takes it), so one table finds both. A table of bare
-/// entries placed by the slot each keeps: 9 bytes a bucket where a map from slot took 17 (a
-/// million entries: 17 MB less).
+/// entries placed by their slot: 9 bytes a bucket where a map from slot took 17 (a million
+/// entries: 17 MB less).
 #[derive(Default)]
 struct Index {
     slots: hashbrown::HashTable<Arc<Entry>>,
@@ -102,16 +102,14 @@ fn place(slot: u64) -> u64 {
 impl Index {
     fn get(&self, path: &str) -> Option<&Arc<Entry>> {
         let slot = path_hash(path);
-        self.slots
-            .find(place(slot), |e| e.slot == slot)
-            .filter(|e| *e.path == *path)
+        self.slots.find(place(slot), |e| *e.path == *path)
     }
 
     fn insert(&mut self, entry: Arc<Entry>) {
-        let slot = entry.slot;
+        let slot = entry.slot();
         match self
             .slots
-            .entry(place(slot), |e| e.slot == slot, |e| place(e.slot))
+            .entry(place(slot), |e| e.slot() == slot, |e| place(e.slot()))
         {
             hashbrown::hash_table::Entry::Occupied(mut taken) => *taken.get_mut() = entry,
             hashbrown::hash_table::Entry::Vacant(free) => {
@@ -124,16 +122,13 @@ impl Index {
         let slot = path_hash(path);
         let found = self
             .slots
-            .find_entry(place(slot), |e| e.slot == slot)
+            .find_entry(place(slot), |e| *e.path == *path)
             .ok()?;
-        if *found.get().path != *path {
-            return None;
-        }
         Some(found.remove().0)
     }
 
     fn in_slot(&self, slot: u64) -> Option<Arc<Entry>> {
-        self.slots.find(place(slot), |e| e.slot == slot).cloned()
+        self.slots.find(place(slot), |e| e.slot() == slot).cloned()
     }
 
     fn entries(&self) -> impl Iterator<Item = &Arc<Entry>> {
@@ -246,7 +241,7 @@ impl Cache {
             used: AtomicU64::new(0),
         });
         let mut index = Index::default();
-        index.slots.reserve(by_slot.len(), |e| place(e.slot));
+        index.slots.reserve(by_slot.len(), |e| place(e.slot()));
         let mut used = 0;
         let mut next_id = 0;
         for header in by_slot.into_values() {
@@ -531,20 +526,18 @@ impl Cache {
             0
         };
         let target = self.capacity.saturating_sub(bytes + slack);
-        let mut victims: Vec<(u64, Arc<Entry>)> = index
+        let now = self.tick.load(Ordering::Relaxed);
+        let mut victims: Vec<(u32, Arc<Entry>)> = index
             .entries()
-            .filter(|e| {
-                !std::ptr::eq(e.as_ref(), for_entry)
-                    && e.pins.load(Ordering::Relaxed) == 0
-                    && !e.keep.load(Ordering::Relaxed)
-            })
+            .filter(|e| !std::ptr::eq(e.as_ref(), for_entry) && !e.pinned() && !e.kept())
             .filter(|e| {
                 let st = e.state.lock();
                 st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
             })
-            .map(|e| (e.last_use.load(Ordering::Relaxed), e.clone()))
+            .map(|e| (e.age(now), e.clone()))
             .collect();
-        victims.sort_unstable_by_key(|(tick, _)| *tick);
+        // The least recently used first.
+        victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
         for (_, victim) in victims {
             if self.shared.used.load(Ordering::Relaxed) <= target {
                 break;
@@ -605,7 +598,7 @@ impl Cache {
                 .into(),
             self.next_tick(),
         ));
-        adopted.keep.store(true, Ordering::Relaxed);
+        adopted.set_kept(true);
         lock(&self.index).insert(adopted.clone());
         adopted.persist()?;
         self.emit(CacheEvent::Complete {

@@ -195,7 +195,7 @@ impl<S: Source + ?Sized> Reader<S> {
     fn count(&self, entry: &Entry, origin: Origin, bytes: u64) {
         match origin {
             Origin::Peer => {
-                if !entry.pulled.swap(true, Ordering::Relaxed) {
+                if entry.mark_pulled() {
                     self.stats.peer_fetches.fetch_add(1, Ordering::Relaxed);
                 }
                 self.stats
@@ -203,7 +203,7 @@ impl<S: Source + ?Sized> Reader<S> {
                     .fetch_add(bytes, Ordering::Relaxed);
             }
             Origin::Backing => {
-                if !entry.fetched.swap(true, Ordering::Relaxed) {
+                if entry.mark_fetched() {
                     self.stats.backing_fetches.fetch_add(1, Ordering::Relaxed);
                 }
                 self.stats

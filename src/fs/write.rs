@@ -102,7 +102,7 @@ impl Producer {
                 };
                 let version = Version { size, mtime_ns };
                 if let Some(e) = cache.lookup(object, version).filter(|e| e.is_complete()) {
-                    e.keep.store(true, Ordering::Relaxed);
+                    e.set_kept(true);
                     kept.insert(object.to_string(), version);
                 }
             }
@@ -234,7 +234,7 @@ impl Producer {
         if drop {
             self.cache.forget(object, version);
         } else if let Some(e) = self.cache.lookup(object, version) {
-            e.keep.store(false, Ordering::Relaxed);
+            e.set_kept(false);
         }
         let mut kept = lock(&self.kept);
         if kept.remove(object).is_some()
