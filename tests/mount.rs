@@ -188,11 +188,17 @@ fn opens_of_a_file_cached_while_open_do_not_mix_io_modes() {
     let before = m.stat("passthrough_opens");
     assert!(fs::read(m.path("x.bin")).unwrap() == data);
     if m.stats()["passthrough"].as_bool() == Some(true) {
-        assert_eq!(
-            m.stat("passthrough_opens"),
-            before + 1,
-            "passthrough once alone"
-        );
+        // The kernel releases a closed file asynchronously: an open right after the last close
+        // may still find it open (served by the daemon). Once released, opens pass through.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while m.stat("passthrough_opens") == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never passthrough once alone"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(fs::read(m.path("x.bin")).unwrap() == data);
+        }
     }
 }
 

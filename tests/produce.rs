@@ -280,3 +280,58 @@ fn a_single_node_mount_takes_writes_too() {
     assert!(!Path::new(&f.backing.join("in/new.txt")).exists());
     m.unmount();
 }
+
+#[test]
+fn a_close_publishes_before_it_returns_and_a_forked_childs_close_publishes_nothing() {
+    let c = cluster("close", 2, 7, "0s");
+    // close() returns once the file is published (FUSE flush): the other node reads it at once.
+    for k in 0..20 {
+        let data = pattern(5000 + k, k as u64);
+        produce(&c.nodes[0], &format!("c{k}"), &data);
+        assert!(consume(&c.nodes[1], &format!("c{k}")) == data, "c{k}");
+    }
+    // A forked child closing its copy of the descriptor publishes nothing; the parent goes on
+    // writing and its own close publishes the whole file.
+    let script = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"a" * 4096)
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("child closed", flush=True)
+sys.stdin.readline()
+os.write(fd, b"b" * 4096)
+os.close(fd)
+"#;
+    let mut parent = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(c.nodes[0].path("forked"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(parent.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "child closed");
+    // Long enough for a publish at the child's close to have reached the name home.
+    std::thread::sleep(Duration::from_millis(500));
+    let listed = |m: &Mounted| {
+        fs::read_dir(m.path("."))
+            .unwrap()
+            .any(|e| e.unwrap().file_name() == "forked")
+    };
+    assert!(!listed(&c.nodes[1]), "published at the child's close");
+    writeln!(parent.stdin.as_mut().unwrap()).unwrap();
+    assert!(parent.wait().unwrap().success());
+    let mut want = vec![b'a'; 4096];
+    want.extend_from_slice(&[b'b'; 4096]);
+    assert!(consume(&c.nodes[1], "forked") == want);
+}

@@ -21,6 +21,17 @@ pub fn is_creating(tid: u32) -> bool {
     creates(nr, flags)
 }
 
+/// The process (thread group) of thread `tid`, while it runs.
+pub fn process_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 fn creates(nr: i64, flags: impl Fn(usize) -> i32) -> bool {
     let o_creat = |f: i32| f & libc::O_CREAT != 0;
     match nr {
@@ -91,5 +102,28 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         // SAFETY: gettid has no preconditions.
         assert!(!is_creating(unsafe { libc::gettid() } as u32));
+    }
+
+    #[test]
+    fn a_thread_belongs_to_its_process() {
+        let me = std::process::id();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        assert_ne!(tid, me);
+        assert_eq!(
+            process_of(tid),
+            Some(me),
+            "a running thread names its process"
+        );
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(process_of(me), Some(me));
+        assert_eq!(process_of(u32::MAX), None);
     }
 }

@@ -16,6 +16,8 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 
+use super::Opened;
+use super::caller;
 use super::io_modes::{IoModes, OpenMode};
 use super::listing::page;
 use super::{Attr, Changes, DyadFs, Error, Kind, TimeSet};
@@ -28,6 +30,10 @@ const MAX_REQUEST: u32 = 1 << 20;
 pub struct FuseAdapter<S: Source> {
     fs: Arc<DyadFs<S>>,
     modes: Mutex<IoModes<BackingId>>,
+    /// The process that opened each handle whose close may seal a file being written: only
+    /// its own `close()` seals at flush (a forked child closing an inherited descriptor must
+    /// not publish the parent's half-written file; the last release still seals it).
+    openers: Mutex<std::collections::HashMap<u64, Option<u32>>>,
 }
 
 impl<S: Source> FuseAdapter<S> {
@@ -38,6 +44,7 @@ impl<S: Source> FuseAdapter<S> {
         Ok(FuseAdapter {
             fs,
             modes: Mutex::default(),
+            openers: Mutex::default(),
         })
     }
 }
@@ -54,6 +61,17 @@ fn reply_empty(r: Result<(), Error>, reply: ReplyEmpty) {
 }
 
 impl<S: Source> FuseAdapter<S> {
+    /// The flags of an open reply for `opened`, made by thread `tid`: a handle whose close
+    /// cannot seal anything is never flushed (no round trip per `close()`).
+    fn open_flags(&self, opened: &Opened, tid: u32, flags: FopenFlags) -> FopenFlags {
+        if opened.seals {
+            lock(&self.openers).insert(opened.fh, caller::process_of(tid));
+            flags
+        } else {
+            flags | FopenFlags::FOPEN_NOFLUSH
+        }
+    }
+
     /// Replies to a request that made or found a name.
     fn reply_entry(&self, r: Result<Attr, Error>, reply: ReplyEntry) {
         match r {
@@ -167,7 +185,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _span = tracing::debug_span!("open", ino = ino.0).entered();
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || truncate;
@@ -214,7 +232,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 .passthrough_opens
                 .fetch_add(1, Ordering::Relaxed);
             let id = modes.passthrough(opened.fh, ino.0);
-            reply.opened_passthrough(fh, FopenFlags::empty(), id);
+            let flags = self.open_flags(&opened, req.pid(), FopenFlags::empty());
+            reply.opened_passthrough(fh, flags, id);
             return;
         }
         modes.served_by_daemon(opened.fh, ino.0);
@@ -223,7 +242,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         } else {
             FopenFlags::empty()
         };
-        reply.opened(fh, flags);
+        reply.opened(fh, self.open_flags(&opened, req.pid(), flags));
     }
 
     fn read(
@@ -258,7 +277,25 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyEmpty,
     ) {
         lock(&self.modes).released(fh.0);
+        lock(&self.openers).remove(&fh.0);
         reply_empty(self.fs.release(fh.0), reply);
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let opener = lock(&self.openers).get(&fh.0).copied().flatten();
+        if opener.is_some() && opener == caller::process_of(req.pid()) {
+            let _span = tracing::debug_span!("flush", fh = fh.0).entered();
+            reply_empty(self.fs.flush(fh.0), reply);
+        } else {
+            reply.ok();
+        }
     }
 
     fn create(
@@ -281,12 +318,13 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         {
             Ok((a, o)) => {
                 lock(&self.modes).served_by_daemon(o.fh, a.ino);
+                let flags = self.open_flags(&o, req.pid(), FopenFlags::empty());
                 reply.created(
                     &self.fs.ttl(&a),
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(o.fh),
-                    FopenFlags::empty(),
+                    flags,
                 )
             }
             Err(e) => reply.error(errno(&e)),

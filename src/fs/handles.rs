@@ -34,6 +34,9 @@ pub struct Opened {
     pub passthrough: Option<Arc<Entry>>,
     /// Whether the kernel may keep the pages it already holds for this inode.
     pub keep_cache: bool,
+    /// A writable handle of a file being written: its `close()` may seal it (FUSE flush).
+    /// The kernel is told not to flush any other handle (no round trip per close).
+    pub seals: bool,
 }
 
 impl<S: Source> DyadFs<S> {
@@ -57,6 +60,7 @@ impl<S: Source> DyadFs<S> {
             fh,
             passthrough: None,
             keep_cache: false,
+            seals: writable,
         }
     }
 }

@@ -469,6 +469,7 @@ impl<S: Source> DyadFs<S> {
             fh,
             passthrough: (verified && self.config.passthrough).then_some(entry),
             keep_cache,
+            seals: false,
         })
     }
 
@@ -566,7 +567,7 @@ impl<S: Source> DyadFs<S> {
             }) => {
                 let _sealing = lock(&staged.sealing);
                 let last = staged.writers.fetch_sub(1, Ordering::Relaxed) == 1;
-                if last {
+                if last && !staged.sealed.load(Ordering::Relaxed) {
                     return self.seal(staged);
                 }
             }

@@ -104,7 +104,7 @@ impl<S: Source> DyadFs<S> {
                 staged,
                 writable: true,
                 ..
-            } => {
+            } if !staged.sealed.load(Ordering::Relaxed) => {
                 staged
                     .file
                     .write_all_at(data, offset)
@@ -122,6 +122,29 @@ impl<S: Source> DyadFs<S> {
             }
             _ => Err(Error::BadHandle(fh)),
         }
+    }
+
+    /// A `close()` by the process that opened handle `fh`: a file being written whose only
+    /// writable handle this is is sealed and published now, so a failure reaches `close()`
+    /// (and the name is published when `close()` returns, not a few ms after). The handle then
+    /// takes no more writes: a write through another descriptor of it (a `dup`) fails with
+    /// EBADF, as after a close in mountpoint-s3. Other handles have nothing to do.
+    pub fn flush(&self, fh: u64) -> Result<(), Error> {
+        let handle = self.handle(fh)?;
+        let Handle::Staged {
+            staged,
+            writable: true,
+        } = &*handle
+        else {
+            return Ok(());
+        };
+        let _sealing = lock(&staged.sealing);
+        if staged.writers.load(Ordering::Relaxed) != 1 || staged.sealed.load(Ordering::Relaxed) {
+            // Another writer still has it open (the last release seals it), or sealed already.
+            return Ok(());
+        }
+        staged.sealed.store(true, Ordering::Relaxed);
+        self.seal(staged)
     }
 
     /// Makes a staged file immutable and publishes it (unless it was unlinked meanwhile). It
@@ -254,7 +277,7 @@ impl<S: Source> DyadFs<S> {
     /// What `path` is, once a file whose last writer just closed is sealed and published.
     fn settled(&self, path: &str) -> Result<Found, Error> {
         match self.resolve(path, Duration::ZERO)? {
-            Found::Staged(s) if s.writers.load(Ordering::Relaxed) == 0 => {
+            Found::Staged(s) if s.closed() => {
                 drop(lock(&s.sealing));
                 self.resolve(path, Duration::ZERO)
             }
@@ -463,7 +486,7 @@ impl<S: Source> DyadFs<S> {
                 // Under the sealing lock, so its last release either saw it unlinked (and
                 // publishes nothing) or has published it (then that name is removed).
                 let sealing = lock(&s.sealing);
-                if s.writers.load(Ordering::Relaxed) == 0 {
+                if s.closed() {
                     drop(sealing);
                     return self.remove(parent_ino, name, dir);
                 }
@@ -534,7 +557,7 @@ impl<S: Source> DyadFs<S> {
             Found::Staged(s) => {
                 // Under the sealing lock, so its last release publishes it at the new name.
                 let sealing = lock(&s.sealing);
-                if s.writers.load(Ordering::Relaxed) == 0 {
+                if s.closed() {
                     drop(sealing);
                     return self.rename(parent, name, new_parent, new_name, no_replace);
                 }

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::AtomicBool;
 
 use proptest::prelude::*;
 
@@ -17,7 +18,7 @@ use crate::core::NodeId;
 /// The produced namespace, in memory (the single-node daemon's is alike; the filesystem only
 /// sees the trait).
 #[derive(Default)]
-struct MemNames(Mutex<BTreeMap<(String, String), Name>>);
+struct MemNames(Mutex<BTreeMap<(String, String), Name>>, AtomicBool);
 
 impl Namespace for MemNames {
     fn get(&self, dir: &str, name: &str, _wait: Duration) -> io::Result<Option<Name>> {
@@ -29,6 +30,10 @@ impl Namespace for MemNames {
         Ok(entries.map(|((_, n), v)| (n.clone(), v.clone())).collect())
     }
     fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>> {
+        // Refusing: the name home cannot be reached.
+        if self.1.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(libc::EHOSTUNREACH));
+        }
         let key = (dir.to_string(), name.to_string());
         let mut names = lock(&self.0);
         Ok(match entry {
@@ -51,6 +56,7 @@ const NAMES: [&str; 5] = ["b0", "b1", "p0", "p1", "p2"];
 
 struct World {
     fs: DyadFs<MemSource>,
+    names: Arc<MemNames>,
     dir: std::path::PathBuf,
 }
 
@@ -101,9 +107,10 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
         prefetch_threads: 1,
         prefetch_window: 16,
     };
+    let names = Arc::new(MemNames::default());
     let fs = DyadFs::new(
         BackingStore::new(backing),
-        Arc::new(MemNames::default()),
+        names.clone(),
         producer,
         source,
         cache,
@@ -111,7 +118,7 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
         fs_config,
     )
     .unwrap();
-    (World { fs, dir }, model)
+    (World { fs, names, dir }, model)
 }
 
 #[derive(Debug, Clone)]
@@ -169,6 +176,8 @@ fn check(fs: &DyadFs<MemSource>, model: &mut BTreeMap<String, Vec<u8>>, op: Op) 
                 .and_then(|(_, opened)| {
                     let written = fs.write(opened.fh, 0, &data)?;
                     assert_eq!(written as usize, data.len());
+                    // close(): the kernel flushes, then releases.
+                    fs.flush(opened.fh)?;
                     fs.release(opened.fh)
                 });
             if is_dataset(name) {
@@ -243,6 +252,55 @@ fn dataset_bytes_come_through_the_source_once() {
     // Fetched whole (one source read of its four chunks) at the first read, then served from
     // the cache.
     assert_eq!(w.fs.reader.source.reads.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_close_seals_and_reports_what_publishing_met() {
+    let (w, _) = world();
+    let create = |name: &str| {
+        w.fs.create(ROOT_INO, OsStr::new(name), 0o644, (false, true), (0, 0))
+            .unwrap()
+            .1
+    };
+    // The close publishes: readable as soon as flush returns, before the release.
+    let a = create("p0");
+    w.fs.write(a.fh, 0, b"hello").unwrap();
+    w.fs.flush(a.fh).unwrap();
+    assert!(w.fs.producer.staged("p0").is_none());
+    assert_eq!(read_whole(&w.fs, "p0").unwrap(), b"hello");
+    // The handle takes no more writes (a dup of the closed descriptor): EBADF.
+    let late = w.fs.write(a.fh, 5, b"!").unwrap_err();
+    assert_eq!(late.errno(), libc::EBADF);
+    w.fs.release(a.fh).unwrap();
+    assert_eq!(read_whole(&w.fs, "p0").unwrap(), b"hello");
+
+    // Two writable handles: the first close leaves it staged, the last one publishes.
+    let b1 = create("p1");
+    let b2 = w.fs.open(
+        w.fs.lookup(ROOT_INO, OsStr::new("p1"), 0).unwrap().ino,
+        true,
+        false,
+    );
+    let b2 = b2.unwrap();
+    w.fs.write(b1.fh, 0, b"one").unwrap();
+    w.fs.flush(b1.fh).unwrap();
+    w.fs.release(b1.fh).unwrap();
+    assert!(
+        w.fs.producer.staged("p1").is_some(),
+        "still open for writing"
+    );
+    w.fs.write(b2.fh, 3, b"two").unwrap();
+    w.fs.flush(b2.fh).unwrap();
+    assert_eq!(read_whole(&w.fs, "p1").unwrap(), b"onetwo");
+    w.fs.release(b2.fh).unwrap();
+
+    // A name home that cannot be reached: close() says so.
+    w.names.1.store(true, Ordering::Relaxed);
+    let c = create("p2");
+    w.fs.write(c.fh, 0, b"lost?").unwrap();
+    let e = w.fs.flush(c.fh).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    w.fs.release(c.fh).unwrap();
 }
 
 proptest! {

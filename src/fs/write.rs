@@ -40,6 +40,17 @@ pub struct Staged {
     /// Held while the last writable handle's release seals it: a change of attributes that
     /// finds no writer left waits for the seal, then changes the published name.
     pub sealing: Mutex<()>,
+    /// Sealed at a `close()` (FUSE flush) of its only writable handle, before that handle's
+    /// release: the handle takes no more writes.
+    pub sealed: AtomicBool,
+}
+
+impl Staged {
+    /// Whether no more writes will come to it: its writable handles are all released, or it
+    /// was sealed at a close (it is being or has been published; wait for `sealing`).
+    pub fn closed(&self) -> bool {
+        self.writers.load(Ordering::Relaxed) == 0 || self.sealed.load(Ordering::Relaxed)
+    }
 }
 
 /// The attributes of a file being written that are not its bytes'.
@@ -175,6 +186,7 @@ impl Producer {
             unlinked: AtomicBool::new(false),
             inode: std::sync::OnceLock::new(),
             sealing: Mutex::new(()),
+            sealed: AtomicBool::new(false),
         });
         if let Some(old) = lock(&self.staged).insert(path.to_string(), s.clone()) {
             old.unlinked.store(true, Ordering::Relaxed);
