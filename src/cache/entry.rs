@@ -240,9 +240,11 @@ impl Entry {
         self.last_use.store(tick as u32, Ordering::Relaxed);
     }
 
-    /// Ticks since it was last used, as of tick `now`.
+    /// Ticks since it was last used, as of tick `now`. A use after `now` (another thread
+    /// touched it meanwhile) is age 0, not a wrapped-around "oldest".
     pub(super) fn age(&self, now: u64) -> u32 {
-        (now as u32).wrapping_sub(self.last_use.load(Ordering::Relaxed))
+        let age = (now as u32).wrapping_sub(self.last_use.load(Ordering::Relaxed));
+        if age > u32::MAX / 2 { 0 } else { age }
     }
 
     /// An open handle holds the entry: it is not evicted until `unpin`.

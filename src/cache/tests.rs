@@ -448,3 +448,18 @@ fn an_entry_stays_in_its_malloc_size_class() {
     // bytes would cost 16 per cached file (16 MB a million).
     assert!(std::mem::size_of::<super::entry::Entry>() <= 104);
 }
+
+#[test]
+fn ages_survive_the_tick_counter_wrapping() {
+    let (dir, config, stats) = setup(1 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    let e = cache.entry("a", v(1)).unwrap();
+    e.touch(u64::from(u32::MAX) - 1);
+    // Two ticks later, across the wrap of the 32-bit field.
+    assert_eq!(e.age(u64::from(u32::MAX) + 1), 2);
+    // Touched after the scan read the tick: just used, not the oldest.
+    e.touch(100);
+    assert_eq!(e.age(99), 0);
+    drop(cache);
+    let _ = fs::remove_dir_all(&dir);
+}

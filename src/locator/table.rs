@@ -1,8 +1,8 @@
 //! The rows of the homes' tables, kept compact: a home holds a row per file of its share of
 //! the dataset (hundreds of thousands per node), so a row is a shared path, a version and an
-//! inline holder, about 160 bytes with the table's own overhead (`examples/home_memory.rs`
-//! measures it; a `String` key, a `BTreeSet` of holders and a `BTreeMap` of rack names came to
-//! 250 and 640 bytes).
+//! inline holder: 167 bytes a file at a rack home and 188 at a global home with the table's own
+//! overhead (`examples/home_memory.rs` measures it; a `String` key, a `BTreeSet` of holders and
+//! a `BTreeMap` of rack names came to 248 and 640 bytes).
 
 use std::hash::{Hash, Hasher, RandomState};
 use std::sync::Arc;
@@ -84,7 +84,7 @@ impl<T: Copy + Ord> Few<T> {
         }
     }
 
-    /// With `t` replacing the members `same` says are the same as it (by default: equal).
+    /// With `t` in place of the members `same` picks (equal ones, or those of the same rack).
     pub(super) fn with(&self, t: T, same: impl Fn(&T) -> bool) -> Few<T> {
         let mut ts: Vec<T> = self
             .as_slice()
