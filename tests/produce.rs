@@ -290,6 +290,18 @@ fn a_close_publishes_before_it_returns_and_a_forked_childs_close_publishes_nothi
         produce(&c.nodes[0], &format!("c{k}"), &data);
         assert!(consume(&c.nodes[1], &format!("c{k}")) == data, "c{k}");
     }
+    // A shell's redirection closes its first descriptor before the command writes through the
+    // dup: the file is published by the last close, whole.
+    let sh = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo hello > {}",
+            c.nodes[0].path("from_sh").display()
+        ))
+        .status()
+        .unwrap();
+    assert!(sh.success());
+    assert!(consume(&c.nodes[1], "from_sh") == b"hello\n");
     // A forked child closing its copy of the descriptor publishes nothing; the parent goes on
     // writing and its own close publishes the whole file.
     let script = r#"

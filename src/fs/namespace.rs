@@ -109,6 +109,7 @@ impl<S: Source> DyadFs<S> {
                     .file
                     .write_all_at(data, offset)
                     .map_err(Error::Write)?;
+                staged.dirty.store(true, Ordering::Relaxed);
                 // A write is a modification: a time set before it no longer holds.
                 let mut set = lock(&staged.set);
                 if set.mtime_ns.is_some() || set.ctime_ns.is_some() {
@@ -125,10 +126,10 @@ impl<S: Source> DyadFs<S> {
     }
 
     /// A `close()` by the process that opened handle `fh`: a file being written whose only
-    /// writable handle this is is sealed and published now, so a failure reaches `close()`
-    /// (and the name is published when `close()` returns, not a few ms after). The handle then
-    /// takes no more writes: a write through another descriptor of it (a `dup`) fails with
-    /// EBADF, as after a close in mountpoint-s3. Other handles have nothing to do.
+    /// writable handle this is, and that was written to, is sealed and published now, so a
+    /// failure reaches `close()` (and the name is published when `close()` returns, not a few
+    /// ms after). The handle then takes no more writes: a write through another descriptor of
+    /// it (a `dup` kept past the close) fails with EBADF. Other handles have nothing to do.
     pub fn flush(&self, fh: u64) -> Result<(), Error> {
         let handle = self.handle(fh)?;
         let Handle::Staged {
@@ -139,8 +140,13 @@ impl<S: Source> DyadFs<S> {
             return Ok(());
         };
         let _sealing = lock(&staged.sealing);
-        if staged.writers.load(Ordering::Relaxed) != 1 || staged.sealed.load(Ordering::Relaxed) {
-            // Another writer still has it open (the last release seals it), or sealed already.
+        if staged.writers.load(Ordering::Relaxed) != 1
+            || staged.sealed.load(Ordering::Relaxed)
+            || !staged.dirty.load(Ordering::Relaxed)
+        {
+            // Another writer still has it open (the last release seals it), sealed already,
+            // or nothing written yet (a shell's redirection closes its first descriptor
+            // before the command writes through the dup).
             return Ok(());
         }
         staged.sealed.store(true, Ordering::Relaxed);
@@ -633,6 +639,7 @@ impl<S: Source> DyadFs<S> {
             Found::Staged(s) => {
                 if let Some(size) = changes.size {
                     s.file.set_len(size).map_err(Error::Write)?;
+                    s.dirty.store(true, Ordering::Relaxed);
                 }
                 if !changes.is_empty() {
                     self.setattr_staged(&s, changes, now);

@@ -294,6 +294,20 @@ fn a_close_seals_and_reports_what_publishing_met() {
     assert_eq!(read_whole(&w.fs, "p1").unwrap(), b"onetwo");
     w.fs.release(b2.fh).unwrap();
 
+    // A close before any write (a shell's `> file`: open, dup2 onto stdout, close the
+    // original, then write through the dup) seals nothing; the close after the write does.
+    let d = create("p3");
+    w.fs.flush(d.fh).unwrap();
+    assert!(
+        w.fs.producer.staged("p3").is_some(),
+        "sealed before a byte was written"
+    );
+    w.fs.write(d.fh, 0, b"late").unwrap();
+    w.fs.flush(d.fh).unwrap();
+    assert!(w.fs.producer.staged("p3").is_none());
+    w.fs.release(d.fh).unwrap();
+    assert_eq!(read_whole(&w.fs, "p3").unwrap(), b"late");
+
     // A name home that cannot be reached: close() says so.
     w.names.1.store(true, Ordering::Relaxed);
     let c = create("p2");

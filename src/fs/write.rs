@@ -43,6 +43,10 @@ pub struct Staged {
     /// Sealed at a `close()` (FUSE flush) of its only writable handle, before that handle's
     /// release: the handle takes no more writes.
     pub sealed: AtomicBool,
+    /// Written to (or truncated) since it was staged. A close before any write seals nothing:
+    /// a shell's `> file` opens the file, `dup2`s it onto stdout and closes the original
+    /// before the command writes a byte.
+    pub dirty: AtomicBool,
 }
 
 impl Staged {
@@ -187,6 +191,7 @@ impl Producer {
             inode: std::sync::OnceLock::new(),
             sealing: Mutex::new(()),
             sealed: AtomicBool::new(false),
+            dirty: AtomicBool::new(false),
         });
         if let Some(old) = lock(&self.staged).insert(path.to_string(), s.clone()) {
             old.unlinked.store(true, Ordering::Relaxed);
