@@ -18,6 +18,7 @@
 # Env: N (1000000), DIRS (1000), NOFILE (1024), SCANDIR (100000), SAMPLE (10000), PROCS (4),
 #      CAPACITY (e.g. 2G: a cache capacity smaller than the data, to force eviction churn),
 #      KEEP (keep WORKDIR; a later run with the same WORKDIR reuses the generated files),
+#      MALLOC_STATS (print glibc's per-arena heap totals of the daemon, through gdb),
 #      DYADFS_BIN (a dyadfs binary to measure instead of this tree's release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,6 +94,14 @@ daemon_figures() {
   fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
   lim=$(awk '/^Max open files/ { print $4 "/" $5 }' "/proc/$pid/limits")
   say "daemon ($1): pid $pid, RSS $(calc %.1f "$rss / 1024") MiB (peak $(calc %.1f "$hwm / 1024") MiB), $fds open descriptors (limit soft/hard $lim), $thr threads"
+  if [ -n "${MALLOC_STATS:-}" ] && command -v gdb > /dev/null; then
+    # glibc's per-arena totals (system bytes vs in use: what the heap holds free), which the
+    # daemon prints on its stderr, the log file.
+    local at; at=$(wc -l < "$W/dyadfs.log")
+    gdb -p "$pid" -batch -ex 'call (void)malloc_stats()' > /dev/null 2>&1 || true
+    tail -n +"$((at + 1))" "$W/dyadfs.log" | grep -E '^(Arena|system|in use|Total|max mmap)' \
+      | paste -sd' ' | sed 's/Arena/\nArena/g; s/Total/\nTotal/' | sed '/^$/d' | tee -a "$R"
+  fi
   DAEMON_RSS_KB=$rss
 }
 

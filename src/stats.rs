@@ -61,6 +61,8 @@ pub struct Stats {
     /// Files (and their bytes) prefetch lists brought into the cache.
     pub prefetched_files: AtomicU64,
     pub prefetched_bytes: AtomicU64,
+    /// Directory listings served from a read-ahead of a walk.
+    pub dirs_read_ahead: AtomicU64,
     /// Members the cluster declares down now (gossip), and how often this node re-homed what a
     /// dead member was home of.
     pub members_down: AtomicU64,
@@ -146,6 +148,9 @@ pub struct Snapshot {
     pub prefetched_bytes: u64,
     #[serde(default)]
     pub prefetch_pending: u64,
+    /// Directory listings a walk (`find`, `os.walk`) found read ahead by the daemon.
+    #[serde(default)]
+    pub dirs_read_ahead: u64,
     /// Files this node keeps a row for as a rack home and as a global home (about 170 and 190
     /// bytes each; README, "Scale").
     #[serde(default)]
@@ -289,6 +294,7 @@ impl Stats {
             prefetched_files: get(&self.prefetched_files),
             prefetched_bytes: get(&self.prefetched_bytes),
             prefetch_pending,
+            dirs_read_ahead: get(&self.dirs_read_ahead),
             home_rack_files: get(&self.home_rack_files),
             home_global_files: get(&self.home_global_files),
         }
@@ -298,7 +304,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 36] = [
+        let rows: [(&str, String); 37] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -319,6 +325,7 @@ impl Snapshot {
             ("prefetched files", self.prefetched_files.to_string()),
             ("prefetched bytes", human(self.prefetched_bytes)),
             ("prefetch pending", self.prefetch_pending.to_string()),
+            ("dirs read ahead", self.dirs_read_ahead.to_string()),
             ("uncached reads", self.uncached_reads.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),

@@ -448,11 +448,56 @@ fn large_directory_lists_completely() {
     let t = Instant::now();
     let n = fs::read_dir(m.path("many")).unwrap().count();
     assert_eq!(n, 20_000);
-    // Attributes came with the listing (readdirplus): stats need no more backing access.
+    // Listed entries stat as the backing files do (each through a lookup).
     for e in fs::read_dir(m.path("many")).unwrap().take(100) {
         assert_eq!(e.unwrap().metadata().unwrap().len(), 0);
     }
     eprintln!("listed 20000 entries in {:?}", t.elapsed());
+}
+
+/// Every path under `root`, as `find` lists them, sorted.
+fn walk(root: &std::path::Path) -> Vec<String> {
+    let out = Command::new("find")
+        .arg(".")
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut paths: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    paths.sort();
+    paths
+}
+
+#[test]
+fn a_walk_lists_the_backing_tree_with_directories_read_ahead() {
+    let f = Fixture::new("walk");
+    for d in 0..30 {
+        for s in 0..4 {
+            let dir = f.backing.join(format!("d{d:02}/s{s}"));
+            fs::create_dir_all(&dir).unwrap();
+            for k in 0..10 {
+                File::create(dir.join(format!("f{k}"))).unwrap();
+            }
+        }
+    }
+    let want = walk(&f.backing);
+    assert_eq!(want.len(), 1 + 30 + 120 + 1200);
+    let m = f.mount(&[]);
+    assert_eq!(walk(&m.path("")), want);
+    // The walk's next directories were listed while `find` worked through the current one.
+    let ahead = m.stat("dirs_read_ahead");
+    assert!(ahead > 0, "no listing was read ahead");
+    eprintln!("{ahead} of 150 directories read ahead");
+    // An `ls` of one directory reads nothing ahead (once what the walk left is stale).
+    std::thread::sleep(Duration::from_millis(2100));
+    fs::read_dir(m.path("d29/s3")).unwrap().count();
+    assert_eq!(m.stat("dirs_read_ahead"), ahead);
+    assert_eq!(walk(&m.path("")), want);
+    m.unmount();
 }
 
 #[test]

@@ -37,10 +37,11 @@ pub struct FuseAdapter<S: Source> {
 }
 
 impl<S: Source> FuseAdapter<S> {
-    /// Wraps the file system and starts its prefetch threads.
+    /// Wraps the file system and starts its prefetch and directory read-ahead threads.
     pub fn new(fs: DyadFs<S>) -> io::Result<Self> {
         let fs = Arc::new(fs);
         DyadFs::start_prefetch(&fs)?;
+        DyadFs::start_dir_ahead(&fs)?;
         Ok(FuseAdapter {
             fs,
             modes: Mutex::default(),

@@ -50,12 +50,21 @@ impl<S: Source> DyadFs<S> {
             return Err(Error::NotDir);
         }
         let dir = Self::path_of(&node);
-        let mut found: Vec<(OsString, Kind)> = Vec::new();
-        match self.backing.list(&dir) {
-            Ok(listing) => found.extend(listing),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        let listed = match self.dir_ahead.take(&dir) {
+            Some(ahead) => {
+                let stats = self.stats();
+                stats.dirs_read_ahead.fetch_add(1, Ordering::Relaxed);
+                Ok(ahead)
+            }
+            None => self.backing.list(&dir),
+        };
+        let mut found: Vec<(OsString, Kind)> = match listed {
+            Ok(listing) => listing,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(Error::Backing(e)),
-        }
+        };
+        // A walk's next directories are read ahead while the walker works through this one.
+        self.dir_ahead.opened(&dir, &found);
         let staged = self.producer.staged_in(&dir);
         let names = self.names.list(&dir).unwrap_or_else(|e| {
             tracing::warn!(%dir, error = %e, "listing produced names failed");

@@ -13,6 +13,7 @@
 mod attr;
 mod backing;
 mod caller;
+mod dir_ahead;
 mod error;
 pub mod fuse;
 mod handles;
@@ -105,6 +106,7 @@ pub struct DyadFs<S: Source> {
     inodes: Arc<RwLock<Inodes>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    dir_ahead: Arc<dir_ahead::DirAhead>,
     next_fh: AtomicU64,
     readahead: crossbeam_channel::Sender<Job>,
     prefetch: Arc<prefetch::Prefetcher>,
@@ -178,6 +180,7 @@ impl<S: Source> DyadFs<S> {
             inodes: Arc::new(RwLock::new(inodes)),
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
+            dir_ahead: Arc::default(),
             next_fh: AtomicU64::new(1),
             readahead: tx,
             prefetch: Arc::new(prefetch::Prefetcher::new(window)),
