@@ -472,7 +472,7 @@ impl Cache {
         let r = self
             .shared
             .journal
-            .rewrite(|| entries.iter().filter_map(|e| e.header()).collect());
+            .rewrite(|| entries.iter().filter_map(|e| e.header()));
         if let Err(e) = r {
             tracing::warn!(error = %e, "could not rewrite the cache log; appending on");
         }
