@@ -5,7 +5,8 @@
 # build). The tree is one scripts/bench_scale.sh generated and kept:
 #   KEEP=1 scripts/bench_scale.sh /var/tmp/scale1m      # once: 1M files + wide/ (100,000)
 #   BINS="/tmp/dyadfs-old target/release/dyadfs" scripts/bench_listing.sh /var/tmp/scale1m
-# Needs root. Env: RUNS (2), BINS.
+# Prints every run, then per configuration the median of its per-run ratios to the backing
+# directory with their spread. Needs root. Env: RUNS (2), BINS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -21,14 +22,29 @@ cleanup() { unmount_mounted "$W/mnt"; rm -rf "$SSD"; }
 trap cleanup EXIT
 secs() { local a; a=$(now); "$@" > /dev/null; echo "$(now) - $a" | bc; }
 scan() { python3 -c 'import os, sys; [e.stat() for e in list(os.scandir(sys.argv[1]))]' "$1"; }
+OUT=$(mktemp)
 for run in $(seq "$RUNS"); do
-  drop; echo "run $run backing find $(secs find "$W/backing" -type f)"
-  drop; echo "run $run backing scandir+stat $(secs scan "$W/backing/wide")"
+  drop; echo "run $run backing find $(secs find "$W/backing" -type f)" | tee -a "$OUT"
+  drop; echo "run $run backing scandir+stat $(secs scan "$W/backing/wide")" | tee -a "$OUT"
   for b in $BINS; do
     rm -rf "${SSD:?}"/*
     "$b" mount "$W/mnt" --ssd "$SSD" --backing "$W/backing" --log-file "$SSD.log"
-    drop; echo "run $run $b find $(secs find "$W/mnt" -type f)"
-    drop; echo "run $run $b scandir+stat $(secs scan "$W/mnt/wide")"
+    drop; echo "run $run $b find $(secs find "$W/mnt" -type f)" | tee -a "$OUT"
+    drop; echo "run $run $b scandir+stat $(secs scan "$W/mnt/wide")" | tee -a "$OUT"
     fusermount3 -u "$W/mnt"; sleep 1
   done
 done
+# Per-run ratios to the backing directory of the same run: median, and the spread.
+python3 - "$OUT" <<'PY'
+import statistics, sys
+t = {}
+for line in open(sys.argv[1]):
+    _, run, who, what, secs = line.split()
+    t[(int(run), who, what)] = float(secs)
+for what in ("find", "scandir+stat"):
+    for who in sorted({w for (_, w, x) in t if x == what and w != "backing"}):
+        r = [t[(n, w, x)] / t[(n, "backing", x)] for (n, w, x) in t if w == who and x == what]
+        print(f"{what:13} {who}: median {statistics.median(r):.2f}x the backing dir "
+              f"(runs {min(r):.2f}-{max(r):.2f}, n={len(r)})")
+PY
+rm -f "$OUT"
