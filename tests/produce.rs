@@ -346,4 +346,44 @@ os.close(fd)
     let mut want = vec![b'a'; 4096];
     want.extend_from_slice(&[b'b'; 4096]);
     assert!(consume(&c.nodes[1], "forked") == want);
+    // A close while the file is still held elsewhere seals nothing: the mapping `np.memmap`
+    // writes through after closing its file, and a child still writing after its parent's
+    // close. Each file is published whole by the last close or release.
+    let held = r#"
+import mmap, os, sys, time
+f = open(sys.argv[1] + "/mapped", "w+b")
+f.seek(65535); f.write(b"\0"); f.flush()
+m = mmap.mmap(f.fileno(), 65536)
+f.close()
+m[:] = bytes(range(256)) * 256
+m.flush(); m.close()
+f = open(sys.argv[1] + "/inherited", "wb")
+f.write(b"a" * 1000); f.flush()
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.3)
+    f.write(b"b" * 1000); f.flush()
+    os._exit(0)
+f.close()
+_, status = os.waitpid(pid, 0)
+sys.exit(status)
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(held)
+        .arg(c.nodes[0].path("."))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mapped: Vec<u8> = (0..=255u8).cycle().take(65536).collect();
+    assert!(consume(&c.nodes[1], "mapped") == mapped, "mapped");
+    let mut inherited = vec![b'a'; 1000];
+    inherited.extend_from_slice(&[b'b'; 1000]);
+    eventually("the child's writes are published", || {
+        fs::read(c.nodes[1].path("inherited")).ok() == Some(inherited.clone())
+    });
 }

@@ -623,7 +623,6 @@ impl Cache {
     }
 }
 
-/// Checks that a logged header fits this cache (its data file is checked when first opened).
 /// (total, available to unprivileged users) bytes of the filesystem holding `dir`.
 pub fn fs_space(dir: &Path) -> io::Result<(u64, u64)> {
     let s = crate::sys::statvfs(dir)?;

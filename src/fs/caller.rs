@@ -32,6 +32,61 @@ pub fn process_of(tid: u32) -> Option<u32> {
         .ok()
 }
 
+/// Whether process `pid` or one of its descendants still holds inode `ino`: a descriptor (a
+/// `dup`, or a copy a child inherited) or a mapping. A `close()` reaches FUSE as a flush after
+/// its descriptor left the table, so what is found here is another reference to the open file
+/// (`np.memmap` closes its file and writes through the mapping; a parent closes a file its
+/// child is still writing to): sealing it now would fail their later writes. Inode numbers
+/// are compared alone: a file of another file system with the same number only defers the
+/// seal to the last release.
+pub fn held_elsewhere(pid: u32, ino: u64) -> bool {
+    /// Processes looked at, at most (a process with more descendants defers the seal).
+    const MAX_PROCESSES: usize = 4096;
+    let mut todo = vec![pid];
+    let mut looked = 0;
+    while let Some(p) = todo.pop() {
+        looked += 1;
+        if looked > MAX_PROCESSES || holds(p, ino) {
+            return true;
+        }
+        todo.extend(children(p));
+    }
+    false
+}
+
+/// Whether process `pid` has a descriptor of, or a mapping of, inode `ino`.
+fn holds(pid: u32, ino: u64) -> bool {
+    let line = format!("ino:\t{ino}");
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) {
+        for fd in fds.flatten() {
+            if std::fs::read_to_string(fd.path()).is_ok_and(|t| t.lines().any(|l| l == line)) {
+                return true;
+            }
+        }
+    }
+    // Each line: range, perms, offset, dev, inode, path.
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
+        maps.lines()
+            .any(|l| l.split_whitespace().nth(4).and_then(|i| i.parse().ok()) == Some(ino))
+    })
+}
+
+/// The children of every thread of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
 fn creates(nr: i64, flags: impl Fn(usize) -> i32) -> bool {
     let o_creat = |f: i32| f & libc::O_CREAT != 0;
     match nr {
@@ -58,6 +113,38 @@ fn creates(nr: i64, flags: impl Fn(usize) -> i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_descriptor_or_a_mapping_of_the_file_is_found() {
+        let dir = std::env::temp_dir().join(format!("dyadfs-held-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let ino = std::fs::metadata(&path).unwrap().ino();
+        let me = std::process::id();
+        assert!(!held_elsewhere(me, ino));
+        let f = std::fs::File::open(&path).unwrap();
+        assert!(held_elsewhere(me, ino));
+        // SAFETY: a private read-only mapping of a file this test owns, unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        drop(f);
+        assert!(held_elsewhere(me, ino), "the mapping holds it");
+        // SAFETY: the mapping made above, of that length, not used after.
+        unsafe { libc::munmap(map, 4096) };
+        assert!(!held_elsewhere(me, ino));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn creating_calls_are_told_apart_from_reads() {

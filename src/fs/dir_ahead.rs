@@ -126,7 +126,12 @@ impl DirAhead {
         let Some((up, name)) = parent_of(dir) else {
             return;
         };
-        let Some(parent) = st.parents.get_mut(up) else {
+        // A walk: the parent was opened (or another of its subdirectories) just before.
+        let Some(parent) = st
+            .parents
+            .get_mut(up)
+            .filter(|p| now.duration_since(p.seen) < FRESH)
+        else {
             return;
         };
         parent.seen = now;

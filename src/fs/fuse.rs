@@ -285,13 +285,16 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     fn flush(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         let opener = lock(&self.openers).get(&fh.0).copied().flatten();
-        if opener.is_some() && opener == caller::process_of(req.pid()) {
+        if let Some(p) = opener
+            && Some(p) == caller::process_of(req.pid())
+            && !caller::held_elsewhere(p, ino.0)
+        {
             let _span = tracing::debug_span!("flush", fh = fh.0).entered();
             reply_empty(self.fs.flush(fh.0), reply);
         } else {

@@ -500,6 +500,7 @@ impl<S: Source> DyadFs<S> {
             Found::Staged(s) => {
                 if truncate {
                     s.file.set_len(0).map_err(Error::Write)?;
+                    s.dirty.store(true, Ordering::Relaxed);
                 }
                 return Ok(ToOpen::Handle(self.staged_handle(s, write)));
             }
@@ -558,8 +559,7 @@ impl<S: Source> DyadFs<S> {
 
     /// The last close of an open file (the kernel sends it once every descriptor of the open
     /// is closed, including dups and forked copies, shortly after the last close returns). The
-    /// last writable handle of a file seals and publishes it. Sealing on a close (flush)
-    /// instead would publish too early: `cmd > f` closes a dup before `cmd` writes.
+    /// last writable handle of a file seals and publishes it, unless a close (`flush`) did.
     pub fn release(&self, fh: u64) -> Result<(), Error> {
         let handle = lock(&self.handles).remove(&fh);
         match handle.as_deref() {

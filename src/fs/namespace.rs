@@ -125,11 +125,12 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    /// A `close()` by the process that opened handle `fh`: a file being written whose only
-    /// writable handle this is, and that was written to, is sealed and published now, so a
-    /// failure reaches `close()` (and the name is published when `close()` returns, not a few
-    /// ms after). The handle then takes no more writes: a write through another descriptor of
-    /// it (a `dup` kept past the close) fails with EBADF. Other handles have nothing to do.
+    /// A `close()` by the process that opened handle `fh`, which holds the file no more (see
+    /// `caller::held_elsewhere`): a file being written whose only writable handle this is, and
+    /// that was written to, is sealed and published now, so a failure reaches `close()` (and
+    /// the name is published when `close()` returns, not a few ms after). The handle then
+    /// takes no more writes: a write through a descriptor of it that escaped the check (passed
+    /// to an unrelated process) fails with EBADF. Other handles have nothing to do.
     pub fn flush(&self, fh: u64) -> Result<(), Error> {
         let handle = self.handle(fh)?;
         let Handle::Staged {

@@ -222,8 +222,9 @@ fn frozen_holders_cost_a_read_one_peer_timeout_in_all() {
         "{given:?}"
     );
     assert_eq!(s.backing.reads.load(Ordering::Relaxed), 1);
+    // One budget (200 ms), not three, with room for a loaded test machine.
     assert!(
-        t.elapsed() < Duration::from_millis(400),
+        t.elapsed() < Duration::from_millis(550),
         "{:?}",
         t.elapsed()
     );
