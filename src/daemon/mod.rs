@@ -283,7 +283,7 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     config.clone_fd = true;
 
     let shedder = fs.shedder();
-    let adapter = FuseAdapter::new(fs).map_err(|source| UserError::Start {
+    let adapter = FuseAdapter::new(fs, &args.mountpoint).map_err(|source| UserError::Start {
         what: "prefetch threads",
         source,
     })?;

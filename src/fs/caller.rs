@@ -32,21 +32,22 @@ pub fn process_of(tid: u32) -> Option<u32> {
         .ok()
 }
 
-/// Whether process `pid` or one of its descendants still holds inode `ino`: a descriptor (a
+/// A file: the device number (major, minor) of its file system and its inode number.
+pub type FileId = ((u32, u32), u64);
+
+/// Whether process `pid` or one of its descendants still holds file `id`: a descriptor (a
 /// `dup`, or a copy a child inherited) or a mapping. A `close()` reaches FUSE as a flush after
 /// its descriptor left the table, so what is found here is another reference to the open file
 /// (`np.memmap` closes its file and writes through the mapping; a parent closes a file its
-/// child is still writing to): sealing it now would fail their later writes. Inode numbers
-/// are compared alone: a file of another file system with the same number only defers the
-/// seal to the last release.
-pub fn held_elsewhere(pid: u32, ino: u64) -> bool {
+/// child is still writing to): sealing it now would fail their later writes.
+pub fn held_elsewhere(pid: u32, id: FileId) -> bool {
     /// Processes looked at, at most (a process with more descendants defers the seal).
     const MAX_PROCESSES: usize = 4096;
     let mut todo = vec![pid];
     let mut looked = 0;
     while let Some(p) = todo.pop() {
         looked += 1;
-        if looked > MAX_PROCESSES || holds(p, ino) {
+        if looked > MAX_PROCESSES || holds(p, id) {
             return true;
         }
         todo.extend(children(p));
@@ -54,20 +55,47 @@ pub fn held_elsewhere(pid: u32, ino: u64) -> bool {
     false
 }
 
-/// Whether process `pid` has a descriptor of, or a mapping of, inode `ino`.
-fn holds(pid: u32, ino: u64) -> bool {
-    let line = format!("ino:\t{ino}");
-    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) {
+/// The device and inode of `path` as the kernel has them cached: never a request to a file
+/// system (a FUSE mount may be this very daemon, busy answering the caller).
+fn cached_id(path: &std::path::Path) -> Option<FileId> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statx is all-zero-bit-pattern valid plain data.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statx buffer that live for the call.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            libc::STATX_INO,
+            &mut stx,
+        )
+    };
+    (r == 0).then_some(((stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino))
+}
+
+/// The device number of the file system mounted at `mountpoint`.
+pub fn device_of(mountpoint: &std::path::Path) -> Option<(u32, u32)> {
+    cached_id(mountpoint).map(|(dev, _)| dev)
+}
+
+/// Whether process `pid` has a descriptor of, or a mapping of, file `id`.
+fn holds(pid: u32, id: FileId) -> bool {
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for fd in fds.flatten() {
-            if std::fs::read_to_string(fd.path()).is_ok_and(|t| t.lines().any(|l| l == line)) {
+            if cached_id(&fd.path()) == Some(id) {
                 return true;
             }
         }
     }
-    // Each line: range, perms, offset, dev, inode, path.
+    // Each line: range, perms, offset, dev (hex major:minor), inode, path.
+    let ((major, minor), ino) = id;
+    let dev = format!("{major:02x}:{minor:02x}");
     std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
-        maps.lines()
-            .any(|l| l.split_whitespace().nth(4).and_then(|i| i.parse().ok()) == Some(ino))
+        maps.lines().any(|l| {
+            let mut f = l.split_whitespace().skip(3);
+            f.next() == Some(dev.as_str()) && f.next().and_then(|i| i.parse().ok()) == Some(ino)
+        })
     })
 }
 
@@ -121,11 +149,16 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");
         std::fs::write(&path, [0u8; 4096]).unwrap();
-        let ino = std::fs::metadata(&path).unwrap().ino();
+        let meta = std::fs::metadata(&path).unwrap();
+        let dev = meta.dev();
+        let dev = (libc::major(dev), libc::minor(dev));
+        let id = (dev, meta.ino());
         let me = std::process::id();
-        assert!(!held_elsewhere(me, ino));
+        assert!(!held_elsewhere(me, id));
+        // Another file system's file with the same inode number is not it.
+        assert!(!held_elsewhere(me, ((dev.0 + 1, dev.1), meta.ino())));
         let f = std::fs::File::open(&path).unwrap();
-        assert!(held_elsewhere(me, ino));
+        assert!(held_elsewhere(me, id));
         // SAFETY: a private read-only mapping of a file this test owns, unmapped below.
         let map = unsafe {
             libc::mmap(
@@ -139,10 +172,10 @@ mod tests {
         };
         assert_ne!(map, libc::MAP_FAILED);
         drop(f);
-        assert!(held_elsewhere(me, ino), "the mapping holds it");
+        assert!(held_elsewhere(me, id), "the mapping holds it");
         // SAFETY: the mapping made above, of that length, not used after.
         unsafe { libc::munmap(map, 4096) };
-        assert!(!held_elsewhere(me, ino));
+        assert!(!held_elsewhere(me, id));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -34,11 +34,16 @@ pub struct FuseAdapter<S: Source> {
     /// its own `close()` seals at flush (a forked child closing an inherited descriptor must
     /// not publish the parent's half-written file; the last release still seals it).
     openers: Mutex<std::collections::HashMap<u64, Option<u32>>>,
+    /// Where it is mounted, and the device number of the mount once known: a file of this
+    /// mount is (device, inode) for `caller::held_elsewhere`.
+    mountpoint: std::path::PathBuf,
+    device: std::sync::OnceLock<Option<(u32, u32)>>,
 }
 
 impl<S: Source> FuseAdapter<S> {
-    /// Wraps the file system and starts its prefetch and directory read-ahead threads.
-    pub fn new(fs: DyadFs<S>) -> io::Result<Self> {
+    /// Wraps the file system mounted at `mountpoint` and starts its prefetch and directory
+    /// read-ahead threads.
+    pub fn new(fs: DyadFs<S>, mountpoint: &std::path::Path) -> io::Result<Self> {
         let fs = Arc::new(fs);
         DyadFs::start_prefetch(&fs)?;
         DyadFs::start_dir_ahead(&fs)?;
@@ -46,7 +51,22 @@ impl<S: Source> FuseAdapter<S> {
             fs,
             modes: Mutex::default(),
             openers: Mutex::default(),
+            mountpoint: mountpoint.to_path_buf(),
+            device: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Whether process `opener` (or its children) holds inode `ino` of this mount otherwise
+    /// than through the descriptor being closed; if the mount's device cannot be told, it is
+    /// taken as held (the seal then waits for the last release).
+    fn held_elsewhere(&self, opener: u32, ino: u64) -> bool {
+        let device = self
+            .device
+            .get_or_init(|| caller::device_of(&self.mountpoint));
+        match device {
+            Some(dev) => caller::held_elsewhere(opener, (*dev, ino)),
+            None => true,
+        }
     }
 }
 
@@ -293,7 +313,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let opener = lock(&self.openers).get(&fh.0).copied().flatten();
         if let Some(p) = opener
             && Some(p) == caller::process_of(req.pid())
-            && !caller::held_elsewhere(p, ino.0)
+            && !self.held_elsewhere(p, ino.0)
         {
             let _span = tracing::debug_span!("flush", fh = fh.0).entered();
             reply_empty(self.fs.flush(fh.0), reply);
