@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
@@ -312,17 +313,30 @@ pub fn request(name: &str) -> Option<(&str, &Path)> {
 /// may run as root; it reads nobody else's files). Returns the paths it accepts, in order, and
 /// how many lines it skipped (absolute, `..`, empty).
 pub fn read_list(list: &Path, uid: u32) -> Result<(Vec<Box<str>>, usize), Error> {
-    let file = std::fs::OpenOptions::new()
+    // Looked at before it is opened for reading: opening a device (a terminal the daemon
+    // would take as its controlling one, a watchdog) has effects of its own.
+    let path = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
         .open(list)
         .map_err(Error::PrefetchList)?;
-    let meta = file.metadata().map_err(Error::PrefetchList)?;
+    let meta = path.metadata().map_err(Error::PrefetchList)?;
+    if meta.file_type().is_symlink() {
+        return Err(Error::PrefetchList(std::io::Error::from_raw_os_error(
+            libc::ELOOP,
+        )));
+    }
     if !meta.is_file() || (uid != 0 && meta.uid() != uid) {
         return Err(Error::PrefetchList(std::io::Error::from_raw_os_error(
             libc::EACCES,
         )));
     }
+    // The very file checked, reopened through its descriptor.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", path.as_raw_fd()))
+        .map_err(Error::PrefetchList)?;
     if meta.len() > MAX_LIST_BYTES {
         return Err(Error::PrefetchList(std::io::Error::from_raw_os_error(
             libc::EFBIG,
@@ -479,6 +493,11 @@ mod tests {
         std::os::unix::fs::symlink(&list, &link).unwrap();
         assert_eq!(read_list(&link, me).unwrap_err().errno(), libc::ELOOP);
         assert!(read_list(&dir, me).is_err());
+        // A device is refused, also for root, before it is opened for reading.
+        assert_eq!(
+            read_list(Path::new("/dev/null"), 0).unwrap_err().errno(),
+            libc::EACCES
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
