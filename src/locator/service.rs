@@ -132,6 +132,19 @@ impl LocatorService {
         lock(&self.suspects).insert(node, Instant::now());
     }
 
+    /// A call to or pull from `node` failed with `error`: it becomes suspect, unless it only
+    /// ran out of a short wait (a read gives its last calls what is left of one peer timeout;
+    /// a busy but live node missing a 20 ms deadline is no reason to send every miss it is
+    /// home of to the shared file system for [`SUSPECT_FOR`]).
+    pub fn failed(&self, node: NodeId, error: &TransportError) {
+        match error {
+            TransportError::Timeout { timeout, .. } if *timeout < self.timeout / 2 => {
+                tracing::debug!(node, error = %error, "short wait ran out; not suspect");
+            }
+            _ => self.suspect(node),
+        }
+    }
+
     /// Nodes that failed within the last [`SUSPECT_FOR`].
     pub fn suspects(&self) -> Vec<NodeId> {
         let mut s = lock(&self.suspects);
@@ -206,7 +219,7 @@ impl LocatorService {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(node = to, error = %e, "locator RPC failed");
-                self.suspect(to);
+                self.failed(to, &e);
                 None
             }
         }

@@ -122,7 +122,7 @@ impl Locate for ServiceLink {
                     service.call(holder, msg).await;
                 });
             }
-            _ => self.service.suspect(holder),
+            _ => self.service.failed(holder, error),
         }
     }
 
