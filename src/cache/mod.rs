@@ -145,6 +145,8 @@ pub struct Cache {
     capacity: u64,
     index: Mutex<Index>,
     tick: AtomicU64,
+    /// The tick of the last pass that kept old entries' ages from wrapping ([`Self::keep_old`]).
+    kept_old_at: AtomicU64,
     next_id: AtomicU64,
     stats: Arc<Stats>,
     /// Told when a file becomes complete or leaves the cache (the locator publishes these).
@@ -282,6 +284,7 @@ impl Cache {
             capacity,
             index: Mutex::new(index),
             tick: AtomicU64::new(1),
+            kept_old_at: AtomicU64::new(1),
             next_id: AtomicU64::new(next_id + 1),
             stats,
             events: std::sync::OnceLock::new(),
@@ -404,6 +407,7 @@ impl Cache {
     /// version is dropped (its open handles keep reading their own, now unlinked, copy).
     pub fn entry(&self, path: &str, version: Version) -> Result<Arc<Entry>, CacheError> {
         let mut index = lock(&self.index);
+        self.keep_old(&index);
         if let Some(e) = index.get(path) {
             if e.version == version {
                 e.touch(self.next_tick());
@@ -456,6 +460,30 @@ impl Cache {
         files.insert(entry.id, Mode::ReadWrite, data);
         index.insert(entry.clone());
         Ok(entry)
+    }
+
+    /// Entries record their last use in 32 bits, and an age is taken modulo 2^32: an entry
+    /// idle for 2^31 ticks (a day at 10,000 opens a second) would read as just used and
+    /// outlive hot ones. Every 2^28 ticks, entries older than 2^30 are made exactly that old,
+    /// so no age ever reaches 2^31 and the least recently used still go first.
+    fn keep_old(&self, index: &Index) {
+        const EVERY: u64 = 1 << 28;
+        const OLD: u64 = 1 << 30;
+        let now = self.tick.load(Ordering::Relaxed);
+        let last = self.kept_old_at.load(Ordering::Relaxed);
+        if now.wrapping_sub(last) < EVERY
+            || self
+                .kept_old_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        for e in index.entries() {
+            if u64::from(e.age(now)) > OLD {
+                e.touch(now.wrapping_sub(OLD));
+            }
+        }
     }
 
     fn next_tick(&self) -> u64 {

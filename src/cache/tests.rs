@@ -463,3 +463,25 @@ fn ages_survive_the_tick_counter_wrapping() {
     drop(cache);
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_entry_idle_for_billions_of_ticks_stays_the_oldest() {
+    let (dir, config, stats) = setup(1 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    let idle = cache.entry("idle", v(1)).unwrap();
+    // Every 2^28 ticks some file is opened; "idle" never is again, for 2^33 ticks.
+    for _ in 0..32 {
+        cache.tick.fetch_add(1 << 28, Ordering::Relaxed);
+        cache.entry("busy", v(1)).unwrap();
+    }
+    let now = cache.tick.load(Ordering::Relaxed);
+    let busy = cache.entry("busy", v(1)).unwrap();
+    assert!(
+        idle.age(now) >= 1 << 30,
+        "idle reads as age {}",
+        idle.age(now)
+    );
+    assert!(busy.age(now) < idle.age(now));
+    drop(cache);
+    let _ = fs::remove_dir_all(&dir);
+}
