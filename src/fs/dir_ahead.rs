@@ -15,8 +15,8 @@ use std::ffi::OsString;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::DyadFs;
 use super::attr::Kind;
+use super::{DyadFs, join, split};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -63,22 +63,6 @@ pub struct DirAhead {
     queued: Condvar,
 }
 
-fn parent_of(dir: &str) -> Option<(&str, &str)> {
-    if dir.is_empty() {
-        return None;
-    }
-    Some(dir.rsplit_once('/').unwrap_or(("", dir)))
-}
-
-fn child(dir: &str, name: &OsString) -> String {
-    let name = name.to_string_lossy();
-    if dir.is_empty() {
-        name.into_owned()
-    } else {
-        format!("{dir}/{name}")
-    }
-}
-
 impl DirAhead {
     /// A listing of `dir` read ahead and still fresh, taken (it is used once).
     pub fn take(&self, dir: &str) -> Option<Listing> {
@@ -123,9 +107,10 @@ impl DirAhead {
                 },
             );
         }
-        let Some((up, name)) = parent_of(dir) else {
+        if dir.is_empty() {
             return;
-        };
+        }
+        let (up, name) = split(dir);
         // A walk: the parent was opened (or another of its subdirectories) just before.
         let Some(parent) = st
             .parents
@@ -152,7 +137,7 @@ impl DirAhead {
         parent.queued_to = to;
         let next: Vec<String> = parent.subdirs[from..to]
             .iter()
-            .map(|s| child(up, s))
+            .map(|s| join(up, s))
             .collect();
         st.queue.extend(next.into_iter().map(|d| (d, now)));
         drop(st);
