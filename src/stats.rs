@@ -63,6 +63,8 @@ pub struct Stats {
     pub prefetched_bytes: AtomicU64,
     /// Directory listings served from a read-ahead of a walk.
     pub dirs_read_ahead: AtomicU64,
+    /// Listed entries handed to the kernel with their attributes (READDIRPLUS).
+    pub listed_with_attrs: AtomicU64,
     /// Members the cluster declares down now (gossip), and how often this node re-homed what a
     /// dead member was home of.
     pub members_down: AtomicU64,
@@ -151,6 +153,10 @@ pub struct Snapshot {
     /// Directory listings a walk (`find`, `os.walk`) found read ahead by the daemon.
     #[serde(default)]
     pub dirs_read_ahead: u64,
+    /// Entries a listing gave the kernel with their attributes, so a scan that stats what it
+    /// lists made no lookup for them.
+    #[serde(default)]
+    pub listed_with_attrs: u64,
     /// Files this node keeps a row for as a rack home and as a global home (about 170 and 190
     /// bytes each; README, "Scale").
     #[serde(default)]
@@ -295,6 +301,7 @@ impl Stats {
             prefetched_bytes: get(&self.prefetched_bytes),
             prefetch_pending,
             dirs_read_ahead: get(&self.dirs_read_ahead),
+            listed_with_attrs: get(&self.listed_with_attrs),
             home_rack_files: get(&self.home_rack_files),
             home_global_files: get(&self.home_global_files),
         }
@@ -304,7 +311,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 37] = [
+        let rows: [(&str, String); 38] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -326,6 +333,7 @@ impl Snapshot {
             ("prefetched bytes", human(self.prefetched_bytes)),
             ("prefetch pending", self.prefetch_pending.to_string()),
             ("dirs read ahead", self.dirs_read_ahead.to_string()),
+            ("listed with attributes", self.listed_with_attrs.to_string()),
             ("uncached reads", self.uncached_reads.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),

@@ -633,6 +633,50 @@ fn read_all_parallel(m: &Mounted, files: &[(String, Vec<u8>)]) -> Vec<String> {
     })
 }
 
+/// A scan that stats what it lists (`for e in os.scandir(d): e.stat()`) gets the entries'
+/// attributes with the listing (READDIRPLUS) instead of one LOOKUP per entry; a walk that
+/// stats nothing gets none; the kernel's references to the entries are counted, so dropping
+/// its dentries forgets them in the daemon too.
+#[test]
+fn a_scan_that_stats_gets_attributes_with_the_listing_and_a_walk_does_not() {
+    use std::os::unix::fs::MetadataExt;
+    let f = Fixture::new("rdplus");
+    for k in 0..3000u64 {
+        f.write(&format!("wide/w{k:05}"), &pattern(1 + k as usize % 500, k));
+    }
+    let m = f.mount(&[]);
+    // A walk: names and types only.
+    assert_eq!(walk(&m.path("")).len(), 3000 + 2);
+    assert_eq!(m.stat("listed_with_attrs"), 0);
+    let inodes = m.stat("inodes");
+    // A scan that stats each entry as it lists it (std's ReadDir reads a buffer at a time).
+    let mut seen = 0;
+    for e in fs::read_dir(m.path("wide")).unwrap() {
+        let e = e.unwrap();
+        let got = e.metadata().unwrap();
+        let want = fs::metadata(f.backing.join("wide").join(e.file_name())).unwrap();
+        assert_eq!((got.len(), got.mtime()), (want.len(), want.mtime()));
+        assert!(got.is_file());
+        seen += 1;
+    }
+    assert_eq!(seen, 3000);
+    let listed = m.stat("listed_with_attrs");
+    eprintln!("{listed} of 3000 entries came with the listing");
+    assert!(listed > 1500, "only {listed} entries came with attributes");
+    // Every entry given with attributes is a reference the kernel gives back.
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.stat("inodes") > inodes + 10 {
+        assert!(
+            Instant::now() < deadline,
+            "{} inodes kept after the kernel dropped its dentries (had {inodes})",
+            m.stat("inodes")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.unmount();
+}
+
 /// A real dataset has far more files than the usual descriptor limit (the daemon once failed
 /// every open with EIO past ~1,000 cached files under `ulimit -n 1024`): 2,000 files through a
 /// daemon limited to 128 descriptors, read by 4 threads at once, then again after a restart,

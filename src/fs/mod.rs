@@ -326,6 +326,27 @@ impl<S: Source> DyadFs<S> {
     /// Looks a name up for thread `caller`; a name not published yet is waited for (`--wait`)
     /// unless the caller is creating it.
     pub fn lookup(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Attr, Error> {
+        self.lookup_then_wait(parent, name, || !caller::is_creating(caller))
+    }
+
+    /// An entry of directory `parent` that a listing hands the kernel with its attributes
+    /// (READDIRPLUS): looked up as `lookup` does, the kernel's reference counted, never waited
+    /// for (the name was just listed; one gone since then is `NotFound`).
+    pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> Result<Attr, Error> {
+        let attr = self.lookup_then_wait(parent, name, || false)?;
+        let stats = self.stats();
+        stats.listed_with_attrs.fetch_add(1, Ordering::Relaxed);
+        Ok(attr)
+    }
+
+    /// `lookup`, where a name not found is waited for (`--wait`) if `may_wait()` (asked only
+    /// then: telling whether the caller is creating the name reads /proc).
+    fn lookup_then_wait(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        may_wait: impl FnOnce() -> bool,
+    ) -> Result<Attr, Error> {
         let parent = self.node(parent)?;
         let path = join(&Self::path_of(&parent), name);
         let known = {
@@ -347,7 +368,7 @@ impl<S: Source> DyadFs<S> {
             }
         }
         let found = match self.resolve(&path, Duration::ZERO) {
-            Err(Error::NotFound) if !self.config.wait.is_zero() && !caller::is_creating(caller) => {
+            Err(Error::NotFound) if !self.config.wait.is_zero() && may_wait() => {
                 self.resolve(&path, self.config.wait)?
             }
             r => r?,
