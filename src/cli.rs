@@ -182,6 +182,14 @@ pub struct MountArgs {
     #[arg(long, help_heading = "Performance")]
     pub no_passthrough: bool,
 
+    /// Cached files smaller than this are served by the daemon (their pages kept by the
+    /// kernel) even with passthrough: a passthrough read makes the kernel ask for the file's
+    /// attributes again at its next stat, a round trip that costs a small file more than
+    /// passthrough saves it. 0: passthrough for every size
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size,
+          help_heading = "Performance")]
+    pub passthrough_min: u64,
+
     /// Threads serving FUSE requests
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Performance")]
@@ -410,6 +418,7 @@ impl From<MountArgs> for MountConfig {
             fs: FsConfig {
                 metadata_ttl: a.metadata_ttl,
                 passthrough: !a.no_passthrough,
+                passthrough_min: a.passthrough_min,
                 readahead_threads: a.readahead_threads.into(),
                 wait: a.wait,
                 max_inodes: a.max_inodes as usize,

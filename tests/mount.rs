@@ -223,6 +223,33 @@ fn the_first_open_of_a_small_file_is_passthrough() {
     }
 }
 
+/// Cached files under `--passthrough-min` are served by the daemon with their pages kept (a
+/// passthrough read would cost the next stat a GETATTR); at 0 every size passes through.
+#[test]
+fn small_files_pass_through_only_above_passthrough_min() {
+    let f = Fixture::new("ptmin");
+    let data = pattern(200 * 1024, 4);
+    f.write("s.bin", &data);
+    for (min, passes) in [("1M", false), ("0", true)] {
+        let m = f.mount(&["--passthrough-min", min]);
+        for _ in 0..3 {
+            assert!(fs::read(m.path("s.bin")).unwrap() == data);
+        }
+        if m.stats()["passthrough"].as_bool() == Some(true) {
+            assert_eq!(
+                m.stat("passthrough_opens") > 0,
+                passes,
+                "--passthrough-min {min}"
+            );
+        }
+        // Daemon-served, the kernel kept the pages: of three reads, one crossed the daemon.
+        if !passes {
+            assert_eq!(m.stat("bytes_from_local"), data.len() as u64);
+        }
+        m.unmount();
+    }
+}
+
 #[test]
 fn random_reads_and_mmap_are_byte_exact() {
     for (i, mode) in MODES.iter().enumerate() {

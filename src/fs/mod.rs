@@ -84,6 +84,9 @@ pub struct FsConfig {
     pub metadata_ttl: Duration,
     /// Reply to opens of complete cached files with kernel passthrough when possible.
     pub passthrough: bool,
+    /// Files smaller than this are served by the daemon even when passthrough is on (their
+    /// pages kept by the kernel): see `--passthrough-min`.
+    pub passthrough_min: u64,
     /// Threads filling readahead chunks in the background.
     pub readahead_threads: usize,
     /// How long a lookup of a name nobody has published yet waits for a producer.
@@ -453,13 +456,16 @@ impl<S: Source> DyadFs<S> {
             *kv = Some(attr.version);
             same
         };
+        // Passthrough only pays for files large enough: a small file's reads come from the
+        // page cache after one READ either way, while the kernel drops a passthrough inode's
+        // atime after every read, so the next `stat` or `fstat` of it is a GETATTR.
+        let may_pass = self.config.passthrough
+            && entry.version.size >= self.config.passthrough_min
+            && self.stats().passthrough.load(Ordering::Relaxed);
         let mut complete = entry.is_complete();
         if complete {
             self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
-        } else if entry.version.size <= WHOLE_FILE_MAX
-            && self.stats().passthrough.load(Ordering::Relaxed)
-            && !names::is_object(&key)
-        {
+        } else if may_pass && entry.version.size <= WHOLE_FILE_MAX && !names::is_object(&key) {
             // The first read fetches a small file whole anyway. Fetching it now lets this very
             // open be a passthrough open, so the reader's many small reads (np.load parses a
             // zip directory, then headers) never come to the daemon. A failed fetch is left to
@@ -475,7 +481,8 @@ impl<S: Source> DyadFs<S> {
         // small file is verified now; a large one (after a restart) is served by the daemon,
         // which verifies each chunk it serves, while the rest is verified in the background
         // for later opens.
-        let verified = complete
+        let verified = may_pass
+            && complete
             && (entry.is_verified()
                 || if entry.version.size <= WHOLE_FILE_MAX {
                     entry.verify(cache, 0..entry.chunk_count())?
@@ -491,7 +498,7 @@ impl<S: Source> DyadFs<S> {
         }));
         Ok(Opened {
             fh,
-            passthrough: (verified && self.config.passthrough).then_some(entry),
+            passthrough: verified.then_some(entry),
             keep_cache,
             seals: false,
         })

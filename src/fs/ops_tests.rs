@@ -101,6 +101,7 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
     let fs_config = FsConfig {
         metadata_ttl: Duration::from_secs(1),
         passthrough: false,
+        passthrough_min: 0,
         readahead_threads: 1,
         wait: Duration::ZERO,
         max_inodes: 1024,
