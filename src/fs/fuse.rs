@@ -47,6 +47,7 @@ impl<S: Source> FuseAdapter<S> {
         let fs = Arc::new(fs);
         DyadFs::start_prefetch(&fs)?;
         DyadFs::start_dir_ahead(&fs)?;
+        DyadFs::start_stat_ahead(&fs)?;
         Ok(FuseAdapter {
             fs,
             modes: Mutex::default(),
@@ -567,6 +568,9 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
         };
+        if offset > 0 {
+            self.fs.listing_with_attrs(ino.0, fh.0, offset);
+        }
         for (next, e) in page(ino.0, &listing, offset) {
             let dots = next <= 2;
             let attr = if dots {

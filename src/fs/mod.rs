@@ -24,6 +24,7 @@ mod namespace;
 pub mod prefetch;
 pub mod read;
 mod readahead;
+mod stat_ahead;
 pub mod write;
 
 #[cfg(test)]
@@ -110,6 +111,7 @@ pub struct DyadFs<S: Source> {
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     dir_ahead: Arc<dir_ahead::DirAhead>,
+    stat_ahead: Arc<stat_ahead::StatAhead>,
     next_fh: AtomicU64,
     readahead: crossbeam_channel::Sender<Job>,
     prefetch: Arc<prefetch::Prefetcher>,
@@ -184,6 +186,7 @@ impl<S: Source> DyadFs<S> {
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             dir_ahead: Arc::default(),
+            stat_ahead: Arc::default(),
             next_fh: AtomicU64::new(1),
             readahead: tx,
             prefetch: Arc::new(prefetch::Prefetcher::new(window)),
