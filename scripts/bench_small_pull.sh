@@ -9,11 +9,14 @@
 # pipeline competes with on a busy node (docs/workloads.md).
 # EAGER lists values of `mount --eager-max` to compare, interleaved run by run (default
 # "0 256K": every chunk by RMA get, and small chunks inline in the holder's reply).
-# Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER)
+# PTMIN lists values of `mount --passthrough-min` for the pulled reads, likewise (default "0",
+# the mount's default: a pulled small file is fetched whole at open and handed to the kernel by
+# passthrough; "1M": served by B's daemon, pages kept).
+# Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
-RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 256K}
+RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 256K} PTMIN=${PTMIN:-0}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
@@ -58,8 +61,9 @@ for _ in $(seq "$RUNS"); do
   echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/local.txt"
 
   for e in $EAGER; do
+   for p in $PTMIN; do
     # B restarts empty; A re-announces its copies to B's tables as B starts.
-    rm -rf "$W/b/ssd"; MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e" mount_node b 1
+    rm -rf "$W/b/ssd"; MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p" mount_node b 1
     drop
     A=$(daemon_of a) B=$(daemon_of b)
     a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
@@ -69,7 +73,8 @@ for _ in $(seq "$RUNS"); do
     peers=$(stat_b bytes_from_peers)
     [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
     fusermount3 -u "$W/b/mnt"; sleep 0.3
-    record "dyadfs-$e" "$t0" "$t1"
+    record "dyadfs-$e-$p" "$t0" "$t1"
+   done
 
     # B restarts empty with --replicate and copies everything A holds without being read.
     rm -rf "$W/b/ssd"; drop
@@ -87,9 +92,9 @@ runs() { xargs printf '%.0f ' < "$1"; }
 printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s)\n' \
   "$FILES" "$SIZE" "$RUNS" "$UCX_TLS"
 printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "$W/local.txt")" "$(runs "$W/local.txt")"
-for k in $(for e in $EAGER; do echo "dyadfs-$e"; done; for e in $EAGER; do echo "replicate-$e"; done); do
+for k in $(for e in $EAGER; do for p in $PTMIN; do echo "dyadfs-$e-$p"; done; done; for e in $EAGER; do echo "replicate-$e"; done); do
   case $k in
-    dyadfs-*) what=$(printf '%-28s' "dyadfs, pulled, eager ${k#dyadfs-}") ;;
+    dyadfs-*) k2=${k#dyadfs-}; what=$(printf '%-28s' "pulled, eager ${k2%-*}, pt-min ${k2##*-}") ;;
     replicate-*) what=$(printf '%-28s' "--replicate, eager ${k#replicate-}") ;;
   esac
   printf '  %s   %8.0f files/s   runs: %s\n' "$what" "$(median < "$W/$k.txt")" "$(runs "$W/$k.txt")"

@@ -183,10 +183,12 @@ pub struct MountArgs {
     pub no_passthrough: bool,
 
     /// Cached files smaller than this are served by the daemon (their pages kept by the
-    /// kernel) even with passthrough: a passthrough read makes the kernel ask for the file's
-    /// attributes again at its next stat, a round trip that costs a small file more than
-    /// passthrough saves it. 0: passthrough for every size
-    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size,
+    /// kernel) even with passthrough. Passthrough makes the kernel ask for a file's attributes
+    /// again at the stat after a read (a round trip per open of a small file whose pages it
+    /// still holds), while a daemon-served file's reads cross the daemon whenever its pages
+    /// are not held (dropped, or a first read after a pull). 1M suits small files read over
+    /// and over from memory; 0 (the default) suits reads from the NVMe and pulls
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size,
           help_heading = "Performance")]
     pub passthrough_min: u64,
 

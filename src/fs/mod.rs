@@ -459,9 +459,8 @@ impl<S: Source> DyadFs<S> {
             *kv = Some(attr.version);
             same
         };
-        // Passthrough only pays for files large enough: a small file's reads come from the
-        // page cache after one READ either way, while the kernel drops a passthrough inode's
-        // atime after every read, so the next `stat` or `fstat` of it is a GETATTR.
+        // Below --passthrough-min the daemon serves the file (see there: the kernel drops a
+        // passthrough inode's atime after every read, so the next `stat` of it is a GETATTR).
         let may_pass = self.config.passthrough
             && entry.version.size >= self.config.passthrough_min
             && self.stats().passthrough.load(Ordering::Relaxed);
