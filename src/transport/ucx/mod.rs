@@ -543,6 +543,20 @@ fn progress(owned: Owned, cmds: Receiver<Cmd>) {
     }
 }
 
+/// Endpoints report a dead peer (UCX's peer error mode), so a pull from a node that died fails
+/// instead of hanging. UCX 1.13 has no shared-memory transport that can, so daemons on one
+/// machine talk tcp even when UCX_TLS allows shared memory (`ucx_perftest -t ucp_get` with `-e`:
+/// 744 MB/s, without: 39.7 GB/s). `DYADFS_BENCH_UCX_NO_PEER_ERRORS=1` turns the mode off, for
+/// measuring dyadfs's own ceiling over shared memory on one machine only (README, "Benchmarks"):
+/// a peer that dies then leaves its pulls to the peer timeout and their slots lost.
+fn err_mode() -> sys::ucp_err_handling_mode_t {
+    if std::env::var_os("DYADFS_BENCH_UCX_NO_PEER_ERRORS").is_some_and(|v| v == "1") {
+        sys::UCP_ERR_HANDLING_MODE_NONE
+    } else {
+        sys::UCP_ERR_HANDLING_MODE_PEER
+    }
+}
+
 fn connect(worker: sys::ucp_worker_h, info: &PeerInfo) -> Result<Peer, UcxError> {
     let failed = Box::new(std::sync::atomic::AtomicBool::new(false));
     let params = sys::ucp_ep_params_t {
@@ -550,7 +564,7 @@ fn connect(worker: sys::ucp_worker_h, info: &PeerInfo) -> Result<Peer, UcxError>
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
         address: info.worker_address.as_ptr() as *const sys::ucp_address_t,
-        err_mode: sys::UCP_ERR_HANDLING_MODE_PEER,
+        err_mode: err_mode(),
         err_handler: sys::ucp_err_handler_t {
             cb: Some(peer_failed),
             arg: &*failed as *const _ as *mut c_void,
