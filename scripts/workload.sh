@@ -23,7 +23,8 @@
 #        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads),
 #        DYADFS_BIN (a dyadfs binary to use instead of building this tree; DYADFS_BIN_NOTE says
 #        what it is in the results), DYADFS_VENV (.venv), CONFIGS ("shared local dyadfs
-#        replicate", prefetch too if named: the configurations to run; fewer for a quick A/B)
+#        replicate", prefetch too if named: the configurations to run; fewer for a quick A/B),
+#        MOUNT_ARGS (more options for every dyadfs mount, e.g. "--eager-max 1M")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -116,8 +117,9 @@ start_cluster() {
   for i in $(seq 0 $((NODES - 1))); do
     rm -rf "$W/n$i/ssd"
     mkdir -p "$W/n$i/mnt"
+    # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options, split into words
     "$BIN" mount "$W/n$i/mnt" --ssd "$W/n$i/ssd" --backing "$W/shared" --node-id "$i" \
-      --peers "$W/peers" $([ "$1" = replicate ] && echo --replicate)
+      --peers "$W/peers" $([ "$1" = replicate ] && echo --replicate) ${MOUNT_ARGS:-}
   done
 }
 stop_cluster() {
