@@ -701,6 +701,17 @@ fn a_scan_that_stats_gets_attributes_with_the_listing_and_a_walk_does_not() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Everything listed first, then a stat each (lookups in listing order, read ahead).
+    let names: Vec<_> = fs::read_dir(m.path("wide"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 3000);
+    for n in &names {
+        let got = fs::metadata(m.path("wide").join(n)).unwrap();
+        let want = fs::metadata(f.backing.join("wide").join(n)).unwrap();
+        assert_eq!((got.len(), got.mtime()), (want.len(), want.mtime()));
+    }
     m.unmount();
 }
 

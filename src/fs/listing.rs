@@ -111,7 +111,9 @@ impl<S: Source> DyadFs<S> {
             }
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.dirs).insert(fh, Arc::new(entries));
+        let entries = Arc::new(entries);
+        self.stat_ahead.opened(fh, &dir, &entries);
+        lock(&self.dirs).insert(fh, entries);
         Ok(fh)
     }
 

@@ -332,29 +332,35 @@ impl<S: Source> DyadFs<S> {
     /// Looks a name up for thread `caller`; a name not published yet is waited for (`--wait`)
     /// unless the caller is creating it.
     pub fn lookup(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Attr, Error> {
-        self.lookup_then_wait(parent, name, || !caller::is_creating(caller))
+        self.lookup_then_wait(parent, name, true, || !caller::is_creating(caller))
     }
 
     /// An entry of directory `parent` that a listing hands the kernel with its attributes
     /// (READDIRPLUS): looked up as `lookup` does, the kernel's reference counted, never waited
     /// for (the name was just listed; one gone since then is `NotFound`).
     pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> Result<Attr, Error> {
-        let attr = self.lookup_then_wait(parent, name, || false)?;
+        let attr = self.lookup_then_wait(parent, name, false, || false)?;
         let stats = self.stats();
         stats.listed_with_attrs.fetch_add(1, Ordering::Relaxed);
         Ok(attr)
     }
 
     /// `lookup`, where a name not found is waited for (`--wait`) if `may_wait()` (asked only
-    /// then: telling whether the caller is creating the name reads /proc).
+    /// then: telling whether the caller is creating the name reads /proc). `kernel`: a LOOKUP
+    /// of the kernel's, which tells the stat read-ahead where a scan is.
     fn lookup_then_wait(
         &self,
         parent: u64,
         name: &OsStr,
+        kernel: bool,
         may_wait: impl FnOnce() -> bool,
     ) -> Result<Attr, Error> {
         let parent = self.node(parent)?;
-        let path = join(&Self::path_of(&parent), name);
+        let dir = Self::path_of(&parent);
+        if kernel {
+            self.stat_ahead.looked_up(&dir, name);
+        }
+        let path = join(&dir, name);
         let known = {
             let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
             inodes

@@ -9,10 +9,15 @@
 //! backing directory, six interleaved runs.) What is read ahead is bounded by [`AHEAD`]
 //! entries past the page asked for, and nothing is read ahead for a listing whose attributes
 //! nobody asks for (a walk).
+//!
+//! A scan that lists everything before it stats (`os.listdir` then a stat each) gets no pages
+//! with attributes: its stats arrive as lookups after the directory was closed. A large listing
+//! is therefore remembered for [`REMEMBER_FOR`] after its close, and lookups of its entries in
+//! listing order have the entries after them stat'ed ahead the same way.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::listing::DirEntry;
 use super::{DyadFs, join};
@@ -26,13 +31,35 @@ const AHEAD: usize = 4096;
 const PAGE: usize = 256;
 /// Ranges waiting for the thread; a scan that outruns it drops the oldest.
 const MAX_QUEUED: usize = 64;
+/// Listings of at least this many entries are remembered for lookups in listing order.
+const REMEMBER_FROM: usize = 2 * PAGE;
+/// How long a closed listing is remembered after its close or its last lookup in order, and
+/// how many closed listings and entries in them are, at most.
+const REMEMBER_FOR: Duration = Duration::from_secs(2);
+const REMEMBERED: usize = 8;
+const REMEMBERED_ENTRIES: usize = 1 << 20;
 
 struct Range {
-    fh: u64,
+    /// The open directory it was read ahead for (`None`: a closed one).
+    fh: Option<u64>,
     dir: String,
     entries: Arc<Vec<DirEntry>>,
     from: usize,
     to: usize,
+}
+
+/// A large listing, while its directory is open and for a while after.
+struct Listed {
+    /// Its handle while open.
+    fh: Option<u64>,
+    dir: String,
+    entries: Arc<Vec<DirEntry>>,
+    /// The entry a lookup in listing order would name next.
+    next: usize,
+    /// Entries before this index were queued already (for lookups).
+    queued_to: usize,
+    /// Its close, or its last lookup in order since.
+    seen: Instant,
 }
 
 #[derive(Default)]
@@ -40,6 +67,32 @@ struct State {
     /// Per open directory (its handle): entries before this index were queued already.
     queued_to: HashMap<u64, usize>,
     queue: VecDeque<Range>,
+    listed: Vec<Listed>,
+}
+
+impl State {
+    /// Queues `from..to` of a listing, in pieces of a page (a scan's next page is read first).
+    fn queue_range(
+        &mut self,
+        fh: Option<u64>,
+        dir: &str,
+        entries: &Arc<Vec<DirEntry>>,
+        from: usize,
+        to: usize,
+    ) {
+        for from in (from..to).step_by(PAGE) {
+            if self.queue.len() == MAX_QUEUED {
+                self.queue.pop_front();
+            }
+            self.queue.push_back(Range {
+                fh,
+                dir: dir.to_string(),
+                entries: entries.clone(),
+                from,
+                to: (from + PAGE).min(to),
+            });
+        }
+    }
 }
 
 #[derive(Default)]
@@ -60,28 +113,93 @@ impl StatAhead {
             return;
         }
         *queued_to = to;
-        // In pieces of a page: a scan's next page is read first.
-        for from in (from..to).step_by(PAGE) {
-            if st.queue.len() == MAX_QUEUED {
-                st.queue.pop_front();
-            }
-            st.queue.push_back(Range {
-                fh,
-                dir: dir.to_string(),
-                entries: entries.clone(),
-                from,
-                to: (from + PAGE).min(to),
-            });
-        }
+        st.queue_range(Some(fh), dir, entries, from, to);
         self.queued.notify_one();
     }
 
-    /// Directory `fh` was closed: nothing more is read ahead for it.
+    /// Directory `dir` was opened as `fh` and listed: a large listing is remembered.
+    pub fn opened(&self, fh: u64, dir: &str, entries: &Arc<Vec<DirEntry>>) {
+        if entries.len() < REMEMBER_FROM {
+            return;
+        }
+        let mut st = lock(&self.state);
+        st.listed.push(Listed {
+            fh: Some(fh),
+            dir: dir.to_string(),
+            entries: entries.clone(),
+            next: 0,
+            queued_to: 0,
+            seen: Instant::now(),
+        });
+    }
+
+    /// Directory `fh` was closed: nothing more is read ahead for it as an open directory; a
+    /// large listing of it is remembered a while (the newest [`REMEMBERED`] of them).
     pub fn closed(&self, fh: u64) {
         let mut st = lock(&self.state);
         if st.queued_to.remove(&fh).is_some() {
-            st.queue.retain(|r| r.fh != fh);
+            st.queue.retain(|r| r.fh != Some(fh));
         }
+        let Some(i) = st.listed.iter().position(|l| l.fh == Some(fh)) else {
+            return;
+        };
+        let mut closed = st.listed.remove(i);
+        closed.fh = None;
+        closed.seen = Instant::now();
+        st.listed.retain(|l| l.fh.is_some() || l.dir != closed.dir);
+        st.listed.push(closed);
+        // The oldest closed listings go first.
+        loop {
+            let closed = st.listed.iter().filter(|l| l.fh.is_none());
+            let (n, entries) = closed.fold((0, 0), |(n, e), l| (n + 1, e + l.entries.len()));
+            if n <= REMEMBERED && entries <= REMEMBERED_ENTRIES {
+                break;
+            }
+            let oldest = st
+                .listed
+                .iter()
+                .position(|l| l.fh.is_none())
+                .expect("counted");
+            st.listed.remove(oldest);
+        }
+    }
+
+    /// The kernel looked `name` up in `dir`. If that is the next entry (or one of the few
+    /// after it) of a listing of `dir` remembered, the scan goes on in listing order: the
+    /// entries up to [`AHEAD`] past it are queued, half a window at a time.
+    pub fn looked_up(&self, dir: &str, name: &std::ffi::OsStr) {
+        let mut st = lock(&self.state);
+        if st.listed.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        st.listed
+            .retain(|l| l.fh.is_some() || now.duration_since(l.seen) < REMEMBER_FOR);
+        // The newest listing of the directory (a closed one is after the open ones).
+        let Some(l) = st.listed.iter_mut().rev().find(|l| l.dir == dir) else {
+            return;
+        };
+        let Some(i) = l.entries[l.next..]
+            .iter()
+            .take(8)
+            .position(|e| e.name == name)
+        else {
+            return;
+        };
+        let at = l.next + i;
+        l.next = at + 1;
+        l.seen = now;
+        if l.queued_to > at + AHEAD / 2 {
+            return;
+        }
+        let (from, to) = (l.queued_to.max(at + 1), (at + AHEAD).min(l.entries.len()));
+        if from >= to {
+            return;
+        }
+        l.queued_to = to;
+        let (dir, entries) = (l.dir.clone(), l.entries.clone());
+        st.queue_range(None, &dir, &entries, from, to);
+        self.queued.notify_one();
     }
 
     fn next(&self, wait: Duration) -> Option<Range> {
@@ -169,5 +287,32 @@ mod tests {
         a.closed(7);
         a.asked(7, "wide", &l, 0);
         assert_eq!(ranges(&a), [(PAGE, AHEAD)]);
+    }
+
+    #[test]
+    fn lookups_in_listing_order_after_the_close_are_read_ahead() {
+        let a = StatAhead::default();
+        let l = listing(10_000);
+        a.opened(9, "wide", &l);
+        a.closed(9);
+        // Out of order, or another directory: nothing.
+        a.looked_up("wide", "f500".as_ref());
+        a.looked_up("other", "f0".as_ref());
+        assert_eq!(ranges(&a), []);
+        // In order: the window past it, then nothing until half of it is used.
+        a.looked_up("wide", "f0".as_ref());
+        assert_eq!(ranges(&a), [(1, AHEAD)]);
+        a.looked_up("wide", "f1".as_ref());
+        a.looked_up("wide", "f3".as_ref()); // (a name skipped is fine)
+        assert_eq!(ranges(&a), []);
+        for i in 4..=AHEAD / 2 {
+            a.looked_up("wide", format!("f{i}").as_ref());
+        }
+        assert_eq!(ranges(&a), [(AHEAD, AHEAD / 2 + AHEAD)]);
+        // A small listing is not remembered.
+        a.opened(10, "small", &listing(10));
+        a.closed(10);
+        a.looked_up("small", "f0".as_ref());
+        assert_eq!(ranges(&a), []);
     }
 }
