@@ -8,7 +8,8 @@
 # Reports files/s and the CPU both daemons spend per file: that CPU is what the training input
 # pipeline competes with on a busy node (docs/workloads.md).
 # EAGER lists values of `mount --eager-max` to compare, interleaved run by run (default
-# "0 256K": every chunk by RMA get, and small chunks inline in the holder's reply).
+# "0 1M": every chunk by RMA get, and chunks up to the mount's default inline in the holder's
+# reply).
 # PTMIN lists values of `mount --passthrough-min` for the pulled reads, likewise (default "0",
 # the mount's default: a pulled small file is fetched whole at open and handed to the kernel by
 # passthrough; "1M": served by B's daemon, pages kept).
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
-RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 256K} PTMIN=${PTMIN:-0}
+RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 1M} PTMIN=${PTMIN:-0}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)

@@ -270,9 +270,11 @@ pub struct MountArgs {
     /// Chunks up to this size come from a peer inline, in the holder's reply on the control
     /// connection (one round trip, no RMA get and no release: a small file's pull then wakes
     /// no UCX progress thread on either side); larger chunks are staged and got over UCX RMA.
-    /// On an RDMA fabric, where a get costs the holder no CPU, a smaller value (e.g. 32K)
-    /// keeps bulk bytes off TCP; 0 sends every chunk by RMA
-    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size,
+    /// The default covers a sample of a few hundred KiB with its container's overhead (a
+    /// 256 KiB array in an .npz is 262,642 bytes). On an RDMA fabric, where a get costs the
+    /// holder no CPU, a smaller value (e.g. 32K) keeps bulk bytes off TCP; 0 sends every
+    /// chunk by RMA
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size,
           help_heading = "Cluster")]
     pub eager_max: u64,
 
