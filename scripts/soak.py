@@ -44,7 +44,7 @@ counted = {"bytes_from_backing": 0, "bytes_from_peers": 0, "failovers": 0,
            "checksum_failures": 0, "evictions": 0}
 results = []  # (node, seconds, bytes, outcome, spanned_a_change)
 actions = []
-deaths = []  # (node, when): daemons found gone that the driver had not killed
+deaths = []  # (node, when, cause): daemons found gone that the driver had not killed
 stop = threading.Event()
 
 
@@ -126,14 +126,35 @@ def reader(i, files):
             log(f"WRONG BYTES: node {i} {name}")
 
 
+def death_cause(n):
+    """What the end of node n's log says killed its daemon: an assertion (UCX's print
+    `Assertion ... failed`), a Rust panic, or nothing known."""
+    try:
+        with open(os.path.join(ssd(n), "dyadfs.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - (256 << 10)))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return "unknown (no log)"
+    for line in reversed(tail.splitlines()):
+        if "dyadfs::daemon: mounted" in line:
+            break  # (what came before belongs to an earlier run of the daemon)
+        if "Assertion" in line and "failed" in line:
+            return "assertion: " + line.split("]", 1)[-1].strip()[:160]
+        if "panicked at" in line:
+            return "panic: " + line.strip()[:160]
+    return "unknown"
+
+
 def alive(n):
     """Whether node n's daemon still runs; one found gone is recorded and restarted."""
     try:
         os.kill(pids[n], 0)
         return True
     except ProcessLookupError:
-        log(f"DAEMON GONE: node {n} (pid {pids[n]}) exited by itself; see {ssd(n)}/dyadfs.log")
-        deaths.append((n, time.strftime("%H:%M:%S")))
+        cause = death_cause(n)
+        log(f"DAEMON GONE: node {n} (pid {pids[n]}) exited by itself ({cause}); see {ssd(n)}/dyadfs.log")
+        deaths.append((n, time.strftime("%H:%M:%S"), cause))
         subprocess.run(["fusermount3", "-uz", mnt(n)], capture_output=True)
         mount(n)
         with lock:
