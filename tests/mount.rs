@@ -701,16 +701,20 @@ fn a_scan_that_stats_gets_attributes_with_the_listing_and_a_walk_does_not() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Everything listed first, then a stat each (lookups in listing order, read ahead).
-    let names: Vec<_> = fs::read_dir(m.path("wide"))
+    // Everything listed first, then a stat each (lookups in listing order, read ahead); the
+    // inode number a listing shows is the one the stat gives.
+    use std::os::unix::fs::DirEntryExt;
+    // (Names and numbers only: a std DirEntry keeps its directory open.)
+    let listed: Vec<_> = fs::read_dir(m.path("wide"))
         .unwrap()
-        .map(|e| e.unwrap().file_name())
+        .map(|e| e.map(|e| (e.file_name(), e.ino())).unwrap())
         .collect();
-    assert_eq!(names.len(), 3000);
-    for n in &names {
-        let got = fs::metadata(m.path("wide").join(n)).unwrap();
-        let want = fs::metadata(f.backing.join("wide").join(n)).unwrap();
+    assert_eq!(listed.len(), 3000);
+    for (name, ino) in &listed {
+        let got = fs::metadata(m.path("wide").join(name)).unwrap();
+        let want = fs::metadata(f.backing.join("wide").join(name)).unwrap();
         assert_eq!((got.len(), got.mtime()), (want.len(), want.mtime()));
+        assert_eq!(*ino, got.ino(), "{name:?}: d_ino is not st_ino");
     }
     m.unmount();
 }

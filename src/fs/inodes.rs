@@ -40,6 +40,19 @@ pub(super) struct Inodes {
 }
 
 impl Inodes {
+    /// The number for a new node of `path`: the one a listing shows for it ([`listed_number`],
+    /// so a `d_ino` read before the lookup equals the `st_ino` after it), unless a live node
+    /// holds that number (a node renamed away from `path`, or two paths of one hash): then the
+    /// next of a counter, which stays far below the listed numbers.
+    pub(super) fn number_for(&mut self, path: &str) -> u64 {
+        let listed = listed_number(path);
+        if !self.nodes.contains_key(&listed) {
+            return listed;
+        }
+        self.next += 1;
+        self.next - 1
+    }
+
     /// The kernel took `refs` more references to `node` (0: it was only looked at): counted,
     /// and the node becomes the most recently used.
     pub(super) fn referenced(&self, node: &Node, refs: u64) {
@@ -47,6 +60,16 @@ impl Inodes {
         node.last_use
             .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
     }
+}
+
+/// The inode number a listing shows for `path` while no node has it: a hash of the path with
+/// bit 62 set (counter numbers never get there), the same every time within this daemon.
+pub(super) fn listed_number(path: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // DefaultHasher::new() has fixed keys (a map's RandomState does not).
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    (h.finish() >> 2) | (1 << 62)
 }
 
 /// Keeps the inode table near `max` entries however many files the kernel has looked up: the
@@ -184,8 +207,7 @@ impl<S: Source> DyadFs<S> {
             inodes.referenced(&node, refs);
             return Ok(attr);
         }
-        let ino = inodes.next;
-        inodes.next += 1;
+        let ino = inodes.number_for(&path);
         let attr = attr_of(ino)?;
         inodes.by_path.insert(path.clone(), ino);
         let node = new_node(&path, attr, refs);

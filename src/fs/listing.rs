@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::attr::Kind;
+use super::inodes::listed_number;
 use super::{DyadFs, Error};
 use crate::core::source::Source;
 use crate::core::sync::lock;
@@ -87,11 +88,12 @@ impl<S: Source> DyadFs<S> {
                 }
             }
         }
-        // Listed entries get inode numbers (known ones keep theirs) but no node: the kernel
-        // makes one with a lookup if it needs the entry. One path buffer serves every entry.
+        // Listed entries get inode numbers (known ones keep theirs, others the number a node
+        // made for them would get) but no node: the kernel makes one with a lookup if it needs
+        // the entry. One path buffer serves every entry.
         let mut entries = Vec::with_capacity(found.len());
         {
-            let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+            let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
             let mut path = String::with_capacity(dir.len() + 64);
             for (name, kind) in found {
                 path.clear();
@@ -102,10 +104,7 @@ impl<S: Source> DyadFs<S> {
                 path.push_str(&name.to_string_lossy());
                 let ino = match inodes.by_path.get(path.as_str()) {
                     Some(&ino) => ino,
-                    None => {
-                        inodes.next += 1;
-                        inodes.next - 1
-                    }
+                    None => listed_number(&path),
                 };
                 entries.push(DirEntry { name, ino, kind });
             }
