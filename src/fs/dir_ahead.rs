@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::attr::Kind;
-use super::{DyadFs, join, split};
+use super::{DyadFs, join, spawn_worker, split};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -192,21 +192,16 @@ impl DirAhead {
 impl<S: Source> DyadFs<S> {
     /// Starts the thread that reads directories ahead of a walk; it ends with the file system.
     pub fn start_dir_ahead(fs: &Arc<DyadFs<S>>) -> std::io::Result<()> {
-        let (weak, ahead) = (Arc::downgrade(fs), fs.dir_ahead.clone());
-        std::thread::Builder::new()
-            .name("dir-ahead".into())
-            .spawn(move || {
-                loop {
-                    let next = ahead.next(Duration::from_secs(1));
-                    let Some(fs) = weak.upgrade() else { return };
-                    let Some(dir) = next else { continue };
-                    match fs.backing.list(&dir) {
-                        Ok(listing) => ahead.store(dir, listing),
-                        Err(e) => tracing::debug!(%dir, error = %e, "read-ahead listing failed"),
-                    }
-                }
-            })?;
-        Ok(())
+        let (queue, ahead) = (fs.dir_ahead.clone(), fs.dir_ahead.clone());
+        spawn_worker(
+            fs,
+            "dir-ahead".into(),
+            move |wait| queue.next(wait),
+            move |fs, dir| match fs.backing.list(&dir) {
+                Ok(listing) => ahead.store(dir, listing),
+                Err(e) => tracing::debug!(%dir, error = %e, "read-ahead listing failed"),
+            },
+        )
     }
 }
 

@@ -136,6 +136,28 @@ fn join(parent: &str, name: &OsStr) -> String {
     }
 }
 
+/// Starts a background thread of the file system (`name`): it takes jobs from `next` (which
+/// waits at most the duration it is given, so the thread notices the file system is gone) and
+/// does each with `work`; it ends once the file system is dropped.
+fn spawn_worker<S: Source, J>(
+    fs: &Arc<DyadFs<S>>,
+    name: String,
+    next: impl Fn(Duration) -> Option<J> + Send + 'static,
+    work: impl Fn(&DyadFs<S>, J) + Send + 'static,
+) -> std::io::Result<()> {
+    let weak = Arc::downgrade(fs);
+    std::thread::Builder::new().name(name).spawn(move || {
+        loop {
+            let job = next(Duration::from_secs(1));
+            let Some(fs) = weak.upgrade() else { return };
+            if let Some(job) = job {
+                work(&fs, job);
+            }
+        }
+    })?;
+    Ok(())
+}
+
 impl<S: Source> DyadFs<S> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(

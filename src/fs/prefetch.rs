@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Attr, DyadFs, Error, Found};
+use super::{Attr, DyadFs, Error, Found, spawn_worker};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 use crate::core::version_of;
@@ -243,20 +243,21 @@ impl<S: Source> DyadFs<S> {
     /// Starts the prefetch threads; they hold the file system weakly and end with it.
     pub fn start_prefetch(fs: &Arc<DyadFs<S>>) -> std::io::Result<()> {
         for i in 0..fs.config.prefetch_threads {
-            let (weak, prefetcher) = (Arc::downgrade(fs), fs.prefetch.clone());
-            std::thread::Builder::new()
-                .name(format!("prefetch-{i}"))
-                .spawn(move || {
-                    loop {
-                        let item = prefetcher.take();
-                        let Some(fs) = weak.upgrade() else { return };
-                        let size = fs.prefetch_one(&item.path).unwrap_or_else(|e| {
-                            tracing::debug!(path = %item.path, error = %e, "prefetch failed");
-                            0
-                        });
-                        prefetcher.done(item, size);
-                    }
-                })?;
+            let (queue, prefetcher) = (fs.prefetch.clone(), fs.prefetch.clone());
+            // (`take` waits for a file however long: the thread finds the file system gone
+            // when it takes its next file.)
+            spawn_worker(
+                fs,
+                format!("prefetch-{i}"),
+                move |_| Some(queue.take()),
+                move |fs, item: Item| {
+                    let size = fs.prefetch_one(&item.path).unwrap_or_else(|e| {
+                        tracing::debug!(path = %item.path, error = %e, "prefetch failed");
+                        0
+                    });
+                    prefetcher.done(item, size);
+                },
+            )?;
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::listing::DirEntry;
-use super::{DyadFs, join};
+use super::{DyadFs, join, spawn_worker};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -217,22 +217,19 @@ impl<S: Source> DyadFs<S> {
     /// thread: two or three, reading more inodes at once, measured slower (they took CPU from
     /// the scan on two cores).
     pub fn start_stat_ahead(fs: &Arc<DyadFs<S>>) -> std::io::Result<()> {
-        let (weak, ahead) = (Arc::downgrade(fs), fs.stat_ahead.clone());
-        std::thread::Builder::new()
-            .name("stat-ahead".into())
-            .spawn(move || {
-                loop {
-                    let next = ahead.next(Duration::from_secs(1));
-                    let Some(fs) = weak.upgrade() else { return };
-                    let Some(r) = next else { continue };
-                    for e in &r.entries[r.from..r.to] {
-                        // Only the backing file system's caches are wanted; a name it does
-                        // not have (produced, or gone) is looked up when its page is asked for.
-                        let _ = fs.backing.stat(&join(&r.dir, &e.name));
-                    }
+        let ahead = fs.stat_ahead.clone();
+        spawn_worker(
+            fs,
+            "stat-ahead".into(),
+            move |wait| ahead.next(wait),
+            |fs, r: Range| {
+                for e in &r.entries[r.from..r.to] {
+                    // Only the backing file system's caches are wanted; a name it does not
+                    // have (produced, or gone) is looked up when its page is asked for.
+                    let _ = fs.backing.stat(&join(&r.dir, &e.name));
                 }
-            })?;
-        Ok(())
+            },
+        )
     }
 }
 
