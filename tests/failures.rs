@@ -262,12 +262,7 @@ fn scrub_finds_and_drops_rotten_chunks() {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&succeeded("dyadfs scrub", out)).unwrap();
     assert_eq!(report["files"], 4);
     assert_eq!(report["chunks"], 8);
     assert_eq!(report["dropped"], 1);

@@ -374,11 +374,7 @@ sys.exit(status)
         .arg(c.nodes[0].path("."))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded("the python writer", out);
     let mapped: Vec<u8> = (0..=255u8).cycle().take(65536).collect();
     assert!(consume(&c.nodes[1], "mapped") == mapped, "mapped");
     let mut inherited = vec![b'a'; 1000];

@@ -116,12 +116,7 @@ impl Mounted {
             .arg("--json")
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        serde_json::from_str(&succeeded("dyadfs stats", out)).unwrap()
     }
 
     pub fn stat(&self, key: &str) -> u64 {
