@@ -564,17 +564,17 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             Ok(l) => l,
             Err(e) => return reply.error(errno(&e)),
         };
-        let dir = match self.fs.getattr(ino.0) {
-            Ok(a) => a,
-            Err(e) => return reply.error(errno(&e)),
-        };
         if offset > 0 {
-            self.fs.listing_with_attrs(ino.0, fh.0, offset);
+            self.fs.listing_with_attrs(ino.0, fh.0, &listing, offset);
         }
         for (next, e) in page(ino.0, &listing, offset) {
             let dots = next <= 2;
+            // ("." and "..", which come first, carry the directory's own attributes.)
             let attr = if dots {
-                dir
+                match self.fs.getattr(ino.0) {
+                    Ok(a) => a,
+                    Err(e) => return reply.error(errno(&e)),
+                }
             } else {
                 match self.fs.lookup_listed(ino.0, &e.name) {
                     Ok(a) => a,

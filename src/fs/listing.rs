@@ -126,16 +126,16 @@ impl<S: Source> DyadFs<S> {
         self.stat_ahead.closed(fh);
     }
 
-    /// The kernel asks open directory `fh` (inode `ino`) for a page with attributes from
-    /// `offset`: the entries a few pages further are stat'ed ahead (see `stat_ahead`).
-    pub fn listing_with_attrs(&self, ino: u64, fh: u64, offset: u64) {
-        let (Ok(listing), Ok(node)) = (self.listing(fh), self.node(ino)) else {
+    /// The kernel asks open directory `fh` (inode `ino`, `listing`) for a page with attributes
+    /// from `offset`: the entries a few pages further are stat'ed ahead (see `stat_ahead`).
+    pub fn listing_with_attrs(&self, ino: u64, fh: u64, listing: &Arc<Vec<DirEntry>>, offset: u64) {
+        let Ok(node) = self.node(ino) else {
             return;
         };
         // Offsets 0 and 1 are "." and "..".
         let at = (offset as usize).saturating_sub(2);
         self.stat_ahead
-            .asked(fh, &Self::path_of(&node), &listing, at);
+            .asked(fh, &Self::path_of(&node), listing, at);
     }
 }
 
