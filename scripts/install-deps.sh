@@ -2,10 +2,10 @@
 # Installs the system packages dyadfs builds, tests and benchmarks with (Debian 12).
 # Idempotent; needs root (or sudo). The Rust toolchain itself is expected to be present.
 set -euo pipefail
-# fuse3: fusermount3; libucx-dev: UCX (linked via pkg-config); libclang-dev: bindgen for ucx-sys;
-# ucx-utils: ucx_perftest for the benchmark; bc: the benchmark scripts' arithmetic;
-# python3-venv, gcc: the examples the tests run (C programs; Python with numpy and torch).
-PKGS=(fuse3 pkg-config python3 python3-venv gcc util-linux libucx-dev ucx-utils libclang-dev bc)
+# fuse3: fusermount3; libclang-dev: bindgen for ucx-sys; libnuma1: UCX's shared-memory transports;
+# bc: the benchmark scripts' arithmetic; python3-venv, gcc: the examples the tests run (C
+# programs; Python with numpy and torch). UCX itself comes from PyPI, below.
+PKGS=(fuse3 pkg-config python3 python3-venv gcc util-linux libnuma1 libclang-dev bc)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -26,9 +26,37 @@ if ! "$VENV/bin/python3" -c 'import numpy, torch' >/dev/null 2>&1; then
   "$VENV/bin/pip" install -q --disable-pip-version-check numpy torch
 fi
 
-# pjdfstest, the public POSIX file-system suite tests/posix.rs runs in a mount (a pinned
-# release, built once into .tools/; DYADFS_TOOLS moves it).
+# UCX >= 1.14, into .tools/ucx (DYADFS_TOOLS moves it), where ucx-sys finds it before any system
+# UCX. Debian 12 ships 1.13.1, whose wireup aborts the process (ucp_request.c:684 "got REP
+# message") when a peer restarts quickly, so a restarting node could kill its neighbours' daemons;
+# the fix (openucx/ucx#8175) is in every later release. The build is RAPIDS' `libucx-cu12` wheel
+# (UCX's own release build with headers, pkg-config files and ucx_perftest), pinned by version and
+# sha256 (the examples' venv's pip fetches it); its CUDA modules are removed (dyadfs moves host
+# memory; they would only probe for a GPU).
 TOOLS=${DYADFS_TOOLS:-$(cd "$(dirname "$0")/.." && pwd)/.tools}
+UCX_VERSION=1.22.0
+UCX_WHEEL=libucx_cu12-$UCX_VERSION-py3-none-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl
+UCX_SHA256=5cbbef0c140a0a158ae3486089af659b38822b2234cd3dc90ba40a5e6553402a
+UCX_HOME=$TOOLS/ucx/libucx
+if [ "$(cat "$TOOLS/ucx/VERSION" 2>/dev/null)" != "$UCX_VERSION" ]; then
+  echo "installing UCX $UCX_VERSION into $TOOLS/ucx" >&2
+  tmp=$(mktemp -d)
+  "$VENV/bin/python3" -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+    --dest "$tmp" "libucx-cu12==$UCX_VERSION"
+  echo "$UCX_SHA256  $tmp/$UCX_WHEEL" | sha256sum --check --quiet
+  rm -rf "$TOOLS/ucx"
+  mkdir -p "$TOOLS"
+  python3 -m zipfile -e "$tmp/$UCX_WHEEL" "$TOOLS/ucx"
+  rm -rf "$tmp" "$TOOLS/ucx"/libucx_cu12-*.dist-info
+  rm -f "$UCX_HOME"/lib/ucx/*cuda* "$TOOLS/ucx"/libucx_cu12.libs/libcudart*
+  chmod +x "$UCX_HOME"/bin/*
+  # The wheel's pkg-config files name the directory it was built in.
+  sed -i "s|^prefix = .*|prefix = $UCX_HOME|" "$UCX_HOME"/lib/pkgconfig/*.pc
+  echo "$UCX_VERSION" > "$TOOLS/ucx/VERSION"
+fi
+
+# pjdfstest, the public POSIX file-system suite tests/posix.rs runs in a mount (a pinned
+# release, built once into .tools/).
 if [ ! -x "$TOOLS/bin/pjdfstest" ]; then
   echo "building pjdfstest 0.2.2 into $TOOLS (about a minute)" >&2
   cargo install -q --locked --version 0.2.2 --root "$TOOLS" pjdfstest

@@ -1,15 +1,63 @@
-//! Finds the system UCX with pkg-config and generates bindings for the UCP API with bindgen.
-//! UCX is never built or vendored here: install it (Debian: libucx-dev).
+//! Finds UCX with pkg-config and generates bindings for the UCP API with bindgen.
+//! UCX is never built here. Where it is looked for, first match wins:
+//! `UCX_DIR` (a UCX install prefix), the project's `.tools/ucx/libucx` (or `$DYADFS_TOOLS/ucx/libucx`)
+//! that `scripts/install-deps.sh` fills, then the system's pkg-config path.
+//! The library directory is handed to dependents as `DEP_UCP_LIBDIR` (the binaries' rpath).
+
+use std::path::{Path, PathBuf};
+
+/// 1.13 aborts the process when a peer restarts quickly (ucp_request.c:684, fixed by
+/// openucx/ucx#8175), and a daemon must survive its neighbours' restarts.
+const MIN_VERSION: &str = "1.14";
+
+fn project_ucx() -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("UCX_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let tools = match std::env::var("DYADFS_TOOLS") {
+        Ok(dir) => PathBuf::from(dir),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools"),
+    };
+    let home = tools.join("ucx/libucx");
+    home.join("lib/pkgconfig/ucx.pc").exists().then_some(home)
+}
 
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
-    println!("cargo:rerun-if-env-changed=UCX_SYS_INCLUDE_DIR");
+    for var in [
+        "UCX_SYS_INCLUDE_DIR",
+        "UCX_DIR",
+        "DYADFS_TOOLS",
+        "PKG_CONFIG_PATH",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    if let Some(home) = project_ucx() {
+        let pc = home.join("lib/pkgconfig");
+        println!("cargo:rerun-if-changed={}", pc.join("ucx.pc").display());
+        let path = match std::env::var("PKG_CONFIG_PATH") {
+            Ok(old) if !old.is_empty() => format!("{}:{old}", pc.display()),
+            _ => pc.display().to_string(),
+        };
+        // SAFETY: a build script is single-threaded; nothing else reads the environment now.
+        unsafe { std::env::set_var("PKG_CONFIG_PATH", path) };
+    }
     let lib = pkg_config::Config::new()
-        .atleast_version("1.13")
+        .atleast_version(MIN_VERSION)
         .probe("ucx")
         .unwrap_or_else(|e| {
-            panic!("ucx-sys needs UCX >= 1.13 found by pkg-config (Debian: apt-get install libucx-dev): {e}")
+            panic!(
+                "ucx-sys needs UCX >= {MIN_VERSION} (1.13 aborts when a peer restarts): run \
+                 scripts/install-deps.sh, or set UCX_DIR to a UCX install: {e}"
+            )
         });
+    let mut dirs: Vec<String> = lib
+        .link_paths
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    dirs.dedup();
+    println!("cargo:libdir={}", dirs.join(":"));
     let mut builder = bindgen::Builder::default()
         .header("wrapper.h")
         .allowlist_function("ucp_.*")
@@ -30,7 +78,7 @@ fn main() {
     if let Ok(dir) = std::env::var("UCX_SYS_INCLUDE_DIR") {
         builder = builder.clang_arg(format!("-I{dir}"));
     }
-    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("bindings.rs");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("bindings.rs");
     builder
         .generate()
         .expect("bindgen failed on the UCX headers")

@@ -10,6 +10,7 @@
 #   unmount_mounted  unmounts those of the mount points given that are mounted
 #   mount_node       mounts a node of a benchmark's test cluster under $W
 #   dyadfs_stat      one value of a mount's `dyadfs stats --json`
+#   ucx_perftest_run ucx_perftest of the UCX dyadfs links
 #   perftest_get     one ucx_perftest -t ucp_get run, in MB/s
 
 # Benchmarks report medians of RUNS runs: the middle value (the lower middle one of an even count).
@@ -69,16 +70,23 @@ dyadfs_stat() {
     python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"
 }
 
+# ucx_perftest_run ARGS...: the project's UCX's ucx_perftest (UCX_DIR or .tools/ucx/libucx).
+ucx_perftest_run() {
+  local home=${UCX_DIR:-${DYADFS_TOOLS:-$PWD/.tools}/ucx/libucx}
+  LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$home/bin/ucx_perftest" "$@"
+}
+
 # perftest_get SIZE ITERS PORT SERVER_LOG: the UCX baseline the dyadfs figures are compared with,
 # ucx_perftest -t ucp_get of ITERS messages of SIZE bytes (server in the background, its output
 # to SERVER_LOG; client on 127.0.0.1:PORT); prints the final bandwidth in MB/s of 1e6 bytes like
 # dyadfs's figures (ucx_perftest's "MB/s" are MiB/s).
+# It is the ucx_perftest of the UCX dyadfs links (scripts/install-deps.sh puts both in .tools/ucx).
 perftest_get() {
   local srv
-  ucx_perftest -t ucp_get -s "$1" -n "$2" -p "$3" > "$4" 2>&1 &
+  ucx_perftest_run -t ucp_get -s "$1" -n "$2" -p "$3" > "$4" 2>&1 &
   srv=$!
   sleep 0.5
-  ucx_perftest 127.0.0.1 -t ucp_get -s "$1" -n "$2" -p "$3" 2>/dev/null |
+  ucx_perftest_run 127.0.0.1 -t ucp_get -s "$1" -n "$2" -p "$3" 2>/dev/null |
     awk '/^Final:/ {printf "%.1f\n", $7 * 1.048576}'
   wait "$srv" || true
 }
