@@ -3,8 +3,10 @@
 //! each requested chunk from its [`ChunkStore`] into a registered slot and answers with the
 //! slot's address and the chunk's crc32c; the puller RMA-gets it into a slot of its own,
 //! verifies the checksum, hands the bytes to its sink and releases the remote slot. Several
-//! requests are in flight per pull; every wait is bounded.
+//! requests are in flight per pull, and the next chunk's get runs while one is checked and
+//! sunk; every wait is bounded.
 
+use std::collections::VecDeque;
 use std::io;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -15,7 +17,7 @@ use super::auth::Secret;
 use super::error::TransportError;
 use super::handshake::{authenticate_blocking, hello, refused};
 use super::stream::{FrameReader, IdlePool, stream_error};
-use super::ucx::{NoResult, UcxError, Worker};
+use super::ucx::{Completion, NoResult, Slot, UcxError, Worker};
 use super::wire::{self, Message};
 use crate::core::Version;
 
@@ -195,6 +197,28 @@ fn connect(
     Ok(Conn { frames, ucx_peer })
 }
 
+/// How many chunks a pull has arriving at once (RMA gets in flight, or inline reads done):
+/// while one chunk is checked and handed to the sink (a crc pass and a copy into the cache
+/// file), the next is already on the wire, so the link is not idle during a chunk's local work.
+const ARRIVING: usize = 2;
+
+/// A chunk whose reply has been read: its bytes are in a slot already (inline), or on their way
+/// into one (an RMA get of what the holder staged at `addr`).
+struct Arriving {
+    id: u64,
+    len: u32,
+    crc: u32,
+    bytes: Bytes,
+}
+
+enum Bytes {
+    Inline(Slot),
+    Getting {
+        addr: u64,
+        done: Completion<(Slot, Result<(), UcxError>)>,
+    },
+}
+
 fn pull_chunks(
     worker: &Arc<Worker>,
     cfg: &PullConfig,
@@ -209,7 +233,9 @@ fn pull_chunks(
     let chunk = u64::from(cfg.chunk.min(worker.slab().slot_size() as u32));
     let n = len.div_ceil(chunk);
     let at = |i: u64| (offset + i * chunk, chunk.min(len - i * chunk) as u32);
-    let (mut sent, mut done) = (0u64, 0u64);
+    // Requests sent, replies read, chunks handed to the sink.
+    let (mut sent, mut replied, mut done) = (0u64, 0u64, 0u64);
+    let mut arriving: VecDeque<Arriving> = VecDeque::with_capacity(ARRIVING);
     // Frames to send, written together: a release rides with the next requests.
     let mut outgoing: Vec<u8> = Vec::new();
     while done < n {
@@ -226,41 +252,73 @@ fn pull_chunks(
         }
         conn.send(&mut outgoing)
             .map_err(err("a request to be sent"))?;
-        let reply = conn.frames.next(true).map_err(err("a staged chunk"))?;
-        // The holder's numbers are checked against the request before any buffer is used.
-        let (id, l, crc, slot) = match reply {
-            Some(Message::Data { id, len, crc32c })
-                if id == done && len == at(done).1 && len <= cfg.eager_max =>
-            {
-                let mut slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
-                conn.frames
-                    .read_raw(slot.bytes_mut(len as usize))
-                    .map_err(err("an inline chunk"))?;
-                (id, len, crc32c, slot)
-            }
-            Some(Message::Staged {
-                id,
-                addr,
-                len,
-                crc32c,
-            }) if id == done && len == at(done).1 => {
-                let slot = get(worker, conn, peer, addr, len, t)?;
+        while replied < sent && arriving.len() < ARRIVING {
+            let reply = conn.frames.next(true).map_err(err("a staged chunk"))?;
+            // The holder's numbers are checked against the request before any buffer is used.
+            let (id, l) = (replied, at(replied).1);
+            let next = match reply {
+                Some(Message::Data { id: i, len, crc32c })
+                    if i == id && len == l && len <= cfg.eager_max =>
+                {
+                    let mut slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
+                    conn.frames
+                        .read_raw(slot.bytes_mut(len as usize))
+                        .map_err(err("an inline chunk"))?;
+                    Arriving {
+                        id,
+                        len,
+                        crc: crc32c,
+                        bytes: Bytes::Inline(slot),
+                    }
+                }
+                Some(Message::Staged {
+                    id: i,
+                    addr,
+                    len,
+                    crc32c,
+                }) if i == id && len == l => {
+                    let slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
+                    let done = worker.get(conn.ucx_peer, addr, slot, len as usize);
+                    Arriving {
+                        id,
+                        len,
+                        crc: crc32c,
+                        bytes: Bytes::Getting { addr, done },
+                    }
+                }
+                Some(Message::Error { message, .. }) => {
+                    return Err(TransportError::Remote { peer, message });
+                }
+                other => {
+                    return Err(TransportError::Protocol {
+                        peer,
+                        what: format!("expected Staged or Data {id}, got {other:?}"),
+                    });
+                }
+            };
+            arriving.push_back(next);
+            replied += 1;
+        }
+        let Some(Arriving {
+            id,
+            len: l,
+            crc,
+            bytes,
+        }) = arriving.pop_front()
+        else {
+            unreachable!("every chunk not yet sunk has had its request sent")
+        };
+        let slot = match bytes {
+            Bytes::Inline(slot) => slot,
+            Bytes::Getting { addr, done } => {
+                let slot = finish_get(done, peer, t)?;
                 outgoing.extend(wire::encode(&Message::Release { addr }));
                 if sent == n {
                     // No request follows to carry it.
                     conn.send(&mut outgoing)
                         .map_err(err("a release to be sent"))?;
                 }
-                (id, len, crc32c, slot)
-            }
-            Some(Message::Error { message, .. }) => {
-                return Err(TransportError::Remote { peer, message });
-            }
-            other => {
-                return Err(TransportError::Protocol {
-                    peer,
-                    what: format!("expected Staged or Data {done}, got {other:?}"),
-                });
+                slot
             }
         };
         let bytes = slot.bytes(l as usize);
@@ -274,31 +332,24 @@ fn pull_chunks(
     Ok(len)
 }
 
-/// Gets `len` bytes staged at `addr` on the holder into a slot of ours.
-fn get(
-    worker: &Arc<Worker>,
-    conn: &Conn,
+/// Waits for a get into a slot of ours. On timeout the completion is dropped; the slot returns
+/// to the pool when UCX completes the get.
+fn finish_get(
+    done: Completion<(Slot, Result<(), UcxError>)>,
     peer: SocketAddr,
-    addr: u64,
-    len: u32,
     t: Duration,
-) -> Result<super::ucx::Slot, TransportError> {
-    let slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
-    // On timeout the receiver is dropped; the slot returns to the pool when UCX completes.
-    let (slot, r) = worker
-        .get(conn.ucx_peer, addr, slot, len as usize)
-        .wait(t)
-        .map_err(|e| match e {
-            NoResult::TimedOut => TransportError::Timeout {
-                peer,
-                what: "an RMA get",
-                timeout: t,
-            },
-            NoResult::Abandoned => TransportError::Ucx {
-                peer,
-                source: UcxError::gone("ucp_get_nbx"),
-            },
-        })?;
+) -> Result<Slot, TransportError> {
+    let (slot, r) = done.wait(t).map_err(|e| match e {
+        NoResult::TimedOut => TransportError::Timeout {
+            peer,
+            what: "an RMA get",
+            timeout: t,
+        },
+        NoResult::Abandoned => TransportError::Ucx {
+            peer,
+            source: UcxError::gone("ucp_get_nbx"),
+        },
+    })?;
     r.map_err(|source| TransportError::Ucx { peer, source })?;
     Ok(slot)
 }
