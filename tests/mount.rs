@@ -739,6 +739,27 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
             f.write(p, d);
         }
         let fds = |m: &Mounted| fs::read_dir(format!("/proc/{}/fd", m.pid)).unwrap().count();
+        // What the descriptors point at, by kind, for the message of a failed bound.
+        let fd_kinds = |m: &Mounted| {
+            let mut kinds = std::collections::BTreeMap::<String, usize>::new();
+            for e in fs::read_dir(format!("/proc/{}/fd", m.pid))
+                .unwrap()
+                .flatten()
+            {
+                let target = fs::read_link(e.path()).map(|t| t.display().to_string());
+                let kind = match target {
+                    // Cache files are counted together (data/<2 hex digits>/<file>).
+                    Ok(t) if t.starts_with('/') => match t.rsplit_once("/data/") {
+                        Some((ssd, _)) => format!("{ssd}/data/*"),
+                        None => t,
+                    },
+                    Ok(t) => t.split(':').next().unwrap_or_default().to_string(),
+                    Err(_) => "closed meanwhile".to_string(),
+                };
+                *kinds.entry(kind).or_default() += 1;
+            }
+            kinds
+        };
         // The inode table is bounded too: past --max-inodes the kernel is asked to forget.
         let args: Vec<&str> = mode
             .iter()
@@ -748,7 +769,12 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
         let m = f.mount_limited(&args, NOFILE);
         assert_eq!(read_all_parallel(&m, &files), Vec::<String>::new());
         assert_eq!(m.stat("cached_files"), files.len() as u64);
-        assert!(fds(&m) < NOFILE as usize, "{} descriptors open", fds(&m));
+        assert!(
+            fds(&m) < NOFILE as usize,
+            "{} descriptors open: {:?}",
+            fds(&m),
+            fd_kinds(&m)
+        );
         // (The kernel forgets asynchronously: slower on a loaded machine.)
         let deadline = Instant::now() + Duration::from_secs(30);
         while m.stat("inodes") > 1024 {
@@ -766,7 +792,12 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
         assert_eq!(read_all_parallel(&m, &files), Vec::<String>::new());
         assert_eq!(m.stat("backing_fetches"), 0);
         assert!(m.stat("local_hits") >= files.len() as u64);
-        assert!(fds(&m) < NOFILE as usize, "{} descriptors open", fds(&m));
+        assert!(
+            fds(&m) < NOFILE as usize,
+            "{} descriptors open: {:?}",
+            fds(&m),
+            fd_kinds(&m)
+        );
         m.unmount();
     }
 }
