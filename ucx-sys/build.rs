@@ -1,8 +1,10 @@
 //! Finds UCX with pkg-config and generates bindings for the UCP API with bindgen.
-//! UCX is never built here. Where it is looked for, first match wins:
-//! `UCX_DIR` (a UCX install prefix), the project's `.tools/ucx/libucx` (or `$DYADFS_TOOLS/ucx/libucx`)
-//! that `scripts/install-deps.sh` fills, then the system's pkg-config path.
-//! The library directory is handed to dependents as `DEP_UCP_LIBDIR` (the binaries' rpath).
+//! UCX is never built here. Where it is looked for, first match wins: `UCX_DIR` (a UCX install
+//! prefix), the project's `.tools/ucx/libucx` (or `$DYADFS_TOOLS/ucx/libucx`) that
+//! `scripts/install-deps.sh` fills, then the system's pkg-config path. The library directory is
+//! handed to dependents as `DEP_UCP_LIBDIR` (the binaries' rpath). A `.tools/ucx` installed after
+//! a build against the system's UCX is picked up only once this script reruns (`cargo clean -p
+//! ucx-sys`).
 
 use std::path::{Path, PathBuf};
 
