@@ -173,6 +173,29 @@ fn inline_chunks_are_byte_exact_and_checked() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("checksum"));
 }
 
+/// A puller whose slab has a single slot (all the others taken by other pulls and by what the
+/// node serves) still pulls a file of many chunks, at once: reading the next chunk ahead is
+/// given up when no slot is free, never waited for while holding one.
+#[test]
+fn a_puller_with_one_free_slot_still_pulls_many_chunks() {
+    let d = Dir::new("oneslot");
+    let size = 6 * MIB + 5;
+    fs::write(d.src("f"), pattern(size, 9)).unwrap();
+    let h = Holder::start(&d.0.join("src"), true, &[]);
+    for eager in ["0", "2M"] {
+        let out = d.0.join(format!("out{eager}"));
+        assert_ok(&pull(
+            true,
+            &h,
+            &d,
+            "f",
+            &out,
+            &["--slots", "1", "--eager-max", eager],
+        ));
+        assert!(fs::read(&out).unwrap() == pattern(size, 9), "eager {eager}");
+    }
+}
+
 #[test]
 fn sparse_file_beyond_4gib_pulls_at_high_offsets() {
     let d = Dir::new("sparse");

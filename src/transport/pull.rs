@@ -253,6 +253,20 @@ fn pull_chunks(
         conn.send(&mut outgoing)
             .map_err(err("a request to be sent"))?;
         while replied < sent && arriving.len() < ARRIVING {
+            // The next chunk to sink waits for a slot; a chunk read ahead of it takes one only if
+            // one is free, so pulls never hold a slot while waiting for another (the slab is
+            // shared with every other pull and with what this node serves).
+            let wait = if arriving.is_empty() {
+                t
+            } else {
+                Duration::ZERO
+            };
+            let Some(mut slot) = worker.slab().take(wait) else {
+                if arriving.is_empty() {
+                    return Err(TransportError::NoSlot(t));
+                }
+                break;
+            };
             let reply = conn.frames.next(true).map_err(err("a staged chunk"))?;
             // The holder's numbers are checked against the request before any buffer is used.
             let (id, l) = (replied, at(replied).1);
@@ -260,7 +274,6 @@ fn pull_chunks(
                 Some(Message::Data { id: i, len, crc32c })
                     if i == id && len == l && len <= cfg.eager_max =>
                 {
-                    let mut slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
                     conn.frames
                         .read_raw(slot.bytes_mut(len as usize))
                         .map_err(err("an inline chunk"))?;
@@ -277,7 +290,6 @@ fn pull_chunks(
                     len,
                     crc32c,
                 }) if i == id && len == l => {
-                    let slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
                     let done = worker.get(conn.ucx_peer, addr, slot, len as usize);
                     Arriving {
                         id,

@@ -307,15 +307,15 @@ impl Drop for Worker {
 }
 
 /// UCX settings dyadfs changes from UCX's defaults, unless the user set their environment
-/// variable: (variable, key for `ucp_config_modify`, which names transport settings without
-/// their transport's prefix, value).
+/// variable: (variable, value). `ucp_config_modify` takes the variable without `UCX_` (1.22;
+/// 1.13 took transport settings without their transport's prefix too, which 1.22 refuses).
 /// The tcp transport moves an RMA get as active-message fragments of `TCP_TX_SEG_SIZE` (8 KiB
 /// by default): one 256 KiB sample is 32 sends, each waking the progress threads of both
 /// nodes. Larger segments cut the daemons' context switches per pulled sample from ~54 to
 /// ~22 and their CPU by about a quarter (`scripts/bench_small_pull.sh`).
-const TUNING: &[(&str, &str, &str)] = &[
-    ("UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "256k"),
-    ("UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "256k"),
+const TUNING: &[(&str, &str)] = &[
+    ("UCX_TCP_TX_SEG_SIZE", "256k"),
+    ("UCX_TCP_RX_SEG_SIZE", "256k"),
 ];
 
 /// UCX's configuration (from the environment) with [`TUNING`] applied.
@@ -325,17 +325,24 @@ fn tuned_config() -> Result<*mut sys::ucp_config_t, UcxError> {
     check("ucp_config_read", unsafe {
         sys::ucp_config_read(ptr::null(), ptr::null(), &mut config)
     })?;
-    for (variable, name, value) in TUNING {
+    for (variable, value) in TUNING {
         if std::env::var_os(variable).is_some() {
             continue;
         }
-        let (n, v) = (
-            std::ffi::CString::new(*name).expect("no NUL"),
-            std::ffi::CString::new(*value).expect("no NUL"),
-        );
-        // SAFETY: a live config and two NUL-terminated strings that outlive the call.
-        let status = unsafe { sys::ucp_config_modify(config, n.as_ptr(), v.as_ptr()) };
-        if let Err(e) = check("ucp_config_modify", status) {
+        let v = std::ffi::CString::new(*value).expect("no NUL");
+        let name = variable.trim_start_matches("UCX_");
+        let short = name.split_once('_').map_or(name, |(_, rest)| rest);
+        let mut result = Ok(());
+        for key in [name, short] {
+            let k = std::ffi::CString::new(key).expect("no NUL");
+            // SAFETY: a live config and two NUL-terminated strings that outlive the call.
+            let status = unsafe { sys::ucp_config_modify(config, k.as_ptr(), v.as_ptr()) };
+            result = check("ucp_config_modify", status);
+            if result.is_ok() {
+                break;
+            }
+        }
+        if let Err(e) = result {
             tracing::warn!(setting = variable, error = %e, "UCX setting not applied");
         }
     }
