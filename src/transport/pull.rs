@@ -206,7 +206,6 @@ const ARRIVING: usize = 2;
 /// into one (an RMA get of what the holder staged at `addr`).
 struct Arriving {
     id: u64,
-    len: u32,
     crc: u32,
     bytes: Bytes,
 }
@@ -279,7 +278,6 @@ fn pull_chunks(
                         .map_err(err("an inline chunk"))?;
                     Arriving {
                         id,
-                        len,
                         crc: crc32c,
                         bytes: Bytes::Inline(slot),
                     }
@@ -293,7 +291,6 @@ fn pull_chunks(
                     let done = worker.get(conn.ucx_peer, addr, slot, len as usize);
                     Arriving {
                         id,
-                        len,
                         crc: crc32c,
                         bytes: Bytes::Getting { addr, done },
                     }
@@ -311,13 +308,7 @@ fn pull_chunks(
             arriving.push_back(next);
             replied += 1;
         }
-        let Some(Arriving {
-            id,
-            len: l,
-            crc,
-            bytes,
-        }) = arriving.pop_front()
-        else {
+        let Some(Arriving { id, crc, bytes }) = arriving.pop_front() else {
             unreachable!("every chunk not yet sunk has had its request sent")
         };
         let slot = match bytes {
@@ -333,8 +324,8 @@ fn pull_chunks(
                 slot
             }
         };
+        let (off, l) = at(id);
         let bytes = slot.bytes(l as usize);
-        let (off, _) = at(id);
         if crc32c::crc32c(bytes) != crc {
             return Err(TransportError::Checksum { peer, offset: off });
         }
