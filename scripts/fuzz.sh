@@ -9,10 +9,12 @@
 # Usage: scripts/fuzz.sh [TARGET...]   (not in CI: it needs nightly and minutes of CPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-60}
 # The targets link dyadfs and so UCX, which scripts/install-deps.sh puts in .tools/ucx, on no
 # loader path (the project's own binaries carry it as their rpath; build.rs).
-export LD_LIBRARY_PATH="${UCX_DIR:-${DYADFS_TOOLS:-$PWD/.tools}/ucx/libucx}/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+LD_LIBRARY_PATH="$(ucx_home)/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(wire_decode journal_decode cache_header)

@@ -10,7 +10,8 @@
 #   unmount_mounted  unmounts those of the mount points given that are mounted
 #   mount_node       mounts a node of a benchmark's test cluster under $W
 #   dyadfs_stat      one value of a mount's `dyadfs stats --json`
-#   ucx_perftest_run ucx_perftest of the UCX dyadfs links
+#   ucx_home         the UCX dyadfs links
+#   ucx_perftest_run ucx_perftest of that UCX
 #   perftest_get     one ucx_perftest -t ucp_get run, in MB/s
 
 # Benchmarks report medians of RUNS runs: the middle value (the lower middle one of an even count).
@@ -70,9 +71,14 @@ dyadfs_stat() {
     python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"
 }
 
-# ucx_perftest_run ARGS...: the project's UCX's ucx_perftest (UCX_DIR or .tools/ucx/libucx).
+# The UCX dyadfs links (UCX_DIR, else the .tools/ucx/libucx scripts/install-deps.sh fills),
+# where ucx-sys/build.rs looks for it too.
+ucx_home() { echo "${UCX_DIR:-${DYADFS_TOOLS:-$PWD/.tools}/ucx/libucx}"; }
+
+# ucx_perftest_run ARGS...: that UCX's ucx_perftest.
 ucx_perftest_run() {
-  local home=${UCX_DIR:-${DYADFS_TOOLS:-$PWD/.tools}/ucx/libucx}
+  local home
+  home=$(ucx_home)
   LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$home/bin/ucx_perftest" "$@"
 }
 
