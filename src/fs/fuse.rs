@@ -27,9 +27,16 @@ use crate::core::sync::lock;
 /// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB.
 const MAX_REQUEST: u32 = 1 << 20;
 
+/// Shards of the I/O-mode table (see [`FuseAdapter::modes_of`]): enough that the FUSE threads
+/// rarely meet on one.
+const MODE_SHARDS: usize = 64;
+
 pub struct FuseAdapter<S: Source> {
     fs: Arc<DyadFs<S>>,
-    modes: Mutex<IoModes<BackingId>>,
+    /// The I/O modes of open inodes, in shards by inode: an open's decision, its backing-file
+    /// registration (an ioctl) and its reply stay atomic for the inode without making every
+    /// other open and release of the mount wait behind those syscalls.
+    modes: Box<[Mutex<IoModes<BackingId>>]>,
     /// The process that opened each handle whose close may seal a file being written: only
     /// its own `close()` seals at flush (a forked child closing an inherited descriptor must
     /// not publish the parent's half-written file; the last release still seals it).
@@ -50,11 +57,16 @@ impl<S: Source> FuseAdapter<S> {
         DyadFs::start_stat_ahead(&fs)?;
         Ok(FuseAdapter {
             fs,
-            modes: Mutex::default(),
+            modes: (0..MODE_SHARDS).map(|_| Mutex::default()).collect(),
             openers: Mutex::default(),
             mountpoint: mountpoint.to_path_buf(),
             device: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The shard of the I/O-mode table that holds inode `ino`.
+    fn modes_of(&self, ino: u64) -> std::sync::MutexGuard<'_, IoModes<BackingId>> {
+        lock(&self.modes[(ino % MODE_SHARDS as u64) as usize])
     }
 
     /// Whether process `opener` (or its children) holds inode `ino` of this mount otherwise
@@ -220,7 +232,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             Err(e) => return reply.error(errno(&e)),
         };
         let fh = FileHandle(opened.fh);
-        let mut modes = lock(&self.modes);
+        let mut modes = self.modes_of(ino.0);
         let offered = opened.passthrough.as_ref().map(|e| e.version);
         let passthrough = match (modes.decide(ino.0, offered), &opened.passthrough) {
             (OpenMode::Passthrough, _) => true,
@@ -291,14 +303,16 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        lock(&self.modes).released(fh.0);
+        // A backing id let go is closed in the kernel (an ioctl) after the shard is unlocked.
+        let unbound = self.modes_of(ino.0).released(fh.0);
+        drop(unbound);
         lock(&self.openers).remove(&fh.0);
         reply_empty(self.fs.release(fh.0), reply);
     }
@@ -342,7 +356,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .create(parent.0, name, mode & !umask, (exclusive, truncate), owner)
         {
             Ok((a, o)) => {
-                lock(&self.modes).served_by_daemon(o.fh, a.ino);
+                self.modes_of(a.ino).served_by_daemon(o.fh, a.ino);
                 let flags = self.open_flags(&o, req.pid(), FopenFlags::empty());
                 reply.created(
                     &self.fs.ttl(&a),

@@ -79,17 +79,15 @@ impl<B> IoModes<B> {
         self.handles.insert(fh, (ino, false));
     }
 
-    /// Forgets open `fh`; the last passthrough open of an inode drops its backing id (which
-    /// closes it in the kernel).
-    pub fn released(&mut self, fh: u64) {
-        let Some((ino, passthrough)) = self.handles.remove(&fh) else {
-            return;
-        };
+    /// Forgets open `fh`; the last passthrough open of an inode lets go of its backing id,
+    /// returned so that the caller drops it (which closes it in the kernel) outside its lock.
+    pub fn released(&mut self, fh: u64) -> Option<B> {
+        let (ino, passthrough) = self.handles.remove(&fh)?;
         if passthrough {
             if let Some((_, _, count)) = self.backing.get_mut(&ino) {
                 *count -= 1;
                 if *count == 0 {
-                    self.backing.remove(&ino);
+                    return self.backing.remove(&ino).map(|(id, _, _)| id);
                 }
             }
         } else if let Some(count) = self.daemon.get_mut(&ino) {
@@ -98,6 +96,7 @@ impl<B> IoModes<B> {
                 self.daemon.remove(&ino);
             }
         }
+        None
     }
 }
 
@@ -123,8 +122,8 @@ mod tests {
         // A complete copy now, but a daemon-served open is still there.
         assert_eq!(m.decide(5, Some(V1)), OpenMode::Daemon);
         m.served_by_daemon(2, 5);
-        m.released(1);
-        m.released(2);
+        assert_eq!(m.released(1), None);
+        assert_eq!(m.released(2), None);
         // The inode is free: bind its backing file, then share it.
         assert_eq!(m.decide(5, Some(V1)), OpenMode::Bind);
         m.bind(5, "id-v1", V1);
@@ -136,11 +135,11 @@ mod tests {
         assert_eq!(m.decide(5, None), OpenMode::Refuse);
         // Other inodes are not affected.
         assert_eq!(m.decide(6, Some(V2)), OpenMode::Bind);
-        // The last passthrough close unbinds.
-        m.released(3);
+        // The last passthrough close unbinds, handing the backing id back to be closed.
+        assert_eq!(m.released(3), None);
         assert_eq!(m.decide(5, Some(V2)), OpenMode::Refuse);
-        m.released(4);
+        assert_eq!(m.released(4), Some("id-v1"));
         assert_eq!(m.decide(5, Some(V2)), OpenMode::Bind);
-        m.released(99);
+        assert_eq!(m.released(99), None);
     }
 }
