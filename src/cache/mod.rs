@@ -144,6 +144,10 @@ pub struct Cache {
     shared: Arc<Shared>,
     capacity: u64,
     index: Mutex<Index>,
+    /// Creations of new entries take turns per shard of slots (a slot's data file has one
+    /// name), outside the index's lock: creating a file is a directory update on the cache's
+    /// file system, and every open of the mount looks the index up.
+    creating: Box<[Mutex<()>]>,
     tick: AtomicU64,
     /// The tick of the last pass that kept old entries' ages from wrapping ([`Self::keep_old`]).
     kept_old_at: AtomicU64,
@@ -183,6 +187,9 @@ const FILL_WAIT: Duration = Duration::from_secs(120);
 /// of entries it must not run for every new file.
 const EVICT_SLACK_DIVISOR: u64 = 64;
 const SCAN_CHEAP: usize = 4096;
+/// Shards of [`Cache::entry`]'s creations (by slot): enough that fills of different files
+/// rarely wait for each other's file creation.
+const CREATING_SHARDS: usize = 64;
 
 impl Cache {
     /// Opens (or creates) the cache directory, takes its lock and reloads every entry its log
@@ -283,6 +290,7 @@ impl Cache {
             shared,
             capacity,
             index: Mutex::new(index),
+            creating: (0..CREATING_SHARDS).map(|_| Mutex::new(())).collect(),
             tick: AtomicU64::new(1),
             kept_old_at: AtomicU64::new(1),
             next_id: AtomicU64::new(next_id + 1),
@@ -294,7 +302,7 @@ impl Cache {
 
     /// Deletes every data file that no entry owns (a fill cut short by a crash, a dropped
     /// entry, anything foreign) and returns how many. Safe while the cache serves: a slot's
-    /// file is only judged under the index lock, under which new entries create theirs.
+    /// file is only judged under the lock its creations take, and the index's.
     pub fn sweep_orphans(&self) -> io::Result<u64> {
         let mut removed = 0;
         for sub in fs::read_dir(self.shared.dir.join("data"))? {
@@ -309,6 +317,7 @@ impl Cache {
                     .strip_suffix(".dat")
                     .and_then(|hex| u64::from_str_radix(hex, 16).ok())
                     .filter(|hash| self.shared.data_path(*hash) == file);
+                let _creating = slot.map(|hash| self.creating_of(hash));
                 let index = lock(&self.index);
                 if slot.is_none_or(|hash| index.in_slot(hash).is_none()) {
                     let _ = fs::remove_file(&file);
@@ -406,26 +415,36 @@ impl Cache {
     /// The entry for `path` at `version`, created empty if absent. A cached copy of another
     /// version is dropped (its open handles keep reading their own, now unlinked, copy).
     pub fn entry(&self, path: &str, version: Version) -> Result<Arc<Entry>, CacheError> {
-        let mut index = lock(&self.index);
-        self.keep_old(&index);
-        if let Some(e) = index.get(path) {
-            if e.version == version {
-                e.touch(self.next_tick());
-                return Ok(e.clone());
+        {
+            let index = lock(&self.index);
+            self.keep_old(&index);
+            if let Some(e) = self.found(&index, path, version) {
+                return Ok(e);
             }
-            let old = index.remove(path).expect("present");
-            self.drop_entry(&old);
-        }
-        if self.shared.journal.wants_rewrite() {
-            self.rewrite_journal(&index);
         }
         let hash = path_hash(path);
-        let data_path = self.shared.data_path(hash);
-        // A different path with the same hash: the newcomer takes the slot.
-        if let Some(other) = index.in_slot(hash) {
-            index.remove(&other.path);
-            self.drop_entry(&other);
+        let _creating = self.creating_of(hash);
+        {
+            // Looked up again: another creation of this slot may have ended meanwhile.
+            let mut index = lock(&self.index);
+            if let Some(e) = self.found(&index, path, version) {
+                return Ok(e);
+            }
+            if let Some(old) = index.remove(path) {
+                self.drop_entry(&old);
+            }
+            if self.shared.journal.wants_rewrite() {
+                self.rewrite_journal(&index);
+            }
+            // A different path with the same hash: the newcomer takes the slot.
+            if let Some(other) = index.in_slot(hash) {
+                index.remove(&other.path);
+                self.drop_entry(&other);
+            }
         }
+        // The slot stays empty until the entry is inserted below: only a creation (which waits
+        // for this one) fills a slot.
+        let data_path = self.shared.data_path(hash);
         // A new file, never one an old copy's open handles may still read: a leftover is
         // unlinked first. Usually there is none, so one name lookup, not two.
         let files = &self.shared.files;
@@ -458,8 +477,20 @@ impl Cache {
         ));
         // The new file is written next: keep it open.
         files.insert(entry.id, Mode::ReadWrite, data);
-        index.insert(entry.clone());
+        lock(&self.index).insert(entry.clone());
         Ok(entry)
+    }
+
+    /// The turn of creations of slot `hash` (taken before the index's lock, never after).
+    fn creating_of(&self, hash: u64) -> std::sync::MutexGuard<'_, ()> {
+        lock(&self.creating[(hash % CREATING_SHARDS as u64) as usize])
+    }
+
+    /// The entry of `path` at `version` if the index has it (marked used).
+    fn found(&self, index: &Index, path: &str, version: Version) -> Option<Arc<Entry>> {
+        let e = index.get(path).filter(|e| e.version == version)?;
+        e.touch(self.next_tick());
+        Some(e.clone())
     }
 
     /// Entries record their last use in 32 bits, and an age is taken modulo 2^32: an entry

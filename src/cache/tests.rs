@@ -485,3 +485,45 @@ fn an_entry_idle_for_billions_of_ticks_stays_the_oldest() {
     drop(cache);
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// Entries are created outside the index's lock: threads asking for the same file at once
+/// share one entry, and a sweep running meanwhile never deletes a data file being created.
+#[test]
+fn concurrent_creations_share_entries_and_survive_a_sweep() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Arc::new(Cache::open(&config, stats).unwrap());
+    let sweeping = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sweeper = {
+        let (cache, sweeping) = (cache.clone(), sweeping.clone());
+        std::thread::spawn(move || {
+            while sweeping.load(Ordering::Relaxed) {
+                cache.sweep_orphans().unwrap();
+            }
+        })
+    };
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                (0..200)
+                    .map(|i| cache.entry(&format!("f{i}"), v(4096)).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let all: Vec<Vec<Arc<Entry>>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    sweeping.store(false, Ordering::Relaxed);
+    sweeper.join().unwrap();
+    for (i, first) in all[0].iter().enumerate() {
+        for other in &all[1..] {
+            assert!(Arc::ptr_eq(first, &other[i]), "f{i} was created twice");
+        }
+        assert!(
+            first.data_path().exists(),
+            "the sweep deleted f{i}'s data file"
+        );
+        fill(&cache, first, i as u8);
+    }
+    assert_eq!(cache.cached_files(), 200);
+    let _ = fs::remove_dir_all(dir);
+}
