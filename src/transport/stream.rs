@@ -53,9 +53,11 @@ impl FrameReader {
         }
     }
 
-    /// Bounds each read and write on the socket by `t` (no syscall if it already is).
+    /// Bounds each read and write on the socket by `t`. A bound already set is kept if it is at
+    /// most `t` and no less than 7/8 of it: a read's remaining time differs at every call, and
+    /// two syscalls per pull to set it exactly would buy waits at most 1/8 longer.
     pub(super) fn bound(&mut self, t: Duration) -> io::Result<()> {
-        if self.bound != Some(t) {
+        if !self.bound.is_some_and(|b| b <= t && b >= t - t / 8) {
             self.s.set_read_timeout(Some(t))?;
             self.s.set_write_timeout(Some(t))?;
             self.bound = Some(t);
