@@ -16,14 +16,17 @@
 # CACHE_FS=ext4 puts B's cache on a fresh journaled ext4 image on a loop device instead of the
 # directory's own file system (where that is ext4 without a journal, as on the 2-vCPU VM, every
 # new cache file's inode allocation scans for recently deleted inodes: a cost of that machine).
+# BINS lists dyadfs binaries for the puller B (e.g. two commits' builds), interleaved run by run
+# with each other and the options above; A, the holder, runs this tree's build (DYADFS_BIN).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS)
+# CACHE_FS, BINS, REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 1M} PTMIN=${PTMIN:-0}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
+read -r -a BINS <<< "${BINS:-$BIN}"
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
 cleanup() {
   unmount_mounted "$W"/{a,b}/mnt
@@ -49,7 +52,7 @@ cp -r "$W/backing/." "$W/local/"
 (cd "$W/backing" && ls) | shuf > "$W/order"
 PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
-daemon_of() { pgrep -f -- "$BIN mount $W/$1/mnt "; }
+daemon_of() { pgrep -f -- " mount $W/$1/mnt "; }
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
 # Context switches of all of a process's threads (each costs CPU: on this VM, a lot).
 switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
@@ -75,8 +78,10 @@ for _ in $(seq "$RUNS"); do
 
   for e in $EAGER; do
    for p in $PTMIN; do
+    for i in "${!BINS[@]}"; do
     # B restarts empty; A re-announces its copies to B's tables as B starts.
-    empty_b; MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p" mount_node b 1
+    empty_b
+    BIN=${BINS[$i]} MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p" mount_node b 1
     drop
     A=$(daemon_of a) B=$(daemon_of b)
     a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
@@ -86,10 +91,12 @@ for _ in $(seq "$RUNS"); do
     peers=$(stat_b bytes_from_peers)
     [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
     fusermount3 -u "$W/b/mnt"; sleep 0.3
-    record "dyadfs-$e-$p" "$t0" "$t1"
+    record "dyadfs-$e-$p-$i" "$t0" "$t1"
+    done
    done
 
     # B restarts empty with --replicate and copies everything A holds without being read.
+    [ "${REPLICATE:-1}" = 1 ] || continue
     empty_b; drop
     a0=$(cpu_ms "$A") sa0=$(switches "$A")
     t0=$(now); MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --replicate" mount_node b 1
@@ -105,9 +112,13 @@ runs() { xargs printf '%.0f ' < "$1"; }
 printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s%s)\n' \
   "$FILES" "$SIZE" "$RUNS" "$UCX_TLS" "${CACHE_FS:+, the cache of B on a journaled $CACHE_FS loop image}"
 printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "$W/local.txt")" "$(runs "$W/local.txt")"
-for k in $(for e in $EAGER; do for p in $PTMIN; do echo "dyadfs-$e-$p"; done; done; for e in $EAGER; do echo "replicate-$e"; done); do
+for i in "${!BINS[@]}"; do
+  [ "${#BINS[@]}" -gt 1 ] && echo "  B$i = ${BINS[$i]}"
+done
+for k in $(for e in $EAGER; do for p in $PTMIN; do for i in "${!BINS[@]}"; do echo "dyadfs-$e-$p-$i"; done; done; done; [ "${REPLICATE:-1}" = 1 ] && for e in $EAGER; do echo "replicate-$e"; done); do
   case $k in
-    dyadfs-*) k2=${k#dyadfs-}; what=$(printf '%-28s' "pulled, eager ${k2%-*}, pt-min ${k2##*-}") ;;
+    dyadfs-*) k2=${k#dyadfs-}; i=${k2##*-}; k2=${k2%-*}
+      what=$(printf '%-28s' "pulled, eager ${k2%-*}, pt-min ${k2##*-}${BINS[1]:+, B$i}") ;;
     replicate-*) what=$(printf '%-28s' "--replicate, eager ${k#replicate-}") ;;
   esac
   printf '  %s   %8.0f files/s   runs: %s\n' "$what" "$(median < "$W/$k.txt")" "$(runs "$W/$k.txt")"
