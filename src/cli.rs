@@ -192,6 +192,13 @@ pub struct MountArgs {
           help_heading = "Performance")]
     pub passthrough_min: u64,
 
+    /// Mount read-only (as `-o ro`): nothing can be written under the mount (no producers),
+    /// and the kernel keeps a cached file's attributes across reads: on a writable mount it
+    /// asks for them again at the first stat after each passthrough read (atime), a round trip
+    /// per open of a file read before. For datasets that are only read
+    #[arg(long, help_heading = "Performance")]
+    pub read_only: bool,
+
     /// Threads serving FUSE requests
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Performance")]
@@ -430,6 +437,7 @@ impl From<MountArgs> for MountConfig {
                 prefetch_window: a.prefetch_window as usize,
             },
             threads: a.threads,
+            read_only: a.read_only,
             options: a.options,
             metrics_listen: a.metrics_listen,
             foreground: a.foreground,

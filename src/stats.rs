@@ -44,6 +44,9 @@ pub struct Stats {
     pub bytes_from_local: AtomicU64,
     pub evictions: AtomicU64,
     pub passthrough_opens: AtomicU64,
+    /// GETATTRs the kernel sent: attributes it asked for again (after a passthrough read on a
+    /// writable mount, or once its attribute TTL ran out).
+    pub attr_requests: AtomicU64,
     pub uncached_reads: AtomicU64,
     pub checksum_failures: AtomicU64,
     pub peer_fetches: AtomicU64,
@@ -95,6 +98,7 @@ pub struct Snapshot {
     pub evictions: u64,
     pub passthrough: bool,
     pub passthrough_opens: u64,
+    pub attr_requests: u64,
     pub uncached_reads: u64,
     pub checksum_failures: u64,
     /// The daemon's process id (to signal it).
@@ -275,6 +279,7 @@ impl Stats {
             evictions: get(&self.evictions),
             passthrough: self.passthrough.load(Ordering::Relaxed),
             passthrough_opens: get(&self.passthrough_opens),
+            attr_requests: get(&self.attr_requests),
             uncached_reads: get(&self.uncached_reads),
             checksum_failures: get(&self.checksum_failures),
             pid: std::process::id(),
@@ -311,7 +316,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 38] = [
+        let rows: [(&str, String); 39] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -335,6 +340,7 @@ impl Snapshot {
             ("dirs read ahead", self.dirs_read_ahead.to_string()),
             ("listed with attributes", self.listed_with_attrs.to_string()),
             ("uncached reads", self.uncached_reads.to_string()),
+            ("attribute requests", self.attr_requests.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),
             ("capacity", human(self.capacity_bytes)),

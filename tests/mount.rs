@@ -250,6 +250,41 @@ fn small_files_pass_through_only_above_passthrough_min() {
     }
 }
 
+/// `--read-only` (`-o ro`): nothing can be made under the mount, and a cached file read again
+/// costs no attribute round trip; on a writable mount a passthrough read makes the kernel ask
+/// for the attributes again at the next stat (its atime), on a read-only one it does not.
+#[test]
+fn a_read_only_mount_refuses_writes_and_keeps_attributes_across_reads() {
+    let f = Fixture::new("readonly");
+    let data = pattern(300 * 1024, 5);
+    f.write("s.bin", &data);
+    for (args, read_only) in [
+        (&[][..], false),
+        (&["--read-only"][..], true),
+        (&["-o", "ro"][..], true),
+    ] {
+        let m = f.mount(args);
+        assert!(fs::read(m.path("s.bin")).unwrap() == data);
+        let before = m.stat("attr_requests");
+        for _ in 0..3 {
+            // fs::read stats the open file for its size, then reads it.
+            assert!(fs::read(m.path("s.bin")).unwrap() == data);
+        }
+        let asked = m.stat("attr_requests") - before;
+        if read_only {
+            assert_eq!(asked, 0, "{args:?}: the kernel asked for attributes again");
+            let e = fs::write(m.path("new.bin"), b"x").unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{args:?}: {e}");
+        } else if m.stats()["passthrough"].as_bool() == Some(true) {
+            assert!(
+                asked >= 3,
+                "writable, passthrough: {asked} attribute requests in 3 reads"
+            );
+        }
+        m.unmount();
+    }
+}
+
 #[test]
 fn random_reads_and_mmap_are_byte_exact() {
     for (i, mode) in MODES.iter().enumerate() {

@@ -25,6 +25,8 @@ pub struct MountConfig {
     pub fs: FsConfig,
     /// Threads serving FUSE requests.
     pub threads: u16,
+    /// Mount read-only (also asked by `-o ro`).
+    pub read_only: bool,
     /// FUSE mount options (`-o`).
     pub options: Vec<String>,
     /// Stay in the foreground instead of daemonizing.

@@ -270,8 +270,13 @@ pub(super) fn run_session<S: crate::core::source::Source>(
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
     ];
+    if args.read_only {
+        config.mount_options.push(fuser::MountOption::RO);
+    }
     for o in args.options.iter().filter(|o| !o.is_empty()) {
         match o.as_str() {
+            "ro" if args.read_only => {}
+            "ro" => config.mount_options.push(fuser::MountOption::RO),
             "allow_other" => config.acl = fuser::SessionACL::All,
             "allow_root" => config.acl = fuser::SessionACL::RootAndOwner,
             other => config

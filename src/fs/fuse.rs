@@ -206,6 +206,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _span = tracing::debug_span!("getattr", ino = ino.0).entered();
+        let stats = self.fs.stats();
+        stats.attr_requests.fetch_add(1, Ordering::Relaxed);
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.fs.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
