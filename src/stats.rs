@@ -98,6 +98,8 @@ pub struct Snapshot {
     pub evictions: u64,
     pub passthrough: bool,
     pub passthrough_opens: u64,
+    /// (Absent from a daemon older than the key: 0.)
+    #[serde(default)]
     pub attr_requests: u64,
     pub uncached_reads: u64,
     pub checksum_failures: u64,
