@@ -506,7 +506,7 @@ fn progress(owned: Owned, cmds: Receiver<Cmd>) {
                     done,
                 } => match peers.get(&peer) {
                     Some(p) if !p.failed.load(std::sync::atomic::Ordering::Relaxed) => {
-                        post_get(p, remote_addr, slot, len, done);
+                        post_get(p, owned.memh, remote_addr, slot, len, done);
                     }
                     _ => {
                         done.complete((
@@ -627,12 +627,24 @@ fn close(worker: sys::ucp_worker_h, p: Peer) {
     drop(p.failed);
 }
 
-fn post_get(p: &Peer, remote_addr: u64, slot: Slot, len: usize, done: GetDone) {
+/// Posts a get into `slot`, whose registration (`memh`, the slab's) is handed to UCX: it then
+/// never looks the buffer up in a registration cache, which needs memory hooks (see main.rs).
+fn post_get(
+    p: &Peer,
+    memh: sys::ucp_mem_h,
+    remote_addr: u64,
+    slot: Slot,
+    len: usize,
+    done: GetDone,
+) {
     let buffer = slot.as_ptr();
     let pending = Box::into_raw(Box::new(PendingGet { slot, done }));
     let mut params = sys::ucp_request_param_t {
-        op_attr_mask: sys::UCP_OP_ATTR_FIELD_CALLBACK | sys::UCP_OP_ATTR_FIELD_USER_DATA,
+        op_attr_mask: sys::UCP_OP_ATTR_FIELD_CALLBACK
+            | sys::UCP_OP_ATTR_FIELD_USER_DATA
+            | sys::UCP_OP_ATTR_FIELD_MEMH,
         user_data: pending as *mut c_void,
+        memh,
         ..Default::default()
     };
     params.cb.send = Some(get_done);
