@@ -54,6 +54,18 @@ if [ "$(cat "$TOOLS/ucx/VERSION" 2>/dev/null)" != "$UCX_VERSION" ]; then
   sed -i "s|^prefix = .*|prefix = $UCX_HOME|" "$UCX_HOME"/lib/pkgconfig/*.pc
   echo "$UCX_VERSION" > "$TOOLS/ucx/VERSION"
 fi
+# UCX's memory hooks off: at library load they patch mmap and its kin, waiting out a grace
+# period per function, which made every start of a dyadfs binary take 0.4 s (0.35 s of CPU) on
+# the 2-vCPU VM. They serve UCX's registration cache, which dyadfs does not use (its slab is
+# registered once and every get names the registration). UCX reads this file beside its
+# libraries; a variable in the environment still wins (common.sh turns the hooks back on for
+# ucx_perftest, the benchmarks' baseline).
+UCX_CONF=$UCX_HOME/etc/ucx/ucx.conf
+if ! grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none' "$UCX_CONF" 2>/dev/null; then
+  mkdir -p "$(dirname "$UCX_CONF")"
+  { echo 'UCX_MEM_MMAP_HOOK_MODE=none'; cat "$UCX_CONF" 2>/dev/null || true; } > "$UCX_CONF.new"
+  mv "$UCX_CONF.new" "$UCX_CONF"
+fi
 
 # pjdfstest, the public POSIX file-system suite tests/posix.rs runs in a mount (a pinned
 # release, built once into .tools/).

@@ -79,7 +79,10 @@ ucx_home() { echo "${UCX_DIR:-${DYADFS_TOOLS:-$PWD/.tools}/ucx/libucx}"; }
 ucx_perftest_run() {
   local home
   home=$(ucx_home)
-  LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$home/bin/ucx_perftest" "$@"
+  # With UCX's default memory hooks, as it is measured elsewhere (install-deps.sh turns them off
+  # for dyadfs in UCX's configuration file; the environment wins over that file).
+  UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-bistro} \
+    LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$home/bin/ucx_perftest" "$@"
 }
 
 # perftest_get SIZE ITERS PORT SERVER_LOG: the UCX baseline the dyadfs figures are compared with,
