@@ -16,14 +16,17 @@
 # CACHE_FS=ext4 puts B's cache on a fresh journaled ext4 image on a loop device instead of the
 # directory's own file system (where that is ext4 without a journal, as on the 2-vCPU VM, every
 # new cache file's inode allocation scans for recently deleted inodes: a cost of that machine).
+# HINT lists whether B is handed the readers' order first (`dyadfs prefetch --list`, timed with
+# the reads): default "0"; "0 1" compares demand pulls with pulls ahead of the readers.
 # BINS lists dyadfs binaries for the puller B (e.g. two commits' builds), interleaved run by run
 # with each other and the options above; A, the holder, runs this tree's build (DYADFS_BIN).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, REPLICATE=0 to leave out (c))
+# CACHE_FS, BINS, HINT, REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 1M} PTMIN=${PTMIN:-0}
+HINT=${HINT:-0}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
 read -r -a BINS <<< "${BINS:-$BIN}"
@@ -79,19 +82,23 @@ for _ in $(seq "$RUNS"); do
   for e in $EAGER; do
    for p in $PTMIN; do
     for i in "${!BINS[@]}"; do
+    for h in $HINT; do
     # B restarts empty; A re-announces its copies to B's tables as B starts.
     empty_b
     BIN=${BINS[$i]} MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p" mount_node b 1
     drop
     A=$(daemon_of a) B=$(daemon_of b)
     a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
-    t0=$(now); read_all "$W/b/mnt"; t1=$(now)
+    t0=$(now)
+    if [ "$h" = 1 ]; then "${BINS[$i]}" prefetch "$W/b/mnt" --list "$W/order" > /dev/null; fi
+    read_all "$W/b/mnt"; t1=$(now)
     sleep 0.5   # publishes trail the reads
     a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
     peers=$(stat_b bytes_from_peers)
     [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
     fusermount3 -u "$W/b/mnt"; sleep 0.3
-    record "dyadfs-$e-$p-$i" "$t0" "$t1"
+    record "dyadfs-$e-$p-$i-$h" "$t0" "$t1"
+    done
     done
    done
 
@@ -115,10 +122,11 @@ printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "
 for i in "${!BINS[@]}"; do
   [ "${#BINS[@]}" -gt 1 ] && echo "  B$i = ${BINS[$i]}"
 done
-for k in $(for e in $EAGER; do for p in $PTMIN; do for i in "${!BINS[@]}"; do echo "dyadfs-$e-$p-$i"; done; done; done; [ "${REPLICATE:-1}" = 1 ] && for e in $EAGER; do echo "replicate-$e"; done); do
+for k in $(for e in $EAGER; do for p in $PTMIN; do for i in "${!BINS[@]}"; do for h in $HINT; do echo "dyadfs-$e-$p-$i-$h"; done; done; done; done; [ "${REPLICATE:-1}" = 1 ] && for e in $EAGER; do echo "replicate-$e"; done); do
   case $k in
-    dyadfs-*) k2=${k#dyadfs-}; i=${k2##*-}; k2=${k2%-*}
-      what=$(printf '%-28s' "pulled, eager ${k2%-*}, pt-min ${k2##*-}${BINS[1]:+, B$i}") ;;
+    dyadfs-*) k2=${k#dyadfs-}; h=${k2##*-}; k2=${k2%-*}; i=${k2##*-}; k2=${k2%-*}
+      hint=""; [ "$h" = 1 ] && hint=", order handed over"
+      what=$(printf '%-28s' "pulled, eager ${k2%-*}, pt-min ${k2##*-}${BINS[1]:+, B$i}$hint") ;;
     replicate-*) what=$(printf '%-28s' "--replicate, eager ${k#replicate-}") ;;
   esac
   printf '  %s   %8.0f files/s   runs: %s\n' "$what" "$(median < "$W/$k.txt")" "$(runs "$W/$k.txt")"
