@@ -67,7 +67,9 @@ pub fn prefetch(cfg: PrefetchConfig) -> Result<Queued, UserError> {
             None => outside += 1,
         }
     }
-    let (tmp, mut file) = temp_file()?;
+    let (tmp, file) = temp_file()?;
+    // Buffered: a line per write would be a system call per listed file.
+    let mut file = std::io::BufWriter::new(file);
     let written = lines
         .iter()
         .try_for_each(|l| writeln!(file, "{l}"))
