@@ -2,8 +2,8 @@
 # Single-node read benchmark, side by side in one run (medians of RUNS runs):
 #   (a) a cached 1 GiB file read sequentially (dd bs=1M)
 #   (b) 4096 cached files of 128 KiB read in random order by 4 processes
-# each through dyadfs (passthrough, passthrough with --read-only, --no-passthrough), directly on
-# the same disk, and through
+# each through dyadfs (passthrough, passthrough with --read-only, --no-passthrough, --no-open),
+# directly on the same disk, and through
 # bindfs -o kernel_cache over the same tree; "cold" drops the page cache before each run,
 # "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, BASE_BIN)
 set -euo pipefail
@@ -17,7 +17,7 @@ BIN=$PWD/target/release/dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench.XXXX)}
 mkdir -p "$W"/{backing/small,ssd,mnt,bind}
 cleanup() {
-  unmount_mounted "$W/mnt" "$W/mnt2" "$W/mnt3" "$W/mnt4" "$W/bind"
+  unmount_mounted "$W/mnt" "$W/mnt2" "$W/mnt3" "$W/mnt4" "$W/mnt5" "$W/bind"
   [ -n "${KEEP:-}" ] || rm -rf "$W"
 }
 trap cleanup EXIT
@@ -51,14 +51,17 @@ command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 # slow moment of the VM hits all of them. BASE_BIN=path adds "base-passthrough": another dyadfs
 # binary (e.g. the previous commit's) in passthrough mode, for an A/B in the same run.
 declare -A R
-CONFIGS=(direct dyadfs-passthrough dyadfs-read-only dyadfs-no-passthrough bindfs-kernel_cache)
+CONFIGS=(direct dyadfs-passthrough dyadfs-read-only dyadfs-no-passthrough dyadfs-no-open
+  bindfs-kernel_cache)
 declare -A DIR=([direct]="$W/backing" [dyadfs-passthrough]="$W/mnt" [dyadfs-no-passthrough]="$W/mnt2"
-  [bindfs-kernel_cache]="$W/bind" [base-passthrough]="$W/mnt3" [dyadfs-read-only]="$W/mnt4")
-mkdir -p "$W"/{mnt2,mnt3,mnt4,ssd2,ssd3,ssd4}
-rm -rf "$W"/ssd/* "$W"/ssd2/* "$W"/ssd3/* "$W"/ssd4/*
+  [bindfs-kernel_cache]="$W/bind" [base-passthrough]="$W/mnt3" [dyadfs-read-only]="$W/mnt4"
+  [dyadfs-no-open]="$W/mnt5")
+mkdir -p "$W"/{mnt2,mnt3,mnt4,mnt5,ssd2,ssd3,ssd4,ssd5}
+rm -rf "$W"/ssd/* "$W"/ssd2/* "$W"/ssd3/* "$W"/ssd4/* "$W"/ssd5/*
 "$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing"
 "$BIN" mount "$W/mnt2" --ssd "$W/ssd2" --backing "$W/backing" --no-passthrough
 "$BIN" mount "$W/mnt4" --ssd "$W/ssd4" --backing "$W/backing" --read-only
+"$BIN" mount "$W/mnt5" --ssd "$W/ssd5" --backing "$W/backing" --no-open
 if [ -n "${BASE_BIN:-}" ]; then
   "$BASE_BIN" mount "$W/mnt3" --ssd "$W/ssd3" --backing "$W/backing"
   CONFIGS+=(base-passthrough)

@@ -18,7 +18,22 @@ fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
 
 #[test]
 fn shifted_epochs_read_nothing_from_the_backing_store() {
-    let mut c = Cluster::new("epochs", 4, 0);
+    shifted_epochs("epochs", &[]);
+}
+
+/// The same with every node opening files without asking (`--no-open`): each file is pulled at
+/// its first read, by inode.
+#[test]
+fn shifted_epochs_without_opens_read_nothing_from_the_backing_store() {
+    shifted_epochs("epochs-noopen", &["--no-open"]);
+}
+
+fn shifted_epochs(name: &str, extra: &[&str]) {
+    // Both variants share the ports of slot 0: one at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Cluster::new(name, 4, 0);
+    c.extra = extra.iter().map(|a| a.to_string()).collect();
     let files: Vec<(String, Vec<u8>)> = (0..32)
         .map(|k| {
             (

@@ -285,6 +285,88 @@ fn a_read_only_mount_refuses_writes_and_keeps_attributes_across_reads() {
     }
 }
 
+/// `--no-open`: the kernel opens files without asking the daemon (no OPEN, RELEASE or FLUSH)
+/// and keeps their pages between opens; every read it misses comes to the daemon by inode.
+/// Whole, random and mapped reads stay byte-exact, also under eviction and after the backing
+/// file changes; nothing can be written.
+#[test]
+fn files_opened_without_asking_are_read_by_inode() {
+    let f = Fixture::new("noopen");
+    let files = make_tree(&f);
+    let data = pattern(30 * MIB + 123, 3);
+    f.write("x.npy", &data);
+    f.write("f.bin", &pattern(MIB, 1));
+    let m = f.mount(&["--no-open", "--metadata-ttl", "500ms"]);
+    check_tree(&m, &files);
+    let file = File::open(m.path("x.npy")).unwrap();
+    let mut seed = 777u64;
+    for _ in 0..100 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = (seed >> 20) as usize % data.len();
+        let len = ((seed >> 8) as usize % (3 * MIB)).min(data.len() - off);
+        let mut buf = vec![0; len];
+        file.read_exact_at(&mut buf, off as u64).unwrap();
+        assert!(buf == data[off..off + len], "pread at {off}+{len}");
+    }
+    // SAFETY: a read-only private mapping of a file kept open for its lifetime.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            data.len(),
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    // SAFETY: the mapping is data.len() bytes long and readable.
+    let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, data.len()) };
+    assert!(mapped == data.as_slice());
+    // SAFETY: unmapping the mapping created above, no longer used.
+    unsafe { libc::munmap(map, data.len()) };
+    drop(file);
+    // Read once, a file's pages stay with the kernel: opening and reading it again asks
+    // nothing (with opens, each open of a complete file counts a local hit).
+    assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 1));
+    let asked = || m.stat("local_hits") + m.stat("bytes_from_local") + m.stat("bytes_from_backing");
+    let before = asked();
+    for _ in 0..3 {
+        assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 1));
+    }
+    assert_eq!(asked(), before, "a re-read came to the daemon");
+    let e = fs::write(m.path("new.bin"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    // A changed file's cached pages are dropped once its attributes are refreshed.
+    std::thread::sleep(Duration::from_millis(20));
+    f.write("f.bin", &pattern(MIB, 3));
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 3));
+    m.unmount();
+    // Files the kernel holds are not held in the cache: twelve files through 4 MiB.
+    let small: Vec<_> = (0..12)
+        .map(|k| (format!("s/{k}.bin"), pattern(MIB, 40 + k)))
+        .collect();
+    for (p, d) in &small {
+        f.write(p, d);
+    }
+    let m = f.mount(&["--no-open", "--capacity", "4M"]);
+    let held: Vec<File> = small
+        .iter()
+        .map(|(p, _)| File::open(m.path(p)).unwrap())
+        .collect();
+    for (h, (p, d)) in held.iter().zip(&small) {
+        let mut buf = vec![0; d.len()];
+        h.read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf == *d, "{p}");
+    }
+    assert!(m.stat("evictions") >= 8);
+    assert!(m.stat("cached_bytes") <= 4 * MIB as u64);
+    assert_eq!(m.stat("uncached_reads"), 0);
+}
+
 #[test]
 fn random_reads_and_mmap_are_byte_exact() {
     for (i, mode) in MODES.iter().enumerate() {

@@ -18,6 +18,10 @@ pub enum Error {
     ReadOnly,
     #[error("file exists")]
     Exists,
+    /// `--no-open`: the kernel is told opens (and flushes) are not implemented, after which it
+    /// opens files without asking and never sends either again.
+    #[error("opens are the kernel's own (--no-open)")]
+    OpensUnasked,
     #[error("invalid argument")]
     Invalid,
     #[error("name or symlink target too long")]
@@ -63,6 +67,7 @@ impl Error {
             Error::IsDir => libc::EISDIR,
             Error::ReadOnly => libc::EROFS,
             Error::Exists => libc::EEXIST,
+            Error::OpensUnasked => libc::ENOSYS,
             Error::Invalid => libc::EINVAL,
             Error::NameTooLong => libc::ENAMETOOLONG,
             // What link(2) says on a file system that does not make hard links.

@@ -45,6 +45,9 @@ pub struct FuseAdapter<S: Source> {
     /// mount is (device, inode) for `caller::held_elsewhere`.
     mountpoint: std::path::PathBuf,
     device: std::sync::OnceLock<Option<(u32, u32)>>,
+    /// `--no-open` in effect (the kernel offered zero-message opens at INIT): opens and
+    /// flushes are answered ENOSYS, reads come by inode.
+    unasked: bool,
 }
 
 impl<S: Source> FuseAdapter<S> {
@@ -61,6 +64,7 @@ impl<S: Source> FuseAdapter<S> {
             openers: Mutex::default(),
             mountpoint: mountpoint.to_path_buf(),
             device: std::sync::OnceLock::new(),
+            unasked: false,
         })
     }
 
@@ -170,6 +174,17 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO;
         let _ = config.add_capabilities(wanted & config.capabilities());
+        if self.fs.opens_unasked() {
+            // AUTO_INVAL_DATA: without opens to say a file changed, the kernel drops a file's
+            // cached pages itself when a refresh of its attributes finds a new size or mtime.
+            let offered = config.capabilities();
+            self.unasked = offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
+            if self.unasked {
+                let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA & offered);
+            } else {
+                tracing::warn!("kernel does not offer zero-message opens: --no-open ignored");
+            }
+        }
         let mut passthrough = false;
         if self.fs.passthrough_enabled() {
             if !crate::sys::has_cap_sys_admin() {
@@ -190,7 +205,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             .stats()
             .passthrough
             .store(passthrough, Ordering::Relaxed);
-        tracing::info!(passthrough, "FUSE session initialised");
+        tracing::info!(
+            passthrough,
+            no_open = self.unasked,
+            "FUSE session initialised"
+        );
         Ok(())
     }
 
@@ -223,6 +242,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _span = tracing::debug_span!("open", ino = ino.0).entered();
+        if self.unasked {
+            // The first open answered so is the last one sent: reads then come by inode.
+            return reply.error(errno(&Error::OpensUnasked));
+        }
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || truncate;
         let started = std::time::Instant::now();
@@ -284,7 +307,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -293,7 +316,12 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyData,
     ) {
         let _span = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
-        match self.fs.read(fh.0, offset, size) {
+        let data = if self.unasked {
+            self.fs.read_unopened(ino.0, offset, size)
+        } else {
+            self.fs.read(fh.0, offset, size)
+        };
+        match data {
             Ok(data) => reply.data(&data),
             Err(e) => {
                 tracing::warn!(error = %e, "read failed");
@@ -327,6 +355,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.unasked {
+            // Files opened unasked have nothing to flush: the kernel stops sending flushes.
+            return reply.error(errno(&Error::OpensUnasked));
+        }
         let opener = lock(&self.openers).get(&fh.0).copied().flatten();
         if let Some(p) = opener
             && Some(p) == caller::process_of(req.pid())
@@ -398,6 +430,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.unasked {
+            // A file opened unasked has no handle, and a read-only mount nothing to sync.
+            return reply.ok();
+        }
         reply_empty(self.fs.fsync(fh.0), reply);
     }
 

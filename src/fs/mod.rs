@@ -99,6 +99,9 @@ pub struct FsConfig {
     /// the reader (and a quarter of the cache's capacity in bytes).
     pub prefetch_threads: usize,
     pub prefetch_window: usize,
+    /// The kernel opens files without asking (`--no-open`, on a read-only mount): opens are
+    /// answered ENOSYS, and each read is served by inode.
+    pub no_open: bool,
 }
 
 pub struct DyadFs<S: Source> {
@@ -613,6 +616,21 @@ impl<S: Source> DyadFs<S> {
             self.read_ahead(handle, offset, data.len() as u64);
         }
         Ok(data)
+    }
+
+    /// A read of a file the kernel opened without asking (`--no-open`): opened for this read
+    /// alone. Its cache entry is held for the read, not between reads, so eviction is free to
+    /// take files the kernel has not closed.
+    pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<ReadBytes, Error> {
+        let opened = self.open(ino, false, false)?;
+        let data = self.read(opened.fh, offset, size);
+        self.release(opened.fh)?;
+        data
+    }
+
+    /// Whether the kernel opens files without asking (`--no-open`).
+    pub fn opens_unasked(&self) -> bool {
+        self.config.no_open
     }
 
     /// The last close of an open file (the kernel sends it once every descriptor of the open

@@ -107,6 +107,7 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
         max_inodes: 1024,
         prefetch_threads: 1,
         prefetch_window: 16,
+        no_open: false,
     };
     let names = Arc::new(MemNames::default());
     let fs = DyadFs::new(
