@@ -18,15 +18,22 @@
 # new cache file's inode allocation scans for recently deleted inodes: a cost of that machine).
 # HINT lists whether B is handed the readers' order first (`dyadfs prefetch --list`, timed with
 # the reads): default "0"; "0 1" compares demand pulls with pulls ahead of the readers.
+# BOPTS lists option sets for B's mount, separated by ';' (default: one empty set), e.g.
+# ";--no-open" compares the default with --no-open, interleaved like the rest.
 # BINS lists dyadfs binaries for the puller B (e.g. two commits' builds), interleaved run by run
 # with each other and the options above; A, the holder, runs this tree's build (DYADFS_BIN).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, HINT, REPLICATE=0 to leave out (c))
+# CACHE_FS, BINS, HINT, BOPTS, REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-5} FILES=${FILES:-2048} SIZE=${SIZE:-262144} EAGER=${EAGER:-0 1M} PTMIN=${PTMIN:-0}
 HINT=${HINT:-0}
+IFS=';' read -r -a BOPTS <<< "${BOPTS:-}"
+[ "${#BOPTS[@]}" -gt 0 ] || BOPTS=("")
+# What each configuration is called in the results, in the order they first ran.
+declare -A LABEL
+KEYS=()
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
 read -r -a BINS <<< "${BINS:-$BIN}"
@@ -83,9 +90,11 @@ for _ in $(seq "$RUNS"); do
    for p in $PTMIN; do
     for i in "${!BINS[@]}"; do
     for h in $HINT; do
+    for o in "${!BOPTS[@]}"; do
     # B restarts empty; A re-announces its copies to B's tables as B starts.
     empty_b
-    BIN=${BINS[$i]} MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p" mount_node b 1
+    BIN=${BINS[$i]} MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p ${BOPTS[$o]}" \
+      mount_node b 1
     drop
     A=$(daemon_of a) B=$(daemon_of b)
     a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
@@ -97,7 +106,14 @@ for _ in $(seq "$RUNS"); do
     peers=$(stat_b bytes_from_peers)
     [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
     fusermount3 -u "$W/b/mnt"; sleep 0.3
-    record "dyadfs-$e-$p-$i-$h" "$t0" "$t1"
+    k="dyadfs-$e-$p-$i-$h-$o"
+    if [ -z "${LABEL[$k]:-}" ]; then
+      LABEL[$k]="pulled, eager $e, pt-min $p${BINS[1]:+, B$i}${BOPTS[$o]:+, ${BOPTS[$o]}}"
+      [ "$h" = 1 ] && LABEL[$k]+=", order handed over"
+      KEYS+=("$k")
+    fi
+    record "$k" "$t0" "$t1"
+    done
     done
     done
    done
@@ -112,7 +128,9 @@ for _ in $(seq "$RUNS"); do
     t1=$(now)
     a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
     fusermount3 -u "$W/b/mnt"; sleep 0.3
-    record "replicate-$e" "$t0" "$t1"
+    k="replicate-$e"
+    [ -n "${LABEL[$k]:-}" ] || { LABEL[$k]="--replicate, eager $e"; KEYS+=("$k"); }
+    record "$k" "$t0" "$t1"
   done
 done
 runs() { xargs printf '%.0f ' < "$1"; }
@@ -122,13 +140,8 @@ printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "
 for i in "${!BINS[@]}"; do
   [ "${#BINS[@]}" -gt 1 ] && echo "  B$i = ${BINS[$i]}"
 done
-for k in $(for e in $EAGER; do for p in $PTMIN; do for i in "${!BINS[@]}"; do for h in $HINT; do echo "dyadfs-$e-$p-$i-$h"; done; done; done; done; [ "${REPLICATE:-1}" = 1 ] && for e in $EAGER; do echo "replicate-$e"; done); do
-  case $k in
-    dyadfs-*) k2=${k#dyadfs-}; h=${k2##*-}; k2=${k2%-*}; i=${k2##*-}; k2=${k2%-*}
-      hint=""; [ "$h" = 1 ] && hint=", order handed over"
-      what=$(printf '%-28s' "pulled, eager ${k2%-*}, pt-min ${k2##*-}${BINS[1]:+, B$i}$hint") ;;
-    replicate-*) what=$(printf '%-28s' "--replicate, eager ${k#replicate-}") ;;
-  esac
+for k in "${KEYS[@]}"; do
+  what=$(printf '%-28s' "${LABEL[$k]}")
   printf '  %s   %8.0f files/s   runs: %s\n' "$what" "$(median < "$W/$k.txt")" "$(runs "$W/$k.txt")"
   printf '    daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
     "$(median < "$W/$k.cpu_b.txt")" "$(median < "$W/$k.cpu_a.txt")" "$(runs "$W/$k.cpu_b.txt")"
