@@ -81,6 +81,8 @@ pub struct Stats {
     pub home_rack_files: AtomicU64,
     pub home_global_files: AtomicU64,
     pub passthrough: AtomicBool,
+    /// `--no-open` in effect: the kernel opens files without asking.
+    pub no_open: AtomicBool,
     /// Latency histograms (`mount --metrics-listen`).
     pub latency: Latencies,
 }
@@ -97,6 +99,9 @@ pub struct Snapshot {
     pub capacity_bytes: u64,
     pub evictions: u64,
     pub passthrough: bool,
+    /// (Absent from a daemon older than the key: false.)
+    #[serde(default)]
+    pub no_open: bool,
     pub passthrough_opens: u64,
     /// (Absent from a daemon older than the key: 0.)
     #[serde(default)]
@@ -280,6 +285,7 @@ impl Stats {
             capacity_bytes,
             evictions: get(&self.evictions),
             passthrough: self.passthrough.load(Ordering::Relaxed),
+            no_open: self.no_open.load(Ordering::Relaxed),
             passthrough_opens: get(&self.passthrough_opens),
             attr_requests: get(&self.attr_requests),
             uncached_reads: get(&self.uncached_reads),
@@ -318,7 +324,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 39] = [
+        let rows: [(&str, String); 40] = [
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),
@@ -353,6 +359,7 @@ impl Snapshot {
             ("members down", self.members_down.to_string()),
             ("failovers", self.failovers.to_string()),
             ("passthrough", self.passthrough.to_string()),
+            ("no-open", self.no_open.to_string()),
             ("daemon pid", self.pid.to_string()),
             ("node id", self.node_id.to_string()),
             ("members", self.members.to_string()),

@@ -297,6 +297,7 @@ fn files_opened_without_asking_are_read_by_inode() {
     f.write("x.npy", &data);
     f.write("f.bin", &pattern(MIB, 1));
     let m = f.mount(&["--no-open", "--metadata-ttl", "500ms"]);
+    assert_eq!(m.stats()["no_open"].as_bool(), Some(true));
     check_tree(&m, &files);
     let file = File::open(m.path("x.npy")).unwrap();
     let mut seed = 777u64;

@@ -201,10 +201,9 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 );
             }
         }
-        self.fs
-            .stats()
-            .passthrough
-            .store(passthrough, Ordering::Relaxed);
+        let stats = self.fs.stats();
+        stats.passthrough.store(passthrough, Ordering::Relaxed);
+        stats.no_open.store(self.unasked, Ordering::Relaxed);
         tracing::info!(
             passthrough,
             no_open = self.unasked,

@@ -628,7 +628,8 @@ fn close(worker: sys::ucp_worker_h, p: Peer) {
 }
 
 /// Posts a get into `slot`, whose registration (`memh`, the slab's) is handed to UCX: it then
-/// never looks the buffer up in a registration cache, which needs memory hooks (see main.rs).
+/// never looks the buffer up in a registration cache, which needs UCX's memory hooks (off in the
+/// UCX scripts/install-deps.sh installs: they cost every start of the binary 0.4 s).
 fn post_get(
     p: &Peer,
     memh: sys::ucp_mem_h,
