@@ -5,7 +5,8 @@
 # each through dyadfs (passthrough, passthrough with --read-only, --no-passthrough, --no-open),
 # directly on the same disk, and through
 # bindfs -o kernel_cache over the same tree; "cold" drops the page cache before each run,
-# "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, BASE_BIN)
+# "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, BASE_BIN,
+# BASE_ARGS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -48,13 +49,14 @@ measure() {
 command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null
 
 # Every configuration is mounted at once and they take turns run by run (interleaved), so a
-# slow moment of the VM hits all of them. BASE_BIN=path adds "base-passthrough": another dyadfs
-# binary (e.g. the previous commit's) in passthrough mode, for an A/B in the same run.
+# slow moment of the VM hits all of them. BASE_BIN=path adds "base": another dyadfs binary (e.g.
+# the previous commit's) in passthrough mode, or mounted with BASE_ARGS (e.g. "--no-open"), for
+# an A/B in the same run.
 declare -A R
 CONFIGS=(direct dyadfs-passthrough dyadfs-read-only dyadfs-no-passthrough dyadfs-no-open
   bindfs-kernel_cache)
 declare -A DIR=([direct]="$W/backing" [dyadfs-passthrough]="$W/mnt" [dyadfs-no-passthrough]="$W/mnt2"
-  [bindfs-kernel_cache]="$W/bind" [base-passthrough]="$W/mnt3" [dyadfs-read-only]="$W/mnt4"
+  [bindfs-kernel_cache]="$W/bind" [base]="$W/mnt3" [dyadfs-read-only]="$W/mnt4"
   [dyadfs-no-open]="$W/mnt5")
 mkdir -p "$W"/{mnt2,mnt3,mnt4,mnt5,ssd2,ssd3,ssd4,ssd5}
 rm -rf "$W"/ssd/* "$W"/ssd2/* "$W"/ssd3/* "$W"/ssd4/* "$W"/ssd5/*
@@ -63,8 +65,9 @@ rm -rf "$W"/ssd/* "$W"/ssd2/* "$W"/ssd3/* "$W"/ssd4/* "$W"/ssd5/*
 "$BIN" mount "$W/mnt4" --ssd "$W/ssd4" --backing "$W/backing" --read-only
 "$BIN" mount "$W/mnt5" --ssd "$W/ssd5" --backing "$W/backing" --no-open
 if [ -n "${BASE_BIN:-}" ]; then
-  "$BASE_BIN" mount "$W/mnt3" --ssd "$W/ssd3" --backing "$W/backing"
-  CONFIGS+=(base-passthrough)
+  # shellcheck disable=SC2086 # BASE_ARGS is a list of options, split into words
+  "$BASE_BIN" mount "$W/mnt3" --ssd "$W/ssd3" --backing "$W/backing" ${BASE_ARGS:-}
+  CONFIGS+=(base)
 fi
 bindfs -o kernel_cache "$W/backing" "$W/bind"
 for c in "${CONFIGS[@]}"; do big "${DIR[$c]}"; small "${DIR[$c]}"; done   # fill the caches
