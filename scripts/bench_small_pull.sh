@@ -18,12 +18,14 @@
 # new cache file's inode allocation scans for recently deleted inodes: a cost of that machine).
 # HINT lists whether B is handed the readers' order first (`dyadfs prefetch --list`, timed with
 # the reads): default "0"; "0 1" compares demand pulls with pulls ahead of the readers.
+# FILLS=1 adds (d): each build in BINS mounted alone (no peers) over an empty cache, timed
+# filling every file from the shared FS for the readers, with its CPU per file.
 # BOPTS lists option sets for B's mount, separated by ';' (default: one empty set), e.g.
 # ";--no-open" compares the default with --no-open, interleaved like the rest.
 # BINS lists dyadfs binaries for the puller B (e.g. two commits' builds), interleaved run by run
 # with each other and the options above; A, the holder, runs this tree's build (DYADFS_BIN).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, HINT, BOPTS, REPLICATE=0 to leave out (c))
+# CACHE_FS, BINS, HINT, BOPTS, FILLS, REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -39,7 +41,7 @@ build_dyadfs
 read -r -a BINS <<< "${BINS:-$BIN}"
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
 cleanup() {
-  unmount_mounted "$W"/{a,b}/mnt
+  unmount_mounted "$W"/{a,b,c}/mnt
   if mountpoint -q "$W/b/ssd"; then umount "$W/b/ssd"; fi
   rm -rf "$W"
 }
@@ -85,6 +87,23 @@ for _ in $(seq "$RUNS"); do
   drop
   t0=$(now); read_all "$W/local"; t1=$(now)
   echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/local.txt"
+
+  if [ "${FILLS:-0}" = 1 ]; then
+    for i in "${!BINS[@]}"; do
+      # A node of its own, mounted empty: every file is read from the shared FS and cached.
+      rm -rf "$W/c"; mkdir -p "$W/c/mnt" "$W/c/ssd"
+      "${BINS[$i]}" mount "$W/c/mnt" --ssd "$W/c/ssd" --backing "$W/backing"
+      drop
+      C=$(daemon_of c) a0=0 a1=0 sa0=0 sa1=0
+      b0=$(cpu_ms "$C") sb0=$(switches "$C")
+      t0=$(now); read_all "$W/c/mnt"; t1=$(now)
+      b1=$(cpu_ms "$C") sb1=$(switches "$C")
+      fusermount3 -u "$W/c/mnt"
+      k="fill-$i"
+      [ -n "${LABEL[$k]:-}" ] || { LABEL[$k]="filled from the shared FS${BINS[1]:+, B$i}"; KEYS+=("$k"); }
+      record "$k" "$t0" "$t1"
+    done
+  fi
 
   for e in $EAGER; do
    for p in $PTMIN; do
@@ -143,6 +162,11 @@ done
 for k in "${KEYS[@]}"; do
   what=$(printf '%-28s' "${LABEL[$k]}")
   printf '  %s   %8.0f files/s   runs: %s\n' "$what" "$(median < "$W/$k.txt")" "$(runs "$W/$k.txt")"
+  if [ "${k#fill-}" != "$k" ]; then
+    printf '    daemon CPU per file: %.0f us   (runs: %s); context switches per file: %.1f\n' \
+      "$(median < "$W/$k.cpu_b.txt")" "$(runs "$W/$k.cpu_b.txt")" "$(median < "$W/$k.sw_b.txt")"
+    continue
+  fi
   printf '    daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
     "$(median < "$W/$k.cpu_b.txt")" "$(median < "$W/$k.cpu_a.txt")" "$(runs "$W/$k.cpu_b.txt")"
   printf '    context switches per file: puller B %.1f, holder A %.1f\n' \
