@@ -20,8 +20,9 @@ pub type FillSink<'a> = &'a mut (dyn FnMut(u64, &[u8], Option<u32>) -> io::Resul
 
 /// Where missing chunks come from.
 pub trait Source: Send + Sync + 'static {
-    /// Reads exactly `buf.len()` bytes of `path` at `offset`; fails (ESTALE) if the file is no
-    /// longer at `version`.
+    /// Reads exactly `buf.len()` bytes of `path` at `offset`, overwriting every byte of `buf`
+    /// (it may hold an earlier read's, see `with_scratch`), or fails; fails (ESTALE) if the
+    /// file is no longer at `version`.
     fn read_at(
         &self,
         path: &str,
