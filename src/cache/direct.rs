@@ -1,6 +1,6 @@
-//! Reads of cached chunks for peers: the stored checksum travels with the chunk, and bytes
-//! that are not in the page cache are read with O_DIRECT so that serving others neither costs a
-//! page-cache copy nor pushes this node's own working set out.
+//! Reads of cached chunks for peers (the stored checksum travels with the chunk) and for
+//! daemon-served reads: bytes that are not in the page cache are read with O_DIRECT, so that
+//! serving them neither costs a page-cache copy nor pushes this node's own working set out.
 
 use std::fs::File;
 use std::io;
@@ -27,12 +27,19 @@ impl Entry {
         }
     }
 
-    /// Reads `room[..len]` at `offset` for a peer. Bytes already in the page cache are copied
-    /// from it; bytes that are not are read from the disk straight into `room` (O_DIRECT), not
-    /// through the page cache: on a node serving its cache to others, that copy costs as much
-    /// CPU as the whole transfer (`perf` of `scripts/bench_cluster.sh`), and the pages would
-    /// only push the node's own working set out.
-    pub(super) fn read_for_peer(&self, offset: u64, room: &mut [u8], len: usize) -> io::Result<()> {
+    /// Reads `room[..len]` at `offset`, for a peer or for a daemon-served read of this mount.
+    /// Bytes already in the page cache are copied from it; bytes that are not are read from
+    /// the disk straight into `room` (O_DIRECT, where `room` is block-aligned and holds whole
+    /// blocks), not through the page cache: on a node serving its cache to others, that copy
+    /// costs as much CPU as the whole transfer (`perf` of `scripts/bench_cluster.sh`); a reader
+    /// of this mount has the bytes kept in the mount's own page cache; and the pages would only
+    /// push the node's working set out.
+    pub(super) fn read_avoiding_page_cache(
+        &self,
+        offset: u64,
+        room: &mut [u8],
+        len: usize,
+    ) -> io::Result<()> {
         let data = self.file(Mode::ReadWrite)?;
         if all_cached(&data, offset, len) == Some(false) && self.read_direct(offset, room, len) {
             return Ok(());

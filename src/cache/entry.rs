@@ -456,7 +456,7 @@ impl Entry {
         if !expected.iter().all(|c| matches!(c, Chunk::Present { .. })) {
             return Ok(false);
         }
-        self.read_for_peer(offset, room, len)?;
+        self.read_avoiding_page_cache(offset, room, len)?;
         let buf = &room[..len];
         let mut all_good = true;
         let mut at = 0;

@@ -16,7 +16,8 @@ use std::time::Duration;
 pub enum Mode {
     /// Read and write through the page cache: fills, local reads, mappings, passthrough.
     ReadWrite,
-    /// Read-only with O_DIRECT: peers' reads of cold chunks (see `Entry::read_for_peer`).
+    /// Read-only with O_DIRECT: cold chunks read for peers and daemon-served reads (see
+    /// `Entry::read_avoiding_page_cache`).
     Direct,
 }
 

@@ -4,7 +4,6 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
@@ -16,7 +15,65 @@ use super::files::Mode;
 /// buffer of their own.
 pub enum ReadBytes {
     Owned(Vec<u8>),
+    /// Read into block-aligned memory (see [`Aligned`]).
+    Aligned(Aligned),
     Mapped(Arc<Mapping>, Range<usize>),
+}
+
+/// Bytes read for a reader into memory aligned for O_DIRECT: those not in the page cache are
+/// read from the disk straight into it, so a daemon-served read neither copies them through the
+/// cache file's page cache nor keeps them there beside the mount's own copy.
+pub struct Aligned {
+    ptr: std::ptr::NonNull<u8>,
+    /// Bytes allocated: `len` rounded up to whole blocks.
+    cap: usize,
+    len: usize,
+}
+
+/// O_DIRECT's alignment of memory, offsets and lengths.
+const BLOCK: usize = 4096;
+
+// SAFETY: `Aligned` owns its allocation outright (like a `Vec<u8>`): moving it to another thread
+// or sharing `&Aligned` hands out nothing but the bytes.
+unsafe impl Send for Aligned {}
+// SAFETY: as above; only `&[u8]` is reachable through a shared reference.
+unsafe impl Sync for Aligned {}
+
+impl Aligned {
+    fn zeroed(len: usize) -> Aligned {
+        let cap = len.next_multiple_of(BLOCK).max(BLOCK);
+        let layout = Self::layout(cap);
+        // SAFETY: the layout's size is at least one block.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr =
+            std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Aligned { ptr, cap, len }
+    }
+
+    fn layout(cap: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(cap, BLOCK).expect("a block-aligned size")
+    }
+
+    /// All the allocated bytes, for a read of up to `cap` bytes.
+    fn room(&mut self) -> &mut [u8] {
+        // SAFETY: `cap` bytes are allocated, initialised (zeroed) and borrowed mutably here.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len <= cap` initialised bytes, borrowed immutably with `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.cap)) };
+    }
 }
 
 impl std::ops::Deref for ReadBytes {
@@ -24,6 +81,7 @@ impl std::ops::Deref for ReadBytes {
     fn deref(&self) -> &[u8] {
         match self {
             ReadBytes::Owned(v) => v,
+            ReadBytes::Aligned(a) => a,
             ReadBytes::Mapped(m, r) => &m.bytes()[r.clone()],
         }
     }
@@ -118,9 +176,8 @@ impl Entry {
                 offset as usize..offset as usize + len,
             ));
         }
-        let mut buf = vec![0; len];
-        self.file(Mode::ReadWrite)?
-            .read_exact_at(&mut buf, offset)?;
-        Ok(ReadBytes::Owned(buf))
+        let mut buf = Aligned::zeroed(len);
+        self.read_avoiding_page_cache(offset, buf.room(), len)?;
+        Ok(ReadBytes::Aligned(buf))
     }
 }

@@ -527,3 +527,44 @@ fn concurrent_creations_share_entries_and_survive_a_sweep() {
     assert_eq!(cache.cached_files(), 200);
     let _ = fs::remove_dir_all(dir);
 }
+
+/// Daemon-served reads of bytes not in the page cache go straight from the disk into aligned
+/// memory (O_DIRECT); reads of cached bytes, and unaligned ones, through the page cache. Either
+/// way every byte is the file's.
+#[test]
+fn reads_for_readers_are_byte_exact_cached_or_not() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    let size = (3 << 20) + 123;
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let e = cache.entry("p", v(size as u64)).unwrap();
+    let claim = e.claim(0..e.chunk_count());
+    assert!(cache.reserve(&e, size as u64));
+    for i in claim.mine {
+        let at = (i * cache.chunk_size()) as usize;
+        let chunk = &data[at..at + e.chunk_len(i) as usize];
+        e.write_at(at as u64, chunk).unwrap();
+        assert!(e.complete(i, crc32c::crc32c(chunk)));
+    }
+    e.persist().unwrap();
+    let file = File::open(e.data_path()).unwrap();
+    let ranges = [
+        (0, 4096),
+        (3 * 4096, 100_000),
+        (1 << 20, 1 << 20),
+        (3 << 20, 123),
+        (5, 77),
+    ];
+    for pass in ["cold", "cached"] {
+        if pass == "cold" {
+            file.sync_all().unwrap();
+            // SAFETY: a valid descriptor; advice only, no memory is touched.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+        for (off, len) in ranges {
+            let got = e.read_bytes(off as u64, len, None).unwrap();
+            assert!(*got == data[off..off + len], "{pass} read at {off}+{len}");
+        }
+    }
+    let _ = fs::remove_dir_all(dir);
+}
