@@ -285,6 +285,45 @@ fn a_read_only_mount_refuses_writes_and_keeps_attributes_across_reads() {
     }
 }
 
+/// `n` preads at pseudo-random offsets and lengths (up to 3 MiB) from `seed`, each compared
+/// with `data`.
+fn random_preads_match(file: &File, data: &[u8], mut seed: u64, n: usize) {
+    for _ in 0..n {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = (seed >> 20) as usize % data.len();
+        let len = ((seed >> 8) as usize % (3 * MIB)).min(data.len() - off);
+        let mut buf = vec![0; len];
+        file.read_exact_at(&mut buf, off as u64).unwrap();
+        assert!(buf == data[off..off + len], "pread at {off}+{len}");
+    }
+}
+
+/// Maps `file` (as numpy.memmap does) and compares the mapping with `data` (more than 17 MiB):
+/// its first page, a stretch in the middle, then the whole.
+fn mapping_matches(file: &File, data: &[u8]) {
+    // SAFETY: a read-only private mapping of a file the caller keeps open for its lifetime.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            data.len(),
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    // SAFETY: the mapping is data.len() bytes long and readable.
+    let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, data.len()) };
+    assert!(mapped[..4096] == data[..4096]);
+    assert!(mapped[17 * MIB..17 * MIB + 8192] == data[17 * MIB..17 * MIB + 8192]);
+    assert!(mapped == data);
+    // SAFETY: unmapping the mapping created above, no longer used.
+    unsafe { libc::munmap(map, data.len()) };
+}
+
 /// `--no-open`: the kernel opens files without asking the daemon (no OPEN, RELEASE or FLUSH)
 /// and keeps their pages between opens; every read it misses comes to the daemon by inode.
 /// Whole, random and mapped reads stay byte-exact, also under eviction and after the backing
@@ -300,34 +339,8 @@ fn files_opened_without_asking_are_read_by_inode() {
     assert_eq!(m.stats()["no_open"].as_bool(), Some(true));
     check_tree(&m, &files);
     let file = File::open(m.path("x.npy")).unwrap();
-    let mut seed = 777u64;
-    for _ in 0..100 {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let off = (seed >> 20) as usize % data.len();
-        let len = ((seed >> 8) as usize % (3 * MIB)).min(data.len() - off);
-        let mut buf = vec![0; len];
-        file.read_exact_at(&mut buf, off as u64).unwrap();
-        assert!(buf == data[off..off + len], "pread at {off}+{len}");
-    }
-    // SAFETY: a read-only private mapping of a file kept open for its lifetime.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            data.len(),
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED);
-    // SAFETY: the mapping is data.len() bytes long and readable.
-    let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, data.len()) };
-    assert!(mapped == data.as_slice());
-    // SAFETY: unmapping the mapping created above, no longer used.
-    unsafe { libc::munmap(map, data.len()) };
+    random_preads_match(&file, &data, 777, 100);
+    mapping_matches(&file, &data);
     drop(file);
     // Read once, a file's pages stay with the kernel: opening and reading it again asks
     // nothing (with opens, each open of a complete file counts a local hit).
@@ -376,40 +389,11 @@ fn random_reads_and_mmap_are_byte_exact() {
         f.write("x.npy", &data);
         let m = f.mount(mode);
         let file = File::open(m.path("x.npy")).unwrap();
-        let mut seed = 12345u64;
-        for _ in 0..300 {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let off = (seed >> 20) as usize % data.len();
-            let len = ((seed >> 8) as usize % (3 * MIB)).min(data.len() - off);
-            let mut buf = vec![0; len];
-            file.read_exact_at(&mut buf, off as u64).unwrap();
-            assert!(buf == data[off..off + len], "pread at {off}+{len}");
-        }
+        random_preads_match(&file, &data, 12345, 300);
         drop(file);
         // mmap (numpy.memmap) before and after the file is complete in the cache.
         for _ in 0..2 {
-            let file = File::open(m.path("x.npy")).unwrap();
-            // SAFETY: a read-only private mapping of a file we keep open for its lifetime.
-            let map = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    data.len(),
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE,
-                    file.as_raw_fd(),
-                    0,
-                )
-            };
-            assert_ne!(map, libc::MAP_FAILED);
-            // SAFETY: the mapping is data.len() bytes long and readable.
-            let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, data.len()) };
-            assert!(mapped[..4096] == data[..4096]);
-            assert!(mapped[17 * MIB..17 * MIB + 8192] == data[17 * MIB..17 * MIB + 8192]);
-            assert!(mapped == data.as_slice());
-            // SAFETY: unmapping the mapping created above, no longer used.
-            unsafe { libc::munmap(map, data.len()) };
+            mapping_matches(&File::open(m.path("x.npy")).unwrap(), &data);
         }
     }
 }

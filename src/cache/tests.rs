@@ -24,15 +24,30 @@ fn v(size: u64) -> Version {
 
 /// Fills every chunk of an entry with `byte` (as the read path would).
 fn fill(cache: &Cache, e: &Entry, byte: u8) {
+    fill_with(cache, e, &vec![byte; e.version.size as usize]);
+}
+
+/// Fills every chunk of an entry with its bytes in `data` (as the read path would).
+fn fill_with(cache: &Cache, e: &Entry, data: &[u8]) {
     let claim = e.claim(0..e.chunk_count());
     let bytes: u64 = claim.mine.iter().map(|&i| e.chunk_len(i)).sum();
     assert!(cache.reserve(e, bytes));
     for i in claim.mine {
-        let buf = vec![byte; e.chunk_len(i) as usize];
-        e.write_at(i * cache.chunk_size(), &buf).unwrap();
-        assert!(e.complete(i, crc32c::crc32c(&buf)));
+        let at = (i * cache.chunk_size()) as usize;
+        let chunk = &data[at..at + e.chunk_len(i) as usize];
+        e.write_at(at as u64, chunk).unwrap();
+        assert!(e.complete(i, crc32c::crc32c(chunk)));
     }
     e.persist().unwrap();
+}
+
+/// Writes an entry's data file back and drops it from the page cache, so that reads of it
+/// come from the disk.
+fn drop_pages(e: &Entry) {
+    let file = e.data_file().unwrap();
+    file.sync_all().unwrap();
+    // SAFETY: advice on a file descriptor we own; no memory is involved.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
 
 #[test]
@@ -287,25 +302,10 @@ fn cold_chunks_read_for_a_peer_are_exact() {
     let cache = Cache::open(&config, stats).unwrap();
     let size = (1 << 20) + 100;
     let a = cache.entry("a", v(size)).unwrap();
-    let claim = a.claim(0..2);
-    assert!(cache.reserve(&a, size));
     let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
-    a.write_at(0, &bytes).unwrap();
-    for i in claim.mine {
-        let r = i as usize * (1 << 20)..((i as usize + 1) << 20).min(size as usize);
-        assert!(a.complete(i, crc32c::crc32c(&bytes[r])));
-    }
+    fill_with(&cache, &a, &bytes);
     // Out of the page cache: written back, then dropped.
-    a.data_file().unwrap().sync_all().unwrap();
-    // SAFETY: advice on a file descriptor we own; no memory is involved.
-    unsafe {
-        libc::posix_fadvise(
-            a.data_file().unwrap().as_raw_fd(),
-            0,
-            0,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
+    drop_pages(&a);
     let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
     // SAFETY: a non-zero-size layout; freed below with the same layout.
     let room = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -538,16 +538,7 @@ fn reads_for_readers_are_byte_exact_cached_or_not() {
     let size = (3 << 20) + 123;
     let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4096) as u8).collect();
     let e = cache.entry("p", v(size as u64)).unwrap();
-    let claim = e.claim(0..e.chunk_count());
-    assert!(cache.reserve(&e, size as u64));
-    for i in claim.mine {
-        let at = (i * cache.chunk_size()) as usize;
-        let chunk = &data[at..at + e.chunk_len(i) as usize];
-        e.write_at(at as u64, chunk).unwrap();
-        assert!(e.complete(i, crc32c::crc32c(chunk)));
-    }
-    e.persist().unwrap();
-    let file = File::open(e.data_path()).unwrap();
+    fill_with(&cache, &e, &data);
     let ranges = [
         (0, 4096),
         (3 * 4096, 100_000),
@@ -557,9 +548,7 @@ fn reads_for_readers_are_byte_exact_cached_or_not() {
     ];
     for pass in ["cold", "cached"] {
         if pass == "cold" {
-            file.sync_all().unwrap();
-            // SAFETY: a valid descriptor; advice only, no memory is touched.
-            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            drop_pages(&e);
         }
         for (off, len) in ranges {
             let got = e.read_bytes(off as u64, len, None).unwrap();
