@@ -58,28 +58,23 @@ thread_local! {
     /// fill (page faults, memset, and madvise when glibc hands it back) cost about a quarter of
     /// the daemon's CPU in fills from the shared file system (`perf record` over 2048 files of
     /// 256 KiB). At most [`SCRATCH_MAX`] per thread that fills.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Runs `f` on `len` bytes of initialised memory: the thread's scratch buffer, or a buffer of
-/// its own if that is in use (a nested read) or `len` is over [`SCRATCH_MAX`].
+/// Runs `f` on `len` bytes of initialised memory: the thread's scratch buffer, taken for the
+/// call (a read nested in it finds none and starts its own), or one of its own if `len` is
+/// over [`SCRATCH_MAX`].
 fn with_scratch<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
-    let mut f = Some(f);
-    let scratched = (len <= SCRATCH_MAX)
-        .then(|| {
-            SCRATCH.with(|s| {
-                let mut s = s.try_borrow_mut().ok()?;
-                if s.len() < len {
-                    s.resize(len, 0);
-                }
-                Some((f.take().expect("called once"))(&mut s[..len]))
-            })
-        })
-        .flatten();
-    match scratched {
-        Some(r) => r,
-        None => (f.take().expect("not called yet"))(&mut vec![0; len]),
+    let kept = len <= SCRATCH_MAX;
+    let mut buf = if kept { SCRATCH.take() } else { Vec::new() };
+    if buf.len() < len {
+        buf.resize(len, 0);
     }
+    let r = f(&mut buf[..len]);
+    if kept {
+        SCRATCH.set(buf);
+    }
+    r
 }
 
 #[cfg(test)]
@@ -90,7 +85,7 @@ mod tests {
     fn scratch_serves_nested_and_large_reads_with_buffers_of_their_own() {
         let outer = with_scratch(16, |a| {
             a.fill(1);
-            // A read while the scratch buffer is in use gets its own, zeroed.
+            // A read while the scratch buffer is taken gets its own, zeroed.
             let inner = with_scratch(8, |b| {
                 assert!(b.iter().all(|&x| x == 0));
                 b.len()
