@@ -182,12 +182,14 @@ pub struct MountArgs {
     #[arg(long, help_heading = "Performance")]
     pub no_passthrough: bool,
 
-    /// Cached files smaller than this are served by the daemon (their pages kept by the
-    /// kernel) even with passthrough. Passthrough makes the kernel ask for a file's attributes
-    /// again at the stat after a read (a round trip per open of a small file whose pages it
-    /// still holds), while a daemon-served file's reads cross the daemon whenever its pages
-    /// are not held (dropped, or a first read after a pull). 1M suits small files read over
-    /// and over from memory; 0 (the default) suits reads from the NVMe and pulls
+    /// Cached files smaller than this are served by the daemon, the kernel keeping their pages,
+    /// even with passthrough: an open of a file whose pages the kernel still holds then reads
+    /// nothing (with passthrough every open reads the cache file again, and on a writable mount
+    /// the next stat asks for attributes again), while a read the kernel's pages miss crosses
+    /// the daemon. A file whose bytes are in memory when the kernel first opens it (fetched or
+    /// pulled by that open, or just prefetched) passes through all the same, as the daemon would
+    /// copy them once more. 1M suits small files read over and over from memory; 0 (the
+    /// default) suits reads from the NVMe
     #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size,
           help_heading = "Performance")]
     pub passthrough_min: u64,

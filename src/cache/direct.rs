@@ -47,6 +47,13 @@ impl Entry {
         data.read_exact_at(&mut room[..len], offset)
     }
 
+    /// Whether every byte of the data file is in the page cache (`None` where that cannot be
+    /// told, see [`all_cached`]).
+    pub fn pages_cached(&self) -> Option<bool> {
+        let data = self.file(Mode::ReadWrite).ok()?;
+        all_cached(&data, 0, self.version.size as usize)
+    }
+
     /// Reads at least `room[..len]` at `offset` with O_DIRECT, rounded up to whole blocks;
     /// `false` where that is impossible (unaligned, refused) or failed: read another way.
     fn read_direct(&self, offset: u64, room: &mut [u8], len: usize) -> bool {

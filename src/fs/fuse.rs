@@ -258,7 +258,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         let fh = FileHandle(opened.fh);
         let mut modes = self.modes_of(ino.0);
         let offered = opened.passthrough.as_ref().map(|e| e.version);
-        let passthrough = match (modes.decide(ino.0, offered), &opened.passthrough) {
+        let passthrough = match (
+            modes.decide(ino.0, offered, opened.keep_pages),
+            &opened.passthrough,
+        ) {
             (OpenMode::Passthrough, _) => true,
             (OpenMode::Bind, Some(entry)) => {
                 match entry.data_file().and_then(|f| reply.open_backing(&*f)) {

@@ -34,6 +34,10 @@ pub struct Opened {
     pub passthrough: Option<Arc<Entry>>,
     /// Whether the kernel may keep the pages it already holds for this inode.
     pub keep_cache: bool,
+    /// Rather served by the daemon, the kernel keeping its pages, than passed through, though
+    /// `passthrough` may be offered (a small file whose bytes were not in memory at the inode's
+    /// first open: see `--passthrough-min`).
+    pub keep_pages: bool,
     /// A writable handle of a file being written: its `close()` may seal it (FUSE flush).
     /// The kernel is told not to flush any other handle (no round trip per close).
     pub seals: bool,
@@ -60,6 +64,7 @@ impl<S: Source> DyadFs<S> {
             fh,
             passthrough: None,
             keep_cache: false,
+            keep_pages: false,
             seals: writable,
         }
     }

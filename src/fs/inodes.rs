@@ -24,8 +24,9 @@ pub(super) struct Node {
     pub(super) attr: Mutex<(Attr, Instant)>,
     /// When the kernel last looked it up (a tick of [`Inodes::tick`]): the shedder's order.
     pub(super) last_use: AtomicU64,
-    /// The version whose pages the kernel may hold for this inode (see `open`).
-    pub(super) kernel_version: Mutex<Option<Version>>,
+    /// The version whose pages the kernel may hold for this inode, and whether its opens are
+    /// served by the daemon with those pages kept (decided at its first open, see `open`).
+    pub(super) kernel_version: Mutex<Option<(Version, bool)>>,
     /// A hard-linked file's other keys in `by_path` (its other names, and its record's id),
     /// dropped with it; empty for all other files.
     pub(super) aliases: Mutex<Vec<String>>,

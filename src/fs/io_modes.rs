@@ -44,12 +44,15 @@ impl<B> Default for IoModes<B> {
 
 impl<B> IoModes<B> {
     /// The mode of a new open of `ino`; `offered`: the version the core offers for passthrough
-    /// (a complete, verified cached copy), if any.
-    pub fn decide(&self, ino: u64, offered: Option<Version>) -> OpenMode {
+    /// (a complete, verified cached copy), if any; `keep_pages`: the core would rather the
+    /// daemon served it, the kernel keeping the pages it holds (`Opened::keep_pages`), which it
+    /// does unless the inode is bound to passthrough already.
+    pub fn decide(&self, ino: u64, offered: Option<Version>, keep_pages: bool) -> OpenMode {
         let bound = self.backing.get(&ino).map(|b| b.1);
         match (offered, bound) {
             // Daemon-served opens of this inode are still open: stay in their mode.
             (Some(_), None) if self.daemon.contains_key(&ino) => OpenMode::Daemon,
+            (Some(_), None) if keep_pages => OpenMode::Daemon,
             (Some(_), None) => OpenMode::Bind,
             (Some(v), Some(b)) if v == b => OpenMode::Passthrough,
             (_, Some(_)) => OpenMode::Refuse,
@@ -117,29 +120,35 @@ mod tests {
     fn modes_never_mix_on_one_inode() {
         let mut m: IoModes<&str> = IoModes::default();
         // Nothing to pass through: the daemon serves.
-        assert_eq!(m.decide(5, None), OpenMode::Daemon);
+        assert_eq!(m.decide(5, None, false), OpenMode::Daemon);
         m.served_by_daemon(1, 5);
         // A complete copy now, but a daemon-served open is still there.
-        assert_eq!(m.decide(5, Some(V1)), OpenMode::Daemon);
+        assert_eq!(m.decide(5, Some(V1), false), OpenMode::Daemon);
         m.served_by_daemon(2, 5);
         assert_eq!(m.released(1), None);
         assert_eq!(m.released(2), None);
         // The inode is free: bind its backing file, then share it.
-        assert_eq!(m.decide(5, Some(V1)), OpenMode::Bind);
+        assert_eq!(m.decide(5, Some(V1), false), OpenMode::Bind);
         m.bind(5, "id-v1", V1);
         assert_eq!(*m.passthrough(3, 5), "id-v1");
-        assert_eq!(m.decide(5, Some(V1)), OpenMode::Passthrough);
+        assert_eq!(m.decide(5, Some(V1), false), OpenMode::Passthrough);
         assert_eq!(*m.passthrough(4, 5), "id-v1");
         // Another version, or no copy to pass through, while bound: refused, not EIO.
-        assert_eq!(m.decide(5, Some(V2)), OpenMode::Refuse);
-        assert_eq!(m.decide(5, None), OpenMode::Refuse);
+        assert_eq!(m.decide(5, Some(V2), false), OpenMode::Refuse);
+        assert_eq!(m.decide(5, None, false), OpenMode::Refuse);
         // Other inodes are not affected.
-        assert_eq!(m.decide(6, Some(V2)), OpenMode::Bind);
+        assert_eq!(m.decide(6, Some(V2), false), OpenMode::Bind);
+        // Bound, an open that would rather be daemon-served passes through too (modes would
+        // mix), and one of another version is still refused.
+        assert_eq!(m.decide(5, Some(V1), true), OpenMode::Passthrough);
+        assert_eq!(m.decide(5, Some(V2), true), OpenMode::Refuse);
+        // Unbound, it is served by the daemon.
+        assert_eq!(m.decide(7, Some(V1), true), OpenMode::Daemon);
         // The last passthrough close unbinds, handing the backing id back to be closed.
         assert_eq!(m.released(3), None);
-        assert_eq!(m.decide(5, Some(V2)), OpenMode::Refuse);
+        assert_eq!(m.decide(5, Some(V2), false), OpenMode::Refuse);
         assert_eq!(m.released(4), Some("id-v1"));
-        assert_eq!(m.decide(5, Some(V2)), OpenMode::Bind);
+        assert_eq!(m.decide(5, Some(V2), false), OpenMode::Bind);
         assert_eq!(m.released(99), None);
     }
 }

@@ -86,7 +86,8 @@ pub struct FsConfig {
     /// Reply to opens of complete cached files with kernel passthrough when possible.
     pub passthrough: bool,
     /// Files smaller than this are served by the daemon even when passthrough is on (their
-    /// pages kept by the kernel): see `--passthrough-min`.
+    /// pages kept by the kernel), unless their bytes are in memory at the inode's first open:
+    /// see `--passthrough-min`.
     pub passthrough_min: u64,
     /// Threads filling readahead chunks in the background.
     pub readahead_threads: usize,
@@ -484,18 +485,14 @@ impl<S: Source> DyadFs<S> {
         let cache = &self.reader.cache;
         let entry = cache.entry(&key, attr.version)?;
         entry.pin(cache);
-        let keep_cache = {
-            let mut kv = lock(&node.kernel_version);
-            let same = *kv == Some(attr.version);
-            *kv = Some(attr.version);
-            same
-        };
-        // Below --passthrough-min the daemon serves the file (see there: the kernel drops a
-        // passthrough inode's atime after every read, so the next `stat` of it is a GETATTR).
-        let may_pass = self.config.passthrough
-            && entry.version.size >= self.config.passthrough_min
-            && self.stats().passthrough.load(Ordering::Relaxed);
+        // How this inode's earlier opens of the same version went (nothing for a new version).
+        let before = lock(&node.kernel_version)
+            .filter(|(v, _)| *v == attr.version)
+            .map(|(_, keep_pages)| keep_pages);
+        let keep_cache = before.is_some();
+        let may_pass = self.config.passthrough && self.stats().passthrough.load(Ordering::Relaxed);
         let mut complete = entry.is_complete();
+        let was_complete = complete;
         if complete {
             self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
         } else if may_pass && entry.version.size <= WHOLE_FILE_MAX && !names::is_object(&key) {
@@ -510,14 +507,32 @@ impl<S: Source> DyadFs<S> {
             }
             complete = entry.is_complete();
         }
+        // Below --passthrough-min the daemon serves the file with its pages kept by the kernel,
+        // so that an open of it while the kernel still holds them reads nothing (a passthrough
+        // open reads the cache file again and, on a writable mount, makes the next stat a
+        // GETATTR) -- unless its bytes are in memory when the inode's first open of this version
+        // comes: fetched or pulled by that open, or filled just before (prefetch), a
+        // daemon-served read would copy them once more, so it passes through. The first open
+        // decides for the inode's later ones: after a passthrough open the kernel holds no
+        // pages, and the next daemon-served open would read every byte again. (Asked before the
+        // verification below, which reads the file.)
+        let keep_pages = before.unwrap_or_else(|| {
+            may_pass
+                && entry.version.size < self.config.passthrough_min
+                && was_complete
+                && entry.pages_cached() == Some(false)
+        });
+        *lock(&node.kernel_version) = Some((attr.version, keep_pages));
         // The kernel reads a passthrough file without us, so it must be verified first. A
-        // small file is verified now; a large one (after a restart) is served by the daemon,
-        // which verifies each chunk it serves, while the rest is verified in the background
-        // for later opens.
+        // small file is verified now (unless the daemon serves it anyway, `keep_pages`); a large
+        // one (after a restart) is served by the daemon, which verifies each chunk it serves,
+        // while the rest is verified in the background for later opens.
         let verified = may_pass
             && complete
             && (entry.is_verified()
-                || if entry.version.size <= WHOLE_FILE_MAX {
+                || if keep_pages {
+                    false
+                } else if entry.version.size <= WHOLE_FILE_MAX {
                     entry.verify(cache, 0..entry.chunk_count())?
                 } else {
                     self.verify_in_background(entry.clone());
@@ -533,6 +548,7 @@ impl<S: Source> DyadFs<S> {
             fh,
             passthrough: verified.then_some(entry),
             keep_cache,
+            keep_pages,
             seals: false,
         })
     }
