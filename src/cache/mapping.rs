@@ -40,7 +40,7 @@ unsafe impl Send for Aligned {}
 unsafe impl Sync for Aligned {}
 
 impl Aligned {
-    fn zeroed(len: usize) -> Aligned {
+    pub(super) fn zeroed(len: usize) -> Aligned {
         let cap = len.next_multiple_of(BLOCK).max(BLOCK);
         let layout = Self::layout(cap);
         // SAFETY: the layout's size is at least one block.
@@ -55,7 +55,7 @@ impl Aligned {
     }
 
     /// All the allocated bytes, for a read of up to `cap` bytes.
-    fn room(&mut self) -> &mut [u8] {
+    pub(super) fn room(&mut self) -> &mut [u8] {
         // SAFETY: `cap` bytes are allocated, initialised (zeroed) and borrowed mutably here.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
     }

@@ -306,11 +306,9 @@ fn cold_chunks_read_for_a_peer_are_exact() {
     fill_with(&cache, &a, &bytes);
     // Out of the page cache: written back, then dropped.
     drop_pages(&a);
-    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
-    // SAFETY: a non-zero-size layout; freed below with the same layout.
-    let room = unsafe { std::alloc::alloc_zeroed(layout) };
-    // SAFETY: `room` is a live allocation of 1 MiB, used only through this slice.
-    let slot = unsafe { std::slice::from_raw_parts_mut(room, 1 << 20) };
+    // Block-aligned memory, as a registered slot is.
+    let mut room = super::mapping::Aligned::zeroed(1 << 20);
+    let slot = room.room();
     assert!(a.read_verified(&cache, 0, slot, 1 << 20).unwrap());
     assert!(slot[..] == bytes[..1 << 20]);
     assert!(a.read_verified(&cache, 1 << 20, slot, 100).unwrap());
@@ -332,8 +330,6 @@ fn cold_chunks_read_for_a_peer_are_exact() {
         Some(crc32c::crc32c(&slot[..1 << 20])),
         a.chunk_crc(0, 1 << 20)
     );
-    // SAFETY: allocated above with this layout, not used after.
-    unsafe { std::alloc::dealloc(room, layout) };
     let _ = fs::remove_dir_all(dir);
 }
 
