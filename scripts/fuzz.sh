@@ -3,6 +3,7 @@
 #   wire_decode     control frames from the network
 #   journal_decode  the cache's header log after a crash or a bad disk
 #   cache_header    one cache entry header
+#   hello           a pull connection's hello (UCX blobs) and sealed frames
 # Each target runs FUZZ_SECONDS seconds (default 60) from the seeds in fixtures/fuzz/TARGET; an input
 # that crashes one is copied into fixtures/fuzz/TARGET/, which the normal test run replays
 # (tests/fuzz_regressions.rs). Prints executions and crashes per target.
@@ -17,7 +18,7 @@ LD_LIBRARY_PATH="$(ucx_home)/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(wire_decode journal_decode cache_header)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(wire_decode journal_decode cache_header hello)
 status=0
 for t in "${TARGETS[@]}"; do
   corpus=fuzz/corpus/$t

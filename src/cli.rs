@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::daemon::config::{ClusterConfig, MountConfig, PullToolConfig, ServeConfig, UcxConfig};
+use crate::daemon::config::{
+    ClusterConfig, DataPlaneKind, MountConfig, PullToolConfig, ServeConfig, UcxConfig,
+};
 use crate::fs::FsConfig;
 
 #[derive(Debug, Parser)]
@@ -55,6 +57,32 @@ pub enum Command {
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)
     #[command(subcommand)]
     Transport(TransportCommand),
+    /// The UCX worker of a daemon, started by it (not for direct use)
+    #[command(hide = true)]
+    DataPlane(DataPlaneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DataPlaneArgs {
+    #[arg(long)]
+    pub slots: usize,
+    #[arg(long)]
+    pub slot_size: usize,
+    #[arg(long)]
+    pub background: bool,
+}
+
+/// How chunks move between nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DataPlaneArg {
+    /// UCX RMA where the fabric enforces memory keys (an RDMA device is present and UCX_TLS
+    /// allows it), the sealed control stream otherwise
+    Auto,
+    /// Chunks above --eager-max by UCX RMA gets, on any transport (an unprivileged data-plane
+    /// process holds the UCX worker)
+    Ucx,
+    /// Every chunk on the sealed control stream; no UCX listener at all
+    Stream,
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,6 +107,9 @@ pub struct UcxArgs {
     /// This node's id, sent in the hello
     #[arg(long, default_value_t = 0)]
     pub node_id: u32,
+    /// How chunks move: by UCX RMA gets (`ucx`) or inline on the control stream (`stream`)
+    #[arg(long, value_enum, default_value = "ucx")]
+    pub data_plane: DataPlaneArg,
 }
 
 #[derive(Debug, Args)]
@@ -295,6 +326,22 @@ pub struct MountArgs {
           help_heading = "Cluster")]
     pub eager_max: u64,
 
+    /// How chunks move between nodes. `stream`: inline on the authenticated, encrypted control
+    /// connection, nothing else listening. `ucx`: chunks above --eager-max by UCX RMA gets,
+    /// through an unprivileged data-plane process that shares only staged chunks with the
+    /// daemon (on tcp, UCX emulates RMA in software and anyone who reaches its port can read
+    /// and write that process's memory; see the README's security model). `auto`: `ucx` where
+    /// an RDMA device is present and UCX_TLS allows it (the NIC then checks memory keys),
+    /// `stream` elsewhere
+    #[arg(
+        long,
+        value_enum,
+        value_name = "KIND",
+        default_value = "auto",
+        help_heading = "Cluster"
+    )]
+    pub data_plane: DataPlaneArg,
+
     /// Copy the files other nodes fetch into this node's cache too, in the background: at the
     /// lowest CPU priority, paused while the machine's CPUs are less than 20% idle, and only
     /// while the cache is under 90% full (nothing is evicted for it), so a later epoch that
@@ -462,6 +509,7 @@ impl From<MountArgs> for MountConfig {
                 rack: a.rack,
                 peer_timeout: a.peer_timeout,
                 eager_max: a.eager_max,
+                data_plane: a.data_plane.into(),
                 failure_detection: a.failure_detection,
                 replicate: a.replicate,
                 secret_file: a.secret_file,
@@ -471,9 +519,20 @@ impl From<MountArgs> for MountConfig {
     }
 }
 
+impl From<DataPlaneArg> for DataPlaneKind {
+    fn from(a: DataPlaneArg) -> DataPlaneKind {
+        match a {
+            DataPlaneArg::Auto => DataPlaneKind::Auto,
+            DataPlaneArg::Ucx => DataPlaneKind::Ucx,
+            DataPlaneArg::Stream => DataPlaneKind::Stream,
+        }
+    }
+}
+
 impl From<UcxArgs> for UcxConfig {
     fn from(a: UcxArgs) -> UcxConfig {
         UcxConfig {
+            data_plane: a.data_plane.into(),
             slots: a.slots,
             slot_size: a.slot_size,
             timeout: a.timeout,

@@ -107,6 +107,10 @@ fn main() -> ExitCode {
             dyadfs::daemon::serve_transport(args.into())
         }
         Command::Transport(TransportCommand::Pull(args)) => dyadfs::daemon::pull(args.into()),
+        Command::DataPlane(a) => {
+            dyadfs::transport::ucx::child::run(a.slots, a.slot_size, a.background)
+                .map_err(Into::into)
+        }
     };
     if let Some(f) = &flusher {
         f.flush();

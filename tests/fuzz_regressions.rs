@@ -53,6 +53,50 @@ fn wire_decode_inputs() {
 }
 
 #[test]
+fn hello_inputs() {
+    use dyadfs::transport::handshake::{MAX_UCX_BLOB, ucx_info};
+    use dyadfs::transport::session::{self, Keys};
+    let (mut kept, mut refused, mut none) = (0, 0, 0);
+    for data in inputs("hello") {
+        if let Ok(Message::Hello {
+            worker_address,
+            rkey,
+            ..
+        }) = wire::decode(&data)
+        {
+            let (a, r) = (worker_address.len(), rkey.len());
+            match ucx_info(worker_address, rkey) {
+                Ok(Some(_)) => {
+                    assert!(a > 0 && r > 0 && a <= MAX_UCX_BLOB && r <= MAX_UCX_BLOB);
+                    kept += 1;
+                }
+                Ok(None) => {
+                    assert!(a == 0 && r == 0);
+                    none += 1;
+                }
+                Err(_) => {
+                    assert!(a == 0 || r == 0 || a > MAX_UCX_BLOB || r > MAX_UCX_BLOB);
+                    refused += 1;
+                }
+            }
+        }
+        let keys = Keys {
+            client_to_server: [7; 32],
+            server_to_client: [8; 32],
+        };
+        let (_, mut open) = session::server(&keys);
+        assert!(
+            open.frame(&mut data.clone()).is_err(),
+            "a forged frame opened"
+        );
+    }
+    assert!(
+        kept > 0 && none > 0 && refused >= 3,
+        "{kept} {none} {refused}"
+    );
+}
+
+#[test]
 fn journal_decode_inputs() {
     let mut records = 0;
     for data in inputs("journal_decode") {

@@ -57,6 +57,7 @@ pub struct ClusterConfig {
     pub failure_detection: Duration,
     /// Chunks up to this size come inline in a holder's reply instead of by RMA get.
     pub eager_max: u64,
+    pub data_plane: DataPlaneKind,
     /// Copy what other nodes fetch in the background.
     pub replicate: bool,
     pub secret_file: Option<PathBuf>,
@@ -93,8 +94,40 @@ pub struct PullToolConfig {
     pub ucx: UcxConfig,
 }
 
+/// How chunks move between nodes (`--data-plane`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataPlaneKind {
+    Auto,
+    Ucx,
+    Stream,
+}
+
+impl DataPlaneKind {
+    /// Whether chunks go by UCX. `Auto`: only where the fabric checks memory keys: an RDMA
+    /// device is present, and UCX_TLS (if set) names an RDMA transport or excludes some (`^`).
+    /// Elsewhere UCX would move them over tcp, emulating RMA in software.
+    pub fn uses_ucx(self) -> bool {
+        match self {
+            DataPlaneKind::Ucx => true,
+            DataPlaneKind::Stream => false,
+            DataPlaneKind::Auto => {
+                let rdma = std::fs::read_dir("/sys/class/infiniband")
+                    .is_ok_and(|mut d| d.next().is_some());
+                let tls = std::env::var("UCX_TLS").unwrap_or_default();
+                let allows = tls.is_empty()
+                    || tls.starts_with('^')
+                    || ["rc", "dc", "ud", "ib", "mlx", "verbs", "all"]
+                        .iter()
+                        .any(|t| tls.split(',').any(|x| x.contains(t)));
+                rdma && allows
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct UcxConfig {
+    pub data_plane: DataPlaneKind,
     pub slots: u32,
     pub slot_size: u64,
     pub timeout: Duration,

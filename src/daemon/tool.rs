@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use super::UserError;
 use super::config::{PullToolConfig, ServeConfig, UcxConfig};
+use crate::transport::plane::DataPlane;
 use crate::transport::pull::{self, PullConfig};
 use crate::transport::server::{self, DirStore, Faults};
-use crate::transport::ucx::Worker;
 
 fn runtime() -> Result<tokio::runtime::Runtime, UserError> {
     tokio::runtime::Builder::new_multi_thread()
@@ -22,11 +22,16 @@ fn runtime() -> Result<tokio::runtime::Runtime, UserError> {
         })
 }
 
-fn worker(u: &UcxConfig) -> Result<Arc<Worker>, UserError> {
-    Ok(Arc::new(Worker::new(
-        u.slots as usize,
-        u.slot_size as usize,
-    )?))
+fn worker(u: &UcxConfig) -> Result<Arc<DataPlane>, UserError> {
+    let (slots, size) = (u.slots as usize, u.slot_size as usize);
+    Ok(Arc::new(if u.data_plane.uses_ucx() {
+        DataPlane::ucx(slots, size, false)?
+    } else {
+        DataPlane::stream(slots, size).map_err(|source| UserError::Start {
+            what: "slab",
+            source,
+        })?
+    }))
 }
 
 pub fn serve(args: ServeConfig) -> Result<(), UserError> {
@@ -54,6 +59,7 @@ pub fn serve(args: ServeConfig) -> Result<(), UserError> {
             rpc: None,
             secret: None,
             conns: Default::default(),
+            pending: Default::default(),
         };
         server::serve(listener, server)
             .await

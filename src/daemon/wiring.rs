@@ -24,9 +24,9 @@ use crate::locator::service::{Handler, LocatorService};
 use crate::locator::source::{CacheStore, ClusterSource, Fetcher, ServiceLink, start_publisher};
 use crate::stats::Stats;
 use crate::transport::auth::Secret;
+use crate::transport::plane::DataPlane;
 use crate::transport::pull::{PullConfig, Puller};
 use crate::transport::server::Server;
-use crate::transport::ucx::Worker;
 
 /// The default ceiling of idle cache descriptors (`--open-files`).
 const MAX_OPEN_FILES: u64 = 65536;
@@ -168,10 +168,26 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
             what: "tokio runtime",
             source,
         })?;
-    let worker = Arc::new(Worker::new(32, args.chunk_size as usize)?);
-    // Background copies (`--replicate`, ours or a peer's) go through a worker of their own whose
-    // progress thread has the lowest CPU priority.
-    let background = Arc::new(Worker::new_background(4, args.chunk_size as usize)?);
+    let ucx = args.cluster.data_plane.uses_ucx();
+    let plane = |slots: usize, background: bool| -> Result<Arc<DataPlane>, UserError> {
+        let size = args.chunk_size as usize;
+        Ok(Arc::new(if ucx {
+            DataPlane::ucx(slots, size, background)?
+        } else {
+            DataPlane::stream(slots, size).map_err(|source| UserError::Start {
+                what: "slab",
+                source,
+            })?
+        }))
+    };
+    tracing::info!(
+        ucx,
+        "data plane: chunks by UCX RMA above --eager-max, or all inline"
+    );
+    let worker = plane(32, false)?;
+    // Background copies (`--replicate`, ours or a peer's) go through a data plane of their own
+    // whose UCX progress thread has the lowest CPU priority.
+    let background = plane(4, true)?;
     let locator = LocatorService::new(
         members,
         args.cluster.peer_timeout,
@@ -198,6 +214,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         rpc: Some(Arc::new(Handler(locator.clone()))),
         secret: secret.clone(),
         conns: Default::default(),
+        pending: Default::default(),
     };
     start_gossip(args, id, listen, &locator, secret.clone(), runtime.handle())?;
     let listener = runtime

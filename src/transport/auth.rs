@@ -10,6 +10,10 @@
 //! checks the server's MAC before it sends anything else (no rkey, no request reaches a node
 //! without the key); the server answers nothing but the challenge before the proof checks out.
 //! MACs are HMAC-SHA256 (RustCrypto `hmac` + `sha2`), compared in constant time.
+//!
+//! Both sides then derive the connection's two session keys from the secret and `t`
+//! (`HMAC(k, "c2s" | t)`, `HMAC(k, "s2c" | t)`): every later frame is sealed with them (see
+//! [`super::session`]), so the proven peer is the only one who can speak on the connection.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -18,6 +22,7 @@ use std::path::Path;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use super::session::Keys;
 use super::wire::{Message, PROTOCOL_VERSION};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -163,6 +168,20 @@ fn mac(key: &Secret, role: &[u8], client: u32, server: u32, nc: &[u8], ns: &[u8]
     m
 }
 
+/// The connection's session keys, bound to the same transcript as the MACs.
+fn keys(key: &Secret, client: u32, server: u32, nc: &[u8], ns: &[u8]) -> Keys {
+    let derive = |role: &[u8]| -> [u8; 32] {
+        mac(key, role, client, server, nc, ns)
+            .finalize()
+            .into_bytes()
+            .into()
+    };
+    Keys {
+        client_to_server: derive(b"session-c2s"),
+        server_to_client: derive(b"session-s2c"),
+    }
+}
+
 /// What a client keeps between its hello and the server's challenge.
 pub struct ClientHandshake {
     me: u32,
@@ -181,9 +200,13 @@ pub fn client_hello(me: u32) -> std::io::Result<(Message, ClientHandshake)> {
 }
 
 impl ClientHandshake {
-    /// Step 3: checks the server's challenge and returns the proof to send, and the server's
-    /// node id.
-    pub fn answer(self, key: &Secret, challenge: Message) -> Result<(Message, u32), AuthError> {
+    /// Step 3: checks the server's challenge and returns the proof to send, the server's node
+    /// id and the connection's session keys.
+    pub fn answer(
+        self,
+        key: &Secret,
+        challenge: Message,
+    ) -> Result<(Message, u32, Keys), AuthError> {
         let Message::AuthChallenge {
             node_id: server,
             nonce: ns,
@@ -202,7 +225,8 @@ impl ClientHandshake {
             .finalize()
             .into_bytes()
             .to_vec();
-        Ok((Message::AuthProof { mac: proof }, server))
+        let keys = keys(key, self.me, server, &self.nonce, &ns);
+        Ok((Message::AuthProof { mac: proof }, server, keys))
     }
 }
 
@@ -256,15 +280,17 @@ pub fn server_challenge(
 }
 
 impl ServerHandshake {
-    /// Step 4: checks the client's proof; returns the authenticated client's node id.
-    pub fn check(self, key: &Secret, proof: Message) -> Result<u32, AuthError> {
+    /// Step 4: checks the client's proof; returns the authenticated client's node id and the
+    /// connection's session keys.
+    pub fn check(self, key: &Secret, proof: Message) -> Result<(u32, Keys), AuthError> {
         let Message::AuthProof { mac: client_mac } = proof else {
             return Err(AuthError::Malformed);
         };
         mac(key, b"client", self.client, self.server, &self.nc, &self.ns)
             .verify_slice(&client_mac)
             .map_err(|_| AuthError::BadMac)?;
-        Ok(self.client)
+        let keys = keys(key, self.client, self.server, &self.nc, &self.ns);
+        Ok((self.client, keys))
     }
 }
 
@@ -281,9 +307,13 @@ mod tests {
         let k = key(7);
         let (hello, client) = client_hello(3).unwrap();
         let (challenge, server) = server_challenge(&k, 9, hello).unwrap();
-        let (proof, server_id) = client.answer(&k, challenge).unwrap();
+        let (proof, server_id, ck) = client.answer(&k, challenge).unwrap();
         assert_eq!(server_id, 9);
-        assert_eq!(server.check(&k, proof), Ok(3));
+        let (client_id, sk) = server.check(&k, proof).unwrap();
+        assert_eq!(client_id, 3);
+        assert_eq!(ck.client_to_server, sk.client_to_server);
+        assert_eq!(ck.server_to_client, sk.server_to_client);
+        assert_ne!(ck.client_to_server, ck.server_to_client);
     }
 
     #[test]
@@ -299,15 +329,21 @@ mod tests {
         let (hello, _) = client_hello(3).unwrap();
         let (_, server) = server_challenge(&key(1), 9, hello).unwrap();
         let forged = Message::AuthProof { mac: vec![0; 32] };
-        assert_eq!(server.check(&key(1), forged), Err(AuthError::BadMac));
+        assert_eq!(
+            server.check(&key(1), forged).unwrap_err(),
+            AuthError::BadMac
+        );
         // A proof is bound to its challenge: replayed onto another one, it fails.
         let (hello, client) = client_hello(3).unwrap();
         let (challenge, server) = server_challenge(&key(1), 9, hello).unwrap();
-        let (proof, _) = client.answer(&key(1), challenge).unwrap();
+        let (proof, _, _) = client.answer(&key(1), challenge).unwrap();
         let (hello, _) = client_hello(3).unwrap();
         let (_, other) = server_challenge(&key(1), 9, hello).unwrap();
-        assert_eq!(other.check(&key(1), proof.clone()), Err(AuthError::BadMac));
-        assert_eq!(server.check(&key(1), proof), Ok(3));
+        assert_eq!(
+            other.check(&key(1), proof.clone()).unwrap_err(),
+            AuthError::BadMac
+        );
+        assert_eq!(server.check(&key(1), proof).unwrap().0, 3);
     }
 
     #[test]

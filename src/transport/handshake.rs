@@ -1,6 +1,7 @@
 //! The opening exchanges of a control connection: the job-secret handshake of
 //! [`auth`](super::auth) run over a socket (the server's side async, the client's blocking or
-//! async), and the hello that tells a puller how to reach this node's memory over UCX.
+//! async), after which the connection is sealed ([`session`]), and the hello that tells a
+//! puller how to reach this node's slab over UCX, checked before UCX sees it.
 
 use std::io;
 use std::io::Write;
@@ -11,11 +12,16 @@ use tokio::net::TcpStream;
 
 use super::auth::{AuthError, Secret};
 use super::error::TransportError;
-use super::stream::{FrameReader, bad_frame, read_frame, write_frame};
-use super::ucx::Worker;
+use super::plane::DataPlane;
+use super::session;
+use super::stream::{AsyncConn, FrameReader, PRE_AUTH_MAX, bad_frame, read_plain, write_plain};
+use super::ucx::PeerInfo;
 use super::wire::{self, Message, PROTOCOL_VERSION};
 
-pub(super) fn hello(worker: &Worker, node_id: u32, background: bool, eager_max: u32) -> Message {
+/// The hello this node sends on a pull connection: how to reach its slab over UCX (empty
+/// without a UCX data plane: then every chunk travels inline on the sealed stream) and the
+/// largest chunk it takes inline.
+pub(super) fn hello(worker: &DataPlane, node_id: u32, background: bool, eager_max: u32) -> Message {
     let info = worker.info();
     Message::Hello {
         protocol: PROTOCOL_VERSION,
@@ -27,38 +33,66 @@ pub(super) fn hello(worker: &Worker, node_id: u32, background: bool, eager_max: 
     }
 }
 
-/// How long a connection may take to authenticate before it is closed.
-pub(super) const AUTH_WAIT: Duration = Duration::from_secs(10);
+/// Longest UCX worker address or packed rkey a hello may carry (UCX's are a few hundred bytes).
+pub const MAX_UCX_BLOB: usize = 4 << 10;
+
+/// Checks a peer's hello blobs before UCX sees them: both present or both absent (no UCX data
+/// plane), each at most [`MAX_UCX_BLOB`] bytes. Returns them if present.
+pub fn ucx_info(worker_address: Vec<u8>, rkey: Vec<u8>) -> Result<Option<PeerInfo>, String> {
+    match (worker_address.len(), rkey.len()) {
+        (0, 0) => Ok(None),
+        (0, _) | (_, 0) => Err("a hello with a UCX address but no rkey, or the reverse".into()),
+        (a, r) if a > MAX_UCX_BLOB || r > MAX_UCX_BLOB => Err(format!(
+            "a hello's UCX address ({a} bytes) or rkey ({r} bytes) exceeds {MAX_UCX_BLOB} bytes"
+        )),
+        _ => Ok(Some(PeerInfo {
+            worker_address,
+            rkey,
+        })),
+    }
+}
+
+/// How long a connection may take to complete the handshake, in all, before it is closed: the
+/// three frames take a round trip and two HMACs; a stranger must not hold a place for long.
+pub(super) const AUTH_WAIT: Duration = Duration::from_secs(3);
 
 fn auth_error(e: AuthError) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, e)
 }
 
 /// Runs the server's side of the handshake (see [`super::auth`]) on a fresh connection;
-/// returns the peer's authenticated node id. Nothing is answered but the challenge until the
-/// peer's proof checks out; a connection that fails is closed.
-pub(super) async fn authenticate(s: &mut TcpStream, key: &Secret, me: u32) -> io::Result<u32> {
+/// returns the peer's authenticated node id and the connection, sealed from here on. Nothing is
+/// answered but the challenge until the peer's proof checks out, no frame above
+/// [`PRE_AUTH_MAX`] bytes is read, and all of it takes at most [`AUTH_WAIT`]; a connection
+/// that fails is closed.
+pub(super) async fn authenticate(
+    mut s: TcpStream,
+    key: &Secret,
+    me: u32,
+) -> io::Result<(u32, AsyncConn)> {
     let peer = s.peer_addr().ok();
-    let late = || io::Error::new(io::ErrorKind::TimedOut, "no authentication in time");
     let r = async {
-        let hello = tokio::time::timeout(AUTH_WAIT, read_frame(s))
-            .await
-            .map_err(|_| late())??
-            .map_err(bad_frame)?;
+        let hello = read_plain(&mut s, PRE_AUTH_MAX).await?.map_err(bad_frame)?;
         let (challenge, handshake) =
             super::auth::server_challenge(key, me, hello).map_err(auth_error)?;
-        write_frame(s, &challenge).await?;
-        let proof = tokio::time::timeout(AUTH_WAIT, read_frame(s))
-            .await
-            .map_err(|_| late())??
-            .map_err(bad_frame)?;
+        write_plain(&mut s, &challenge).await?;
+        let proof = read_plain(&mut s, PRE_AUTH_MAX).await?.map_err(bad_frame)?;
         handshake.check(key, proof).map_err(auth_error)
+    };
+    let r = match tokio::time::timeout(AUTH_WAIT, r).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no authentication in time",
+        )),
+    };
+    match r {
+        Ok((client, keys)) => Ok((client, AsyncConn::new(s, session::server(&keys)))),
+        Err(e) => {
+            warn_auth_failure(peer, &e);
+            Err(e)
+        }
     }
-    .await;
-    if let Err(e) = &r {
-        warn_auth_failure(peer, e);
-    }
-    r
 }
 
 /// Logs a failed authentication, at most once a second (a flood must not flood the log).
@@ -77,28 +111,30 @@ fn warn_auth_failure(peer: Option<SocketAddr>, e: &io::Error) {
     }
 }
 
-/// The client's side of the handshake on a fresh blocking connection.
+/// The client's side of the handshake on a fresh blocking connection, which is sealed from
+/// here on.
 pub(super) fn authenticate_blocking(s: &mut FrameReader, key: &Secret, me: u32) -> io::Result<u32> {
     let (hello, handshake) = super::auth::client_hello(me)?;
     s.s.write_all(&wire::encode(&hello))?;
     let challenge = s.next(true)?.expect("a blocking read returns a frame");
-    let (proof, server) = handshake.answer(key, challenge).map_err(auth_error)?;
+    let (proof, server, keys) = handshake.answer(key, challenge).map_err(auth_error)?;
     s.s.write_all(&wire::encode(&proof))?;
+    s.secure(session::client(&keys));
     Ok(server)
 }
 
-/// The client's side of the handshake on a fresh async connection.
+/// The client's side of the handshake on a fresh async connection; returns it sealed.
 pub(super) async fn authenticate_async(
-    s: &mut TcpStream,
+    mut s: TcpStream,
     key: &Secret,
     me: u32,
-) -> io::Result<u32> {
+) -> io::Result<(u32, AsyncConn)> {
     let (hello, handshake) = super::auth::client_hello(me)?;
-    write_frame(s, &hello).await?;
-    let challenge = read_frame(s).await?.map_err(bad_frame)?;
-    let (proof, server) = handshake.answer(key, challenge).map_err(auth_error)?;
-    write_frame(s, &proof).await?;
-    Ok(server)
+    write_plain(&mut s, &hello).await?;
+    let challenge = read_plain(&mut s, PRE_AUTH_MAX).await?.map_err(bad_frame)?;
+    let (proof, server, keys) = handshake.answer(key, challenge).map_err(auth_error)?;
+    write_plain(&mut s, &proof).await?;
+    Ok((server, AsyncConn::new(s, session::client(&keys))))
 }
 
 /// A failed handshake: the peer lacks the key (or is not a dyadfs node), or did not answer

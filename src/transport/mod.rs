@@ -8,10 +8,13 @@
 pub mod auth;
 pub mod error;
 pub mod frame;
-mod handshake;
+pub mod handshake;
+pub mod pending;
+pub mod plane;
 pub mod pull;
 pub mod rpc;
 pub mod server;
+pub mod session;
 mod stream;
 pub mod ucx;
 pub mod wire;

@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use super::auth::Secret;
 use super::error::TransportError;
-use super::handshake::{authenticate_blocking, hello, refused};
+use super::handshake::{authenticate_blocking, hello, refused, ucx_info};
+use super::plane::{DataPlane, Getting};
+use super::session::{Opener, Sealer};
 use super::stream::{FrameReader, IdlePool, stream_error};
-use super::ucx::{Completion, NoResult, Slot, UcxError, Worker};
-use super::wire::{self, Message};
+use super::ucx::{NoResult, Slot, UcxError};
+use super::wire::Message;
 use crate::core::Version;
 
 #[derive(Debug, Clone)]
@@ -58,15 +60,16 @@ pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8], u32) -> io::Result<()> + Send
 /// Blocking: a pull runs on the thread that needs the bytes (a FUSE request or readahead
 /// thread), so each reply wakes that thread directly, not a reactor thread that then wakes it.
 pub struct Puller {
-    pub worker: Arc<Worker>,
+    pub worker: Arc<DataPlane>,
     pub cfg: PullConfig,
     idle: IdlePool<Conn>,
 }
 
-/// A holder connection: its control stream and its UCX endpoint.
+/// A holder connection: its control stream and its UCX endpoint (none when either side has no
+/// UCX data plane: every chunk then comes inline).
 struct Conn {
     frames: FrameReader,
-    ucx_peer: super::ucx::PeerId,
+    ucx_peer: Option<super::ucx::PeerId>,
 }
 
 impl Conn {
@@ -81,7 +84,7 @@ impl Conn {
 }
 
 impl Puller {
-    pub fn new(worker: Arc<Worker>, cfg: PullConfig) -> Puller {
+    pub fn new(worker: Arc<DataPlane>, cfg: PullConfig) -> Puller {
         Puller {
             worker,
             cfg,
@@ -142,7 +145,11 @@ impl Puller {
             .and_then(|()| pull_chunks(&self.worker, &self.cfg, peer, &mut conn, want, sink, t));
         match r {
             Ok(_) => self.idle.put(peer, conn),
-            Err(_) => self.worker.disconnect(conn.ucx_peer),
+            Err(_) => {
+                if let Some(p) = conn.ucx_peer {
+                    self.worker.disconnect(p);
+                }
+            }
         }
         r
     }
@@ -151,7 +158,7 @@ impl Puller {
 /// Opens a control stream to a holder, exchanges hellos and creates the UCX endpoint, each
 /// step waiting at most `t`.
 fn connect(
-    worker: &Arc<Worker>,
+    worker: &Arc<DataPlane>,
     cfg: &PullConfig,
     peer: SocketAddr,
     t: Duration,
@@ -162,28 +169,30 @@ fn connect(
     let mut frames = FrameReader::new(s);
     frames.bound(t).map_err(err("connect"))?;
     // The holder's rkey is sent only to a peer that proved the key, and sent to a holder only
-    // after it proved it too.
-    if let Some(key) = &cfg.secret {
-        authenticate_blocking(&mut frames, key, cfg.node_id).map_err(|e| refused(peer, e, t))?;
+    // after it proved it too; every frame from here on is sealed.
+    match &cfg.secret {
+        Some(key) => {
+            authenticate_blocking(&mut frames, key, cfg.node_id)
+                .map_err(|e| refused(peer, e, t))?;
+        }
+        None => frames.secure((Sealer::plain(), Opener::plain())),
     }
+    // Without UCX of our own, every chunk comes inline.
+    let eager_max = if worker.has_ucx() {
+        cfg.eager_max
+    } else {
+        u32::MAX
+    };
     frames
-        .s
-        .write_all(&wire::encode(&hello(
-            worker,
-            cfg.node_id,
-            cfg.background,
-            cfg.eager_max,
-        )))
+        .send(&hello(worker, cfg.node_id, cfg.background, eager_max))
         .map_err(err("hello"))?;
-    let info = match frames.next(true).map_err(err("hello"))? {
+    let theirs = match frames.next(true).map_err(err("hello"))? {
         Some(Message::Hello {
             worker_address,
             rkey,
             ..
-        }) => super::ucx::PeerInfo {
-            worker_address,
-            rkey,
-        },
+        }) => ucx_info(worker_address, rkey)
+            .map_err(|what| TransportError::Protocol { peer, what })?,
         other => {
             return Err(TransportError::Protocol {
                 peer,
@@ -191,9 +200,14 @@ fn connect(
             });
         }
     };
-    let ucx_peer = worker
-        .connect(info, t)
-        .map_err(|source| TransportError::Ucx { peer, source })?;
+    let ucx_peer = match theirs {
+        Some(info) if worker.has_ucx() => Some(
+            worker
+                .connect(info, t)
+                .map_err(|source| TransportError::Ucx { peer, source })?,
+        ),
+        _ => None,
+    };
     Ok(Conn { frames, ucx_peer })
 }
 
@@ -212,14 +226,11 @@ struct Arriving {
 
 enum Bytes {
     Inline(Slot),
-    Getting {
-        addr: u64,
-        done: Completion<(Slot, Result<(), UcxError>)>,
-    },
+    Getting { addr: u64, get: Getting },
 }
 
 fn pull_chunks(
-    worker: &Arc<Worker>,
+    worker: &Arc<DataPlane>,
     cfg: &PullConfig,
     peer: SocketAddr,
     conn: &mut Conn,
@@ -240,7 +251,7 @@ fn pull_chunks(
     while done < n {
         while sent < n && sent - done < cfg.window as u64 {
             let (off, l) = at(sent);
-            outgoing.extend(wire::encode(&Message::Request {
+            outgoing.extend(conn.frames.encode(&Message::Request {
                 id: sent,
                 path: want.path.clone(),
                 version: want.version,
@@ -271,7 +282,7 @@ fn pull_chunks(
             let (id, l) = (replied, at(replied).1);
             let next = match reply {
                 Some(Message::Data { id: i, len, crc32c })
-                    if i == id && len == l && len <= cfg.eager_max =>
+                    if i == id && len == l && (len <= cfg.eager_max || conn.ucx_peer.is_none()) =>
                 {
                     conn.frames
                         .read_raw(slot.bytes_mut(len as usize))
@@ -287,12 +298,15 @@ fn pull_chunks(
                     addr,
                     len,
                     crc32c,
-                }) if i == id && len == l => {
-                    let done = worker.get(conn.ucx_peer, addr, slot, len as usize);
+                }) if i == id && len == l && conn.ucx_peer.is_some() => {
+                    let ucx_peer = conn.ucx_peer.expect("checked above");
+                    let get = worker
+                        .get(ucx_peer, addr, slot, len as usize, t)
+                        .map_err(|source| TransportError::Ucx { peer, source })?;
                     Arriving {
                         id,
                         crc: crc32c,
-                        bytes: Bytes::Getting { addr, done },
+                        bytes: Bytes::Getting { addr, get },
                     }
                 }
                 Some(Message::Error { message, .. }) => {
@@ -313,9 +327,9 @@ fn pull_chunks(
         };
         let slot = match bytes {
             Bytes::Inline(slot) => slot,
-            Bytes::Getting { addr, done } => {
-                let slot = finish_get(done, peer, t)?;
-                outgoing.extend(wire::encode(&Message::Release { addr }));
+            Bytes::Getting { addr, get } => {
+                let slot = finish_get(get, peer, t)?;
+                outgoing.extend(conn.frames.encode(&Message::Release { addr }));
                 if sent == n {
                     // No request follows to carry it.
                     conn.send(&mut outgoing)
@@ -335,24 +349,19 @@ fn pull_chunks(
     Ok(len)
 }
 
-/// Waits for a get into a slot of ours. On timeout the completion is dropped; the slot returns
-/// to the pool when UCX completes the get.
-fn finish_get(
-    done: Completion<(Slot, Result<(), UcxError>)>,
-    peer: SocketAddr,
-    t: Duration,
-) -> Result<Slot, TransportError> {
-    let (slot, r) = done.wait(t).map_err(|e| match e {
-        NoResult::TimedOut => TransportError::Timeout {
+/// Waits for a get and takes its bytes into a slot of ours. On timeout the get is abandoned;
+/// its shared slot returns to the pool when the data plane is done with it.
+fn finish_get(get: Getting, peer: SocketAddr, t: Duration) -> Result<Slot, TransportError> {
+    get.finish(t).map_err(|e| match e {
+        Ok(source) => TransportError::Ucx { peer, source },
+        Err(NoResult::TimedOut) => TransportError::Timeout {
             peer,
             what: "an RMA get",
             timeout: t,
         },
-        NoResult::Abandoned => TransportError::Ucx {
+        Err(NoResult::Abandoned) => TransportError::Ucx {
             peer,
             source: UcxError::gone("ucp_get_nbx"),
         },
-    })?;
-    r.map_err(|source| TransportError::Ucx { peer, source })?;
-    Ok(slot)
+    })
 }

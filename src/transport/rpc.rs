@@ -2,7 +2,6 @@
 //! locator's traffic): a payload of bytes out, a payload of bytes back, on pooled connections.
 
 use std::io;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +11,9 @@ use tokio::net::TcpStream;
 use super::auth::Secret;
 use super::error::TransportError;
 use super::handshake::{authenticate_async, authenticate_blocking, refused};
-use super::stream::{FrameReader, IdlePool, read_frame, stream_error, write_frame};
-use super::wire::{self, Message};
+use super::session::{Opener, Sealer};
+use super::stream::{AsyncConn, FrameReader, IdlePool, stream_error};
+use super::wire::Message;
 
 /// Sends one-message RPCs (locator traffic), keeping idle connections per peer between calls:
 /// a lookup then costs one round trip instead of a TCP handshake and a round trip.
@@ -22,7 +22,7 @@ const RPC_REPLY: &str = "an RPC reply";
 
 #[derive(Default)]
 pub struct Rpcs {
-    idle: IdlePool<TcpStream>,
+    idle: IdlePool<AsyncConn>,
     /// Connections for calls made from plain threads ([`Rpcs::call_blocking`]).
     idle_blocking: IdlePool<FrameReader>,
     /// This node's id and the job secret new connections authenticate with (`None`:
@@ -54,7 +54,7 @@ impl Rpcs {
                 r => return r,
             }
         }
-        let mut s = tokio::time::timeout(timeout, TcpStream::connect(peer))
+        let s = tokio::time::timeout(timeout, TcpStream::connect(peer))
             .await
             .map_err(|_| TransportError::Timeout {
                 peer,
@@ -63,17 +63,21 @@ impl Rpcs {
             })?
             .map_err(|source| TransportError::Io { peer, source })?;
         let _ = s.set_nodelay(true);
-        if let Some((me, key)) = &self.auth {
-            tokio::time::timeout(timeout, authenticate_async(&mut s, key, *me))
-                .await
-                .map_err(|_| TransportError::Timeout {
-                    peer,
-                    what: "authentication",
-                    timeout,
-                })?
-                .map_err(|e| refused(peer, e, timeout))?;
-        }
-        self.call_on(s, peer, msg, timeout).await
+        let conn = match &self.auth {
+            Some((me, key)) => {
+                tokio::time::timeout(timeout, authenticate_async(s, key, *me))
+                    .await
+                    .map_err(|_| TransportError::Timeout {
+                        peer,
+                        what: "authentication",
+                        timeout,
+                    })?
+                    .map_err(|e| refused(peer, e, timeout))?
+                    .1
+            }
+            None => AsyncConn::new(s, (Sealer::plain(), Opener::plain())),
+        };
+        self.call_on(conn, peer, msg, timeout).await
     }
 
     /// As [`Rpcs::call`], with blocking I/O on the calling thread (a FUSE request's): the
@@ -98,8 +102,11 @@ impl Rpcs {
         let mut s = FrameReader::new(s);
         s.bound(timeout)
             .map_err(|e| stream_error(peer, e, RPC_REPLY, timeout))?;
-        if let Some((me, key)) = &self.auth {
-            authenticate_blocking(&mut s, key, *me).map_err(|e| refused(peer, e, timeout))?;
+        match &self.auth {
+            Some((me, key)) => {
+                authenticate_blocking(&mut s, key, *me).map_err(|e| refused(peer, e, timeout))?;
+            }
+            None => s.secure((Sealer::plain(), Opener::plain())),
         }
         self.call_blocking_on(s, peer, msg, timeout)
     }
@@ -114,7 +121,7 @@ impl Rpcs {
         let err = |e| stream_error(peer, e, RPC_REPLY, timeout);
         // An idle connection keeps the bound of its last call; this call may have less time.
         s.bound(timeout).map_err(err)?;
-        s.s.write_all(&wire::encode(msg)).map_err(err)?;
+        s.send(msg).map_err(err)?;
         let reply = s
             .next(true)
             .map_err(|e| match e.kind() {
@@ -133,14 +140,14 @@ impl Rpcs {
     /// One call on one connection, which goes back to the pool after a complete reply.
     async fn call_on(
         &self,
-        mut s: TcpStream,
+        mut s: AsyncConn,
         peer: SocketAddr,
         msg: &Message,
         timeout: Duration,
     ) -> Result<Vec<u8>, TransportError> {
         let run = async {
-            write_frame(&mut s, msg).await?;
-            read_frame(&mut s).await
+            s.write(msg).await?;
+            s.read().await
         };
         let reply = tokio::time::timeout(timeout, run)
             .await

@@ -6,7 +6,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +13,13 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::auth::Secret;
-use super::handshake::{authenticate, hello};
-use super::stream::{FrameReader, bad_frame, read_frame, write_all_parts, write_frame};
-use super::ucx::{Slot, Worker};
-use super::wire::{self, Message};
+use super::handshake::{authenticate, hello, ucx_info};
+use super::pending::Pending;
+use super::plane::DataPlane;
+use super::session::{Opener, Sealer};
+use super::stream::{AsyncConn, FrameReader, bad_frame, write_all_parts};
+use super::ucx::{Slab, Slot};
+use super::wire::Message;
 use crate::core::Version;
 use crate::core::sync::lock;
 
@@ -86,10 +88,10 @@ pub trait RpcHandler: Send + Sync + 'static {
 /// Everything a control server needs.
 #[derive(Clone)]
 pub struct Server {
-    pub worker: Arc<Worker>,
+    pub worker: Arc<DataPlane>,
     /// Serves background pullers (`--replicate`) with its own progress thread at the lowest
     /// CPU priority, so their gets wait behind the readers' (else `worker` serves them).
-    pub background: Option<Arc<Worker>>,
+    pub background: Option<Arc<DataPlane>>,
     pub store: Arc<dyn ChunkStore>,
     pub node_id: u32,
     pub faults: Faults,
@@ -98,6 +100,8 @@ pub struct Server {
     pub secret: Option<Arc<Secret>>,
     /// Open connections per authenticated peer (bounded).
     pub conns: PeerConns,
+    /// Connections still in their handshake (bounded).
+    pub pending: Pending,
 }
 
 /// Why the server closed a connection (logged with the peer's address).
@@ -205,7 +209,25 @@ pub async fn serve(listener: TcpListener, server: Server) -> io::Result<()> {
     }
 }
 
-async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
+/// The handshake of a fresh connection, within the bound on pending ones: the authenticated
+/// peer and the sealed connection (`None` and a plain one with `--insecure`).
+async fn admit(s: TcpStream, server: &Server) -> io::Result<(Option<u32>, AsyncConn)> {
+    let Some(key) = &server.secret else {
+        return Ok((None, AsyncConn::new(s, (Sealer::plain(), Opener::plain()))));
+    };
+    let source = s.peer_addr()?.ip();
+    let ticket = server.pending.admit(source);
+    tokio::select! {
+        r = authenticate(s, key, server.node_id) => r.map(|(peer, conn)| (Some(peer), conn)),
+        () = ticket.evicted.notified() => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "closed in its handshake to make room for newer connections",
+        )),
+    }
+}
+
+async fn serve_conn(s: TcpStream, server: Server) -> io::Result<()> {
+    let (peer_id, mut s) = admit(s, &server).await?;
     let Server {
         worker,
         background: background_worker,
@@ -213,15 +235,11 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         node_id,
         faults,
         rpc,
-        secret,
         conns,
+        ..
     } = server;
-    let peer_id = match &secret {
-        Some(key) => Some(authenticate(&mut s, key, node_id).await?),
-        None => None,
-    };
     let admitted = peer_id.map(|p| conns.admit(p)).transpose()?;
-    let (background, eager_max) = match (read_frame(&mut s).await?.map_err(bad_frame)?, rpc) {
+    let (background, eager_max, their_ucx) = match (s.read().await?.map_err(bad_frame)?, rpc) {
         // The authenticated peer is the only identity: a Hello claiming another is refused.
         (
             Message::Hello {
@@ -238,15 +256,21 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
             Message::Hello {
                 background,
                 eager_max,
+                worker_address,
+                rkey,
                 ..
             },
             _,
-        ) => (background, eager_max),
+        ) => {
+            let theirs = ucx_info(worker_address, rkey)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            (background, eager_max, theirs.is_some())
+        }
         (Message::Rpc(mut payload), Some(rpc)) => loop {
             let reply = rpc.handle(peer_id, payload).await?;
-            write_frame(&mut s, &Message::Rpc(reply)).await?;
+            s.write(&Message::Rpc(reply)).await?;
             // The caller keeps the connection for its next RPC (or closes it: EOF).
-            payload = match read_frame(&mut s).await?.map_err(bad_frame)? {
+            payload = match s.read().await?.map_err(bad_frame)? {
                 Message::Rpc(p) => p,
                 other => return Err(ServerError::unexpected("Rpc", other)),
             };
@@ -257,13 +281,19 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
         Some(w) if background => w,
         _ => worker,
     };
-    write_frame(&mut s, &hello(&worker, node_id, background, 0)).await?;
+    // Without a UCX data plane on either side, every chunk travels inline on this sealed
+    // stream.
+    let eager_max = if their_ucx && worker.has_ucx() {
+        eager_max
+    } else {
+        u32::MAX
+    };
+    s.write(&hello(&worker, node_id, background, 0)).await?;
     // A puller's chunks are served by a thread of its own with blocking I/O: a chunk then
     // costs this node one wake-up for the request (and one for a disk read), where the
     // reactor, a task and the blocking pool cost seven context switches per chunk
     // (`scripts/bench_small_pull.sh`). Pullers keep few connections (one per concurrent pull).
-    let s = s.into_std()?;
-    s.set_nonblocking(false)?;
+    let frames = s.into_blocking()?;
     let name = if background {
         "serve-copy"
     } else {
@@ -277,7 +307,7 @@ async fn serve_conn(mut s: TcpStream, server: Server) -> io::Result<()> {
             if background {
                 crate::sys::lower_thread_priority();
             }
-            match serve_pulls(s, worker.slab(), &*store, faults, eager_max) {
+            match serve_pulls(frames, &worker, &*store, faults, eager_max) {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
                 Err(e) => tracing::info!(error = %e, "closing puller connection"),
                 Ok(()) => {}
@@ -311,15 +341,14 @@ const MAX_QUEUED: usize = 64;
 /// frames the puller sent meanwhile are read, so its releases free slots. A chunk of at most
 /// `eager_max` bytes is sent inline after its `Data` frame, and its slot is free again at once.
 fn serve_pulls(
-    s: std::net::TcpStream,
-    slab: &Arc<super::ucx::Slab>,
+    mut frames: FrameReader,
+    worker: &DataPlane,
     store: &dyn ChunkStore,
     faults: Faults,
     eager_max: u32,
 ) -> io::Result<()> {
-    s.set_write_timeout(Some(SLOT_WAIT))?;
-    let mut frames = FrameReader::new(s.try_clone()?);
-    let mut out = s;
+    frames.s.set_write_timeout(Some(SLOT_WAIT))?;
+    let slab = worker.slab();
     let mut lent: HashMap<u64, (Slot, std::time::Instant)> = HashMap::new();
     let mut queued: VecDeque<Request> = VecDeque::new();
     loop {
@@ -336,7 +365,7 @@ fn serve_pulls(
                 id: r.id,
                 message: format!("refused {:?}: {why}", r.path),
             };
-            out.write_all(&wire::encode(&reply))?;
+            frames.send(&reply)?;
             continue;
         }
         if lent.len() >= FAIR_SHARE {
@@ -345,52 +374,84 @@ fn serve_pulls(
                 id: r.id,
                 message: format!("more than {FAIR_SHARE} chunks staged and not released"),
             };
-            out.write_all(&wire::encode(&reply))?;
+            frames.send(&reply)?;
             continue;
         }
-        let waited = std::time::Instant::now();
-        let slot = loop {
-            if let Some(slot) = slab.take(SLOT_POLL) {
-                break Some(slot);
-            }
-            while let Some(msg) = frames.next(false)? {
-                note(msg, &mut lent, &mut queued)?;
-            }
-            if waited.elapsed() >= SLOT_WAIT {
-                break None;
-            }
-        };
+        let slot = wait_slot(slab, &mut frames, &mut lent, &mut queued)?;
         let staged = match slot {
             Some(slot) => stage(slot, store, &r.path, r.version, r.offset, r.len, faults),
             None => Err("holder has no free slot".to_string()),
         };
         let reply = match staged {
-            Ok((slot, crc32c)) if r.len <= eager_max => {
-                let head = wire::encode(&Message::Data {
+            Ok((mut slot, crc32c)) if r.len <= eager_max => {
+                let head = frames.encode(&Message::Data {
                     id: r.id,
                     len: r.len,
                     crc32c,
                 });
-                let body = slot.bytes(r.len as usize);
+                let body = slot.bytes_mut(r.len as usize);
+                let tag = frames.seal_record(body);
                 write_all_parts(
-                    &mut out,
-                    &mut [io::IoSlice::new(&head), io::IoSlice::new(body)],
+                    &mut &frames.s,
+                    &mut [
+                        io::IoSlice::new(&head),
+                        io::IoSlice::new(body),
+                        io::IoSlice::new(&tag),
+                    ],
                 )?;
                 continue;
             }
-            Ok((slot, crc32c)) => {
-                let addr = slot.addr();
-                lent.insert(addr, (slot, std::time::Instant::now()));
-                Message::Staged {
-                    id: r.id,
-                    addr,
-                    len: r.len,
-                    crc32c,
+            // Copied into the shared slab for the puller's get (checked there by the puller:
+            // the data-plane process may change the shared copy, not ours or its checksum).
+            Ok((slot, crc32c)) => match worker.shared_slab() {
+                Some(shared) => {
+                    let Some(mut shared) = wait_slot(shared, &mut frames, &mut lent, &mut queued)?
+                    else {
+                        frames.send(&Message::Error {
+                            id: r.id,
+                            message: "holder has no free shared slot".into(),
+                        })?;
+                        continue;
+                    };
+                    let addr = worker.lend(&slot, r.len as usize, &mut shared);
+                    lent.insert(addr, (shared, std::time::Instant::now()));
+                    Message::Staged {
+                        id: r.id,
+                        addr,
+                        len: r.len,
+                        crc32c,
+                    }
                 }
-            }
+                None => Message::Error {
+                    id: r.id,
+                    message: "holder has no UCX data plane to stage in".into(),
+                },
+            },
             Err(message) => Message::Error { id: r.id, message },
         };
-        out.write_all(&wire::encode(&reply))?;
+        frames.send(&reply)?;
+    }
+}
+
+/// Takes a free slot of `slab`, reading the puller's frames while waiting (its releases free
+/// slots); `None` after [`SLOT_WAIT`].
+fn wait_slot(
+    slab: &Arc<Slab>,
+    frames: &mut FrameReader,
+    lent: &mut HashMap<u64, (Slot, std::time::Instant)>,
+    queued: &mut VecDeque<Request>,
+) -> io::Result<Option<Slot>> {
+    let waited = std::time::Instant::now();
+    loop {
+        if let Some(slot) = slab.take(SLOT_POLL) {
+            return Ok(Some(slot));
+        }
+        while let Some(msg) = frames.next(false)? {
+            note(msg, lent, queued)?;
+        }
+        if waited.elapsed() >= SLOT_WAIT {
+            return Ok(None);
+        }
     }
 }
 

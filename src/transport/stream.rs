@@ -1,26 +1,49 @@
 //! Frames over sockets: [`wire`](super::wire) messages read and written on blocking streams
 //! (a pull runs on the thread that needs the bytes) and tokio streams (the server and the RPC
-//! client), idle connections kept per peer, and how a failed stream read is reported.
+//! client), sealed once the handshake has given the connection its keys
+//! ([`session`](super::session)), idle connections kept per peer, and how a failed stream read is
+//! reported.
 
 use std::collections::HashMap;
 use std::io;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use super::error::TransportError;
-use super::frame::WireError;
+use super::frame::{MAX_FRAME, WireError};
+use super::session::{Forged, Opener, Sealer};
 use super::wire::{self, Message};
 use crate::core::sync::lock;
 
-pub(super) async fn read_frame(
+/// Largest frame read before the handshake has proven the peer: the handshake's frames are a
+/// few dozen bytes, and a stranger must not make this node buffer more.
+pub(super) const PRE_AUTH_MAX: usize = 4 << 10;
+
+/// A frame's announced length, refused above `limit` before its body is read.
+fn frame_len(prefix: [u8; 4], limit: usize) -> Result<usize, WireError> {
+    let len = wire::check_len(prefix)?;
+    if len > limit {
+        return Err(WireError::TooLarge(len));
+    }
+    Ok(len)
+}
+
+fn forged(e: Forged) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// One frame from an async stream, plain, of at most `limit` bytes (the handshake's).
+pub(super) async fn read_plain(
     s: &mut (impl AsyncReadExt + Unpin),
+    limit: usize,
 ) -> io::Result<Result<Message, WireError>> {
     let mut prefix = [0u8; 4];
     s.read_exact(&mut prefix).await?;
-    let len = match wire::check_len(prefix) {
+    let len = match frame_len(prefix, limit) {
         Ok(l) => l,
         Err(e) => return Ok(Err(e)),
     };
@@ -29,28 +52,104 @@ pub(super) async fn read_frame(
     Ok(wire::decode(&body))
 }
 
-pub(super) async fn write_frame(
+/// One plain frame to an async stream (the handshake's).
+pub(super) async fn write_plain(
     s: &mut (impl AsyncWriteExt + Unpin),
     m: &Message,
 ) -> io::Result<()> {
     s.write_all(&wire::encode(m)).await
 }
 
-/// Reads frames from a blocking socket, keeping what arrived beyond the current frame.
+/// An async connection past its handshake: every frame sealed (plain with `--insecure`).
+pub(super) struct AsyncConn {
+    pub(super) s: TcpStream,
+    seal: Sealer,
+    open: Opener,
+}
+
+impl AsyncConn {
+    pub(super) fn new(s: TcpStream, (seal, open): (Sealer, Opener)) -> AsyncConn {
+        AsyncConn { s, seal, open }
+    }
+
+    pub(super) async fn read(&mut self) -> io::Result<Result<Message, WireError>> {
+        let mut prefix = [0u8; 4];
+        self.s.read_exact(&mut prefix).await?;
+        let len = match frame_len(prefix, MAX_FRAME) {
+            Ok(l) => l,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut body = vec![0; len];
+        self.s.read_exact(&mut body).await?;
+        let plain = self.open.frame(&mut body).map_err(forged)?;
+        Ok(wire::decode(plain))
+    }
+
+    pub(super) async fn write(&mut self, m: &Message) -> io::Result<()> {
+        let frame = self.seal.frame(&wire::to_body(m));
+        self.s.write_all(&frame).await
+    }
+
+    /// The blocking socket and its halves, for a connection handed to a thread of its own.
+    pub(super) fn into_blocking(self) -> io::Result<FrameReader> {
+        let s = self.s.into_std()?;
+        s.set_nonblocking(false)?;
+        let mut r = FrameReader::new(s);
+        r.secure((self.seal, self.open));
+        Ok(r)
+    }
+}
+
+/// A blocking connection: frames read (keeping what arrived beyond the current frame) and
+/// written, sealed once [`FrameReader::secure`] has given it its keys.
 pub(super) struct FrameReader {
     pub(super) s: std::net::TcpStream,
     buf: Vec<u8>,
     /// The socket's read and write timeout as last set through [`FrameReader::bound`].
     bound: Option<Duration>,
+    /// Largest frame accepted: [`PRE_AUTH_MAX`] until the handshake is done.
+    limit: usize,
+    seal: Sealer,
+    open: Opener,
 }
 
 impl FrameReader {
+    /// A fresh connection: plain frames of at most [`PRE_AUTH_MAX`] bytes.
     pub(super) fn new(s: std::net::TcpStream) -> Self {
         FrameReader {
             s,
             buf: Vec::new(),
             bound: None,
+            limit: PRE_AUTH_MAX,
+            seal: Sealer::plain(),
+            open: Opener::plain(),
         }
+    }
+
+    /// The handshake is done: frames of up to [`MAX_FRAME`] bytes, sealed with its keys
+    /// (plain halves: `--insecure`).
+    pub(super) fn secure(&mut self, (seal, open): (Sealer, Opener)) {
+        self.seal = seal;
+        self.open = open;
+        self.limit = MAX_FRAME;
+    }
+
+    /// A message as the bytes to write next on this connection (sealed with the next sequence
+    /// number: frames must be written in the order they were made).
+    pub(super) fn encode(&mut self, m: &Message) -> Vec<u8> {
+        self.seal.frame(&wire::to_body(m))
+    }
+
+    /// Makes and writes one frame.
+    pub(super) fn send(&mut self, m: &Message) -> io::Result<()> {
+        let f = self.encode(m);
+        self.s.write_all(&f)
+    }
+
+    /// Seals a raw chunk in place, to be written right after the frame made before it; returns
+    /// the tag to write after it.
+    pub(super) fn seal_record(&mut self, bytes: &mut [u8]) -> Vec<u8> {
+        self.seal.record(bytes)
     }
 
     /// Bounds each read and write on the socket by `t`. A bound already set is kept if it is at
@@ -65,9 +164,18 @@ impl FrameReader {
         Ok(())
     }
 
-    /// Reads exactly `dst.len()` raw bytes that follow the last frame (a `Data` chunk): those
-    /// already buffered first, the rest straight from the socket into `dst`.
+    /// Reads exactly `dst.len()` raw bytes that follow the last frame (a `Data` chunk), and the
+    /// tag that seals them: those already buffered first, the rest straight from the socket
+    /// into `dst`; then opens them in place.
     pub(super) fn read_raw(&mut self, dst: &mut [u8]) -> io::Result<()> {
+        self.take_raw(dst)?;
+        let mut tag = [0u8; super::session::TAG];
+        let tag = &mut tag[..self.open.overhead()];
+        self.take_raw(tag)?;
+        self.open.record(dst, tag).map_err(forged)
+    }
+
+    fn take_raw(&mut self, dst: &mut [u8]) -> io::Result<()> {
         let have = self.buf.len().min(dst.len());
         dst[..have].copy_from_slice(&self.buf[..have]);
         self.buf.drain(..have);
@@ -79,9 +187,10 @@ impl FrameReader {
     pub(super) fn next(&mut self, wait: bool) -> io::Result<Option<Message>> {
         loop {
             if let Some(prefix) = self.buf.first_chunk::<4>() {
-                let len = wire::check_len(*prefix).map_err(bad_frame)?;
+                let len = frame_len(*prefix, self.limit).map_err(bad_frame)?;
                 if self.buf.len() >= 4 + len {
-                    let msg = wire::decode(&self.buf[4..4 + len]).map_err(bad_frame)?;
+                    let plain = self.open.frame(&mut self.buf[4..4 + len]).map_err(forged)?;
+                    let msg = wire::decode(plain).map_err(bad_frame)?;
                     self.buf.drain(..4 + len);
                     return Ok(Some(msg));
                 }

@@ -10,8 +10,9 @@ use super::frame::{self, WireError};
 use crate::core::Version;
 
 /// Version 4: locator messages travel as an opaque `Rpc` payload. Version 6: small chunks
-/// travel inline (`Data`), as the puller's hello allows.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// travel inline (`Data`), as the puller's hello allows. Version 7: every frame after the
+/// handshake is sealed (`session`), and a hello without UCX blobs means every chunk inline.
+pub const PROTOCOL_VERSION: u32 = 7;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -89,9 +90,14 @@ pub enum Message {
     },
 }
 
-/// Encodes one message as a complete frame (length prefix included).
+/// Encodes one message as a complete plain frame (length prefix included).
 pub fn encode(msg: &Message) -> Vec<u8> {
     frame::encode(msg)
+}
+
+/// Encodes one message as a frame's body (no length prefix), to be sealed.
+pub fn to_body(msg: &Message) -> Vec<u8> {
+    frame::to_bytes(msg)
 }
 
 /// Decodes a frame body; a Hello of another protocol version is refused.
@@ -169,7 +175,7 @@ mod tests {
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v6.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v7.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -178,7 +184,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v6.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v7.bin"),
                 &all,
             )
             .unwrap();

@@ -1,6 +1,8 @@
 //! Harness for integration tests: real mounts of the real binary over temp directories.
 #![allow(dead_code)]
 
+pub mod attack;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

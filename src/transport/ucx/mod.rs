@@ -10,6 +10,7 @@
 //! (successfully, with an error, or cancelled), so UCX never writes into memory handed to
 //! someone else.
 
+pub mod child;
 mod slab;
 
 use std::collections::HashMap;
@@ -45,6 +46,14 @@ impl UcxError {
         }
     }
 
+    pub(crate) fn io(op: &'static str, e: std::io::Error) -> UcxError {
+        UcxError {
+            op,
+            status: sys::UCS_ERR_IO_ERROR,
+            message: e.to_string(),
+        }
+    }
+
     pub(crate) fn gone(op: &'static str) -> UcxError {
         UcxError {
             op,
@@ -71,6 +80,23 @@ pub struct PeerId(u64);
 pub struct PeerInfo {
     pub worker_address: Vec<u8>,
     pub rkey: Vec<u8>,
+}
+
+/// Zero bytes after each blob UCX unpacks: `ucp_ep_create` and `ucp_ep_rkey_unpack` take no
+/// length, so a malformed blob that runs past its end reads these, never past the allocation.
+const UNPACK_PADDING: usize = 4 << 10;
+
+impl PeerInfo {
+    /// A peer's blobs (already bounded in length by the hello's check), copied with
+    /// [`UNPACK_PADDING`] zero bytes after each for UCX to unpack.
+    pub fn padded(mut worker_address: Vec<u8>, mut rkey: Vec<u8>) -> PeerInfo {
+        worker_address.resize(worker_address.len() + UNPACK_PADDING, 0);
+        rkey.resize(rkey.len() + UNPACK_PADDING, 0);
+        PeerInfo {
+            worker_address,
+            rkey,
+        }
+    }
 }
 
 enum Cmd {
@@ -124,18 +150,11 @@ struct Owned {
 unsafe impl Send for Owned {}
 
 impl Worker {
-    /// Creates the context, worker and slab (`slots` x `slot_size` bytes) and starts progress.
-    pub fn new(slots: usize, slot_size: usize) -> Result<Worker, UcxError> {
-        Self::start(slots, slot_size, false)
-    }
-
-    /// As [`Worker::new`], with the progress thread at the lowest CPU priority: for background
-    /// copies (`--replicate`), which then move bytes only when the readers leave CPU idle.
-    pub fn new_background(slots: usize, slot_size: usize) -> Result<Worker, UcxError> {
-        Self::start(slots, slot_size, true)
-    }
-
-    fn start(slots: usize, slot_size: usize, background: bool) -> Result<Worker, UcxError> {
+    /// Creates the context and worker, registers `slab` and starts progress (in the
+    /// data-plane process, [`child::run`]). `background`: the progress thread runs at the
+    /// lowest CPU priority, for background copies (`--replicate`), which then move bytes only
+    /// when the readers leave CPU idle.
+    pub fn with_slab(slab: Arc<Slab>, background: bool) -> Result<Worker, UcxError> {
         let params = sys::ucp_params_t {
             field_mask: sys::UCP_PARAM_FIELD_FEATURES as u64,
             features: (sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
@@ -173,13 +192,6 @@ impl Worker {
             }
             e
         };
-        let slab = Arc::new(Slab::new(slots, slot_size).map_err(|e| {
-            fail(UcxError {
-                op: "mmap",
-                status: sys::UCS_ERR_NO_MEMORY,
-                message: e.to_string(),
-            })
-        })?);
         // Peers may only read the slab: no remote write access is registered.
         let mparams = sys::ucp_mem_map_params_t {
             field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS

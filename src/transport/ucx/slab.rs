@@ -52,6 +52,73 @@ impl Slab {
         })
     }
 
+    /// A slab in a memfd, to be shared with the data-plane process: the daemon's mapping and
+    /// the descriptor.
+    pub fn new_shared(
+        slots: usize,
+        slot_size: usize,
+    ) -> std::io::Result<(Slab, std::os::fd::OwnedFd)> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a NUL-terminated name and flags; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"dyadfs-slab".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just created and is owned here only.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let file = std::fs::File::from(fd);
+        file.set_len((slots * slot_size) as u64)?;
+        let fd = std::os::fd::OwnedFd::from(file);
+        let slab = Slab::map_shared(&fd, slots, slot_size)?;
+        Ok((slab, fd))
+    }
+
+    /// Maps a shared slab's memfd (the daemon's side or the data-plane process's).
+    pub fn map_shared(
+        fd: &std::os::fd::OwnedFd,
+        slots: usize,
+        slot_size: usize,
+    ) -> std::io::Result<Slab> {
+        use std::os::fd::AsRawFd;
+        let len = slots * slot_size;
+        if len == 0 {
+            return Err(std::io::ErrorKind::InvalidInput.into());
+        }
+        // SAFETY: a shared mapping of a memfd of at least `len` bytes; checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Slab {
+            base: base as *mut u8,
+            slot_size,
+            slots,
+            free: Mutex::new((0..slots).rev().collect()),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// Takes the slot `index` if it is free (the data-plane process, told by the daemon which
+    /// of the shared slots a get goes into).
+    pub fn take_index(self: &Arc<Self>, index: usize) -> Option<Slot> {
+        let mut free = lock(&self.free);
+        let at = free.iter().position(|&i| i == index)?;
+        free.swap_remove(at);
+        Some(Slot {
+            slab: self.clone(),
+            index,
+        })
+    }
+
     pub fn base(&self) -> *mut u8 {
         self.base
     }
@@ -118,6 +185,10 @@ pub struct Slot {
 }
 
 impl Slot {
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
     pub fn capacity(&self) -> usize {
         self.slab.slot_size
     }

@@ -1,0 +1,136 @@
+//! How chunks move between nodes once a pull connection is authenticated: on the sealed
+//! control stream only ([`DataPlane::stream`], the default where UCX would emulate RMA in
+//! software), or also by UCX RMA gets ([`DataPlane::ucx`], opt-in).
+//!
+//! With UCX, the worker runs in a data-plane process of its own ([`super::ucx::child`]):
+//! unprivileged, without the job secret, sharing with the daemon only the slab of staged
+//! chunks. Whatever reaches UCX (on tcp, UCX's software RMA reads and writes any address of the
+//! process it runs in) reaches that process only. The daemon treats the shared slab as hostile
+//! memory: a holder stages and checksums a chunk in its own memory and copies it into the slab
+//! for the get; a puller copies a gotten chunk out of the slab before checking it, and reads
+//! inline chunks into its own memory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::ucx::child::Child;
+use super::ucx::{Completion, NoResult, PeerId, PeerInfo, Slab, Slot, UcxError};
+
+pub struct DataPlane {
+    /// The daemon's own slots: inline chunks, staging, checks.
+    private: Arc<Slab>,
+    ucx: Option<Child>,
+}
+
+impl DataPlane {
+    /// Chunks travel on the sealed control stream only; no UCX worker, nothing listening but
+    /// the control port.
+    pub fn stream(slots: usize, slot_size: usize) -> std::io::Result<DataPlane> {
+        Ok(DataPlane {
+            private: Arc::new(Slab::new(slots, slot_size)?),
+            ucx: None,
+        })
+    }
+
+    /// Chunks above the eager size travel by UCX RMA, through a data-plane process of its own
+    /// with a shared slab of `slots` slots. `background`: its progress thread runs at the
+    /// lowest CPU priority (`--replicate`'s copies).
+    pub fn ucx(slots: usize, slot_size: usize, background: bool) -> Result<DataPlane, UcxError> {
+        let private = Slab::new(slots, slot_size).map_err(|e| UcxError::io("mmap", e))?;
+        Ok(DataPlane {
+            private: Arc::new(private),
+            ucx: Some(Child::start(slots, slot_size, background)?),
+        })
+    }
+
+    /// The daemon's own slots.
+    pub fn slab(&self) -> &Arc<Slab> {
+        &self.private
+    }
+
+    pub fn has_ucx(&self) -> bool {
+        self.ucx.is_some()
+    }
+
+    /// What a peer needs to get from this node's shared slab (empty without UCX).
+    pub fn info(&self) -> PeerInfo {
+        match &self.ucx {
+            Some(c) => c.info(),
+            None => PeerInfo {
+                worker_address: Vec::new(),
+                rkey: Vec::new(),
+            },
+        }
+    }
+
+    /// Creates an endpoint to a peer's data-plane process.
+    pub fn connect(&self, info: PeerInfo, timeout: Duration) -> Result<PeerId, UcxError> {
+        match &self.ucx {
+            Some(c) => c.connect(info, timeout),
+            None => Err(UcxError::gone("connect")),
+        }
+    }
+
+    pub fn disconnect(&self, peer: PeerId) {
+        if let Some(c) = &self.ucx {
+            c.disconnect(peer);
+        }
+    }
+
+    /// The slab shared with the data-plane process (none without UCX).
+    pub fn shared_slab(&self) -> Option<&Arc<Slab>> {
+        self.ucx.as_ref().map(Child::slab)
+    }
+
+    /// Copies a staged chunk (in one of our own slots) into `shared`, a slot of the shared
+    /// slab, for a peer's get; returns the address the peer gets from.
+    pub fn lend(&self, staged: &Slot, len: usize, shared: &mut Slot) -> u64 {
+        shared.bytes_mut(len).copy_from_slice(staged.bytes(len));
+        self.ucx.as_ref().map_or(0, |c| c.remote_addr(shared))
+    }
+
+    /// Gets `len` bytes at a peer's `remote_addr` into a shared slot; once the get is done they
+    /// are copied into `into`, a slot of our own.
+    pub fn get(
+        &self,
+        peer: PeerId,
+        remote_addr: u64,
+        into: Slot,
+        len: usize,
+        wait: Duration,
+    ) -> Result<Getting, UcxError> {
+        let c = self
+            .ucx
+            .as_ref()
+            .ok_or_else(|| UcxError::gone("ucp_get_nbx"))?;
+        let shared = c
+            .slab()
+            .take(wait)
+            .ok_or_else(|| UcxError::gone("a free shared slot"))?;
+        Ok(Getting {
+            done: c.get(peer, remote_addr, shared, len),
+            len,
+            into,
+        })
+    }
+}
+
+/// A get on its way.
+pub struct Getting {
+    done: Completion<(Slot, Result<(), UcxError>)>,
+    len: usize,
+    into: Slot,
+}
+
+impl Getting {
+    /// Waits (at most `t`) for the get and copies its bytes into a slot of our own (the shared
+    /// slot may change under us: nothing is checked in it).
+    pub fn finish(self, t: Duration) -> Result<Slot, Result<UcxError, NoResult>> {
+        let (shared, r) = self.done.wait(t).map_err(Err)?;
+        r.map_err(Ok)?;
+        let mut mine = self.into;
+        mine.bytes_mut(self.len)
+            .copy_from_slice(shared.bytes(self.len));
+        Ok(mine)
+    }
+}

@@ -1,0 +1,618 @@
+//! The UCX worker in a process of its own (`dyadfs data-plane`, started by the daemon): on tcp,
+//! UCX emulates RMA in software and its handlers read or write any address a request names,
+//! with no rkey or bounds check, so whatever UCX listens with must hold nothing worth taking.
+//! The process is exec'd fresh (none of the daemon's memory: no secret, no state), drops to
+//! `nobody` when started as root, sets `no_new_privs` and is not dumpable, and shares with the
+//! daemon only the slab of staged chunks (a memfd) and a socket of commands. The daemon checks
+//! everything it says and treats the slab as hostile (see [`crate::transport::plane`]).
+//!
+//! If the process dies (a hostile get at an unmapped address kills it), the daemon's gets in
+//! flight fail at once (pulls go on from another holder or the shared file system), and a new
+//! process is started with a new address, which pullers learn on their next connection.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, bounded};
+use serde::{Deserialize, Serialize};
+
+use super::{Completer, Completion, PeerId, PeerInfo, Slab, Slot, UcxError, Worker, completion};
+use crate::core::sync::lock;
+
+/// Commands from the daemon.
+#[derive(Debug, Serialize, Deserialize)]
+enum ToChild {
+    Connect {
+        id: u64,
+        #[serde(with = "crate::transport::frame::bytes")]
+        address: Vec<u8>,
+        #[serde(with = "crate::transport::frame::bytes")]
+        rkey: Vec<u8>,
+    },
+    Disconnect {
+        peer: u64,
+    },
+    Get {
+        id: u64,
+        peer: u64,
+        remote_addr: u64,
+        slot: u32,
+        len: u32,
+    },
+}
+
+/// Answers from the data-plane process (untrusted: checked before use).
+#[derive(Debug, Serialize, Deserialize)]
+enum FromChild {
+    Ready {
+        #[serde(with = "crate::transport::frame::bytes")]
+        address: Vec<u8>,
+        #[serde(with = "crate::transport::frame::bytes")]
+        rkey: Vec<u8>,
+        /// Where the slab is mapped in the data-plane process (what peers name in gets).
+        base: u64,
+    },
+    Connected {
+        id: u64,
+        peer: Result<u64, String>,
+    },
+    GetDone {
+        id: u64,
+        error: Option<String>,
+    },
+}
+
+/// Largest command or answer (addresses and rkeys are bounded by the hello's check).
+const MAX_MSG: usize = 64 << 10;
+/// The descriptors the data-plane process finds its socket and slab at.
+const SOCK_FD: RawFd = 3;
+const SLAB_FD: RawFd = 4;
+/// Waits between restarts of a data-plane process that keeps dying.
+const RESTART_MIN: Duration = Duration::from_millis(100);
+const RESTART_MAX: Duration = Duration::from_secs(5);
+
+/// The daemon's handle on its data-plane process (restarted when it dies).
+pub struct Child {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    slots: usize,
+    slot_size: usize,
+    background: bool,
+    memfd: OwnedFd,
+    /// The daemon's mapping of the shared slab.
+    slab: Arc<Slab>,
+    state: Mutex<State>,
+    waiting: Mutex<HashMap<u64, Waiter>>,
+    next: AtomicU64,
+    stopping: AtomicBool,
+}
+
+/// The running process.
+struct State {
+    generation: u64,
+    sock: Option<Arc<OwnedFd>>,
+    pid: Option<i32>,
+    info: PeerInfo,
+    base: u64,
+}
+
+enum Waiter {
+    Connect(u64, Sender<Result<PeerId, UcxError>>),
+    Get(u64, Slot, Completer<(Slot, Result<(), UcxError>)>),
+}
+
+fn io_err(op: &'static str) -> impl Fn(io::Error) -> UcxError {
+    move |e| UcxError::io(op, e)
+}
+
+/// A `socketpair` of sequenced packets: one command or answer per message, never merged.
+fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is an out array of two ints.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn send_msg<T: Serialize>(sock: &OwnedFd, m: &T) -> io::Result<()> {
+    let bytes = rmp_serde::to_vec(m).map_err(io::Error::other)?;
+    // SAFETY: a live socket and a buffer of bytes.len() readable bytes.
+    let n = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The next message; `Ok(None)` at EOF.
+fn recv_msg<T: serde::de::DeserializeOwned>(
+    sock: &OwnedFd,
+    buf: &mut [u8],
+) -> io::Result<Option<T>> {
+    loop {
+        // SAFETY: a live socket and a writable buffer of buf.len() bytes.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        return rmp_serde::from_slice(&buf[..n as usize])
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+    }
+}
+
+impl Child {
+    /// Creates the shared slab and starts the data-plane process; returns once it is ready.
+    pub fn start(slots: usize, slot_size: usize, background: bool) -> Result<Child, UcxError> {
+        let (slab, memfd) = Slab::new_shared(slots, slot_size).map_err(io_err("memfd"))?;
+        let inner = Arc::new(Inner {
+            slots,
+            slot_size,
+            background,
+            memfd,
+            slab: Arc::new(slab),
+            state: Mutex::new(State {
+                generation: 0,
+                sock: None,
+                pid: None,
+                info: PeerInfo {
+                    worker_address: Vec::new(),
+                    rkey: Vec::new(),
+                },
+                base: 0,
+            }),
+            waiting: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+        });
+        let sock = inner.spawn()?;
+        let watcher = inner.clone();
+        std::thread::Builder::new()
+            .name("data-plane".into())
+            .spawn(move || watcher.watch(sock))
+            .map_err(io_err("spawn"))?;
+        Ok(Child { inner })
+    }
+
+    /// The shared slab, as the daemon maps it.
+    pub fn slab(&self) -> &Arc<Slab> {
+        &self.inner.slab
+    }
+
+    pub fn info(&self) -> PeerInfo {
+        lock(&self.inner.state).info.clone()
+    }
+
+    /// The address a peer names to get the shared slot `slot`.
+    pub fn remote_addr(&self, slot: &Slot) -> u64 {
+        lock(&self.inner.state).base + (slot.index() * self.inner.slot_size) as u64
+    }
+
+    /// The pid of the running data-plane process (tests, `status`).
+    pub fn pid(&self) -> Option<i32> {
+        lock(&self.inner.state).pid
+    }
+
+    fn command(&self, cmd: &ToChild) -> Result<u64, UcxError> {
+        let st = lock(&self.inner.state);
+        let sock = st
+            .sock
+            .clone()
+            .ok_or_else(|| UcxError::gone("data plane"))?;
+        let generation = st.generation;
+        drop(st);
+        send_msg(&sock, cmd).map_err(io_err("data plane"))?;
+        Ok(generation)
+    }
+
+    pub fn connect(&self, info: PeerInfo, timeout: Duration) -> Result<PeerId, UcxError> {
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = bounded(1);
+        let generation = lock(&self.inner.state).generation;
+        lock(&self.inner.waiting).insert(id, Waiter::Connect(generation, tx));
+        let sent = self.command(&ToChild::Connect {
+            id,
+            address: info.worker_address,
+            rkey: info.rkey,
+        });
+        let r = sent.and_then(|_| {
+            rx.recv_timeout(timeout)
+                .map_err(|_| UcxError::gone("connect"))?
+        });
+        lock(&self.inner.waiting).remove(&id);
+        r
+    }
+
+    pub fn disconnect(&self, peer: PeerId) {
+        let (generation, peer) = split(peer);
+        if generation == lock(&self.inner.state).generation {
+            let _ = self.command(&ToChild::Disconnect { peer });
+        }
+    }
+
+    /// Starts a get into the shared slot `slot`; it comes back with the result once the
+    /// data-plane process is done with it (or is gone).
+    pub fn get(
+        &self,
+        peer: PeerId,
+        remote_addr: u64,
+        slot: Slot,
+        len: usize,
+    ) -> Completion<(Slot, Result<(), UcxError>)> {
+        let (done, rx) = completion();
+        let (generation, child_peer) = split(peer);
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let index = slot.index() as u32;
+        let mut waiting = lock(&self.inner.waiting);
+        if generation != lock(&self.inner.state).generation {
+            drop(waiting);
+            done.complete((slot, Err(UcxError::gone("ucp_get_nbx"))));
+            return rx;
+        }
+        waiting.insert(id, Waiter::Get(generation, slot, done));
+        drop(waiting);
+        let cmd = ToChild::Get {
+            id,
+            peer: child_peer,
+            remote_addr,
+            slot: index,
+            len: len as u32,
+        };
+        if self.command(&cmd).is_err() {
+            // Gone: the completer is dropped (abandoned), the slot returns.
+            lock(&self.inner.waiting).remove(&id);
+        }
+        rx
+    }
+}
+
+fn split(peer: PeerId) -> (u64, u64) {
+    (peer.0 >> 40, peer.0 & ((1 << 40) - 1))
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.inner.stopping.store(true, Ordering::Relaxed);
+        let st = lock(&self.inner.state);
+        if let Some(pid) = st.pid {
+            // SAFETY: signalling our own child process.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Inner {
+    /// Starts a data-plane process and waits for its `Ready`; returns its socket.
+    fn spawn(&self) -> Result<Arc<OwnedFd>, UcxError> {
+        let (mine, theirs) = seqpacket_pair().map_err(io_err("socketpair"))?;
+        let exe = std::env::current_exe().map_err(io_err("current_exe"))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("data-plane")
+            .arg("--slots")
+            .arg(self.slots.to_string())
+            .arg("--slot-size")
+            .arg(self.slot_size.to_string());
+        if self.background {
+            cmd.arg("--background");
+        }
+        // Nothing of the daemon's environment but UCX's settings and the log filter.
+        cmd.env_clear();
+        for (k, v) in std::env::vars_os() {
+            let k_str = k.to_string_lossy();
+            if k_str.starts_with("UCX_") || k_str == "RUST_LOG" || k_str == "PATH" {
+                cmd.env(k, v);
+            }
+        }
+        cmd.stdin(std::process::Stdio::null());
+        let (sock_fd, slab_fd) = (theirs.as_raw_fd(), self.memfd.as_raw_fd());
+        // SAFETY: only async-signal-safe calls between fork and exec: fcntl, dup2, close_range
+        // and prctl.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Both first moved above the targets, so neither dup2 clobbers the other.
+                let a = libc::fcntl(sock_fd, libc::F_DUPFD, 16);
+                let b = libc::fcntl(slab_fd, libc::F_DUPFD, 16);
+                if a < 0
+                    || b < 0
+                    || libc::dup2(a, SOCK_FD) < 0
+                    || libc::dup2(b, SLAB_FD) < 0
+                    // Nothing else of the daemon's: no cache file, no /dev/fuse, no readiness
+                    // pipe (whose reader waits for every copy of it to close).
+                    || libc::syscall(libc::SYS_close_range, SLAB_FD + 1, libc::c_uint::MAX, 0) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(io_err("spawn data-plane process"))?;
+        drop(theirs);
+        let pid = child.id() as i32;
+        // Reaped by the watcher once its socket closes.
+        std::mem::forget(child);
+        let mut buf = vec![0u8; MAX_MSG];
+        let ready = set_recv_timeout(&mine, Some(Duration::from_secs(30)))
+            .and_then(|()| recv_msg::<FromChild>(&mine, &mut buf));
+        let _ = set_recv_timeout(&mine, None);
+        let (address, rkey, base) = match ready {
+            Ok(Some(FromChild::Ready {
+                address,
+                rkey,
+                base,
+            })) if !address.is_empty() && !rkey.is_empty() => (address, rkey, base),
+            other => {
+                // SAFETY: our own child.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+                return Err(UcxError::io(
+                    "data-plane process start",
+                    io::Error::other(format!("no ready message: {other:?}")),
+                ));
+            }
+        };
+        let sock = Arc::new(mine);
+        let mut st = lock(&self.state);
+        st.generation += 1;
+        st.sock = Some(sock.clone());
+        st.pid = Some(pid);
+        st.info = PeerInfo {
+            worker_address: address,
+            rkey,
+        };
+        st.base = base;
+        tracing::info!(pid, generation = st.generation, "data-plane process ready");
+        Ok(sock)
+    }
+
+    /// Reads the process's answers until it goes away, then restarts it (for as long as the
+    /// daemon runs).
+    fn watch(self: Arc<Self>, mut sock: Arc<OwnedFd>) {
+        let mut wait = RESTART_MIN;
+        loop {
+            self.read_answers(&sock);
+            let (pid, generation) = {
+                let mut st = lock(&self.state);
+                st.sock = None;
+                (st.pid.take(), st.generation)
+            };
+            if let Some(pid) = pid {
+                let mut status = 0;
+                // SAFETY: our own child; reaped once.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                if !self.stopping.load(Ordering::Relaxed) {
+                    tracing::warn!(pid, status, "data-plane process died; restarting it");
+                }
+            }
+            // Its gets and connects fail now (slots return: the process is gone).
+            lock(&self.waiting).retain(|_, w| match w {
+                Waiter::Connect(g, _) | Waiter::Get(g, _, _) => *g != generation,
+            });
+            if self.stopping.load(Ordering::Relaxed) {
+                return;
+            }
+            loop {
+                std::thread::sleep(wait);
+                match self.spawn() {
+                    Ok(s) => {
+                        sock = s;
+                        wait = RESTART_MIN;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "restarting the data-plane process failed");
+                        wait = (wait * 2).min(RESTART_MAX);
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_answers(&self, sock: &OwnedFd) {
+        let mut buf = vec![0u8; MAX_MSG];
+        let generation = lock(&self.state).generation;
+        loop {
+            let msg = match recv_msg::<FromChild>(sock, &mut buf) {
+                Ok(Some(m)) => m,
+                Ok(None) => return,
+                Err(e) => {
+                    // A process that speaks nonsense is treated as dead.
+                    tracing::warn!(error = %e, "bad message from the data-plane process");
+                    return;
+                }
+            };
+            match msg {
+                FromChild::Connected { id, peer } => {
+                    if let Some(Waiter::Connect(_, tx)) = lock(&self.waiting).remove(&id) {
+                        let r = match peer {
+                            Ok(p) if p < (1 << 40) => Ok(PeerId((generation << 40) | p)),
+                            Ok(_) => Err(UcxError::io("connect", io::Error::other("bad peer"))),
+                            Err(m) => Err(UcxError::io("ucp_ep_create", io::Error::other(m))),
+                        };
+                        let _ = tx.send(r);
+                    }
+                }
+                FromChild::GetDone { id, error } => {
+                    let w = lock(&self.waiting).remove(&id);
+                    if let Some(Waiter::Get(_, slot, done)) = w {
+                        let r = match error {
+                            None => Ok(()),
+                            Some(m) => Err(UcxError::io("ucp_get_nbx", io::Error::other(m))),
+                        };
+                        done.complete((slot, r));
+                    }
+                }
+                FromChild::Ready { .. } => return,
+            }
+        }
+    }
+}
+
+fn set_recv_timeout(sock: &OwnedFd, t: Option<Duration>) -> io::Result<()> {
+    let tv = match t {
+        Some(t) => libc::timeval {
+            tv_sec: t.as_secs() as libc::time_t,
+            tv_usec: t.subsec_micros() as libc::suseconds_t,
+        },
+        None => libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+    };
+    // SAFETY: a live socket and a timeval of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Drops what the data-plane process does not need: root (to `nobody`), the ability to gain
+/// privileges again, and being dumpable (no ptrace or /proc/PID/mem by other `nobody`s).
+fn drop_privileges() -> io::Result<()> {
+    let fail = || Err(io::Error::last_os_error());
+    // SAFETY: plain syscalls on this process's credentials; results checked.
+    unsafe {
+        if libc::geteuid() == 0 {
+            const NOBODY: libc::uid_t = 65534;
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(NOBODY, NOBODY, NOBODY) != 0
+                || libc::setresuid(NOBODY, NOBODY, NOBODY) != 0
+            {
+                return fail();
+            }
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0
+        {
+            return fail();
+        }
+    }
+    Ok(())
+}
+
+/// The data-plane process: `dyadfs data-plane`, started by a daemon with its socket at fd 3
+/// and the slab's memfd at fd 4. Runs until the daemon goes away.
+pub fn run(slots: usize, slot_size: usize, background: bool) -> Result<(), UcxError> {
+    // SAFETY: the daemon passed these descriptors to this process for it alone.
+    let (sock, memfd) = unsafe { (OwnedFd::from_raw_fd(SOCK_FD), OwnedFd::from_raw_fd(SLAB_FD)) };
+    drop_privileges().map_err(io_err("dropping privileges"))?;
+    let slab = Arc::new(Slab::map_shared(&memfd, slots, slot_size).map_err(io_err("mmap"))?);
+    drop(memfd);
+    let base = slab.base() as u64;
+    let worker = Arc::new(Worker::with_slab(slab.clone(), background)?);
+    let info = worker.info();
+    let sock = Arc::new(sock);
+    send_msg(
+        &sock,
+        &FromChild::Ready {
+            address: info.worker_address,
+            rkey: info.rkey,
+            base,
+        },
+    )
+    .map_err(io_err("ready"))?;
+    let mut buf = vec![0u8; MAX_MSG];
+    let mut peers: HashMap<u64, super::PeerId> = HashMap::new();
+    let mut next = 0u64;
+    loop {
+        let cmd = match recv_msg::<ToChild>(&sock, &mut buf) {
+            Ok(Some(c)) => c,
+            // The daemon went away (or spoke nonsense): nothing left to serve.
+            Ok(None) | Err(_) => return Ok(()),
+        };
+        match cmd {
+            ToChild::Connect { id, address, rkey } => {
+                let r = worker
+                    .connect(PeerInfo::padded(address, rkey), Duration::from_secs(10))
+                    .map(|p| {
+                        next += 1;
+                        peers.insert(next, p);
+                        next
+                    })
+                    .map_err(|e| e.to_string());
+                let _ = send_msg(&sock, &FromChild::Connected { id, peer: r });
+            }
+            ToChild::Disconnect { peer } => {
+                if let Some(p) = peers.remove(&peer) {
+                    worker.disconnect(p);
+                }
+            }
+            ToChild::Get {
+                id,
+                peer,
+                remote_addr,
+                slot,
+                len,
+            } => {
+                let answer = |error: Option<String>| {
+                    let _ = send_msg(&sock, &FromChild::GetDone { id, error });
+                };
+                let (Some(&p), Some(s)) = (peers.get(&peer), slab.take_index(slot as usize)) else {
+                    answer(Some("unknown peer or busy slot".into()));
+                    continue;
+                };
+                if len as usize > s.capacity() {
+                    answer(Some("get larger than its slot".into()));
+                    continue;
+                }
+                let done = worker.get(p, remote_addr, s, len as usize);
+                let sock = sock.clone();
+                // The get's completion is awaited off this loop, so a frozen peer holds
+                // nobody else's get.
+                std::thread::spawn(move || {
+                    let error = match done.wait(Duration::from_secs(120)) {
+                        Ok((_slot, Ok(()))) => None,
+                        Ok((_slot, Err(e))) => Some(e.to_string()),
+                        Err(e) => Some(format!("{e:?}")),
+                    };
+                    let _ = send_msg(&sock, &FromChild::GetDone { id, error });
+                });
+            }
+        }
+    }
+}
