@@ -22,8 +22,10 @@
 # filling every file from the shared FS for the readers, with its CPU per file.
 # BOPTS lists option sets for B's mount, separated by ';' (default: one empty set), e.g.
 # ";--no-open" compares the default with --no-open, interleaved like the rest.
-# BINS lists dyadfs binaries for the puller B (e.g. two commits' builds), interleaved run by run
-# with each other and the options above; A, the holder, runs this tree's build (DYADFS_BIN).
+# BINS lists dyadfs builds (e.g. two commits'), interleaved run by run with each other and the
+# options above, each entry a binary with optional mount options after a colon
+# ("new/dyadfs:--data-plane=ucx"); A, the holder, is remounted with the entry B runs (builds of
+# other protocol versions cannot talk to each other).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
 # CACHE_FS, BINS, HINT, BOPTS, FILLS, REPLICATE=0 to leave out (c))
 set -euo pipefail
@@ -71,7 +73,7 @@ switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {
 # Reads every file in $W/order under $1 whole, 4 processes.
 read_all() { (cd "$1" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
 
-mount_node a 0
+remount_holder "${BINS[0]}"
 read_all "$W/a/mnt"    # node A fetches everything from the shared FS
 # Appends a run's figures to the files of $1 (files/s, CPU and switches per file of A and B).
 record() {
@@ -92,7 +94,7 @@ for _ in $(seq "$RUNS"); do
     for i in "${!BINS[@]}"; do
       # A node of its own, mounted empty: every file is read from the shared FS and cached.
       rm -rf "$W/c"; mkdir -p "$W/c/mnt" "$W/c/ssd"
-      "${BINS[$i]}" mount "$W/c/mnt" --ssd "$W/c/ssd" --backing "$W/backing"
+      "$(bin_of "${BINS[$i]}")" mount "$W/c/mnt" --ssd "$W/c/ssd" --backing "$W/backing"
       drop
       C=$(daemon_of c) a0=0 a1=0 sa0=0 sa1=0
       b0=$(cpu_ms "$C") sb0=$(switches "$C")
@@ -111,14 +113,15 @@ for _ in $(seq "$RUNS"); do
     for h in $HINT; do
     for o in "${!BOPTS[@]}"; do
     # B restarts empty; A re-announces its copies to B's tables as B starts.
+    remount_holder "${BINS[$i]}"
     empty_b
-    BIN=${BINS[$i]} MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p ${BOPTS[$o]}" \
+    BIN=$(bin_of "${BINS[$i]}") BIN_ARGS=$(args_of "${BINS[$i]}") MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p ${BOPTS[$o]}" \
       mount_node b 1
     drop
     A=$(daemon_of a) B=$(daemon_of b)
     a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
     t0=$(now)
-    if [ "$h" = 1 ]; then "${BINS[$i]}" prefetch "$W/b/mnt" --list "$W/order" > /dev/null; fi
+    if [ "$h" = 1 ]; then "$(bin_of "${BINS[$i]}")" prefetch "$W/b/mnt" --list "$W/order" > /dev/null; fi
     read_all "$W/b/mnt"; t1=$(now)
     sleep 0.5   # publishes trail the reads
     a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
@@ -139,7 +142,9 @@ for _ in $(seq "$RUNS"); do
 
     # B restarts empty with --replicate and copies everything A holds without being read.
     [ "${REPLICATE:-1}" = 1 ] || continue
+    remount_holder "$BIN"
     empty_b; drop
+    A=$(daemon_of a)
     a0=$(cpu_ms "$A") sa0=$(switches "$A")
     t0=$(now); MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --replicate" mount_node b 1
     B=$(daemon_of b) b0=0 sb0=0

@@ -398,3 +398,46 @@ fn produced_files_belong_to_their_writer_on_every_node() {
     assert!(!as_nobody(&format!("echo x > {m1}/open/roots")));
     assert!(fs::read(c.nodes[1].path("open/roots")).unwrap() == b"root's");
 }
+
+/// A member's hello with a UCX address but no rkey (or the reverse, or oversized blobs) is
+/// refused before UCX sees it: the connection is closed, and the daemon serves on.
+#[test]
+fn a_malformed_hello_is_refused_and_harms_nobody() {
+    let mut c = Cluster::new("badhello", 2, 5);
+    c.extra = vec!["--data-plane".into(), "ucx".into()];
+    let data = pattern(MIB, 5);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    c.start(2);
+    let key = Secret::load(&c.secret).unwrap();
+    let blobs: [(Vec<u8>, Vec<u8>); 4] = [
+        (vec![1; 48], vec![]),
+        (vec![], vec![2; 20]),
+        (vec![1; 5000], vec![2; 20]),
+        (vec![1; 48], vec![2; 5000]),
+    ];
+    for (worker_address, rkey) in blobs {
+        let mut s = authenticated(&c, 0, &key);
+        let hello = Message::Hello {
+            protocol: PROTOCOL_VERSION,
+            node_id: 0,
+            worker_address,
+            rkey,
+            background: false,
+            eager_max: 0,
+        };
+        s.send(&hello).unwrap();
+        assert_eq!(s.recv(), None, "a malformed hello was answered");
+    }
+    assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
+    // Publishes are batched: node 0 finds node 1's copy once the file's home knows it.
+    let t = std::time::Instant::now();
+    while c.total("home_global_files") == 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
+    assert_eq!(
+        c.nodes[0].stat("bytes_from_peers"),
+        MIB as u64,
+        "node 0 pulled from node 1"
+    );
+}

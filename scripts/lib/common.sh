@@ -59,9 +59,23 @@ unmount_mounted() {
 # mount_node NODE ID: mounts node NODE of a test cluster at $W/NODE/mnt (cache $W/NODE/ssd) as
 # node ID of $W/peers over $W/backing, with $BIN and the extra mount options in MOUNT_ARGS.
 mount_node() {
-  # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options, split into words
+  # shellcheck disable=SC2086 # MOUNT_ARGS and BIN_ARGS are lists of options, split into words
   "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" \
-    --peers "$W/peers" ${MOUNT_ARGS:-}
+    --peers "$W/peers" ${MOUNT_ARGS:-} ${BIN_ARGS:-}
+}
+
+# A BINS entry is a binary, optionally with mount options after a colon
+# ("target/release/dyadfs:--data-plane=ucx"): bin_of and args_of split it.
+bin_of() { echo "${1%%:*}"; }
+args_of() { case "$1" in *:*) echo "${1#*:}" | tr ',' ' ' ;; *) echo "" ;; esac; }
+
+# remount_holder ENTRY: (re)mounts node A ("a", id 0) with the BINS entry ENTRY unless it runs it
+# already (A and B must run the same build: builds of other protocol versions cannot talk).
+remount_holder() {
+  [ "${HOLDER:-}" = "$1" ] && return 0
+  if mountpoint -q "$W/a/mnt"; then fusermount3 -u "$W/a/mnt"; sleep 0.3; fi
+  BIN=$(bin_of "$1") BIN_ARGS=$(args_of "$1") mount_node a 0
+  HOLDER=$1
 }
 
 # dyadfs_stat MNT KEY: a top-level value of `$BIN stats MNT --json` (a benchmark's checks that the

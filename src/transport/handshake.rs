@@ -153,3 +153,26 @@ pub(super) fn refused(peer: SocketAddr, e: io::Error, waited: Duration) -> Trans
         _ => TransportError::Io { peer, source: e },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_blobs_are_both_or_neither_and_bounded() {
+        assert!(matches!(ucx_info(vec![], vec![]), Ok(None)));
+        let info = ucx_info(vec![1; 48], vec![2; 20]).unwrap().unwrap();
+        assert_eq!((info.worker_address.len(), info.rkey.len()), (48, 20));
+        // Either blob empty alone: the empty Vec's dangling pointer must never reach UCX.
+        assert!(ucx_info(vec![1; 48], vec![]).is_err());
+        assert!(ucx_info(vec![], vec![2; 20]).is_err());
+        assert!(ucx_info(vec![1; MAX_UCX_BLOB + 1], vec![2; 20]).is_err());
+        assert!(ucx_info(vec![1; 48], vec![2; MAX_UCX_BLOB + 1]).is_err());
+        // What UCX unpacks is a copy with zeros after it.
+        let padded = PeerInfo::padded(vec![1; 48], vec![2; 20]);
+        assert!(
+            padded.worker_address.len() > 48 && padded.worker_address[48..].iter().all(|&b| b == 0)
+        );
+        assert!(padded.rkey.len() > 20 && padded.rkey[20..].iter().all(|&b| b == 0));
+    }
+}
