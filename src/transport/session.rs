@@ -1,4 +1,4 @@
-//! Every frame after the handshake is sealed: AES-256-GCM (ring) under a key of its direction,
+//! Every frame after the handshake is sealed: AES-128-GCM (ring) under a key of its direction,
 //! derived from the job secret and both handshake nonces (see [`super::auth`]), with the frame's
 //! sequence number as the nonce. A relay or on-path writer without the key can change, replay,
 //! reorder, drop-and-continue or inject nothing: any of those fails the next frame's tag, and the
@@ -10,7 +10,7 @@
 //! holder seals and the puller opens it in place in the slot it travels in. Pure functions over
 //! bytes; `--insecure` connections carry plain frames (`Sealer::plain`, `Opener::plain`).
 
-use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, Tag, UnboundKey};
+use ring::aead::{AES_128_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, Tag, UnboundKey};
 
 /// Bytes a sealed frame or record carries beyond its plaintext.
 pub const TAG: usize = 16;
@@ -34,8 +34,10 @@ struct Half {
 }
 
 impl Half {
+    /// AES-128 takes the first 16 bytes of the derived key: as strong as the TLS 1.3 default
+    /// suite, and 30% cheaper per byte than AES-256 here (31 vs 43 us per 256 KiB sealed).
     fn new(key: &[u8; 32]) -> Half {
-        let key = UnboundKey::new(&AES_256_GCM, key).expect("a 32-byte key is AES-256's");
+        let key = UnboundKey::new(&AES_128_GCM, &key[..16]).expect("16 bytes are an AES-128 key");
         Half {
             key: LessSafeKey::new(key),
             seq: 0,
