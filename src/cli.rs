@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::daemon::config::{
-    ClusterConfig, DataPlaneKind, MountConfig, PullToolConfig, ServeConfig, UcxConfig,
+    ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PullToolConfig, ServeConfig, UcxConfig,
 };
 use crate::fs::FsConfig;
 
@@ -15,11 +15,16 @@ use crate::fs::FsConfig;
 #[command(
     name = "dyadfs",
     version,
-    about = "A FUSE filesystem that caches a shared-FS dataset on node-local NVMe",
-    long_about = "dyadfs mounts a read-only view of a dataset that lives on a slow shared \
-file system (Lustre, GPFS) and keeps every file read through it in an inclusive, chunked, \
-checksummed cache on the node's local NVMe, so later epochs read local copies.\n\n\
-Example:\n  dyadfs mount /dyad --ssd /nvme/dyadfs --backing /lustre/datasets/imagenet\n  \
+    about = "A FUSE filesystem on node-local NVMe: DYAD's managed directory, and a cache of \
+shared-FS datasets",
+    long_about = "dyadfs mounts a directory on every node of a job, kept on the node's local \
+NVMe. Without --backing it is a managed directory: empty at first and the same on every node, \
+where files that producers write on one node are read by consumers on others (a consumer's open \
+waits for a file not produced yet with --wait). With --backing it also presents a dataset that \
+lives on a slow shared file system (Lustre, GPFS), keeping every file read through it in an \
+inclusive, chunked, checksummed cache, so later epochs read local copies.\n\n\
+Examples:\n  dyadfs mount /dyad --ssd /nvme\n  \
+dyadfs mount /dyad --ssd /nvme/dyadfs --backing /lustre/datasets/imagenet\n  \
 dyadfs stats /dyad\n  fusermount3 -u /dyad"
 )]
 pub struct Cli {
@@ -166,10 +171,12 @@ pub struct MountArgs {
     #[arg(long, value_name = "DIR", help_heading = "Storage")]
     pub ssd: PathBuf,
 
-    /// Dataset directory on the shared file system (never modified: files written under the
-    /// mount stay on this node's cache disk and are published to the other nodes on close)
+    /// Dataset directory on the shared file system, presented under the mount and cached
+    /// (never modified: files written under the mount stay on this node's cache disk and are
+    /// published to the other nodes on close). Without it the mount is a managed directory:
+    /// empty at first, the same on every node, holding only what the job's producers write
     #[arg(long, value_name = "DIR", help_heading = "Storage")]
-    pub backing: PathBuf,
+    pub backing: Option<PathBuf>,
 
     /// Most bytes the cache may hold, e.g. 512M, 20G, 1T [default: leave 10% of the cache
     /// file system free]
@@ -476,10 +483,12 @@ impl From<PrefetchArgs> for crate::daemon::prefetch::PrefetchConfig {
 
 impl From<MountArgs> for MountConfig {
     fn from(a: MountArgs) -> MountConfig {
+        let backing = a.backing.clone();
         MountConfig {
             mountpoint: a.mountpoint,
+            managed: backing.is_none(),
+            backing: backing.unwrap_or_else(|| a.ssd.join(MANAGED_ROOT)),
             ssd: a.ssd,
-            backing: a.backing,
             capacity: a.capacity,
             open_files: a.open_files,
             chunk_size: a.chunk_size,

@@ -28,8 +28,12 @@ pub fn is_helper(argv0: &OsString) -> bool {
         .is_some_and(|n| HELPER_NAMES.iter().any(|h| n == *h))
 }
 
+/// fstab sources that mean a managed directory (no `--backing`).
+const MANAGED_SOURCES: [&str; 2] = ["managed", "none"];
+
 /// `dyadfs mount` arguments from a mount helper's `SOURCE MOUNTPOINT [-o OPTIONS]...`
-/// (`-n`, `-s`, `-v`: mount's own flags, ignored).
+/// (`-n`, `-s`, `-v`: mount's own flags, ignored). The source `managed` (or `none`) mounts a
+/// managed directory.
 pub fn mount_argv(helper_args: &[OsString]) -> Result<Vec<OsString>, String> {
     let mut positional = Vec::new();
     let mut options = Vec::new();
@@ -62,7 +66,10 @@ pub fn mount_argv(helper_args: &[OsString]) -> Result<Vec<OsString>, String> {
             .map(|a| a.get_action().takes_values())
     };
     let mut argv: Vec<OsString> = vec!["dyadfs".into(), "mount".into(), mountpoint.clone()];
-    argv.extend(["--backing".into(), source.clone()]);
+    // The source "managed" (or "none", fstab's word for no device): a managed directory.
+    if !MANAGED_SOURCES.iter().any(|m| source == m) {
+        argv.extend(["--backing".into(), source.clone()]);
+    }
     let mut fuse = Vec::new();
     for opt in options.iter().flat_map(|o| o.split(',')) {
         let (key, value) = match opt.split_once('=') {
@@ -116,6 +123,16 @@ mod tests {
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn a_managed_source_mounts_a_managed_directory() {
+        for source in MANAGED_SOURCES {
+            assert_eq!(
+                argv(&format!("{source} /dyad -o ssd=/nvme")),
+                ["dyadfs", "mount", "/dyad", "--ssd", "/nvme"]
+            );
+        }
     }
 
     #[test]

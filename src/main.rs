@@ -71,12 +71,15 @@ fn main() -> ExitCode {
             let hits = dyadfs::stats::HitRatios::of(&s);
             if args.json {
                 let v = serde_json::json!({
+                    "kind": s.kind,
+                    "data_plane": s.data_plane,
                     "node": r.node,
                     "members": r.members,
                     "hit_ratios": hits,
                 });
                 println!("{v}");
             } else {
+                println!("{} mount, data plane {}", s.kind, s.data_plane);
                 print!("{}", r.table(&hits));
             }
         }),

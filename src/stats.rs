@@ -83,6 +83,10 @@ pub struct Stats {
     pub passthrough: AtomicBool,
     /// `--no-open` in effect: the kernel opens files without asking.
     pub no_open: AtomicBool,
+    /// No `--backing`: DYAD's managed directory.
+    pub managed: AtomicBool,
+    /// How chunks move between nodes: 0 single node, 1 the sealed stream, 2 UCX.
+    pub data_plane: AtomicU64,
     /// Latency histograms (`mount --metrics-listen`).
     pub latency: Latencies,
 }
@@ -102,6 +106,13 @@ pub struct Snapshot {
     /// (Absent from a daemon older than the key: false.)
     #[serde(default)]
     pub no_open: bool,
+    /// What the mount is: "managed" (no `--backing`: only what the job's producers write) or
+    /// "dataset" (a shared-FS directory, cached). (Absent from older daemons: "".)
+    #[serde(default)]
+    pub kind: String,
+    /// How chunks move between nodes: "none" (single node), "stream" or "ucx".
+    #[serde(default)]
+    pub data_plane: String,
     pub passthrough_opens: u64,
     /// (Absent from a daemon older than the key: 0.)
     #[serde(default)]
@@ -286,6 +297,18 @@ impl Stats {
             evictions: get(&self.evictions),
             passthrough: self.passthrough.load(Ordering::Relaxed),
             no_open: self.no_open.load(Ordering::Relaxed),
+            kind: if self.managed.load(Ordering::Relaxed) {
+                "managed"
+            } else {
+                "dataset"
+            }
+            .into(),
+            data_plane: match get(&self.data_plane) {
+                1 => "stream",
+                2 => "ucx",
+                _ => "none",
+            }
+            .into(),
             passthrough_opens: get(&self.passthrough_opens),
             attr_requests: get(&self.attr_requests),
             uncached_reads: get(&self.uncached_reads),
@@ -324,7 +347,9 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 40] = [
+        let rows: [(&str, String); 42] = [
+            ("kind", self.kind.clone()),
+            ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),

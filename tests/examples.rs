@@ -117,3 +117,115 @@ fn a_checkpoint_saved_on_one_node_loads_on_another() {
     assert!(said.contains("validation OK (torch)"), "{said}");
     assert!(c.nodes[1].stat("bytes_from_peers") > 0);
 }
+
+/// DYAD's first use, as the card writes it: four nodes mount a managed directory (no
+/// `--backing`), producers on nodes 0 and 1 write samples at a given rate, and an unmodified
+/// torch DataLoader on nodes 2 and 3 (started first) trains on them for three epochs. Every
+/// produced sample is consumed byte-exact in every epoch, none is opened before its producer
+/// closed it, and nothing is read from a shared file system.
+#[test]
+fn in_situ_training_on_a_managed_directory() {
+    const PRODUCERS: u32 = 2;
+    const SAMPLES: u32 = 60;
+    const EPOCHS: u32 = 3;
+    let mut c = Cluster::new("ex-insitu", 4, 3);
+    c.managed = true;
+    c.extra = vec!["--wait".into(), "60s".into()];
+    c.start(4);
+    for n in &c.nodes {
+        let s = n.stats();
+        assert_eq!(s["kind"], "managed", "{s}");
+        assert_eq!(s["data_plane"], "stream", "{s}");
+        assert_eq!(
+            std::fs::read_dir(n.path("")).unwrap().count(),
+            0,
+            "empty at first"
+        );
+    }
+    std::fs::create_dir(c.nodes[0].path("run")).unwrap();
+    for n in &c.nodes[1..] {
+        let t = std::time::Instant::now();
+        while !n.path("run").is_dir() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "run/ not on every node"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let logs = c.root.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let trainers: Vec<_> = (0..2u32)
+        .map(|rank| {
+            let mut t = piped(python());
+            t.arg("in_situ_training.py")
+                .arg("train")
+                .arg(c.nodes[2 + rank as usize].path("run"))
+                .args(["--producers", &PRODUCERS.to_string()])
+                .args(["--samples", &SAMPLES.to_string()])
+                .args(["--rank", &rank.to_string(), "--world", "2"])
+                .args(["--epochs", &EPOCHS.to_string(), "--workers", "2"])
+                .arg("--log")
+                .arg(logs.join(format!("train-{rank}.jsonl")));
+            t.spawn().unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let mut pr = piped(python());
+            pr.arg("in_situ_training.py")
+                .arg("produce")
+                .arg(c.nodes[p as usize].path("run"))
+                .args(["--producer", &p.to_string()])
+                .args(["--samples", &SAMPLES.to_string(), "--rate", "40"])
+                .arg("--log")
+                .arg(logs.join(format!("produce-{p}.jsonl")));
+            pr.spawn().unwrap()
+        })
+        .collect();
+    for p in producers {
+        succeeded("producer", p.wait_with_output().unwrap());
+    }
+    let mut said = String::new();
+    for t in trainers {
+        said += &succeeded("trainer", t.wait_with_output().unwrap());
+    }
+    let lines = |f: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(logs.join(f))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let mut produced = std::collections::HashMap::new();
+    for p in 0..PRODUCERS {
+        for r in lines(&format!("produce-{p}.jsonl")) {
+            produced.insert(r["name"].as_str().unwrap().to_string(), r);
+        }
+    }
+    assert_eq!(produced.len(), (PRODUCERS * SAMPLES) as usize);
+    let mut read: std::collections::HashMap<(String, u64), u32> = Default::default();
+    for rank in 0..2 {
+        for r in lines(&format!("train-{rank}.jsonl")) {
+            let n = r["name"].as_str().unwrap().to_string();
+            let made = &produced[&n];
+            assert_eq!(r["sha256"], made["sha256"], "{n} read wrong");
+            assert!(
+                r["opened"].as_f64().unwrap() >= made["closing"].as_f64().unwrap(),
+                "{n} opened before its producer closed it"
+            );
+            *read.entry((n, r["epoch"].as_u64().unwrap())).or_default() += 1;
+        }
+    }
+    for n in produced.keys() {
+        for e in 0..EPOCHS as u64 {
+            assert_eq!(read.get(&(n.clone(), e)), Some(&1), "{n} in epoch {e}");
+        }
+    }
+    assert!(said.contains("epoch 3"), "{said}");
+    assert_eq!(c.total("bytes_from_backing"), 0, "no shared file system");
+    assert_eq!(c.total("backing_fetches"), 0);
+    assert!(c.nodes[2].stat("bytes_from_peers") > 0 && c.nodes[3].stat("bytes_from_peers") > 0);
+    assert_eq!(c.total("files_produced"), (PRODUCERS * SAMPLES) as u64);
+}

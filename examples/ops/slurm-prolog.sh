@@ -5,13 +5,17 @@
 # daemon creates. Pair with slurm-epilog.sh. Warm the dataset from the job script, before
 # training starts, with every node staging its share:
 #   srun --ntasks-per-node=1 dyadfs warm /dyad --cluster
+# DYADFS_DATASET=managed (or empty) mounts a managed directory instead (no dataset: what the
+# job's producers write, read on every node).
 set -euo pipefail
-DATASET=${DYADFS_DATASET:-/lustre/datasets/imagenet}
+DATASET=${DYADFS_DATASET-/lustre/datasets/imagenet}
 NVME=${DYADFS_NVME:-/nvme}
 RDV=/lustre/scratch/dyadfs/$SLURM_JOB_ID
 # The address the other nodes reach this one at (the high-speed network's, in practice).
 ADDR=$(hostname -i | awk '{print $1}'):${DYADFS_PORT:-7450}
 mkdir -p /dyad "$RDV"
-dyadfs mount /dyad --ssd "$NVME/dyadfs-$SLURM_JOB_ID" --backing "$DATASET" \
+BACKING=()
+if [ -n "$DATASET" ] && [ "$DATASET" != managed ]; then BACKING=(--backing "$DATASET"); fi
+dyadfs mount /dyad --ssd "$NVME/dyadfs-$SLURM_JOB_ID" "${BACKING[@]}" \
   --rendezvous "$RDV" --nodes "$SLURM_JOB_NUM_NODES" --node-id "$SLURM_NODEID" \
   --listen "$ADDR" -o allow_other

@@ -8,14 +8,22 @@ use std::time::Duration;
 
 use crate::fs::FsConfig;
 
+/// The empty directory in the cache directory that a managed directory presents as its
+/// dataset: nothing but produced files ever appears under the mount.
+pub const MANAGED_ROOT: &str = "managed-root";
+
 #[derive(Debug, Clone)]
 pub struct MountConfig {
     /// Empty directory to mount on.
     pub mountpoint: PathBuf,
     /// Cache directory on node-local NVMe.
     pub ssd: PathBuf,
-    /// Dataset directory on the shared file system.
+    /// Dataset directory on the shared file system; for a managed directory, the empty
+    /// directory [`MANAGED_ROOT`] in the cache directory.
     pub backing: PathBuf,
+    /// No dataset (`--backing` not given): DYAD's managed directory, holding only what the
+    /// job's producers write.
+    pub managed: bool,
     /// Bytes the cache may hold (`None`: leave 10% of its file system free).
     pub capacity: Option<u64>,
     /// Idle cache data files kept open (`None`: half the descriptor limit, at most 65536).

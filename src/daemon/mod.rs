@@ -64,11 +64,6 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     if listing.next().is_some() {
         return Err(UserError::MountPointNotEmpty(mnt.clone()));
     }
-    match fs::metadata(&args.backing) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(UserError::BackingNotDir(args.backing.clone())),
-        Err(_) => return Err(UserError::NoBacking(args.backing.clone())),
-    }
     let not_writable = |source| UserError::CacheNotWritable {
         path: args.ssd.clone(),
         source,
@@ -77,6 +72,14 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     let probe = args.ssd.join(".dyadfs-write-probe");
     fs::write(&probe, b"probe").map_err(not_writable)?;
     let _ = fs::remove_file(&probe);
+    if args.managed {
+        managed_root(&args.backing).map_err(not_writable)?;
+    }
+    match fs::metadata(&args.backing) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(UserError::BackingNotDir(args.backing.clone())),
+        Err(_) => return Err(UserError::NoBacking(args.backing.clone())),
+    }
     if args.cluster.replicate && !args.cluster.is_cluster() {
         return Err(UserError::ReplicateAlone);
     }
@@ -151,6 +154,35 @@ fn unescape_mountinfo(s: &str) -> String {
         }
     }
     out
+}
+
+/// The empty directory a managed directory presents as its dataset: created if missing, mode
+/// 1777 like /tmp (the mount's root, where any user's producer may create its files and only
+/// remove its own), and never anything in it (nothing is ever written there: produced files live
+/// in the cache).
+fn managed_root(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    match fs::create_dir(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = fs::symlink_metadata(path)?;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of uid {me}",
+            path.display()
+        )));
+    }
+    if fs::read_dir(path)?.next().is_some() {
+        return Err(std::io::Error::other(format!(
+            "{} must be empty (a managed directory's files live in the cache)",
+            path.display()
+        )));
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(0o1777))
 }
 
 /// `dyadfs mount`: validate, then run in the foreground or spawn the daemon and wait for it.
@@ -262,7 +294,11 @@ pub(super) fn run_session<S: crate::core::source::Source>(
 ) -> Result<(), UserError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
-        fuser::MountOption::FSName(format!("dyadfs:{}", args.backing.display())),
+        fuser::MountOption::FSName(if args.managed {
+            "dyadfs:managed".into()
+        } else {
+            format!("dyadfs:{}", args.backing.display())
+        }),
         fuser::MountOption::Subtype("dyadfs".into()),
         fuser::MountOption::NoAtime,
         fuser::MountOption::DefaultPermissions,

@@ -48,6 +48,7 @@ pub(super) fn serve(args: &MountConfig) -> Result<(), UserError> {
     // Nothing depends on getting more: the cache keeps half of what there is.
     let limit = crate::sys::raise_descriptor_limit();
     let stats = Arc::new(Stats::default());
+    stats.managed.store(args.managed, Ordering::Relaxed);
     let base = Base {
         signals,
         cache: open_cache(args, limit, &stats)?,
@@ -169,6 +170,9 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
             source,
         })?;
     let ucx = args.cluster.data_plane.uses_ucx();
+    b.stats
+        .data_plane
+        .store(if ucx { 2 } else { 1 }, Ordering::Relaxed);
     let plane = |slots: usize, background: bool| -> Result<Arc<DataPlane>, UserError> {
         let size = args.chunk_size as usize;
         Ok(Arc::new(if ucx {

@@ -214,6 +214,8 @@ pub struct Cluster {
     pub nodes: Vec<Mounted>,
     /// Extra `dyadfs mount` arguments for every node.
     pub extra: Vec<String>,
+    /// Managed directories (no `--backing`): the card's `dyadfs mount /dyad --ssd /nvme`.
+    pub managed: bool,
 }
 
 pub fn node_cmd() -> Command {
@@ -258,6 +260,7 @@ impl Cluster {
             secret,
             nodes: Vec::new(),
             extra: Vec::new(),
+            managed: false,
         }
     }
 
@@ -268,13 +271,11 @@ impl Cluster {
         );
         fs::create_dir_all(&mnt).unwrap();
         let mut c = node_cmd();
-        c.arg("mount")
-            .arg(&mnt)
-            .arg("--ssd")
-            .arg(&ssd)
-            .arg("--backing")
-            .arg(&self.backing)
-            .args(["--node-id", &i.to_string(), "--peers"])
+        c.arg("mount").arg(&mnt).arg("--ssd").arg(&ssd);
+        if !self.managed {
+            c.arg("--backing").arg(&self.backing);
+        }
+        c.args(["--node-id", &i.to_string(), "--peers"])
             .arg(&self.peers)
             .args(["--peer-timeout", "2s"])
             .arg("--secret-file")
