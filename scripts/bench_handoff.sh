@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Producer -> consumer hand-off on managed directories (the design card's `dyadfs mount /dyad
+# --ssd /nvme`), side by side in one run (medians of RUNS runs): 2 producers on nodes 0 and 1
+# each write N files of SIZE bytes as fast as they can, and 2 consumers on nodes 2 and 3 (started
+# first) open each as soon as it exists and read it whole:
+#   (a) dyadfs: 4 daemons (2 racks, this tree's build or DYADFS_BIN), mounted with --wait: a
+#       consumer's open waits until the producer's close has published the file;
+#   (b) a plain directory on the same disk (the anchor: what a shared directory costs at best,
+#       with no network): producers write a temporary name and rename it, consumers poll for the
+#       name every millisecond.
+# Reports files/s (all files, first close to last open) and the latency from the producer's
+# close to the consumer's open returning, p50 and p99 over every file of the run.
+# Needs root. Usage: scripts/bench_handoff.sh   (env: RUNS (5), N (500), SIZE (262144))
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
+RUNS=${RUNS:-5} N=${N:-500} SIZE=${SIZE:-262144}
+export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+build_dyadfs
+W=$(mktemp -d /var/tmp/dyadfs-handoff-bench.XXXX)
+cleanup() {
+  unmount_mounted "$W"/{0,1,2,3}/mnt
+  rm -rf "$W"
+}
+trap cleanup EXIT
+job_secret "$W/secret"
+PORT=$((9000 + RANDOM % 1000))
+for i in 0 1 2 3; do printf '%d 127.0.0.1:%d r%d\n' $i $((PORT + i)) $((i / 2)); done > "$W/peers"
+PY=${PYTHON:-python3}
+# stats FILE...: "files/s p50_ms p99_ms" of one run from the producers' and consumers' logs.
+stats() {
+  "$PY" - "$@" <<'PY'
+import json, sys
+p0, p1, c0, c1 = (json.load(open(f)) for f in sys.argv[1:5])
+lat = sorted(1000 * (c - p) for ps, cs in ((p0, c0), (p1, c1)) for p, c in zip(ps, cs))
+span = max(c0[-1], c1[-1]) - min(p0[0], p1[0])
+q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))]
+print(f"{len(lat) / span:.1f} {q(0.5):.2f} {q(0.99):.2f}")
+PY
+}
+# run KIND: one hand-off through managed dyadfs mounts ("dyadfs") or a plain directory ("plain").
+run() {
+  local kind=$1 out dirs=()
+  out=$W/logs-$kind; rm -rf "$out"; mkdir -p "$out"
+  if [ "$kind" = dyadfs ]; then
+    for i in 0 1 2 3; do
+      rm -rf "$W/$i/ssd"; mkdir -p "$W/$i/mnt"
+      "$BIN" mount "$W/$i/mnt" --ssd "$W/$i/ssd" --node-id "$i" --peers "$W/peers" --wait 60s
+    done
+    mkdir "$W/0/mnt/run"
+    until [ -d "$W/3/mnt/run" ] && [ -d "$W/2/mnt/run" ] && [ -d "$W/1/mnt/run" ]; do sleep 0.05; done
+    for i in 0 1 2 3; do dirs+=("$W/$i/mnt/run"); done
+    pflag="" cflag=""
+  else
+    rm -rf "$W/plain"; mkdir -p "$W/plain"
+    dirs=("$W/plain" "$W/plain" "$W/plain" "$W/plain")
+    pflag=--rename cflag=--poll
+  fi
+  "$PY" scripts/handoff.py consume "${dirs[2]}" 0 "$N" "$SIZE" "$out/c0" $cflag &
+  local c0=$!
+  "$PY" scripts/handoff.py consume "${dirs[3]}" 1 "$N" "$SIZE" "$out/c1" $cflag &
+  local c1=$!
+  sleep 0.3
+  "$PY" scripts/handoff.py produce "${dirs[0]}" 0 "$N" "$SIZE" "$out/p0" $pflag &
+  local p0=$!
+  "$PY" scripts/handoff.py produce "${dirs[1]}" 1 "$N" "$SIZE" "$out/p1" $pflag
+  wait $p0 $c0 $c1
+  stats "$out/p0" "$out/p1" "$out/c0" "$out/c1" >> "$W/$kind.txt"
+  if [ "$kind" = dyadfs ]; then
+    for i in 0 1 2 3; do fusermount3 -u "$W/$i/mnt"; done
+    sleep 0.3
+  fi
+}
+for _ in $(seq "$RUNS"); do
+  run dyadfs
+  run plain
+done
+printf '%d + %d files of %d bytes handed from producers on 2 nodes to consumers on 2 others, medians of %d runs\n' \
+  "$N" "$N" "$SIZE" "$RUNS"
+for k in dyadfs plain; do
+  col() { cut -d' ' -f"$1" "$W/$k.txt"; }
+  printf '  %-46s %8.1f files/s  close->open p50 %6.2f ms  p99 %7.2f ms\n' \
+    "$([ $k = dyadfs ] && echo "(a) dyadfs, 4 managed mounts, --wait" || echo "(b) plain directory, rename + 1 ms polling")" \
+    "$(col 1 | median)" "$(col 2 | median)" "$(col 3 | median)"
+  printf '      runs: files/s %s| p50 %s| p99 %s\n' "$(col 1 | tr '\n' ' ')" "$(col 2 | tr '\n' ' ')" "$(col 3 | tr '\n' ' ')"
+done
