@@ -131,6 +131,16 @@ fn main() -> ExitCode {
 /// foreground: not the parent that only starts it).
 fn trace_layer(cli: &Cli) -> Result<Option<dyadfs::trace::TraceLayer>, std::io::Error> {
     match &cli.command {
+        // The process that starts the daemon checks the file first, so a refusal is its answer
+        // (the daemon's own start would only say that it died).
+        Command::Mount(a) if !a.foreground => {
+            if let Some(file) = &a.trace {
+                dyadfs::sys::private::open_private(file, true).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("trace file {}: {e}", file.display()))
+                })?;
+            }
+            Ok(None)
+        }
         Command::Mount(a) if a.foreground => match &a.trace {
             Some(file) => {
                 let node = a

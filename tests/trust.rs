@@ -441,3 +441,52 @@ fn a_malformed_hello_is_refused_and_harms_nobody() {
         "node 0 pulled from node 1"
     );
 }
+
+/// A local user cannot redirect what root writes or trusts through paths it prepared: a cache
+/// dir it created (with a probe symlink to a victim), a cache dir under a directory anyone can
+/// rename in, a log file or a trace file that is a symlink (a secret file: the unit test
+/// `key_files_must_be_private_and_long_enough`). Each mount is refused
+/// with a one-line reason naming the path, and the victim is untouched.
+#[test]
+fn a_local_user_cannot_redirect_roots_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut f = Fixture::new("redirect");
+    let base = f.root.join("attack");
+    fs::create_dir_all(&base).unwrap();
+    let victim = base.join("victim");
+    fs::write(&victim, b"untouched").unwrap();
+    fs::set_permissions(&base, fs::Permissions::from_mode(0o1777)).unwrap();
+    let refused = |f: &Fixture, extra: &[&str], says: &str| {
+        let out = f.try_mount(extra);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "mounted: {err}");
+        assert!(err.contains(says), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!is_mounted(&f.mnt));
+        assert_eq!(fs::read(&victim).unwrap(), b"untouched");
+    };
+    // The user's own cache dir, prepared with a probe that points at the victim.
+    let theirs = base.join("cache");
+    let v = victim.display();
+    let t = theirs.display();
+    assert!(as_nobody(&format!(
+        "mkdir {t} && ln -s {v} {t}/.dyadfs-write-probe && ln -s {v} {t}/dyadfs.log"
+    )));
+    f.ssd = theirs;
+    refused(&f, &[], "owned by uid 65534");
+    // A cache dir of root's under a directory anyone may rename entries in (no sticky bit).
+    let open = f.root.join("open");
+    fs::create_dir_all(open.join("cache")).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    f.ssd = open.join("cache");
+    refused(&f, &[], "not sticky");
+    // A log, a trace or a secret file that is a symlink to the victim.
+    f.ssd = f.root.join("ssd");
+    let link = base.join("link");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let l = link.to_str().unwrap();
+    refused(&f, &["--log-file", l], "symlink");
+    refused(&f, &["--trace", l], "symlink");
+    // And with its own paths, the mount works.
+    f.mount(&[]).unmount();
+}

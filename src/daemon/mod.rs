@@ -17,7 +17,7 @@ pub use tool::{pull, serve as serve_transport};
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -69,8 +69,22 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
         source,
     };
     fs::create_dir_all(&args.ssd).map_err(not_writable)?;
+    // Root writes, trusts and serves what is in the cache dir: nobody else may be able to
+    // plant anything in it (a symlink, a forged index) or move it.
+    crate::sys::private::check_private_dir(&args.ssd).map_err(|source| UserError::CacheDir {
+        path: args.ssd.clone(),
+        source,
+    })?;
     let probe = args.ssd.join(".dyadfs-write-probe");
-    fs::write(&probe, b"probe").map_err(not_writable)?;
+    let _ = fs::remove_file(&probe);
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&probe)
+        .and_then(|mut f| f.write_all(b"probe"))
+        .map_err(not_writable)?;
     let _ = fs::remove_file(&probe);
     if args.managed {
         managed_root(&args.backing).map_err(not_writable)?;
@@ -195,11 +209,9 @@ pub fn mount(args: MountConfig) -> Result<(), UserError> {
         .log_file
         .clone()
         .unwrap_or_else(|| args.ssd.join("dyadfs.log"));
-    let log_file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(|source| UserError::LogFile {
+    // It holds every user's paths: 0600, never through a symlink, never another user's file.
+    let log_file =
+        crate::sys::private::open_private(&log, true).map_err(|source| UserError::LogFile {
             path: log.clone(),
             source,
         })?;

@@ -52,8 +52,19 @@ impl Secret {
     /// holding at least 32 bytes (a trailing newline is not part of the key). The error is a
     /// one-line refusal naming the file.
     pub fn load(path: &Path) -> Result<Secret, String> {
+        use std::io::Read;
         let refuse = |why: &str| format!("secret file {}: {why}", path.display());
-        let meta = std::fs::symlink_metadata(path).map_err(|e| refuse(&e.to_string()))?;
+        // Checked on the descriptor it is read from: a swap of the path between a check and
+        // the read cannot make root adopt a key someone else chose.
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => refuse("not a regular file (a symlink)"),
+                _ => refuse(&e.to_string()),
+            })?;
+        let meta = f.metadata().map_err(|e| refuse(&e.to_string()))?;
         if !meta.file_type().is_file() {
             return Err(refuse("not a regular file"));
         }
@@ -69,7 +80,11 @@ impl Secret {
                 path.display()
             )));
         }
-        let mut key = std::fs::read(path).map_err(|e| refuse(&e.to_string()))?;
+        let mut key = Vec::new();
+        Read::by_ref(&mut f)
+            .take(64 << 10)
+            .read_to_end(&mut key)
+            .map_err(|e| refuse(&e.to_string()))?;
         while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
             key.pop();
         }
@@ -371,6 +386,14 @@ mod tests {
                 .unwrap_err()
                 .contains("not a regular file")
         );
+        // A symlink to a good key is not followed (whoever owns the link chose the key).
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&short, &link).unwrap();
+        std::fs::write(&short, [b'k'; 40]).unwrap();
+        assert!(Secret::load(&short).is_ok());
+        assert!(Secret::load(&link).unwrap_err().contains("symlink"));
+        std::fs::remove_file(&short).unwrap();
+        std::fs::remove_file(&link).unwrap();
         let a = Secret::rendezvous(&dir, std::time::Duration::from_secs(1)).unwrap();
         let b = Secret::rendezvous(&dir, std::time::Duration::from_secs(1)).unwrap();
         assert_eq!(a.0, b.0);

@@ -2,6 +2,9 @@
 //! descriptor limit, thread priority, signals, returning freed memory. Each wraps one libc
 //! call so the rest of the code calls Rust. (Calls that are a module's whole purpose stay in
 //! it: UCX in `transport::ucx`, mappings in `cache::mapping`, `openat2` in `fs::backing`.)
+//! [`private`]: paths root must not be redirected through.
+
+pub mod private;
 
 use std::io;
 use std::path::Path;

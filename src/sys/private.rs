@@ -1,0 +1,164 @@
+//! Paths root must not be redirected through. dyadfs runs as root on nodes shared with other
+//! users' jobs, so a path it writes or trusts must be one no other user can swap: a directory
+//! owned by the daemon's user (or root) and writable by no one else, under ancestors no one else
+//! can rename it in (owned by root or us, and writable by others only when sticky, like /tmp);
+//! a file opened without following a final symlink (`O_NOFOLLOW`), created 0600, and never
+//! truncated when someone else owns it. The checks are sshd's StrictModes, and the refusals are
+//! one line naming the path and the fix.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+fn refused(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, msg)
+}
+
+/// Checks that `dir` is a directory only this process's user (or root) can change, reached
+/// through ancestors no other user can rename it in. Errs with a one-line reason.
+pub fn check_private_dir(dir: &Path) -> io::Result<()> {
+    let me = euid();
+    let abs = std::path::absolute(dir)?;
+    // A symlink on the way must be root's or ours: another user's could point anywhere.
+    let mut prefix = PathBuf::new();
+    for c in abs.components() {
+        prefix.push(c);
+        if matches!(c, Component::RootDir) {
+            continue;
+        }
+        let m = std::fs::symlink_metadata(&prefix)?;
+        if m.file_type().is_symlink() && m.uid() != 0 && m.uid() != me {
+            return Err(refused(format!(
+                "{} is a symlink owned by uid {}",
+                prefix.display(),
+                m.uid()
+            )));
+        }
+    }
+    let real = std::fs::canonicalize(&abs)?;
+    let m = std::fs::metadata(&real)?;
+    if !m.is_dir() {
+        return Err(refused(format!("{} is not a directory", real.display())));
+    }
+    if m.uid() != me {
+        return Err(refused(format!(
+            "{} is owned by uid {}, not {me}: another user could plant files in it",
+            real.display(),
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(refused(format!(
+            "{} is writable by group or others (mode {:o}): chmod 700 {}",
+            real.display(),
+            m.mode() & 0o7777,
+            real.display()
+        )));
+    }
+    for a in real.ancestors().skip(1) {
+        let m = std::fs::metadata(a)?;
+        let sticky = m.mode() & 0o1000 != 0;
+        if m.uid() != 0 && m.uid() != me {
+            return Err(refused(format!(
+                "{} (above {}) is owned by uid {}, who could move it",
+                a.display(),
+                real.display(),
+                m.uid()
+            )));
+        }
+        if m.mode() & 0o022 != 0 && !sticky {
+            return Err(refused(format!(
+                "{} (above {}) is writable by group or others (mode {:o}) and not sticky",
+                a.display(),
+                real.display(),
+                m.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Opens a file of ours without following a final symlink, creating it 0600 if missing, and
+/// refuses one another user owns. `append`: writes go to its end; else it is emptied (only
+/// after the ownership check, so nobody else's file is ever truncated).
+pub fn open_private(path: &Path, append: bool) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .create(true)
+        .write(!append)
+        .append(append)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refused(format!("{} is a symlink", path.display())),
+            _ => e,
+        })?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(refused(format!("{} is not a regular file", path.display())));
+    }
+    if m.uid() != euid() {
+        return Err(refused(format!(
+            "{} is owned by uid {}, not {}",
+            path.display(),
+            m.uid(),
+            euid()
+        )));
+    }
+    if !append {
+        f.set_len(0)?;
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn open_and_redirectable_paths_are_refused() {
+        let base = std::env::temp_dir().join(format!("dyadfs-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("ok")).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        check_private_dir(&base.join("ok")).unwrap();
+        // Writable by others, not sticky: refused, as is a directory below it.
+        std::fs::create_dir_all(base.join("open/cache")).unwrap();
+        std::fs::set_permissions(base.join("open"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let e = check_private_dir(&base.join("open/cache")).unwrap_err();
+        assert!(e.to_string().contains("not sticky"), "{e}");
+        std::fs::set_permissions(base.join("open"), std::fs::Permissions::from_mode(0o1777))
+            .unwrap();
+        check_private_dir(&base.join("open/cache")).unwrap();
+        std::fs::set_permissions(base.join("ok"), std::fs::Permissions::from_mode(0o775)).unwrap();
+        assert!(check_private_dir(&base.join("ok")).is_err());
+        // A file: a symlink is never followed, a file of ours is emptied only when asked.
+        let f = base.join("log");
+        std::fs::write(&f, b"kept").unwrap();
+        drop(open_private(&f, true).unwrap());
+        assert_eq!(std::fs::read(&f).unwrap(), b"kept");
+        drop(open_private(&f, false).unwrap());
+        assert_eq!(std::fs::read(&f).unwrap(), b"");
+        let victim = base.join("victim");
+        std::fs::write(&victim, b"victim").unwrap();
+        std::os::unix::fs::symlink(&victim, base.join("link")).unwrap();
+        let e = open_private(&base.join("link"), false).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+        let made = base.join("made");
+        drop(open_private(&made, true).unwrap());
+        assert_eq!(
+            std::fs::metadata(&made).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let _ = std::fs::remove_dir_all(base);
+    }
+}
