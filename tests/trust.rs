@@ -490,3 +490,71 @@ fn a_local_user_cannot_redirect_roots_files() {
     // And with its own paths, the mount works.
     f.mount(&[]).unmount();
 }
+
+/// Whole-cache and cluster-wide work (`scrub`, `status`) is for root or the mount's owner; any
+/// user of an `allow_other` mount still reads its counters.
+#[test]
+fn only_root_or_the_owner_may_scrub_or_ask_the_cluster() {
+    let f = Fixture::new("admin");
+    fs::write(f.backing.join("x"), b"bytes").unwrap();
+    let m = f.mount(&["-o", "allow_other"]);
+    assert_eq!(fs::read(m.path("x")).unwrap(), b"bytes");
+    let bin = env!("CARGO_BIN_EXE_dyadfs");
+    let mnt = m.mnt.display();
+    for cmd in ["scrub", "status"] {
+        assert!(
+            !as_nobody(&format!("{bin} {cmd} {mnt} 2>/dev/null")),
+            "{cmd} as nobody"
+        );
+        let out = dyadfs().arg(cmd).arg(&m.mnt).output().unwrap();
+        succeeded(cmd, out);
+    }
+    assert!(as_nobody(&format!("{bin} stats {mnt} > /dev/null")));
+    m.unmount();
+}
+
+/// Idle connections that staged chunks and never speak again give their slots back when the
+/// lease ends (four of them held all 32 shared slots of a holder forever before).
+#[test]
+fn idle_hogs_lose_their_slots_when_the_lease_ends() {
+    let mut c = Cluster::new("idlehog", 2, 6);
+    c.extra = ["--data-plane", "ucx", "--eager-max", "0"]
+        .map(String::from)
+        .to_vec();
+    let data = pattern(4 * MIB, 3);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    c.start(2);
+    assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
+    let key = Secret::load(&c.secret).unwrap();
+    let version = dyadfs::core::version_of(&fs::metadata(c.backing.join("x")).unwrap());
+    let mut hogs = Vec::new();
+    for _ in 0..4 {
+        let mut hog = authenticated(&c, 0, &key);
+        hog.send(&puller_hello()).unwrap();
+        assert!(matches!(hog.recv(), Some(Message::Hello { .. })));
+        for id in 0..8 {
+            let request = Message::Request {
+                id,
+                path: "x".into(),
+                version,
+                offset: 0,
+                len: MIB as u32,
+            };
+            hog.send(&request).unwrap();
+        }
+        for _ in 0..8 {
+            assert!(matches!(hog.recv(), Some(Message::Staged { .. })));
+        }
+        hogs.push(hog);
+    }
+    // The hogs hold every shared slot and say nothing more. After a lease (10 s) the slots are
+    // back, and node 1 pulls the file from node 0.
+    std::thread::sleep(Duration::from_secs(11));
+    let t = std::time::Instant::now();
+    while c.total("home_global_files") == 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
+    assert_eq!(c.nodes[1].stat("bytes_from_peers"), 4 * MIB as u64);
+    drop(hogs);
+}

@@ -30,6 +30,8 @@ pub enum Error {
     NoLinks,
     #[error("directory not empty")]
     NotEmpty,
+    #[error("only root or the mount's owner may ask that")]
+    NotOwner,
     #[error("a non-empty produced directory cannot be renamed (copy it instead)")]
     CrossDevice,
     #[error("writing a produced file: {0}")]
@@ -73,6 +75,7 @@ impl Error {
             // What link(2) says on a file system that does not make hard links.
             Error::NoLinks => libc::EPERM,
             Error::NotEmpty => libc::ENOTEMPTY,
+            Error::NotOwner => libc::EPERM,
             // What rename(2) says when it cannot move: `mv` then copies and removes.
             Error::CrossDevice => libc::EXDEV,
             Error::Write(e) => e.raw_os_error().unwrap_or(libc::EIO),

@@ -681,6 +681,11 @@ impl<S: Source> DyadFs<S> {
             return self.prefetch_request(stream, list, uid);
         }
         let cache = &self.reader.cache;
+        // A scrub reads the whole cache, a status asks every member: work any local user could
+        // otherwise start at will.
+        if (name == SCRUB_XATTR || name == STATUS_XATTR) && !may_administer(uid) {
+            return Err(Error::NotOwner);
+        }
         if name == SCRUB_XATTR {
             return Ok(serde_json::to_vec(&cache.scrub()).expect("a report serializes"));
         }
@@ -713,4 +718,11 @@ impl<S: Source> DyadFs<S> {
     pub fn statfs(&self) -> Result<libc::statvfs, Error> {
         crate::sys::statvfs(&self.backing.path("")).map_err(Error::Backing)
     }
+}
+
+/// Whether caller `uid` may ask for whole-cache or cluster-wide work: root or the mount's owner
+/// (the daemon's user).
+fn may_administer(uid: u32) -> bool {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    uid == 0 || uid == unsafe { libc::geteuid() }
 }

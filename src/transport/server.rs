@@ -348,13 +348,30 @@ fn serve_pulls(
     eager_max: u32,
 ) -> io::Result<()> {
     frames.s.set_write_timeout(Some(SLOT_WAIT))?;
+    frames.s.set_read_timeout(Some(LEASE / 4))?;
     let slab = worker.slab();
     let mut lent: HashMap<u64, (Slot, std::time::Instant)> = HashMap::new();
     let mut queued: VecDeque<Request> = VecDeque::new();
     loop {
         let Some(r) = queued.pop_front() else {
-            let msg = frames.next(true)?.expect("a blocking read returns a frame");
-            note(msg, &mut lent, &mut queued)?;
+            // An idle puller's lent slots come back when their lease ends, whether or not it
+            // speaks again: the read wakes at least every LEASE / 4 to take them.
+            match frames.next(true) {
+                Ok(msg) => note(
+                    msg.expect("a blocking read returns a frame"),
+                    &mut lent,
+                    &mut queued,
+                )?,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    lent.retain(|_, (_, at)| at.elapsed() < LEASE);
+                }
+                Err(e) => return Err(e),
+            }
             continue;
         };
         // Slots lent longer than a lease are taken back (a puller that neither gets nor
