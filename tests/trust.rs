@@ -237,8 +237,13 @@ fn a_multi_node_mount_needs_a_private_secret() {
 
 /// A connection authenticated with the job secret (as a peer's would be).
 fn authenticated(c: &Cluster, i: usize, key: &Secret) -> Sealed {
+    authenticated_as(c, i, key, 0)
+}
+
+/// As [`authenticated`], proving the key as node `id`.
+fn authenticated_as(c: &Cluster, i: usize, key: &Secret, id: u32) -> Sealed {
     let mut s = TcpStream::connect(addr(c, i)).unwrap();
-    let (hello, handshake) = auth::client_hello(0).unwrap();
+    let (hello, handshake) = auth::client_hello(id).unwrap();
     send(&mut s, &hello).unwrap();
     let (proof, _, keys) = handshake.answer(key, recv(&mut s).unwrap()).unwrap();
     send(&mut s, &proof).unwrap();
@@ -557,4 +562,21 @@ fn idle_hogs_lose_their_slots_when_the_lease_ends() {
     assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
     assert_eq!(c.nodes[1].stat("bytes_from_peers"), 4 * MIB as u64);
     drop(hogs);
+}
+
+/// The key proves membership of the job, and the id must be one of its nodes: a key holder
+/// claiming an id outside the peers file is refused (it would also escape the per-node bound
+/// on connections).
+#[test]
+fn an_id_outside_the_membership_is_refused() {
+    let mut c = Cluster::new("nonmember", 2, 7);
+    c.start(2);
+    let key = Secret::load(&c.secret).unwrap();
+    let list = rpc(Msg::NameList { dir: String::new() });
+    let mut member = authenticated_as(&c, 0, &key, 1);
+    member.send(&list).unwrap();
+    assert!(answer(member.recv()).is_some(), "a member is answered");
+    let mut stranger = authenticated_as(&c, 0, &key, 99);
+    let _ = stranger.send(&list);
+    assert_eq!(stranger.recv(), None, "node 99 was answered");
 }

@@ -60,6 +60,7 @@ pub fn serve(args: ServeConfig) -> Result<(), UserError> {
             secret: None,
             conns: Default::default(),
             pending: Default::default(),
+            members: Default::default(),
         };
         server::serve(listener, server)
             .await

@@ -219,6 +219,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         secret: secret.clone(),
         conns: Default::default(),
         pending: Default::default(),
+        members: Arc::new(ids.iter().copied().collect()),
     };
     start_gossip(args, id, listen, &locator, secret.clone(), runtime.handle())?;
     let listener = runtime

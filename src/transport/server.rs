@@ -102,6 +102,9 @@ pub struct Server {
     pub conns: PeerConns,
     /// Connections still in their handshake (bounded).
     pub pending: Pending,
+    /// The node ids of the job: an authenticated peer claiming another is refused (empty:
+    /// any, as the `transport` tool's insecure pullers).
+    pub members: Arc<std::collections::HashSet<u32>>,
 }
 
 /// Why the server closed a connection (logged with the peer's address).
@@ -109,6 +112,8 @@ pub struct Server {
 pub enum ServerError {
     #[error("node {0} already has {MAX_CONNS_PER_PEER} connections open")]
     TooManyConnections(u32),
+    #[error("node {0} is not a member of the job")]
+    NotAMember(u32),
     #[error("more than {MAX_QUEUED} requests queued")]
     TooManyQueued,
     #[error("expected {expected}, got {got:?}")]
@@ -134,6 +139,7 @@ impl From<ServerError> for io::Error {
             ServerError::TooManyConnections(_) | ServerError::TooManyQueued => {
                 io::ErrorKind::QuotaExceeded
             }
+            ServerError::NotAMember(_) => io::ErrorKind::PermissionDenied,
             ServerError::Unexpected { .. } => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
@@ -236,8 +242,16 @@ async fn serve_conn(s: TcpStream, server: Server) -> io::Result<()> {
         faults,
         rpc,
         conns,
+        members,
         ..
     } = server;
+    // An id outside the membership would also escape the per-peer bound on connections.
+    if let Some(p) = peer_id
+        && !members.is_empty()
+        && !members.contains(&p)
+    {
+        return Err(ServerError::NotAMember(p).into());
+    }
     let admitted = peer_id.map(|p| conns.admit(p)).transpose()?;
     let (background, eager_max, their_ucx) = match (s.read().await?.map_err(bad_frame)?, rpc) {
         // The authenticated peer is the only identity: a Hello claiming another is refused.
