@@ -97,6 +97,16 @@ pub fn mount_argv(helper_args: &[OsString]) -> Result<Vec<OsString>, String> {
 /// older symlink, never a file), so `mount -t fuse.dyadfs` and fstab lines find it.
 pub fn install(dir: &Path) -> std::io::Result<std::path::PathBuf> {
     let exe = std::env::current_exe()?;
+    // `mount` runs the helper as root: it must be code only root can change, the binary and
+    // the UCX libraries it loads (a checkout's `.tools/ucx` owned by a user would do).
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        crate::sys::private::check_root_file(&exe)?;
+        for lib in crate::sys::private::loaded_libraries(&["libucp", "libucs", "libuct", "libucm"])
+        {
+            crate::sys::private::check_root_file(&lib)?;
+        }
+    }
     let link = dir.join(HELPER_NAMES[0]);
     match std::fs::symlink_metadata(&link) {
         Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)?,

@@ -454,3 +454,29 @@ fn a_read_leaves_trace_events() {
     assert_eq!(fill["args"]["path"], "t.bin");
     assert!(named("open").count() >= 1 && named("lookup").count() >= 1);
 }
+
+/// `mount` runs the installed helper as root: `install` refuses a binary another user could
+/// change (here, a copy in a directory nobody owns), and installs nothing.
+#[test]
+fn install_refuses_a_binary_another_user_can_change() {
+    let f = Fixture::new("install-untrusted");
+    let theirs = f.root.join("theirs");
+    fs::create_dir_all(&theirs).unwrap();
+    let copy = theirs.join("dyadfs");
+    fs::copy(env!("CARGO_BIN_EXE_dyadfs"), &copy).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&theirs)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let out = std::process::Command::new(&copy)
+        .args(["install", "--dir"])
+        .arg(&f.root)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "installed: {err}");
+    assert!(err.contains("uid 65534"), "{err}");
+    assert!(fs::symlink_metadata(f.root.join("mount.fuse.dyadfs")).is_err());
+}

@@ -84,6 +84,42 @@ pub fn check_private_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Checks that a file root is about to trust for code (a binary, a library) can be changed by
+/// root only: owned by root, writable by no one else, in a directory [`check_private_dir`]
+/// accepts for root.
+pub fn check_root_file(path: &Path) -> io::Result<()> {
+    let real = std::fs::canonicalize(path)?;
+    let m = std::fs::metadata(&real)?;
+    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(refused(format!(
+            "{} is owned by uid {} (mode {:o}): root would run code another user can change",
+            real.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        )));
+    }
+    check_private_dir(real.parent().unwrap_or(Path::new("/")))
+}
+
+/// The files of the shared libraries this process has loaded whose names start with one of
+/// `prefixes` (from /proc/self/maps).
+pub fn loaded_libraries(prefixes: &[&str]) -> Vec<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut out: Vec<PathBuf> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(PathBuf::from)
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| prefixes.iter().any(|x| n.starts_with(x)))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Opens a file of ours without following a final symlink, creating it 0600 if missing, and
 /// refuses one another user owns. `append`: writes go to its end; else it is emptied (only
 /// after the ownership check, so nobody else's file is ever truncated).
