@@ -4,6 +4,7 @@
 
 pub mod cache;
 pub mod cli;
+pub mod cluster;
 pub mod core;
 pub mod daemon;
 pub mod fs;

@@ -16,9 +16,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cache", &["core", "sys", "stats"]),
     ("fs", &["core", "sys", "stats", "cache"]),
     ("transport", &["core", "sys"]),
+    ("locator", &["core", "sys", "stats", "transport"]),
     (
-        "locator",
-        &["core", "sys", "stats", "cache", "fs", "transport"],
+        "cluster",
+        &[
+            "core",
+            "sys",
+            "stats",
+            "cache",
+            "fs",
+            "transport",
+            "locator",
+        ],
     ),
     (
         "daemon",
@@ -30,6 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fs",
             "transport",
             "locator",
+            "cluster",
             "metrics",
         ],
     ),
@@ -95,4 +105,75 @@ fn every_module_has_a_layer() {
             );
         }
     }
+}
+
+/// Within a folder, the files' imports of one another form no cycle (a cycle is one concept
+/// split in two files, or two concepts that should meet below both).
+#[test]
+fn no_cycles_inside_a_folder() {
+    use std::collections::{HashMap, HashSet};
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut folders = vec![src.clone()];
+    let mut cycles = Vec::new();
+    while let Some(dir) = folders.pop() {
+        let mut stems: Vec<(String, String)> = Vec::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                folders.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let stem = p.file_stem().unwrap().to_string_lossy().to_string();
+                if stem != "mod" && stem != "lib" && stem != "main" {
+                    stems.push((stem, std::fs::read_to_string(&p).unwrap()));
+                }
+            }
+        }
+        let names: HashSet<&str> = stems.iter().map(|(s, _)| s.as_str()).collect();
+        let folder = dir
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('/', "::");
+        let mut edges: HashMap<&str, HashSet<&str>> = HashMap::new();
+        for (stem, text) in &stems {
+            // Code only: a doc link to a sibling is no import.
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let text = &code;
+            let prefixes = ["super::".to_string(), format!("crate::{folder}::")];
+            for prefix in prefixes.iter().filter(|p| !p.ends_with("crate::::")) {
+                for (at, _) in text.match_indices(prefix.as_str()) {
+                    let used: String = text[at + prefix.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if let Some(&n) = names.get(used.as_str())
+                        && n != stem
+                    {
+                        edges.entry(stem.as_str()).or_default().insert(n);
+                    }
+                }
+            }
+        }
+        // A cycle is an edge a -> b with a path b -> a.
+        for (a, outs) in &edges {
+            for b in outs {
+                let (mut seen, mut stack) = (HashSet::new(), vec![*b]);
+                while let Some(n) = stack.pop() {
+                    if n == *a {
+                        cycles.push(format!("{}: {a} <-> {b}", dir.display()));
+                        break;
+                    }
+                    if seen.insert(n) {
+                        stack.extend(edges.get(n).into_iter().flatten().copied());
+                    }
+                }
+            }
+        }
+    }
+    cycles.sort();
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
 }

@@ -2,14 +2,13 @@
 //! (node -> rack -> global). `membership` says who is in the cluster and who is home for a
 //! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
 //! cache; `tiers` holds the rack and global tables and their coordination rules; `names` is
-//! the namespace of produced files; `replicate` copies what peers fetched (`--replicate`).
-//! `proto` is what the tiers say to one another (an RPC payload of the transport), `check`
-//! what a message from the wire must satisfy, `service` one daemon's locator answering and
-//! asking them, and `source` the fetch logic of a read (locate, pull, wait or fetch) over the
-//! `Locate` and `Pull` ports.
+//! the namespace of produced files. `proto` is what the tiers say to one another (an RPC
+//! payload of the transport), `check` what a message from the wire must satisfy, and `service`
+//! one daemon's locator answering and asking them. It knows no file system or cache: what
+//! joins it to them (a read's fetch logic, replication, produced names over the wire) is the
+//! cluster module, above it.
 
 pub mod check;
-pub mod cluster_names;
 pub mod error;
 mod failover;
 pub mod gossip;
@@ -18,9 +17,7 @@ pub mod names;
 pub mod node;
 pub mod proto;
 pub mod rendezvous;
-pub mod replicate;
 pub mod service;
-pub mod source;
 mod status;
 mod table;
 pub mod tiers;

@@ -153,11 +153,12 @@ impl LocatorService {
     }
 
     /// Sends a message to `to`, or handles it here when this node is the addressee.
-    pub(super) async fn call(self: &Arc<Self>, to: NodeId, msg: Msg) -> Option<Msg> {
+    pub async fn call(self: &Arc<Self>, to: NodeId, msg: Msg) -> Option<Msg> {
         self.call_within(to, msg, self.timeout).await
     }
 
-    pub(super) async fn call_within(
+    /// As [`LocatorService::call`], waiting at most `within`.
+    pub async fn call_within(
         self: &Arc<Self>,
         to: NodeId,
         msg: Msg,

@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use hashbrown::Equivalent;
 
-use super::tiers::Key;
 use crate::core::Version;
+
+/// A file at one version, as the tiers name it in their messages and lookups: holders of
+/// another version are never used.
+pub type Key = (String, Version);
 
 /// A table keyed by file. SipHash with a random key, as std's maps: paths come from peers.
 pub(super) type Table<V> = hashbrown::HashMap<HomeKey, V, RandomState>;

@@ -16,8 +16,7 @@ use super::membership::{Membership, NodeId};
 use super::table::{self, Few, HomeKey, Table};
 use crate::core::Version;
 
-/// A file at one version: holders of another version are never used.
-pub type Key = (String, Version);
+pub use super::table::Key;
 
 /// What a member is told to do about a file it misses.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -17,14 +17,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::error::LocatorError;
-use super::membership::NodeId;
 use super::source::{ClusterSource, Locate, read_at_via_pieces};
-use super::tiers::Key;
 use crate::cache::Cache;
 use crate::core::Version;
 use crate::core::source::{FillSink, Origin, Source};
 use crate::fs::read::Reader;
+use crate::locator::error::LocatorError;
+use crate::locator::membership::NodeId;
+use crate::locator::tiers::Key;
 use crate::stats::Stats;
 use crate::transport::pull::Puller;
 

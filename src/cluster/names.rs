@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::check::check_name;
-use super::error::LocatorError;
-use super::proto::Msg;
-use super::service::LocatorService;
 use crate::core::names::{Name, Namespace};
 use crate::core::{NodeId, Version};
+use crate::locator::check::check_name;
+use crate::locator::error::LocatorError;
+use crate::locator::proto::Msg;
+use crate::locator::service::LocatorService;
 
 /// The produced namespace of a cluster: each directory's names live at its name home.
 pub struct ClusterNames {
