@@ -4,7 +4,7 @@
 //! A produced file's bytes live in its producer's cache as an immutable *object* (a cache key
 //! that is not a backing path), found and pulled like any cached file; renaming a file only
 //! moves its name. [`LocalNames`] holds the names of a single-node mount in process;
-//! `cluster_names` asks name homes over the locator's RPCs; [`NameTable`] is what a name home
+//! `cluster::names` asks name homes over the locator's RPCs; [`NameTable`] is what a name home
 //! keeps.
 
 use std::collections::{BTreeMap, HashMap};
