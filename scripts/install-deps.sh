@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages dyadfs builds, tests and benchmarks with (Debian 12).
 # Idempotent; needs root (or sudo). The Rust toolchain itself is expected to be present.
+# Usage: scripts/install-deps.sh [--no-torch]
 set -euo pipefail
 # fuse3: fusermount3; libclang-dev: bindgen for ucx-sys; libnuma1: UCX's shared-memory transports;
 # bc: the benchmark scripts' arithmetic; python3-venv, gcc: the examples the tests run (C
@@ -19,11 +20,15 @@ fi
 
 # The Python environment of the examples and workload tests: numpy and torch (the default PyPI
 # wheel, about 5 GB with the CUDA libraries it pulls; it runs on CPU). DYADFS_VENV moves it.
+# --no-torch: numpy only, for loops that do not run the examples' and workload tests (about
+# 5 GB and minutes less).
 VENV=${DYADFS_VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv}
-if ! "$VENV/bin/python3" -c 'import numpy, torch' >/dev/null 2>&1; then
-  echo "installing numpy and torch into $VENV (a few minutes)" >&2
+PY_PKGS=(numpy torch)
+[ "${1:-}" = --no-torch ] && PY_PKGS=(numpy)
+if ! "$VENV/bin/python3" -c "import $(IFS=,; echo "${PY_PKGS[*]}")" >/dev/null 2>&1; then
+  echo "installing ${PY_PKGS[*]} into $VENV (a few minutes with torch)" >&2
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check numpy torch
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}"
 fi
 
 # UCX >= 1.14, into .tools/ucx (DYADFS_TOOLS moves it), where ucx-sys finds it before any system

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo test --all-targets "$@"
+# fuse-tests: the integration tests that mount and run daemons (all of them, here).
+cargo test --all-targets --features fuse-tests "$@"
 # The cache's chunk claims under shuttle's randomized scheduler (a build of their own: shuttle's
 # primitives replace std's there, so only these tests run in it).
 cargo test --features shuttle --lib cache::chunks::shuttle_tests

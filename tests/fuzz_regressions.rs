@@ -116,32 +116,3 @@ fn cache_header_inputs() {
     }
     assert!(decoded > 0, "the seed is a header that decodes");
 }
-
-/// Writes the journal seed (`DYADFS_REGENERATE_FIXTURES=1 cargo test --test fuzz_regressions`).
-#[test]
-fn journal_seed() {
-    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzz/journal_decode/seed.log");
-    if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_none() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("dyadfs-journal-seed-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("index.log");
-    let header = |path: &str, chunks| Header {
-        chunk_size: 1 << 20,
-        version: dyadfs::core::Version {
-            size: 3 << 20,
-            mtime_ns: 42,
-        },
-        path: path.into(),
-        chunks,
-    };
-    let j =
-        journal::Journal::create(&log, [header("a/b.npz", vec![Some(1), None, Some(3)])]).unwrap();
-    j.put(|| Some(header("c.bin", vec![Some(7), Some(8), Some(9)])))
-        .unwrap();
-    j.drop_path("a/b.npz").unwrap();
-    drop(j);
-    fs::copy(&log, &seed).unwrap();
-    let _ = fs::remove_dir_all(dir);
-}
