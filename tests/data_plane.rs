@@ -82,12 +82,8 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// Waits until `f` holds (at most `t`).
-fn eventually(t: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < t, "{what}: not within {t:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn eventually(t: Duration, what: &str, f: impl FnMut() -> bool) {
+    wait_until(what, t, f);
 }
 
 /// Writes `name` to the shared FS, has node `holder` read it (so it holds it), and checks

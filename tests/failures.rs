@@ -54,7 +54,7 @@ fn a_frozen_only_holder_costs_no_timeout_once_it_is_known_down() {
     let files = dataset(&c, 40, 256 * KIB);
     c.start(3);
     read_all(&c.nodes[0], &files);
-    std::thread::sleep(Duration::from_millis(500)); // the publishes land
+    c.wait_published(files.len() as u64);
     signal(&c.nodes[0], libc::SIGSTOP);
     let detected = wait_members_down(&c.nodes[2], 1);
     eprintln!("node 0 frozen: known down at node 2 after {detected:?}");
@@ -86,7 +86,7 @@ fn a_dead_rack_home_sends_nobody_to_the_shared_file_system() {
     let files = dataset(&c, 64, 64 * KIB);
     c.start(4);
     read_all(&c.nodes[0], &files);
-    std::thread::sleep(Duration::from_millis(500));
+    c.wait_published(files.len() as u64);
     signal(&c.nodes[3], libc::SIGKILL);
     for i in 0..3 {
         let took = wait_members_down(&c.nodes[i], 1);
@@ -228,7 +228,7 @@ fn a_chunk_that_rotted_on_a_holder_is_refused_reported_and_dropped() {
     c.start(2);
     let (p, d) = &files[0];
     read_all(&c.nodes[0], &files);
-    std::thread::sleep(Duration::from_millis(300));
+    c.wait_published(files.len() as u64);
     rot(&data_file(&c.root.join("s0"), p), (2 << 20) + 5);
     // Node 1 pulls from node 0, the rotten chunk fails its checksum at node 1: node 1 reads it
     // elsewhere and tells node 0, which checks it again and drops it.

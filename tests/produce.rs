@@ -30,11 +30,7 @@ fn consume(m: &Mounted, rel: &str) -> Vec<u8> {
 
 /// Waits until `f` holds (another node's view changes within the kernel's 1 s name TTL).
 fn eventually(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(what, Duration::from_secs(10), f);
 }
 
 #[test]

@@ -203,6 +203,17 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 pub const MIB: usize = 1 << 20;
 
+/// Waits until `cond` holds, checking every 50 ms; panics naming `what` after `timeout`. The one
+/// way tests wait for something asynchronous (a publish, a restart), instead of a fixed sleep.
+pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    start.elapsed()
+}
+
 /// Several daemons on 127.0.0.1, node i in rack `r{i/2}`, UCX over tcp on loopback, one shared
 /// backing directory.
 pub struct Cluster {
@@ -304,6 +315,14 @@ impl Cluster {
         };
         m.pid = m.stat("pid") as u32;
         self.nodes.insert(i as usize, m);
+    }
+
+    /// Waits until the homes know `files` files held (every holder's publishes have landed:
+    /// a row at a global home and at a rack home each).
+    pub fn wait_published(&self, files: u64) {
+        wait_until("the publishes land", Duration::from_secs(10), || {
+            self.total("home_global_files") >= files && self.total("home_rack_files") >= files
+        });
     }
 
     pub fn total(&self, key: &str) -> u64 {
