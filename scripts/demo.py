@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""dyadfs demo: 4 daemons (2 racks) on 127.0.0.1 over one generated dataset. Each epoch every
-node reads a different shard (like DistributedSampler.set_epoch), so from epoch 2 on the bytes
-come from the other nodes' NVMe caches over UCX instead of the shared file system."""
+"""dyadfs demo: 4 daemons (2 racks) on 127.0.0.1 over one generated dataset on a slow shared
+file system. Each epoch every node reads a different shard (like DistributedSampler.set_epoch),
+so epoch 1 reads the shared file system, epochs 2.. pull from the other nodes' caches, and a
+last epoch re-reads each node's own last shard: local hits. The page cache is dropped before
+every epoch (with --drop-caches), so each tier is read from where it lives."""
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,9 +28,13 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--port", type=int, default=7700)
     ap.add_argument("--dir", default=None, help="work directory (default: a new temp dir)")
+    ap.add_argument("--backing", default=None,
+                    help="the shared file system's directory (default: DIR/shared-fs)")
+    ap.add_argument("--drop-caches", action="store_true",
+                    help="drop the page cache before every epoch (needs root)")
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix="dyadfs-demo-")
-    backing = os.path.join(work, "shared-fs")
+    backing = a.backing or os.path.join(work, "shared-fs")
     os.makedirs(backing, exist_ok=True)
     print(f"generating {a.files} samples of {a.size_kib} KiB in {backing}", flush=True)
     names = []
@@ -60,23 +66,45 @@ def main():
         print(f"{'epoch':>5} {'node':>4} {'seconds':>8} {'files/s':>8} {'MiB peers':>10} "
               f"{'MiB backing':>12} {'local hits':>10}")
         shard = lambda k: names[k::a.nodes]
+        tiers = {"shared FS": [0, 0.0], "peers": [0, 0.0], "local": [0, 0.0]}
+        # Epochs 1..E rotate the shards; a last one re-reads each node's own last shard.
+        plan = [(e + 1, lambda i, e=e: (i + e) % a.nodes) for e in range(a.epochs)]
+        plan.append(("last", lambda i: (i + a.epochs - 1) % a.nodes))
         with ThreadPoolExecutor(a.nodes) as pool:
-            for epoch in range(a.epochs):
+            for label, which in plan:
+                if a.drop_caches:
+                    subprocess.run(["sync"], check=True)
+                    with open("/proc/sys/vm/drop_caches", "w") as f:
+                        f.write("3\n")
                 before = [stats(a.dyadfs, m) for m in mnts]
-                runs = list(pool.map(lambda i: read_shard(mnts[i], shard((i + epoch) % a.nodes)),
+                t0 = time.time()
+                runs = list(pool.map(lambda i: read_shard(mnts[i], shard(which(i))),
                                      range(a.nodes)))
+                wall = time.time() - t0
                 after = [stats(a.dyadfs, m) for m in mnts]
+                moved = {"shared FS": 0, "peers": 0, "local": 0}
                 for i, (dt, n) in enumerate(runs):
                     d = lambda k: after[i][k] - before[i][k]
-                    print(f"{epoch + 1:>5} {i:>4} {dt:>8.2f} {len(shard(i)) / dt:>8.0f} "
+                    moved["shared FS"] += d("bytes_from_backing")
+                    moved["peers"] += d("bytes_from_peers")
+                    moved["local"] += n - d("bytes_from_backing") - d("bytes_from_peers")
+                    print(f"{label:>5} {i:>4} {dt:>8.2f} {len(shard(which(i))) / dt:>8.0f} "
                           f"{d('bytes_from_peers') / 2**20:>10.1f} {d('bytes_from_backing') / 2**20:>12.1f} "
                           f"{d('local_hits'):>10}", flush=True)
+                # The epoch's time goes to the tier that served most of its bytes.
+                top = max(moved, key=moved.get)
+                tiers[top][0] += sum(moved.values())
+                tiers[top][1] += wall
         total = {k: sum(stats(a.dyadfs, m)[k] for m in mnts)
                  for k in ("bytes_from_backing", "bytes_from_peers", "lookups_rack", "lookups_global")}
         print(f"\ndataset {a.files * a.size_kib / 1024:.0f} MiB; read from the shared FS "
               f"{total['bytes_from_backing'] / 2**20:.0f} MiB in all, from peers "
               f"{total['bytes_from_peers'] / 2**20:.0f} MiB; lookups at rack homes "
               f"{total['lookups_rack']}, at global homes {total['lookups_global']}")
+        for tier, (n, secs) in tiers.items():
+            if secs > 0:
+                print(f"epochs served by {tier:<9}: {n / 2**20:7.0f} MiB in {secs:6.2f} s, "
+                      f"{n / 2**20 / secs:7.0f} MiB/s for the 4 nodes together")
     finally:
         for m in mnts:
             subprocess.run(["fusermount3", "-u", m])
