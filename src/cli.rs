@@ -337,7 +337,7 @@ pub struct MountArgs {
     /// connection, nothing else listening. `ucx`: chunks above --eager-max by UCX RMA gets,
     /// through an unprivileged data-plane process that shares only staged chunks with the
     /// daemon (on tcp, UCX emulates RMA in software and anyone who reaches its port can read
-    /// and write that process's memory; see the README's security model). `auto`: `ucx` where
+    /// and write that process's memory; see docs/SECURITY.md). `auto`: `ucx` where
     /// an RDMA device is present and UCX_TLS allows it (the NIC then checks memory keys),
     /// `stream` elsewhere
     #[arg(

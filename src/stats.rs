@@ -180,7 +180,7 @@ pub struct Snapshot {
     #[serde(default)]
     pub listed_with_attrs: u64,
     /// Files this node keeps a row for as a rack home and as a global home (about 170 and 190
-    /// bytes each; README, "Scale").
+    /// bytes each; docs/BENCHMARKS.md, "What a locator row costs").
     #[serde(default)]
     pub home_rack_files: u64,
     #[serde(default)]

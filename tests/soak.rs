@@ -1,6 +1,6 @@
 //! A short chaos soak in the test command (`scripts/soak.sh`, 20 seconds): six real daemons,
 //! readers checking every byte, daemons frozen, killed and restarted at random. The long run
-//! (`SOAK_SECONDS=600 scripts/soak.sh`) is in the README.
+//! (`SOAK_SECONDS=600 scripts/soak.sh`) is in docs/BENCHMARKS.md.
 
 use std::process::Command;
 

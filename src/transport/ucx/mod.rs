@@ -567,7 +567,7 @@ fn progress(owned: Owned, cmds: Receiver<Cmd>) {
 /// daemons on one machine talk tcp even when UCX_TLS allows shared memory (`ucx_perftest -t
 /// ucp_get` with `-e` on 1.13: 744 MB/s, without: 39.7 GB/s). `DYADFS_BENCH_UCX_NO_PEER_ERRORS=1`
 /// turns the mode off, for measuring dyadfs's own ceiling over shared memory on one machine only
-/// (README, "Benchmarks"): a peer that dies then leaves its pulls to the peer timeout and their
+/// (docs/BENCHMARKS.md): a peer that dies then leaves its pulls to the peer timeout and their
 /// slots lost.
 fn err_mode() -> sys::ucp_err_handling_mode_t {
     if std::env::var_os("DYADFS_BENCH_UCX_NO_PEER_ERRORS").is_some_and(|v| v == "1") {
