@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The chaos soak's driver (run by scripts/soak.sh, which builds and sets the environment).
 
-Six daemons in three racks on 127.0.0.1 over one backing directory; a reader per node reads the
+SOAK_NODES daemons (6) in SOAK_RACKS racks (3) on 127.0.0.1 over one backing directory; a reader per node reads the
 dataset in shifted shards in a loop and checks every byte; a driver freezes (SIGSTOP/SIGCONT),
 kills and restarts daemons at random, usually one at a time, sometimes two at once. At the end
 it reports reads, wrong bytes (must be 0), errors, the longest read stall on a node that was up
@@ -28,7 +28,8 @@ LARGE = int(os.environ.get("SOAK_LARGE", "4"))
 LARGE_SIZE = int(os.environ.get("SOAK_LARGE_MIB", "24")) << 20
 PEER_TIMEOUT = float(os.environ.get("SOAK_PEER_TIMEOUT", "2"))
 DETECT = float(os.environ.get("SOAK_DETECT", "2"))
-NODES = 6
+NODES = int(os.environ.get("SOAK_NODES", "6"))
+RACKS = int(os.environ.get("SOAK_RACKS", "3"))
 SEED = int(os.environ.get("SOAK_SEED", "1"))
 # Each node's cache holds this share of the dataset, so nodes keep evicting and pulling from
 # each other (with the whole dataset cached everywhere, chaos would change nothing).
@@ -220,7 +221,7 @@ def driver():
 
 
 def main():
-    racks = ["r0", "r0", "r1", "r1", "r2", "r2"]
+    racks = [f"r{i * RACKS // NODES}" for i in range(NODES)]
     base = 21000 + rng.randrange(0, 300) * 10
     with open(f"{W}/peers", "w") as f:
         for i in range(NODES):
@@ -229,7 +230,7 @@ def main():
     files = make_dataset()
     dataset = sum(s for s, _ in files.values())
     capacity[0] = f"{max(int(dataset * CACHE_SHARE) >> 20, LARGE_SIZE >> 19)}M"
-    log(f"dataset: {len(files)} files, {dataset / 2**20:.1f} MiB; {NODES} daemons in 3 racks; "
+    log(f"dataset: {len(files)} files, {dataset / 2**20:.1f} MiB; {NODES} daemons in {RACKS} racks; "
         f"caches of {capacity[0]} each; peer timeout {PEER_TIMEOUT}s, failure detection {DETECT}s; "
         f"{SECONDS}s of chaos")
     for i in range(NODES):

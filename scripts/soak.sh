@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The chaos soak (issue 17): 6 daemons in 3 racks on 127.0.0.1 (UCX over tcp on loopback), one
+# The chaos soak (issue 17): 6 daemons in 3 racks (SOAK_NODES, SOAK_RACKS) on 127.0.0.1 (UCX over tcp on loopback), one
 # reader per node reading the dataset in shifted shards and checking every byte, while a driver
 # freezes, kills and restarts daemons at random (scripts/soak.py). Reports reads, wrong bytes
 # (exit 1 if any), errors, the longest read stall on a node that was up, shared-FS bytes
 # against the dataset, failovers and the actions. Needs root (FUSE). Loopback only.
-# Usage: SOAK_SECONDS=600 scripts/soak.sh   (env: SOAK_FILES, SOAK_KIB, SOAK_LARGE,
+# Usage: SOAK_SECONDS=600 scripts/soak.sh   (env: SOAK_NODES (6), SOAK_RACKS (3), SOAK_FILES, SOAK_KIB, SOAK_LARGE,
 #        SOAK_LARGE_MIB, SOAK_PEER_TIMEOUT, SOAK_DETECT, SOAK_SEED, DYADFS_BIN, KEEP)
 set -euo pipefail
 cd "$(dirname "$0")/.."
