@@ -9,7 +9,6 @@ mod common;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -19,20 +18,7 @@ use common::*;
 
 /// Node `i`'s control port, from the cluster's peers file.
 fn control_port(c: &Cluster, i: usize) -> u16 {
-    addr(&c.peers, i).port()
-}
-
-fn addr(peers: &Path, i: usize) -> SocketAddr {
-    fs::read_to_string(peers)
-        .unwrap()
-        .lines()
-        .nth(i)
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap()
+    c.addr(i).port()
 }
 
 /// The job secret's text, as the daemons hold it in memory.
@@ -284,16 +270,16 @@ fn relay(listen: SocketAddr, to: SocketAddr, tamper: Arc<AtomicBool>) -> Arc<Ato
 fn a_relay_without_the_key_can_change_nothing() {
     let mut c = Cluster::new("relay", 2, 2);
     let real = c.peers.clone();
-    let relay_addr = SocketAddr::from(([127, 0, 0, 1], addr(&real, 1).port() + 3));
+    let relay_addr = SocketAddr::from(([127, 0, 0, 1], peer_addr(&real, 1).port() + 3));
     let text = fs::read_to_string(&real).unwrap();
     let relayed = c.root.join("peers-relayed");
     fs::write(
         &relayed,
-        text.replacen(&addr(&real, 0).to_string(), &relay_addr.to_string(), 1),
+        text.replacen(&peer_addr(&real, 0).to_string(), &relay_addr.to_string(), 1),
     )
     .unwrap();
     let tamper = Arc::new(AtomicBool::new(false));
-    let tampered = relay(relay_addr, addr(&real, 0), tamper.clone());
+    let tampered = relay(relay_addr, peer_addr(&real, 0), tamper.clone());
     c.start_node(0);
     c.peers = relayed;
     c.start_node(1);
@@ -348,7 +334,7 @@ fn a_flood_of_strangers_costs_bounded_memory_and_fails_no_read() {
     let pid = c.nodes[0].pid;
     let before = rss_kib(pid);
     raise_nofile(20_000);
-    let target = addr(&c.peers, 0);
+    let target = c.addr(0);
     let mut held = Vec::new();
     for i in 0..5000 {
         let Ok(mut s) = TcpStream::connect_timeout(&target, Duration::from_secs(5)) else {

@@ -7,7 +7,7 @@ mod common;
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use common::*;
@@ -16,20 +16,6 @@ use dyadfs::locator::proto::{self, Msg};
 use dyadfs::transport::auth::{self, Secret};
 use dyadfs::transport::session;
 use dyadfs::transport::wire::{self, Message, PROTOCOL_VERSION};
-
-/// Node `i`'s control address, from the cluster's peers file.
-fn addr(c: &Cluster, i: usize) -> SocketAddr {
-    let peers = fs::read_to_string(&c.peers).unwrap();
-    peers
-        .lines()
-        .nth(i)
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
 
 /// A connection past the handshake: every frame sealed with its session keys, as a member's.
 struct Sealed {
@@ -135,12 +121,12 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     // No key: a Hello asking for the holder's rkey, and a forged name, are answered with
     // nothing but a challenge, then the connection is closed.
     for msg in [puller_hello(), forged_name()] {
-        let mut s = TcpStream::connect(addr(&c, 1)).unwrap();
+        let mut s = TcpStream::connect(c.addr(1)).unwrap();
         send(&mut s, &msg).unwrap();
         assert_eq!(recv(&mut s), None, "a client without the key got an answer");
     }
     // A client that answers the challenge with a made-up proof gets nothing either.
-    let mut s = TcpStream::connect(addr(&c, 1)).unwrap();
+    let mut s = TcpStream::connect(c.addr(1)).unwrap();
     let (hello, _) = auth::client_hello(0).unwrap();
     send(&mut s, &hello).unwrap();
     assert!(matches!(recv(&mut s), Some(Message::AuthChallenge { .. })));
@@ -242,7 +228,7 @@ fn authenticated(c: &Cluster, i: usize, key: &Secret) -> Sealed {
 
 /// As [`authenticated`], proving the key as node `id`.
 fn authenticated_as(c: &Cluster, i: usize, key: &Secret, id: u32) -> Sealed {
-    let mut s = TcpStream::connect(addr(c, i)).unwrap();
+    let mut s = TcpStream::connect(c.addr(i)).unwrap();
     let (hello, handshake) = auth::client_hello(id).unwrap();
     send(&mut s, &hello).unwrap();
     let (proof, _, keys) = handshake.answer(key, recv(&mut s).unwrap()).unwrap();

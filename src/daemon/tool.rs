@@ -24,14 +24,12 @@ fn runtime() -> Result<tokio::runtime::Runtime, UserError> {
 
 fn worker(u: &UcxConfig) -> Result<Arc<DataPlane>, UserError> {
     let (slots, size) = (u.slots as usize, u.slot_size as usize);
-    Ok(Arc::new(if u.data_plane.uses_ucx() {
-        DataPlane::ucx(slots, size, false)?
-    } else {
-        DataPlane::stream(slots, size).map_err(|source| UserError::Start {
-            what: "slab",
-            source,
-        })?
-    }))
+    Ok(Arc::new(DataPlane::new(
+        u.data_plane.uses_ucx(),
+        slots,
+        size,
+        false,
+    )?))
 }
 
 pub fn serve(args: ServeConfig) -> Result<(), UserError> {

@@ -175,14 +175,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         .store(if ucx { 2 } else { 1 }, Ordering::Relaxed);
     let plane = |slots: usize, background: bool| -> Result<Arc<DataPlane>, UserError> {
         let size = args.chunk_size as usize;
-        Ok(Arc::new(if ucx {
-            DataPlane::ucx(slots, size, background)?
-        } else {
-            DataPlane::stream(slots, size).map_err(|source| UserError::Start {
-                what: "slab",
-                source,
-            })?
-        }))
+        Ok(Arc::new(DataPlane::new(ucx, slots, size, background)?))
     };
     tracing::info!(
         ucx,

@@ -43,6 +43,20 @@ impl DataPlane {
         })
     }
 
+    /// `ucx`: [`DataPlane::ucx`], else [`DataPlane::stream`].
+    pub fn new(
+        ucx: bool,
+        slots: usize,
+        slot_size: usize,
+        background: bool,
+    ) -> Result<DataPlane, UcxError> {
+        if ucx {
+            DataPlane::ucx(slots, slot_size, background)
+        } else {
+            DataPlane::stream(slots, slot_size).map_err(|e| UcxError::io("mmap", e))
+        }
+    }
+
     /// The daemon's own slots.
     pub fn slab(&self) -> &Arc<Slab> {
         &self.private

@@ -203,6 +203,20 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 pub const MIB: usize = 1 << 20;
 
+/// The address of the `i`th line of a peers file (`ID HOST:PORT RACK`).
+pub fn peer_addr(peers: &Path, i: usize) -> std::net::SocketAddr {
+    fs::read_to_string(peers)
+        .unwrap()
+        .lines()
+        .nth(i)
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// Waits until `cond` holds, checking every 50 ms; panics naming `what` after `timeout`. The one
 /// way tests wait for something asynchronous (a publish, a restart), instead of a fixed sleep.
 pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
@@ -323,6 +337,11 @@ impl Cluster {
         wait_until("the publishes land", Duration::from_secs(10), || {
             self.total("home_global_files") >= files && self.total("home_rack_files") >= files
         });
+    }
+
+    /// Node `i`'s control address, from the cluster's peers file.
+    pub fn addr(&self, i: usize) -> std::net::SocketAddr {
+        peer_addr(&self.peers, i)
     }
 
     pub fn total(&self, key: &str) -> u64 {

@@ -40,6 +40,15 @@ impl Slab {
                 0,
             )
         };
+        Slab::of_mapping(base, slots, slot_size)
+    }
+
+    /// The slab over a mapping just made (or its failure), all slots free.
+    fn of_mapping(
+        base: *mut libc::c_void,
+        slots: usize,
+        slot_size: usize,
+    ) -> std::io::Result<Slab> {
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
@@ -95,16 +104,7 @@ impl Slab {
                 0,
             )
         };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Slab {
-            base: base as *mut u8,
-            slot_size,
-            slots,
-            free: Mutex::new((0..slots).rev().collect()),
-            freed: Condvar::new(),
-        })
+        Slab::of_mapping(base, slots, slot_size)
     }
 
     /// Takes the slot `index` if it is free (the data-plane process, told by the daemon which
