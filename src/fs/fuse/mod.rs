@@ -1,5 +1,5 @@
-//! The only file that knows fuser: each handler opens a span, calls the core, and replies with
-//! data or an errno. The I/O-mode rules of opens ([`super::io_modes`]) and the offsets of
+//! The only module that knows fuser: each handler opens a span, calls the core, and replies with
+//! data or an errno ([`convert`]: the core's types as fuser's). The I/O-mode rules of opens ([`super::io_modes`]) and the offsets of
 //! directory listings ([`super::listing`]) are the core's; this file keeps the passthrough
 //! backing ids (a kernel resource of this session) in them.
 
@@ -7,20 +7,24 @@ use std::ffi::OsStr;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use fuser::{
-    BackingId, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    BackingId, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
+
+mod convert;
+
+use convert::{file_attr, file_type, time_set};
 
 use super::Opened;
 use super::caller;
 use super::io_modes::{IoModes, OpenMode};
 use super::listing::page;
-use super::{Attr, Changes, DyadFs, Error, Kind, TimeSet};
+use super::{Attr, Changes, DyadFs, Error};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -116,48 +120,6 @@ impl<S: Source> FuseAdapter<S> {
             Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-        crtime: UNIX_EPOCH,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-fn time_set(t: TimeOrNow) -> TimeSet {
-    match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(t) => TimeSet::At(match t.duration_since(UNIX_EPOCH) {
-            Ok(d) => d.as_nanos() as i64,
-            Err(e) => -(e.duration().as_nanos() as i64),
-        }),
-    }
-}
-
-fn file_type(k: Kind) -> FileType {
-    match k {
-        Kind::File => FileType::RegularFile,
-        Kind::Dir => FileType::Directory,
-        Kind::Symlink => FileType::Symlink,
-        Kind::Fifo => FileType::NamedPipe,
-        Kind::Char => FileType::CharDevice,
-        Kind::Block => FileType::BlockDevice,
-        Kind::Socket => FileType::Socket,
     }
 }
 
