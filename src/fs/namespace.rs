@@ -48,7 +48,7 @@ impl<S: Source> DyadFs<S> {
             size: n.size,
             mtime_ns: n.mtime_ns,
         };
-        let entry = self.reader.cache.entry(&n.object, version)?;
+        let entry = self.reader.cache.entry_or_uncached(&n.object, version);
         entry.pin(&self.reader.cache);
         let r = (|| {
             let mut off = 0;

@@ -266,7 +266,7 @@ impl Replicator {
             stats: self.stats.clone(),
             source: source.clone(),
         };
-        let entry = self.cache.entry(path, *version)?;
+        let entry = self.cache.entry_or_uncached(path, *version);
         entry.pin(&self.cache);
         // Chunks a reader is filling meanwhile are left to it.
         let r = reader.fill_ahead(&entry, 0..entry.chunk_count());

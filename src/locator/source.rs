@@ -356,7 +356,7 @@ impl ChunkStore for CacheStore {
             .filter(|f| f.locator.is_fetching(path, v));
         let entry = match (self.cache.lookup(path, v), fetcher) {
             (Some(e), _) => e,
-            (None, Some(_)) => self.cache.entry(path, v).map_err(io::Error::other)?,
+            (None, Some(_)) => self.cache.entry_or_uncached(path, v),
             (None, None) => return Err(missing()),
         };
         if let Some(f) = fetcher {

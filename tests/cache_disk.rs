@@ -1,0 +1,190 @@
+//! The cache's own file system failing under a mount: full (a small tmpfs, as when the NVMe is
+//! shared or smaller than the working set), turned read-only mid-epoch (ext4 remounting itself
+//! read-only after an error). Reads never fail for it: they are served uncached from where the
+//! bytes come from.
+
+mod common;
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// A file system mounted for a test, lazily unmounted when dropped (after the dyadfs mount
+/// over it, which is dropped first when declared after it).
+struct Mount(PathBuf);
+
+impl Mount {
+    /// A tmpfs of `size` at `dir`.
+    fn tmpfs(dir: &Path, size: &str) -> Mount {
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mounting a tmpfs at {}", dir.display());
+        Mount(dir.to_path_buf())
+    }
+
+    /// A fresh ext4 image of `size` at `dir` (loop device), which remounts itself read-only
+    /// on an error.
+    fn ext4(image: &Path, size: u64, dir: &Path) -> Mount {
+        File::create(image).unwrap().set_len(size).unwrap();
+        let st = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(image)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mkfs.ext4");
+        let st = Command::new("mount")
+            .args(["-o", "loop,errors=remount-ro"])
+            .arg(image)
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mounting an ext4 image at {}", dir.display());
+        Mount(dir.to_path_buf())
+    }
+
+    /// Makes the ext4 file system record an error, on which it turns read-only (what a disk
+    /// error or corruption does to it in production).
+    fn ext4_error(&self) {
+        let out = Command::new("findmnt")
+            .args(["-n", "-o", "SOURCE"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let dev = String::from_utf8(out.stdout).unwrap();
+        let dev = Path::new(dev.trim()).file_name().unwrap().to_owned();
+        let trigger = Path::new("/sys/fs/ext4").join(dev).join("trigger_fs_error");
+        fs::write(&trigger, "dyadfs test: the cache disk fails\n").unwrap();
+        let out = Command::new("findmnt")
+            .args(["-n", "-o", "OPTIONS"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let options = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            options
+                .trim()
+                .split(',')
+                .any(|o| o == "ro" || o == "emergency_ro"),
+            "still writable: {options}"
+        );
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A dataset of `n` files (mostly 0.1-3 MiB, every tenth 9-12 MiB: read through the daemon's
+/// mapping in chunks), written to the backing directory; their paths.
+fn dataset(f: &Fixture, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|k| {
+            let size = if k % 10 == 9 {
+                9 * MIB + k * 37_000
+            } else {
+                100_000 + (k * 7919 * 397) % (3 * MIB)
+            };
+            let p = format!("d{}/f{k}.bin", k % 7);
+            f.write(&p, &pattern(size, 7000 + k as u64));
+            p
+        })
+        .collect()
+}
+
+/// Four processes' worth of readers at once, each reading every file (in its own order) and
+/// comparing it with the source, as the issue's `cmp` loops did; the failures.
+fn four_readers(f: &Fixture, m: &Mounted, files: &[String]) -> Vec<String> {
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..4)
+            .map(|r| {
+                s.spawn(move || {
+                    let mut failed = Vec::new();
+                    for i in 0..files.len() {
+                        let p = &files[(i * 7 + r * files.len() / 4) % files.len()];
+                        match fs::read(m.path(p)) {
+                            Ok(got) if got == fs::read(f.backing.join(p)).unwrap() => {}
+                            Ok(_) => failed.push(format!("reader {r}: {p} differs")),
+                            Err(e) => failed.push(format!("reader {r}: {p}: {e}")),
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .flat_map(|r| r.join().unwrap())
+            .collect()
+    })
+}
+
+/// Issue 32's case, scaled down: 4 readers of a dataset ten times the size of the cache's
+/// tmpfs. With the default capacity (the disk's accounting must keep up with concurrent fills
+/// and evictions), then with a capacity larger than the disk (the disk fills for real under
+/// them, as when it is shared): no read fails, and the second says so in `cache_write_errors`.
+#[test]
+fn four_readers_on_a_full_cache_disk_never_fail() {
+    let f = Fixture::new("disk-full4");
+    // 7 does not divide 7 * k for any k (every file is read by each reader).
+    let files = dataset(&f, 151);
+    for capacity in [&[][..], &["--capacity", "1G"]] {
+        let tmpfs = Mount::tmpfs(&f.ssd, "24m");
+        let m = f.mount(capacity);
+        let failed = four_readers(&f, &m, &files);
+        assert!(failed.is_empty(), "{capacity:?}: {failed:#?}");
+        let s = m.stats();
+        assert!(s["evictions"].as_u64().unwrap() > 0 || !capacity.is_empty());
+        if !capacity.is_empty() {
+            assert!(s["uncached_reads"].as_u64().unwrap() > 0, "{s}");
+            assert!(s["cache_write_errors"].as_u64().unwrap() > 0, "{s}");
+            let log = fs::read_to_string(f.ssd.join("dyadfs.log")).unwrap_or_default();
+            let lines = log
+                .lines()
+                .filter(|l| l.contains("write to the cache's file system failed"))
+                .count();
+            assert!(lines <= 2, "not rate-limited: {lines} lines");
+        }
+        m.unmount();
+        drop(tmpfs);
+    }
+}
+
+/// The cache's file system turns read-only while files are being read (ext4 after an error,
+/// `errors=remount-ro`): cached files are still served from it, every other read uncached
+/// from the shared file system; none fails.
+#[test]
+fn a_cache_disk_turned_read_only_mid_epoch_serves_reads_uncached() {
+    let f = Fixture::new("disk-ro");
+    let files: Vec<String> = (0..40)
+        .map(|k| {
+            let p = format!("e/{k}.bin");
+            f.write(&p, &pattern(MIB + k * 4099, 800 + k as u64));
+            p
+        })
+        .collect();
+    let ext4 = Mount::ext4(&f.root.join("cache.img"), 96 << 20, &f.ssd);
+    let m = f.mount(&[]);
+    // The first half of the epoch caches its files.
+    for p in &files[..20] {
+        assert!(fs::read(m.path(p)).unwrap() == fs::read(f.backing.join(p)).unwrap());
+    }
+    assert_eq!(m.stat("cached_files"), 20);
+    ext4.ext4_error();
+    let hits = m.stat("local_hits");
+    let failed = four_readers(&f, &m, &files);
+    assert!(failed.is_empty(), "{failed:#?}");
+    let s = m.stats();
+    assert!(s["uncached_reads"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["cache_write_errors"].as_u64().unwrap() > 0, "{s}");
+    // The copies made before are still read from the cache.
+    assert!(s["local_hits"].as_u64().unwrap() >= hits + 20, "{s}");
+    assert_eq!(s["cached_files"], 20, "{s}");
+    m.unmount();
+}
