@@ -188,3 +188,38 @@ fn a_cache_disk_turned_read_only_mid_epoch_serves_reads_uncached() {
     assert_eq!(s["cached_files"], 20, "{s}");
     m.unmount();
 }
+
+/// A node whose cache disk fills up pulls what a peer holds and serves it uncached: the
+/// bytes it could not store blame no holder and send no read to the shared file system.
+#[test]
+fn a_full_cache_disk_serves_pulled_files_uncached() {
+    let mut c = Cluster::new("disk-pull", 2, 0);
+    let files: Vec<(String, Vec<u8>)> = (0..24)
+        .map(|k| (format!("p/{k}.bin"), pattern(MIB + k * 811, 600 + k as u64)))
+        .collect();
+    for (p, d) in &files {
+        let path = c.backing.join(p);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, d).unwrap();
+    }
+    fs::create_dir_all(c.root.join("s1")).unwrap();
+    let tmpfs = Mount::tmpfs(&c.root.join("s1"), "6m");
+    // More than the disk: node 1's fills find it full.
+    c.extra = vec!["--capacity".into(), "1G".into()];
+    c.start(2);
+    for (p, d) in &files {
+        assert!(fs::read(c.nodes[0].path(p)).unwrap() == *d, "{p} on node 0");
+    }
+    // Node 0's copies are published (batched) before node 1 asks.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for (p, d) in &files {
+        let got = fs::read(c.nodes[1].path(p)).unwrap_or_else(|e| panic!("{p} on node 1: {e}"));
+        assert!(got == *d, "{p} differs on node 1");
+    }
+    let s = c.nodes[1].stats();
+    assert_eq!(s["bytes_from_backing"], 0, "{s}");
+    assert!(s["cache_write_errors"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["uncached_reads"].as_u64().unwrap() > 0, "{s}");
+    c.nodes.clear();
+    drop(tmpfs);
+}
