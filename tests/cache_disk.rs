@@ -1,11 +1,12 @@
 //! The cache's own file system failing under a mount: full (a small tmpfs, as when the NVMe is
 //! shared or smaller than the working set), turned read-only mid-epoch (ext4 remounting itself
 //! read-only after an error). Reads never fail for it: they are served uncached from where the
-//! bytes come from.
+//! bytes come from. A produced file that cannot be written or sealed keeps no bytes.
 
 mod common;
 
 use std::fs::{self, File};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -72,6 +73,19 @@ impl Mount {
                 .any(|o| o == "ro" || o == "emergency_ro"),
             "still writable: {options}"
         );
+    }
+
+    /// (bytes used, bytes available) of the file system.
+    fn space(&self) -> (u64, u64) {
+        let out = Command::new("df")
+            .args(["-B1", "--output=used,avail"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut n = text.lines().nth(1).unwrap().split_whitespace();
+        let mut next = || n.next().unwrap().parse::<u64>().unwrap();
+        (next(), next())
     }
 }
 
@@ -222,4 +236,141 @@ fn a_full_cache_disk_serves_pulled_files_uncached() {
     assert!(s["uncached_reads"].as_u64().unwrap() > 0, "{s}");
     c.nodes.clear();
     drop(tmpfs);
+}
+
+/// A managed mount (`dyadfs mount MNT --ssd SSD`, no `--backing`) over the tmpfs at `f.ssd`.
+fn mount_managed(f: &Fixture) -> Mounted {
+    let out = dyadfs()
+        .arg("mount")
+        .arg(&f.mnt)
+        .arg("--ssd")
+        .arg(f.ssd.join("c"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut m = Mounted {
+        mnt: f.mnt.clone(),
+        pid: 0,
+    };
+    m.pid = m.stat("pid") as u32;
+    m
+}
+
+/// Writes `size` bytes to `path` in 1 MiB writes; the errno of the write that failed (and at
+/// what offset), then the result of the close.
+fn write_then_close(path: &Path, size: usize) -> (Option<(usize, i32)>, std::io::Result<()>) {
+    let mut file = File::create(path).unwrap();
+    let chunk = vec![0x5a; MIB];
+    let mut failed = None;
+    let mut at = 0;
+    while at < size {
+        let n = chunk.len().min(size - at);
+        if let Err(e) = file.write_all(&chunk[..n]) {
+            failed = Some((at, e.raw_os_error().unwrap()));
+            break;
+        }
+        at += n;
+    }
+    // SAFETY: `into_raw_fd` hands over the descriptor, closed once here.
+    let closed = unsafe { libc::close(std::os::unix::io::IntoRawFd::into_raw_fd(file)) };
+    let closed = if closed == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    };
+    (failed, closed)
+}
+
+/// The leak: a produced file larger than the cache disk fails with ENOSPC at a write
+/// (and at close), is not published, and keeps no byte: the disk is free again at once and
+/// the next file is written, published and read back. Likewise a file that fits but whose
+/// seal cannot be recorded (the disk full to the last byte).
+#[test]
+fn a_produced_file_that_fails_keeps_no_bytes() {
+    let f = Fixture::new("disk-produce");
+    let tmpfs = Mount::tmpfs(&f.ssd, "20m");
+    let m = mount_managed(&f);
+    let (used_at_start, free) = tmpfs.space();
+    // Exactly the free space: every write lands, but the seal cannot log its object.
+    let (failed, closed) = write_then_close(&m.path("exact"), free as usize);
+    assert_eq!(failed, None, "a write failed with room left");
+    let e = closed.expect_err("sealed with no room to record it");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    // (Listed, not stat'ed: the kernel may keep the created name for its 1 s TTL.)
+    assert_eq!(fs::read_dir(&m.mnt).unwrap().count(), 0, "published anyway");
+    let (used, _) = tmpfs.space();
+    assert!(
+        used <= used_at_start + MIB as u64,
+        "{used} bytes still used"
+    );
+    // Larger than the disk: the write that finds no room fails with ENOSPC.
+    let (failed, closed) = write_then_close(&m.path("big"), 30 * MIB);
+    let (at, errno) = failed.expect("30 MiB were staged on a 20 MiB disk");
+    assert_eq!(errno, libc::ENOSPC);
+    assert!(at >= 15 * MIB, "failed at {at}");
+    assert_eq!(closed.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+    assert_eq!(fs::read_dir(&m.mnt).unwrap().count(), 0);
+    let (used, _) = tmpfs.space();
+    assert!(
+        used <= used_at_start + MIB as u64,
+        "{used} bytes still used"
+    );
+    let data_files: u64 = walk(&f.ssd.join("c"))
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(
+        data_files < MIB as u64,
+        "{data_files} bytes of files in the cache dir"
+    );
+    // The disk is usable again at once.
+    let data = pattern(15 * MIB, 9);
+    fs::write(m.path("next"), &data).unwrap();
+    assert!(fs::read(m.path("next")).unwrap() == data);
+    assert_eq!(m.stat("files_produced"), 1);
+    assert!(m.stat("cache_write_errors") >= 2);
+    m.unmount();
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A producer's write that finds the cache disk full of cached copies evicts them (the
+/// capacity does not count files being written) instead of failing.
+#[test]
+fn a_producer_write_evicts_cached_files_to_make_room() {
+    let f = Fixture::new("disk-room");
+    let files: Vec<String> = (0..16)
+        .map(|k| {
+            let p = format!("c/{k}.bin");
+            f.write(&p, &pattern(MIB, 900 + k as u64));
+            p
+        })
+        .collect();
+    let _tmpfs = Mount::tmpfs(&f.ssd, "20m");
+    let m = f.mount(&[]);
+    for p in &files {
+        assert!(fs::read(m.path(p)).unwrap() == fs::read(f.backing.join(p)).unwrap());
+    }
+    assert_eq!(m.stat("cached_files"), 16);
+    let data = pattern(12 * MIB, 5);
+    fs::write(m.path("out.bin"), &data).unwrap();
+    assert!(fs::read(m.path("out.bin")).unwrap() == data);
+    assert!(m.stat("evictions") > 0);
+    m.unmount();
 }

@@ -208,6 +208,8 @@ const SCAN_CHEAP: usize = 4096;
 /// Shards of [`Cache::entry`]'s creations (by slot): enough that fills of different files
 /// rarely wait for each other's file creation.
 const CREATING_SHARDS: usize = 64;
+/// The least [`Cache::make_room`] frees.
+const MAKE_ROOM_MIN: u64 = 64 << 20;
 /// After a write to the cache's file system failed, nothing new is cached for this long, the
 /// reads concerned going straight to the source: a read-only or full disk would otherwise
 /// cost every new file a fill that fails (bytes read twice from the source), and an eviction
@@ -735,27 +737,7 @@ impl Cache {
             0
         };
         let target = self.capacity.saturating_sub(bytes + slack);
-        let now = self.tick.load(Ordering::Relaxed);
-        let mut victims: Vec<(u32, Arc<Entry>)> = index
-            .entries()
-            .filter(|e| !std::ptr::eq(e.as_ref(), for_entry) && !e.pinned() && !e.kept())
-            .filter(|e| {
-                let st = e.state.lock();
-                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
-            })
-            .map(|e| (e.age(now), e.clone()))
-            .collect();
-        // The least recently used first.
-        victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
-        for (_, victim) in victims {
-            if self.shared.used.load(Ordering::Relaxed) <= target {
-                break;
-            }
-            tracing::debug!(path = %victim.path, "evicting");
-            index.remove(&victim.path);
-            self.drop_entry(&victim);
-            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
-        }
+        self.evict_down_to(&mut index, target, Some(for_entry));
         if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
             self.shared.used.fetch_add(bytes, Ordering::Relaxed);
             true
@@ -764,9 +746,52 @@ impl Cache {
         }
     }
 
+    /// Evicts cached files to free at least `bytes` of the cache's file system for something
+    /// the capacity does not count (a file being written, which found the disk full); whether
+    /// anything was evicted. Frees at least [`MAKE_ROOM_MIN`] at a time: every write of the
+    /// producer would come back for more.
+    pub fn make_room(&self, bytes: u64) -> bool {
+        let mut index = lock(&self.index);
+        let used = self.shared.used.load(Ordering::Relaxed);
+        let target = used.saturating_sub(bytes.max(MAKE_ROOM_MIN));
+        self.evict_down_to(&mut index, target, None) > 0
+    }
+
+    /// Evicts least recently used entries, never `sparing`, nor entries that are open, kept or
+    /// being filled, until the cache holds at most `target` bytes; how many it evicted.
+    fn evict_down_to(&self, index: &mut Index, target: u64, sparing: Option<&Entry>) -> usize {
+        let now = self.tick.load(Ordering::Relaxed);
+        let mut victims: Vec<(u32, Arc<Entry>)> = index
+            .entries()
+            .filter(|e| sparing.is_none_or(|s| !std::ptr::eq(e.as_ref(), s)))
+            .filter(|e| !e.pinned() && !e.kept())
+            .filter(|e| {
+                let st = e.state.lock();
+                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
+            })
+            .map(|e| (e.age(now), e.clone()))
+            .collect();
+        // The least recently used first.
+        victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
+        let mut evicted = 0;
+        for (_, victim) in victims {
+            if self.shared.used.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            tracing::debug!(path = %victim.path, "evicting");
+            index.remove(&victim.path);
+            self.drop_entry(&victim);
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            evicted += 1;
+        }
+        evicted
+    }
+
     /// Takes a finished file (on the cache's file system) in as the complete, kept entry `path`:
     /// a produced file becomes an object peers pull like any cached file. Its bytes count
-    /// against capacity, evicting others, but are taken in even if nothing can be evicted.
+    /// against capacity, evicting others, but are taken in even if nothing can be evicted. On
+    /// failure (the cache's file system full or read-only, say) nothing of it stays in the
+    /// cache; the file itself is left to the caller unless it was moved already.
     pub fn adopt(
         &self,
         path: &str,
@@ -774,6 +799,23 @@ impl Cache {
         file: &Path,
     ) -> Result<Arc<Entry>, CacheError> {
         let entry = self.entry(path, version)?;
+        let adopted = self.adopt_into(&entry, file);
+        if adopted.is_err() {
+            // The empty entry, or the adopted one with the file's bytes: neither may stay (a
+            // kept entry is never evicted, and nobody would name it).
+            self.forget(path, version);
+        }
+        let adopted = adopted?;
+        self.emit(CacheEvent::Complete {
+            path: path.to_string(),
+            version,
+        });
+        Ok(adopted)
+    }
+
+    /// [`Cache::adopt`]'s work once the empty entry `entry` is made.
+    fn adopt_into(&self, entry: &Arc<Entry>, file: &Path) -> Result<Arc<Entry>, CacheError> {
+        let version = entry.version;
         let chunk_size = self.shared.chunk_size;
         let mut crcs = Vec::with_capacity(entry.chunk_count() as usize);
         {
@@ -785,12 +827,15 @@ impl Cache {
                 crcs.push(crc32c::crc32c(b));
             }
         }
-        if !self.reserve(&entry, version.size) {
+        if !self.reserve(entry, version.size) {
             self.shared.used.fetch_add(version.size, Ordering::Relaxed);
         }
         // The file replaces the empty data file, and a new entry (a new id: its descriptor is
         // opened anew) replaces the empty one.
-        fs::rename(file, entry.data_path())?;
+        if let Err(e) = fs::rename(file, entry.data_path()) {
+            self.release(version.size);
+            return Err(e.into());
+        }
         entry.state.lock().evicted = true;
         self.shared.files.close(entry.id);
         let adopted = Arc::new(Entry::new(
@@ -810,10 +855,6 @@ impl Cache {
         adopted.set_kept(true);
         lock(&self.index).insert(adopted.clone());
         adopted.persist()?;
-        self.emit(CacheEvent::Complete {
-            path: path.to_string(),
-            version,
-        });
         Ok(adopted)
     }
 

@@ -581,7 +581,7 @@ impl<S: Source> DyadFs<S> {
         let (key, attr) = match found {
             Found::Staged(s) => {
                 if truncate {
-                    s.file.set_len(0).map_err(Error::Write)?;
+                    s.set_len(0).map_err(Error::Write)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
                 return Ok(ToOpen::Handle(self.staged_handle(s, write)));
