@@ -49,6 +49,9 @@ pub struct Stats {
     pub attr_requests: AtomicU64,
     pub uncached_reads: AtomicU64,
     pub checksum_failures: AtomicU64,
+    /// Writes to the cache's file system that failed (full, over quota, read-only, a failing
+    /// disk): each read concerned was served uncached.
+    pub cache_write_errors: AtomicU64,
     pub peer_fetches: AtomicU64,
     pub bytes_from_peers: AtomicU64,
     pub lookups_node: AtomicU64,
@@ -119,6 +122,11 @@ pub struct Snapshot {
     pub attr_requests: u64,
     pub uncached_reads: u64,
     pub checksum_failures: u64,
+    /// Writes to the cache's file system that failed (ENOSPC, EDQUOT, EROFS, EIO): fills
+    /// served uncached instead, files that could not be cached, log appends. (Absent from a
+    /// daemon older than the key: 0.)
+    #[serde(default)]
+    pub cache_write_errors: u64,
     /// The daemon's process id (to signal it).
     pub pid: u32,
     /// Files (first pull of each) and bytes pulled from other nodes' caches.
@@ -313,6 +321,7 @@ impl Stats {
             attr_requests: get(&self.attr_requests),
             uncached_reads: get(&self.uncached_reads),
             checksum_failures: get(&self.checksum_failures),
+            cache_write_errors: get(&self.cache_write_errors),
             pid: std::process::id(),
             peer_fetches: get(&self.peer_fetches),
             bytes_from_peers: get(&self.bytes_from_peers),
@@ -347,7 +356,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 42] = [
+        let rows: [(&str, String); 43] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
@@ -379,6 +388,7 @@ impl Snapshot {
             ("capacity", human(self.capacity_bytes)),
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),
+            ("cache write errors", self.cache_write_errors.to_string()),
             ("inodes", self.inodes.to_string()),
             ("open cache files", self.open_files.to_string()),
             ("members down", self.members_down.to_string()),

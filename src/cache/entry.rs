@@ -123,8 +123,9 @@ impl Entry {
         }
         let file = files.open(self.id, &path, mode)?;
         drop(st);
-        if emptied {
-            self.persist().map_err(io::Error::other)?;
+        if emptied && let Err(e) = self.persist() {
+            // Logged as present still: after a restart those chunks fail their checksums.
+            tracing::warn!(path = %self.path, error = %e, "could not record an emptied entry");
         }
         Ok(file)
     }
@@ -367,6 +368,7 @@ impl Entry {
 
     pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
         let mut all_good = true;
+        let mut dropped = false;
         let mut buf = Vec::new();
         let mut data = None;
         for idx in range {
@@ -388,12 +390,26 @@ impl Entry {
             }
             let data = data.as_ref().expect("opened above");
             data.read_exact_at(&mut buf, idx * self.shared.chunk_size)?;
-            all_good &= self.judge(cache, idx, crc, &buf);
+            if !self.judge(cache, idx, crc, &buf) {
+                all_good = false;
+                dropped = true;
+            }
         }
-        if !all_good {
-            self.persist()?;
+        // Only a dropped chunk changes the header: an absent one (another reader's fill gave
+        // up) is no reason to append to the log, which may be on a full disk.
+        if dropped {
+            self.persist_or_report(cache);
         }
         Ok(all_good)
+    }
+
+    /// Records the header after a chunk was dropped; a log that cannot be written is reported
+    /// and the read goes on (after a restart the chunk is logged present, fails its checksum
+    /// and is dropped again).
+    fn persist_or_report(&self, cache: &Cache) {
+        if let Err(e) = self.persist() {
+            cache.write_failed(&self.path, &e.into());
+        }
     }
 
     /// Marks chunk `idx` verified if `bytes` (just read from the data file) match the checksum
@@ -472,7 +488,7 @@ impl Entry {
             at += len;
         }
         if !all_good {
-            self.persist()?;
+            self.persist_or_report(cache);
         }
         Ok(all_good)
     }

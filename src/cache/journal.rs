@@ -183,7 +183,15 @@ impl Journal {
     ) -> Result<(), CacheError> {
         let mut log = lock(&self.log);
         let slack = log.slack;
-        *log = write_log(&self.path, live(), slack)?;
+        match write_log(&self.path, live(), slack) {
+            Ok(new) => *log = new,
+            Err(e) => {
+                // Not tried again at every new entry (a full disk would be written over and
+                // over): once the log has grown by the slack again.
+                log.rewrite_at = log.len + slack;
+                return Err(e);
+            }
+        }
         Ok(())
     }
 }
@@ -216,18 +224,25 @@ fn write_log(
     slack: u64,
 ) -> Result<Log, CacheError> {
     let tmp = path.with_extension("log.tmp");
-    // Streamed: a million headers are tens of MiB, never held in memory at once.
-    let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-    out.write_all(MAGIC)?;
-    out.write_all(&FORMAT_VERSION.to_le_bytes())?;
-    let mut len = (MAGIC.len() + 4) as u64;
-    for h in headers {
-        let record = encode(PUT, &h.encode());
-        out.write_all(&record)?;
-        len += record.len() as u64;
-    }
-    out.into_inner().map_err(|e| e.into_error())?;
-    fs::rename(&tmp, path)?;
+    let written = (|| -> io::Result<u64> {
+        // Streamed: a million headers are tens of MiB, never held in memory at once.
+        let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        out.write_all(MAGIC)?;
+        out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        let mut len = (MAGIC.len() + 4) as u64;
+        for h in headers {
+            let record = encode(PUT, &h.encode());
+            out.write_all(&record)?;
+            len += record.len() as u64;
+        }
+        out.into_inner().map_err(|e| e.into_error())?;
+        fs::rename(&tmp, path)?;
+        Ok(len)
+    })();
+    // A full disk keeps no half-written copy.
+    let len = written.inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })?;
     let file = OpenOptions::new().append(true).open(path)?;
     Ok(Log {
         file,

@@ -52,6 +52,17 @@ pub enum CacheError {
     FillTimeout(String),
 }
 
+/// A cache error as an I/O error with the same errno where it has one (a producer's close
+/// then says ENOSPC, not EIO).
+impl From<CacheError> for io::Error {
+    fn from(e: CacheError) -> io::Error {
+        match e {
+            CacheError::Io(e) => e,
+            e => io::Error::other(e),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
     pub dir: PathBuf,
@@ -155,6 +166,13 @@ pub struct Cache {
     stats: Arc<Stats>,
     /// Told when a file becomes complete or leaves the cache (the locator publishes these).
     events: std::sync::OnceLock<crossbeam_channel::Sender<CacheEvent>>,
+    /// When a failed write to the cache's file system was last logged (seconds since the
+    /// epoch): at most one line a minute, every fill would say it.
+    warned_at: AtomicU64,
+    /// Until when (ms after `opened`) no new file or chunk is cached, after a write to the
+    /// cache's file system failed (see [`WRITE_BACKOFF`]).
+    refused_until: AtomicU64,
+    opened: std::time::Instant,
     _lock: File,
 }
 
@@ -190,6 +208,13 @@ const SCAN_CHEAP: usize = 4096;
 /// Shards of [`Cache::entry`]'s creations (by slot): enough that fills of different files
 /// rarely wait for each other's file creation.
 const CREATING_SHARDS: usize = 64;
+/// The least [`Cache::make_room`] frees.
+const MAKE_ROOM_MIN: u64 = 64 << 20;
+/// After a write to the cache's file system failed, nothing new is cached for this long, the
+/// reads concerned going straight to the source: a read-only or full disk would otherwise
+/// cost every new file a fill that fails (bytes read twice from the source), and an eviction
+/// of a good copy to reserve room for it.
+const WRITE_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Cache {
     /// Opens (or creates) the cache directory, takes its lock and reloads every entry its log
@@ -296,6 +321,9 @@ impl Cache {
             next_id: AtomicU64::new(next_id + 1),
             stats,
             events: std::sync::OnceLock::new(),
+            warned_at: AtomicU64::new(0),
+            refused_until: AtomicU64::new(0),
+            opened: std::time::Instant::now(),
             _lock: lock_file,
         })
     }
@@ -465,20 +493,142 @@ impl Cache {
             }
             r => r?,
         };
-        data.set_len(version.size)?;
+        if let Err(e) = data.set_len(version.size) {
+            let _ = fs::remove_file(&data_path);
+            return Err(e.into());
+        }
+        let entry = Arc::new(self.empty_entry(path, version));
+        // The new file is written next: keep it open.
+        files.insert(entry.id, Mode::ReadWrite, data);
+        lock(&self.index).insert(entry.clone());
+        Ok(entry)
+    }
+
+    /// An entry of `path` at `version` with every chunk absent, not in the index yet.
+    fn empty_entry(&self, path: &str, version: Version) -> Entry {
         let n = version.size.div_ceil(self.shared.chunk_size) as usize;
-        let entry = Arc::new(Entry::new(
+        Entry::new(
             path.into(),
             version,
             self.next_id(),
             self.shared.clone(),
             vec![Chunk::Absent; n].into(),
             self.next_tick(),
-        ));
-        // The new file is written next: keep it open.
-        files.insert(entry.id, Mode::ReadWrite, data);
-        lock(&self.index).insert(entry.clone());
-        Ok(entry)
+        )
+    }
+
+    /// The entry to read `path` at `version` through: [`Cache::entry`], or, when its data file
+    /// cannot be made (the cache's file system is full, read-only or failing), an entry outside
+    /// the cache that never caches a byte, so its reads are served uncached instead of failing.
+    pub fn entry_or_uncached(&self, path: &str, version: Version) -> Arc<Entry> {
+        if !self.takes_writes() {
+            if let Some(e) = self.found(&lock(&self.index), path, version) {
+                return e;
+            }
+            return self.uncached_entry(path, version);
+        }
+        match self.entry(path, version) {
+            Ok(e) => e,
+            Err(e) => {
+                self.write_failed(path, &e.into());
+                self.uncached_entry(path, version)
+            }
+        }
+    }
+
+    /// An entry outside the cache, as if it had left it: it takes no bytes.
+    fn uncached_entry(&self, path: &str, version: Version) -> Arc<Entry> {
+        let entry = self.empty_entry(path, version);
+        entry.state.lock().evicted = true;
+        Arc::new(entry)
+    }
+
+    /// Whether new files and chunks may be cached: no write to the cache's file system failed
+    /// within [`WRITE_BACKOFF`].
+    pub fn takes_writes(&self) -> bool {
+        self.now_ms() >= self.refused_until.load(Ordering::Relaxed)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    /// A write to the cache's file system failed (full, over quota, read-only, a failing
+    /// disk): counted (`cache_write_errors`) and logged, at most once a minute, and nothing new
+    /// is cached for [`WRITE_BACKOFF`]. The caller goes on without the cache (a read is served
+    /// uncached, a produced file is not published).
+    pub fn write_failed(&self, path: &str, error: &io::Error) {
+        let until = self.now_ms() + WRITE_BACKOFF.as_millis() as u64;
+        self.refused_until.fetch_max(until, Ordering::Relaxed);
+        let errors = self
+            .stats
+            .cache_write_errors
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        self.warn_once_a_minute(|| {
+            tracing::warn!(
+                %path,
+                %error,
+                errors,
+                "a write to the cache's file system failed: reads are served uncached, a file \
+                 being written fails (logged at most once a minute; cache_write_errors counts \
+                 every failure)"
+            )
+        });
+    }
+
+    /// A fill of `entry` could not write its bytes: the failure is reported and the entry
+    /// dropped with whatever it holds (partial bytes the capacity does not count would keep the
+    /// disk full), unless it is a produced file's only copy. Its readers are served uncached.
+    pub fn fill_failed(&self, entry: &Entry, error: &io::Error) {
+        if entry.is_evicted() {
+            // It left the cache while being filled (its data file is gone): no fault of the disk.
+            return;
+        }
+        self.write_failed(&entry.path, error);
+        if !entry.kept() {
+            self.drop_if_current(entry);
+        }
+    }
+
+    /// Cached bytes of `entry` could not be read back: the entry is dropped (its readers are
+    /// served uncached, and its next reader caches it again).
+    pub fn read_failed(&self, entry: &Entry, error: &io::Error) {
+        if entry.is_evicted() || entry.kept() {
+            return;
+        }
+        self.warn_once_a_minute(|| {
+            tracing::warn!(path = %entry.path, %error, "cannot read the cache: serving uncached")
+        });
+        self.drop_if_current(entry);
+    }
+
+    /// Removes `entry` from the index and deletes its files, if the index holds this very entry.
+    fn drop_if_current(&self, entry: &Entry) {
+        let mut index = lock(&self.index);
+        if index
+            .get(&entry.path)
+            .is_some_and(|e| std::ptr::eq(e.as_ref(), entry))
+        {
+            let e = index.remove(&entry.path).expect("present");
+            self.drop_entry(&e);
+        }
+    }
+
+    fn warn_once_a_minute(&self, warn: impl FnOnce()) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let last = self.warned_at.load(Ordering::Relaxed);
+        if now >= last + 60
+            && self
+                .warned_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            warn();
+        }
     }
 
     /// The turn of creations of slot `hash` (taken before the index's lock, never after).
@@ -533,7 +683,8 @@ impl Cache {
             .journal
             .rewrite(|| entries.iter().filter_map(|e| e.header()));
         if let Err(e) = r {
-            tracing::warn!(error = %e, "could not rewrite the cache log; appending on");
+            // Appending goes on; the rewrite is tried again once the log has grown further.
+            self.write_failed("index.log (rewrite)", &e.into());
         }
     }
 
@@ -561,7 +712,8 @@ impl Cache {
         // The tombstone goes first: a crash in between leaves data without a header (deleted
         // by the orphan sweep), never a header for deleted or replaced data.
         if let Err(e) = self.shared.journal.drop_path(&entry.path) {
-            tracing::warn!(path = %entry.path, error = %e, "could not record a dropped entry");
+            // The data file goes anyway: a header that outlives it is checked at first use.
+            self.write_failed(&entry.path, &e);
         }
         let _ = fs::remove_file(entry.data_path());
     }
@@ -585,27 +737,7 @@ impl Cache {
             0
         };
         let target = self.capacity.saturating_sub(bytes + slack);
-        let now = self.tick.load(Ordering::Relaxed);
-        let mut victims: Vec<(u32, Arc<Entry>)> = index
-            .entries()
-            .filter(|e| !std::ptr::eq(e.as_ref(), for_entry) && !e.pinned() && !e.kept())
-            .filter(|e| {
-                let st = e.state.lock();
-                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
-            })
-            .map(|e| (e.age(now), e.clone()))
-            .collect();
-        // The least recently used first.
-        victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
-        for (_, victim) in victims {
-            if self.shared.used.load(Ordering::Relaxed) <= target {
-                break;
-            }
-            tracing::debug!(path = %victim.path, "evicting");
-            index.remove(&victim.path);
-            self.drop_entry(&victim);
-            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
-        }
+        self.evict_down_to(&mut index, target, Some(for_entry));
         if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
             self.shared.used.fetch_add(bytes, Ordering::Relaxed);
             true
@@ -614,9 +746,52 @@ impl Cache {
         }
     }
 
+    /// Evicts cached files to free at least `bytes` of the cache's file system for something
+    /// the capacity does not count (a file being written, which found the disk full); whether
+    /// anything was evicted. Frees at least [`MAKE_ROOM_MIN`] at a time: every write of the
+    /// producer would come back for more.
+    pub fn make_room(&self, bytes: u64) -> bool {
+        let mut index = lock(&self.index);
+        let used = self.shared.used.load(Ordering::Relaxed);
+        let target = used.saturating_sub(bytes.max(MAKE_ROOM_MIN));
+        self.evict_down_to(&mut index, target, None) > 0
+    }
+
+    /// Evicts least recently used entries, never `sparing`, nor entries that are open, kept or
+    /// being filled, until the cache holds at most `target` bytes; how many it evicted.
+    fn evict_down_to(&self, index: &mut Index, target: u64, sparing: Option<&Entry>) -> usize {
+        let now = self.tick.load(Ordering::Relaxed);
+        let mut victims: Vec<(u32, Arc<Entry>)> = index
+            .entries()
+            .filter(|e| sparing.is_none_or(|s| !std::ptr::eq(e.as_ref(), s)))
+            .filter(|e| !e.pinned() && !e.kept())
+            .filter(|e| {
+                let st = e.state.lock();
+                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
+            })
+            .map(|e| (e.age(now), e.clone()))
+            .collect();
+        // The least recently used first.
+        victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
+        let mut evicted = 0;
+        for (_, victim) in victims {
+            if self.shared.used.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            tracing::debug!(path = %victim.path, "evicting");
+            index.remove(&victim.path);
+            self.drop_entry(&victim);
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            evicted += 1;
+        }
+        evicted
+    }
+
     /// Takes a finished file (on the cache's file system) in as the complete, kept entry `path`:
     /// a produced file becomes an object peers pull like any cached file. Its bytes count
-    /// against capacity, evicting others, but are taken in even if nothing can be evicted.
+    /// against capacity, evicting others, but are taken in even if nothing can be evicted. On
+    /// failure (the cache's file system full or read-only, say) nothing of it stays in the
+    /// cache; the file itself is left to the caller unless it was moved already.
     pub fn adopt(
         &self,
         path: &str,
@@ -624,6 +799,23 @@ impl Cache {
         file: &Path,
     ) -> Result<Arc<Entry>, CacheError> {
         let entry = self.entry(path, version)?;
+        let adopted = self.adopt_into(&entry, file);
+        if adopted.is_err() {
+            // The empty entry, or the adopted one with the file's bytes: neither may stay (a
+            // kept entry is never evicted, and nobody would name it).
+            self.forget(path, version);
+        }
+        let adopted = adopted?;
+        self.emit(CacheEvent::Complete {
+            path: path.to_string(),
+            version,
+        });
+        Ok(adopted)
+    }
+
+    /// [`Cache::adopt`]'s work once the empty entry `entry` is made.
+    fn adopt_into(&self, entry: &Arc<Entry>, file: &Path) -> Result<Arc<Entry>, CacheError> {
+        let version = entry.version;
         let chunk_size = self.shared.chunk_size;
         let mut crcs = Vec::with_capacity(entry.chunk_count() as usize);
         {
@@ -635,12 +827,15 @@ impl Cache {
                 crcs.push(crc32c::crc32c(b));
             }
         }
-        if !self.reserve(&entry, version.size) {
+        if !self.reserve(entry, version.size) {
             self.shared.used.fetch_add(version.size, Ordering::Relaxed);
         }
         // The file replaces the empty data file, and a new entry (a new id: its descriptor is
         // opened anew) replaces the empty one.
-        fs::rename(file, entry.data_path())?;
+        if let Err(e) = fs::rename(file, entry.data_path()) {
+            self.release(version.size);
+            return Err(e.into());
+        }
         entry.state.lock().evicted = true;
         self.shared.files.close(entry.id);
         let adopted = Arc::new(Entry::new(
@@ -660,10 +855,6 @@ impl Cache {
         adopted.set_kept(true);
         lock(&self.index).insert(adopted.clone());
         adopted.persist()?;
-        self.emit(CacheEvent::Complete {
-            path: path.to_string(),
-            version,
-        });
         Ok(adopted)
     }
 

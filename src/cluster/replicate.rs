@@ -128,16 +128,17 @@ impl Source for FromHolders {
         len: u64,
         sink: FillSink<'_>,
     ) -> io::Result<Origin> {
-        self.cluster
-            .pull_with(
-                &*self.copier,
-                path,
-                version,
-                &self.holders,
-                (offset, len, Instant::now() + self.cluster.locator.timeout()),
-                sink,
-            )
-            .ok_or_else(|| LocatorError::FeedHoldersFailed(path.to_string()))?;
+        let pulled = self.cluster.pull_with(
+            &*self.copier,
+            path,
+            version,
+            &self.holders,
+            (offset, len, Instant::now() + self.cluster.locator.timeout()),
+            sink,
+        )?;
+        if !pulled {
+            return Err(LocatorError::FeedHoldersFailed(path.to_string()).into());
+        }
         self.pulled.fetch_add(len, Ordering::Relaxed);
         Ok(Origin::Peer)
     }
@@ -266,7 +267,7 @@ impl Replicator {
             stats: self.stats.clone(),
             source: source.clone(),
         };
-        let entry = self.cache.entry(path, *version)?;
+        let entry = self.cache.entry_or_uncached(path, *version);
         entry.pin(&self.cache);
         // Chunks a reader is filling meanwhile are left to it.
         let r = reader.fill_ahead(&entry, 0..entry.chunk_count());

@@ -160,9 +160,9 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                 &[producer],
                 (offset, len, deadline),
                 sink,
-            ) {
-                Some(()) => Ok(Origin::Peer),
-                None => Err(LocatorError::ProducerUnreachable {
+            )? {
+                true => Ok(Origin::Peer),
+                false => Err(LocatorError::ProducerUnreachable {
                     producer,
                     path: path.to_string(),
                 }
@@ -173,7 +173,9 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
     }
 
     /// Tries the holders in preference order with `puller` (the replicator has a background
-    /// one) for the range `(offset, len)`, until `deadline`; `None` if none served it in time.
+    /// one) for the range `(offset, len)`, until `deadline`; `false` if none served it in time.
+    /// An error is the sink's: it refused bytes a holder sent (the cache could not store them),
+    /// which says nothing of the holder, so nobody else is tried.
     pub(crate) fn pull_with(
         &self,
         puller: &impl Pull,
@@ -182,7 +184,7 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         holders: &[NodeId],
         (offset, len, deadline): (u64, u64, Instant),
         sink: FillSink<'_>,
-    ) -> Option<()> {
+    ) -> io::Result<bool> {
         // A holder known to be down is not tried at all: with no other, the caller reads the
         // shared file system at once instead of waiting a timeout on it.
         let live: Vec<NodeId> = holders
@@ -198,9 +200,11 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         loop {
             // Suspect holders come last; each holder is tried once.
             let avoid: Vec<u32> = tried.iter().chain(&suspects).copied().collect();
-            let h = pick_holder(membership, holders, &avoid, salt)?;
+            let Some(h) = pick_holder(membership, holders, &avoid, salt) else {
+                return Ok(false);
+            };
             if tried.contains(&h) {
-                return None;
+                return Ok(false);
             }
             tried.push(h);
             if h == self.locator.me() {
@@ -209,9 +213,11 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
             // The read's one peer timeout is spent: the caller reads the shared file system.
             let within = deadline.saturating_duration_since(Instant::now());
             if within.is_zero() {
-                return None;
+                return Ok(false);
             }
-            let addr = membership.member(h)?.addr;
+            let Some(addr) = membership.member(h).map(|m| m.addr) else {
+                return Ok(false);
+            };
             let want = Want {
                 path: path.to_string(),
                 version,
@@ -222,7 +228,8 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
             let span = tracing::debug_span!("pull", path, holder = h, offset, bytes = len);
             let r = span.in_scope(|| puller.pull(addr, &want, &mut pulled, within));
             match r {
-                Ok(_) => return Some(()),
+                Ok(_) => return Ok(true),
+                Err(TransportError::Sink(e)) => return Err(e),
                 Err(e) => {
                     tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
                     self.locator.pull_failed(path, version, h, &e);
@@ -283,10 +290,7 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
             }
             match self.locator.locate(path, version, within) {
                 Reply::Holders(h) => {
-                    if self
-                        .pull_with(&self.puller, path, version, &h, range, sink)
-                        .is_some()
-                    {
+                    if self.pull_with(&self.puller, path, version, &h, range, sink)? {
                         return Ok(Origin::Peer);
                     }
                     return self.read_backing(path, version, offset, len, sink);
@@ -305,10 +309,7 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
                     }
                     // The fetcher serves what it has and fills the rest for us, as it arrives
                     // from the shared file system: each chunk is read there once.
-                    if self
-                        .pull_with(&self.puller, path, version, &[f], range, sink)
-                        .is_some()
-                    {
+                    if self.pull_with(&self.puller, path, version, &[f], range, sink)? {
                         return Ok(Origin::Peer);
                     }
                     // It could not (it died, or gave up): ask again shortly; the fetch is
@@ -356,7 +357,7 @@ impl ChunkStore for CacheStore {
             .filter(|f| f.locator.is_fetching(path, v));
         let entry = match (self.cache.lookup(path, v), fetcher) {
             (Some(e), _) => e,
-            (None, Some(_)) => self.cache.entry(path, v).map_err(io::Error::other)?,
+            (None, Some(_)) => self.cache.entry_or_uncached(path, v),
             (None, None) => return Err(missing()),
         };
         if let Some(f) = fetcher {

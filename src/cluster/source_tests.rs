@@ -118,7 +118,7 @@ impl Pull for Peers {
             });
         }
         let bytes = &DATA[want.offset as usize..(want.offset + want.len) as usize];
-        sink(want.offset, bytes, crc32c::crc32c(bytes)).unwrap();
+        sink(want.offset, bytes, crc32c::crc32c(bytes)).map_err(TransportError::Sink)?;
         Ok(want.len)
     }
 }
@@ -381,4 +381,26 @@ fn a_holder_known_to_be_down_is_never_tried() {
     let s = cluster(script, Peers::default(), Shared::default());
     assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
     assert!(tried(&s).is_empty());
+}
+
+/// Bytes a holder sent that this node's cache could not store (its disk full or read-only) are
+/// no fault of the holder: it is not reported, no other holder is tried and the shared file
+/// system is not read; the sink's error comes back (the reader then reads uncached).
+#[test]
+fn a_sink_that_cannot_store_the_bytes_blames_no_holder() {
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![1, 2])]),
+        Peers::default(),
+        Shared::default(),
+    );
+    let mut full = |_: u64, _: &[u8], _: Option<u32>| -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOSPC))
+    };
+    let e = s
+        .read_into("a", version(), 0, DATA.len() as u64, &mut full)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    assert_eq!(tried(&s), [1]);
+    assert!(s.locator.pull_failed.lock().unwrap().is_empty());
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
 }

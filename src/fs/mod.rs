@@ -483,7 +483,9 @@ impl<S: Source> DyadFs<S> {
             }
         }
         let cache = &self.reader.cache;
-        let entry = cache.entry(&key, attr.version)?;
+        // An entry outside the cache if the cache's file system cannot take the file: its
+        // reads are served uncached.
+        let entry = cache.entry_or_uncached(&key, attr.version);
         entry.pin(cache);
         // How this inode's earlier opens of the same version went (nothing for a new version).
         let before = lock(&node.kernel_version)
@@ -527,13 +529,16 @@ impl<S: Source> DyadFs<S> {
         // small file is verified now (unless the daemon serves it anyway, `keep_pages`); a large
         // one (after a restart) is served by the daemon, which verifies each chunk it serves,
         // while the rest is verified in the background for later opens.
+        // (A file that cannot be read back now is served by the daemon, whose reads fall back to
+        // the source.)
         let verified = may_pass
             && complete
+            && !entry.is_evicted()
             && (entry.is_verified()
                 || if keep_pages {
                     false
                 } else if entry.version.size <= WHOLE_FILE_MAX {
-                    entry.verify(cache, 0..entry.chunk_count())?
+                    entry.verify(cache, 0..entry.chunk_count()).unwrap_or(false)
                 } else {
                     self.verify_in_background(entry.clone());
                     false
@@ -576,7 +581,7 @@ impl<S: Source> DyadFs<S> {
         let (key, attr) = match found {
             Found::Staged(s) => {
                 if truncate {
-                    s.file.set_len(0).map_err(Error::Write)?;
+                    s.set_len(0).map_err(Error::Write)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
                 return Ok(ToOpen::Handle(self.staged_handle(s, write)));

@@ -36,8 +36,10 @@ impl<S: Source> DyadFs<S> {
         if !n.meta.inode.is_empty() {
             let _ = staged.inode.set(n.meta.inode.clone());
         }
-        if copy {
-            self.copy_into(n, &staged)?;
+        if copy && let Err(e) = self.copy_into(n, &staged) {
+            // Not left staged under the name with part of the bytes (and holding the disk).
+            self.producer.unstage(&staged);
+            return Err(e);
         }
         Ok(staged)
     }
@@ -48,13 +50,13 @@ impl<S: Source> DyadFs<S> {
             size: n.size,
             mtime_ns: n.mtime_ns,
         };
-        let entry = self.reader.cache.entry(&n.object, version)?;
+        let entry = self.reader.cache.entry_or_uncached(&n.object, version);
         entry.pin(&self.reader.cache);
         let r = (|| {
             let mut off = 0;
             while off < n.size {
                 let data = self.reader.read(&entry, off, 1 << 20)?;
-                staged.file.write_all_at(&data, off).map_err(Error::Write)?;
+                self.stage(staged, &data, off)?;
                 off += data.len() as u64;
             }
             Ok(())
@@ -105,10 +107,7 @@ impl<S: Source> DyadFs<S> {
                 writable: true,
                 ..
             } if !staged.sealed.load(Ordering::Relaxed) => {
-                staged
-                    .file
-                    .write_all_at(data, offset)
-                    .map_err(Error::Write)?;
+                self.stage(staged, data, offset)?;
                 staged.dirty.store(true, Ordering::Relaxed);
                 // A write is a modification: a time set before it no longer holds.
                 let mut set = lock(&staged.set);
@@ -123,6 +122,28 @@ impl<S: Source> DyadFs<S> {
             }
             _ => Err(Error::BadHandle(fh)),
         }
+    }
+
+    /// Writes `data` at `offset` of a file being written. A cache file system out of room
+    /// evicts cached files (the capacity does not count files being written) and the write is
+    /// tried again; a write that still fails, fails with its errno (ENOSPC, not EIO, and at the
+    /// write, not at close), and the file is never published.
+    fn stage(&self, staged: &Staged, data: &[u8], offset: u64) -> Result<(), Error> {
+        let mut r = staged.file.write_all_at(data, offset);
+        if let Err(e) = &r
+            && matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+            && self.reader.cache.make_room(data.len() as u64)
+        {
+            r = staged.file.write_all_at(data, offset);
+        }
+        r.map_err(|e| self.staging_failed(staged, e))
+    }
+
+    /// A write (or sync) of a file being written failed with `e`: counted with the cache's
+    /// write errors (it is the same disk), and the file is never published.
+    fn staging_failed(&self, staged: &Staged, e: std::io::Error) -> Error {
+        self.reader.cache.write_failed(&lock(&staged.path), &e);
+        Error::Write(staged.failed(e))
     }
 
     /// A `close()` by the process that opened handle `fh`, which holds the file no more (see
@@ -167,13 +188,31 @@ impl<S: Source> DyadFs<S> {
         if staged.unlinked.load(Ordering::Relaxed) {
             return Ok(());
         }
+        if let Some(e) = staged.write_error() {
+            // A write failed: a consumer would read less (or other) than the producer wrote.
+            // Its bytes go now rather than at the last release: the disk may be full.
+            let _ = staged.file.set_len(0);
+            return Err(Error::Write(e));
+        }
         let path = lock(&staged.path).clone();
         let object = self.producer.new_object();
-        let version = self.producer.seal(staged, &object).map_err(Error::Write)?;
+        // The staged file's descriptor holds its bytes (moved into the cache or not) until the
+        // last release: a file that is not published gives them back now.
+        let version = self.producer.seal(staged, &object).map_err(|e| {
+            let _ = staged.file.set_len(0);
+            Error::Write(e)
+        })?;
+        // Until its name is set, a failure releases the object: kept with nothing naming it, it
+        // would hold its bytes for good.
+        let not_named = |e: Error| {
+            self.producer.released(&object, version, true);
+            let _ = staged.file.set_len(0);
+            e
+        };
         let set = *lock(&staged.set);
         let name = Name {
             dir: false,
-            object,
+            object: object.clone(),
             size: version.size,
             mtime_ns: version.mtime_ns,
             mode: set.mode,
@@ -188,7 +227,7 @@ impl<S: Source> DyadFs<S> {
             },
         };
         if let Some(key) = staged.inode.get()
-            && let Some(mut r) = self.record(key)?
+            && let Some(mut r) = self.record(key).map_err(not_named)?
         {
             // A new version of a hard-linked file: every name of it sees the new bytes.
             let old = r.clone();
@@ -196,7 +235,7 @@ impl<S: Source> DyadFs<S> {
             (r.mode, r.uid, r.gid) = (name.mode, name.uid, name.gid);
             r.meta.mtime_ns = set.mtime_ns;
             r.meta.ctime_ns = Some(set.ctime_ns.unwrap_or_else(now_ns));
-            self.set_record(key, Some(r.clone()))?;
+            self.set_record(key, Some(r.clone())).map_err(not_named)?;
             self.release_object(&old, false);
             self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
             self.upsert(path, &Found::Produced(r), 0)?;
@@ -206,7 +245,7 @@ impl<S: Source> DyadFs<S> {
         let old = self
             .names
             .set(dir, file, Some(name.clone()))
-            .map_err(Error::Names)?;
+            .map_err(|e| not_named(Error::Names(e)))?;
         if let Some(old) = old.filter(|o| o.object != name.object) {
             // The old version stays readable by whoever has it open, then may be evicted.
             self.unname(&old, false)?;
@@ -639,7 +678,7 @@ impl<S: Source> DyadFs<S> {
         match self.settled(&path)? {
             Found::Staged(s) => {
                 if let Some(size) = changes.size {
-                    s.file.set_len(size).map_err(Error::Write)?;
+                    s.set_len(size).map_err(Error::Write)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
                 if !changes.is_empty() {
@@ -662,7 +701,6 @@ impl<S: Source> DyadFs<S> {
                 // A new version of the bytes, written and published at once.
                 let staged = self.new_version(&path, &n, true)?;
                 staged
-                    .file
                     .set_len(changes.size.unwrap_or(0))
                     .map_err(Error::Write)?;
                 self.setattr_staged(&staged, changes, now);
@@ -707,7 +745,11 @@ impl<S: Source> DyadFs<S> {
 
     pub fn fsync(&self, fh: u64) -> Result<(), Error> {
         if let Handle::Staged { staged, .. } = &*self.handle(fh)? {
-            staged.file.sync_data().map_err(Error::Write)?;
+            // Bytes that did not reach the disk: as a failed write.
+            staged
+                .file
+                .sync_data()
+                .map_err(|e| self.staging_failed(staged, e))?;
         }
         Ok(())
     }

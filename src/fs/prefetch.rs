@@ -288,7 +288,11 @@ impl<S: Source> DyadFs<S> {
             _ => return Ok(0),
         };
         let cache = &self.reader.cache;
-        let entry = cache.entry(&key, version)?;
+        let entry = cache.entry_or_uncached(&key, version);
+        if entry.is_evicted() {
+            // The cache's file system cannot take it (counted and logged).
+            return Ok(0);
+        }
         if entry.is_complete() {
             return Ok(version.size);
         }

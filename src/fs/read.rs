@@ -65,26 +65,51 @@ impl<S: Source + ?Sized> Reader<S> {
             want.clone()
         };
         for _ in 0..VERIFY_ATTEMPTS {
-            let cached = self.fill(entry, demand.clone())?;
-            if !cached && !entry.all_present(want.clone()) {
+            self.fill(entry, demand.clone())?;
+            // Not cached: the cache is full of open files, or its file system could not take
+            // the bytes (here or in another reader's fill of them, which gave up).
+            if !entry.all_present(want.clone()) {
                 return self.read_uncached(entry, offset, end);
             }
-            if entry.verify(&self.cache, want.clone())? {
-                let buf = entry
-                    .read_bytes(offset, (end - offset) as usize, map)
-                    .map_err(crate::cache::CacheError::Io)?;
-                self.stats
-                    .bytes_from_local
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-                return Ok(buf);
+            match self.read_cached(entry, offset, end, want.clone(), map) {
+                Ok(Some(buf)) => return Ok(buf),
+                // A chunk failed its checksum and was dropped: fetched again.
+                Ok(None) => {}
+                // The cached bytes cannot be read back (the entry left the cache meanwhile, or
+                // the disk fails): the source still has them.
+                Err(e) => {
+                    self.cache.read_failed(entry, &e.into());
+                    return self.read_uncached(entry, offset, end);
+                }
             }
         }
         Err(Error::Corrupt(entry.path.to_string()))
     }
 
+    /// The bytes `[offset, end)` from the cache once chunks `want` are verified; `None` if one
+    /// failed its checksum (and was dropped).
+    fn read_cached(
+        &self,
+        entry: &Arc<Entry>,
+        offset: u64,
+        end: u64,
+        want: Range<u64>,
+        map: Option<&Arc<Mapping>>,
+    ) -> Result<Option<ReadBytes>, crate::cache::CacheError> {
+        if !entry.verify(&self.cache, want)? {
+            return Ok(None);
+        }
+        let buf = entry.read_bytes(offset, (end - offset) as usize, map)?;
+        self.stats
+            .bytes_from_local
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(Some(buf))
+    }
+
     /// Makes chunks `range` present, filling the absent ones from the source and waiting for
-    /// those another reader is filling. `Ok(false)`: the cache is full of open files, so this
-    /// caller's chunks were not cached.
+    /// those another reader is filling. `Ok(false)`: this caller's chunks were not cached (the
+    /// cache is full of open files, or its file system failed a write: the entry is then
+    /// dropped).
     pub fn fill(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
         self.fill_claimed(entry, range, true)
     }
@@ -110,7 +135,10 @@ impl<S: Source + ?Sized> Reader<S> {
         };
         if !fill.pending.is_empty() {
             let bytes = fill.pending.iter().map(|&i| entry.chunk_len(i)).sum();
-            if !self.cache.reserve(entry, bytes) {
+            // An entry that left the cache (or never had a data file) takes no more bytes, nor
+            // does a cache whose file system just failed a write.
+            if entry.is_evicted() || !self.cache.takes_writes() || !self.cache.reserve(entry, bytes)
+            {
                 return Ok(false);
             }
             fill.reserved = bytes;
@@ -118,11 +146,12 @@ impl<S: Source + ?Sized> Reader<S> {
                 let offset = run.start * self.cache.chunk_size();
                 let len: u64 = run.clone().map(|i| entry.chunk_len(i)).sum();
                 let mut crcs: Vec<Option<u32>> = vec![None; (run.end - run.start) as usize];
-                let mut disk_full = false;
+                let mut write_error = None;
                 let mut sink = |off: u64, bytes: &[u8], crc: Option<u32>| {
                     if let Err(e) = entry.write_at(off, bytes) {
-                        disk_full = is_disk_full(&e);
-                        return Err(e);
+                        let stop = same_error(&e);
+                        write_error = Some(e);
+                        return Err(stop);
                     }
                     record_crcs(entry, run.clone(), &mut crcs, off, bytes, crc)
                 };
@@ -138,15 +167,15 @@ impl<S: Source + ?Sized> Reader<S> {
                 let read =
                     self.source
                         .read_into(&entry.path, entry.version, offset, len, &mut sink);
-                let origin = match read {
-                    // The cache disk is full (whatever the capacity says: it may be shared):
-                    // the read is served uncached; the claims are given back.
-                    Err(_) if disk_full => {
-                        warn_disk_full(&entry.path);
-                        return Ok(false);
-                    }
-                    r => r.map_err(Error::Source)?,
-                };
+                // The bytes came but the cache's file system did not take them (full whatever
+                // the capacity says, over quota, read-only, failing): the read is served
+                // uncached, the entry dropped with its partial bytes, then the claims given
+                // back (so waiters find it gone and read uncached too).
+                if let Some(e) = write_error {
+                    self.cache.fill_failed(entry, &e);
+                    return Ok(false);
+                }
+                let origin = read.map_err(Error::Source)?;
                 let source = match origin {
                     Origin::Peer => "peer",
                     Origin::Backing => "shared_fs",
@@ -160,12 +189,9 @@ impl<S: Source + ?Sized> Reader<S> {
                     fill.complete(idx, crc);
                 }
             }
-            match entry.persist() {
+            if let Err(e) = entry.persist() {
                 // The chunks are there for this daemon's lifetime; the next start refetches them.
-                Err(crate::cache::CacheError::Io(e)) if is_disk_full(&e) => {
-                    warn_disk_full(&entry.path)
-                }
-                r => r?,
+                self.cache.write_failed(&entry.path, &e.into());
             }
             if entry.is_complete() {
                 self.cache.emit(crate::cache::CacheEvent::Complete {
@@ -293,25 +319,11 @@ fn runs(idx: &[u64]) -> Vec<Range<u64>> {
     out
 }
 
-/// Whether an error means the cache's file system has no room left.
-fn is_disk_full(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
-}
-
-/// Logs a full cache disk, at most once a minute (every read would say it).
-fn warn_disk_full(path: &str) {
-    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    let last = LAST.load(Ordering::Relaxed);
-    if now >= last + 60
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        tracing::warn!(%path, "the cache disk is full: serving reads uncached");
+/// An error like `e` (its errno, or its kind): what a sink that keeps `e` returns to its source.
+fn same_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(errno) => io::Error::from_raw_os_error(errno),
+        None => io::Error::new(e.kind(), e.to_string()),
     }
 }
 

@@ -14,7 +14,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -47,9 +47,37 @@ pub struct Staged {
     /// a shell's `> file` opens the file, `dup2`s it onto stdout and closes the original
     /// before the command writes a byte.
     pub dirty: AtomicBool,
+    /// The errno of a write (or sync) that failed since it was last emptied, 0 if none: its
+    /// bytes are not what the producer wrote, so it is never published (see
+    /// [`Staged::failed`]).
+    pub write_error: AtomicI32,
 }
 
 impl Staged {
+    /// Records that a write to it failed with `e`; returns `e`.
+    pub fn failed(&self, e: io::Error) -> io::Error {
+        let errno = e.raw_os_error().unwrap_or(libc::EIO);
+        self.write_error.store(errno, Ordering::Relaxed);
+        e
+    }
+
+    /// The error of a failed write, unless the file was emptied since.
+    pub fn write_error(&self) -> Option<io::Error> {
+        match self.write_error.load(Ordering::Relaxed) {
+            0 => None,
+            errno => Some(io::Error::from_raw_os_error(errno)),
+        }
+    }
+
+    /// Truncates it to `size`; emptied, it no longer holds a failed write's bytes.
+    pub fn set_len(&self, size: u64) -> io::Result<()> {
+        self.file.set_len(size)?;
+        if size == 0 {
+            self.write_error.store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Whether no more writes will come to it: its writable handles are all released, or it
     /// was sealed at a close (it is being or has been published; wait for `sealing`).
     pub fn closed(&self) -> bool {
@@ -192,6 +220,7 @@ impl Producer {
             sealing: Mutex::new(()),
             sealed: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
+            write_error: AtomicI32::new(0),
         });
         if let Some(old) = lock(&self.staged).insert(path.to_string(), s.clone()) {
             old.unlinked.store(true, Ordering::Relaxed);
@@ -230,19 +259,27 @@ impl Producer {
         format!("{}-{:x}-{seq:x}", self.node, self.epoch)
     }
 
-    /// Takes a finished staged file into the cache as the kept object `object`.
+    /// Takes a finished staged file into the cache as the kept object `object`. On failure
+    /// (the cache's file system full or read-only) nothing of it is kept: an object nobody
+    /// names would hold its bytes until a restart, and after one, as it is listed kept.
     pub fn seal(&self, s: &Staged, object: &str) -> io::Result<Version> {
         let meta = s.file.metadata()?;
         let version = crate::core::version_of(&meta);
-        self.cache
-            .adopt(object, version, &s.staging_path)
-            .map_err(io::Error::other)?;
+        if let Err(e) = self.cache.adopt(object, version, &s.staging_path) {
+            let e = io::Error::from(e);
+            self.cache.write_failed(object, &e);
+            return Err(e);
+        }
         let mut kept = lock(&self.kept);
         kept.insert(object.to_string(), version);
-        self.log_kept(
-            &kept,
-            &format!("{} {} {object}\n", version.size, version.mtime_ns),
-        )?;
+        let line = format!("{} {} {object}\n", version.size, version.mtime_ns);
+        if let Err(e) = self.log_kept(&kept, &line) {
+            kept.remove(object);
+            drop(kept);
+            self.cache.forget(object, version);
+            self.cache.write_failed(object, &e);
+            return Err(e);
+        }
         Ok(version)
     }
 
@@ -273,7 +310,11 @@ impl Producer {
         if log.0.is_none() {
             log.0 = Some(OpenOptions::new().append(true).open(&self.kept_path)?);
         }
-        log.0.as_mut().expect("opened").write_all(line.as_bytes())?;
+        if let Err(e) = log.0.as_mut().expect("opened").write_all(line.as_bytes()) {
+            // Part of the line may have landed: the next change rewrites the log whole.
+            log.1 = usize::MAX / 2;
+            return Err(e);
+        }
         log.1 += 1;
         Ok(())
     }
@@ -281,12 +322,19 @@ impl Producer {
     /// Rewrites the kept log whole: one line per kept object.
     fn save_kept(&self, kept: &BTreeMap<String, Version>) -> io::Result<()> {
         let tmp = self.kept_path.with_extension("tmp");
-        let mut f = io::BufWriter::new(File::create(&tmp)?);
-        for (object, v) in kept.iter() {
-            writeln!(f, "{} {} {object}", v.size, v.mtime_ns)?;
+        let written = (|| {
+            let mut f = io::BufWriter::new(File::create(&tmp)?);
+            for (object, v) in kept.iter() {
+                writeln!(f, "{} {} {object}", v.size, v.mtime_ns)?;
+            }
+            f.into_inner().map_err(|e| e.into_error())?;
+            fs::rename(&tmp, &self.kept_path)
+        })();
+        if let Err(e) = written {
+            // A full disk keeps no half-written copy.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
-        f.into_inner().map_err(|e| e.into_error())?;
-        fs::rename(&tmp, &self.kept_path)?;
         *lock(&self.kept_log) = (None, kept.len());
         Ok(())
     }

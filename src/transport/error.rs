@@ -30,4 +30,8 @@ pub enum TransportError {
     Protocol { peer: SocketAddr, what: String },
     #[error("no free local slot within {0:?}")]
     NoSlot(Duration),
+    /// The puller's sink refused a verified chunk (its cache could not store it): no fault of
+    /// the peer, and no use trying another.
+    #[error("pulled bytes not taken here: {0}")]
+    Sink(io::Error),
 }

@@ -343,7 +343,7 @@ fn pull_chunks(
         if crc32c::crc32c(bytes) != crc {
             return Err(TransportError::Checksum { peer, offset: off });
         }
-        sink(off, bytes, crc).map_err(|source| TransportError::Io { peer, source })?;
+        sink(off, bytes, crc).map_err(TransportError::Sink)?;
         done += 1;
     }
     Ok(len)
