@@ -9,6 +9,7 @@
 //! verification); [`mapping`] hands cached bytes to readers; `direct` reads chunks for peers;
 //! [`files`] bounds the open data files.
 
+mod capacity;
 mod chunks;
 mod direct;
 pub mod entry;
@@ -16,6 +17,9 @@ pub mod files;
 pub mod format;
 pub mod journal;
 pub mod mapping;
+mod scrub;
+pub use scrub::ScrubReport;
+mod write_errors;
 
 use chunks::Chunk;
 pub use chunks::Claim;
@@ -174,18 +178,6 @@ pub struct Cache {
     refused_until: AtomicU64,
     opened: std::time::Instant,
     _lock: File,
-}
-
-/// What a scrub found.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ScrubReport {
-    pub files: u64,
-    /// Present chunks read and checked.
-    pub chunks: u64,
-    /// Chunks that failed their checksum and were dropped (refetched when next read).
-    pub dropped: u64,
-    /// Entries whose data file could not be read.
-    pub unreadable: u64,
 }
 
 /// What the rest of the node learns from the cache.
@@ -376,28 +368,6 @@ impl Cache {
         index.get(path).filter(|e| e.version == version).cloned()
     }
 
-    /// Re-checks every cached chunk against its checksum and drops the bad ones (`dyadfs
-    /// scrub`). Entries that cannot be read are skipped.
-    pub fn scrub(&self) -> ScrubReport {
-        let entries: Vec<Arc<Entry>> = lock(&self.index).entries().cloned().collect();
-        let mut report = ScrubReport::default();
-        for e in entries {
-            match e.recheck(self, 0..e.chunk_count()) {
-                Ok((checked, dropped)) => {
-                    report.files += 1;
-                    report.chunks += checked;
-                    report.dropped += dropped;
-                }
-                Err(err) => {
-                    tracing::warn!(path = %e.path, error = %err, "scrub could not read an entry");
-                    report.unreadable += 1;
-                }
-            }
-        }
-        tracing::info!(?report, "scrub done");
-        report
-    }
-
     /// Every complete entry (to publish after a restart).
     pub fn complete_entries(&self) -> Vec<(String, Version)> {
         let index = lock(&self.index);
@@ -543,94 +513,6 @@ impl Cache {
         Arc::new(entry)
     }
 
-    /// Whether new files and chunks may be cached: no write to the cache's file system failed
-    /// within [`WRITE_BACKOFF`].
-    pub fn takes_writes(&self) -> bool {
-        self.now_ms() >= self.refused_until.load(Ordering::Relaxed)
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.opened.elapsed().as_millis() as u64
-    }
-
-    /// A write to the cache's file system failed (full, over quota, read-only, a failing
-    /// disk): counted (`cache_write_errors`) and logged, at most once a minute, and nothing new
-    /// is cached for [`WRITE_BACKOFF`]. The caller goes on without the cache (a read is served
-    /// uncached, a produced file is not published).
-    pub fn write_failed(&self, path: &str, error: &io::Error) {
-        let until = self.now_ms() + WRITE_BACKOFF.as_millis() as u64;
-        self.refused_until.fetch_max(until, Ordering::Relaxed);
-        let errors = self
-            .stats
-            .cache_write_errors
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        self.warn_once_a_minute(|| {
-            tracing::warn!(
-                %path,
-                %error,
-                errors,
-                "a write to the cache's file system failed: reads are served uncached, a file \
-                 being written fails (logged at most once a minute; cache_write_errors counts \
-                 every failure)"
-            )
-        });
-    }
-
-    /// A fill of `entry` could not write its bytes: the failure is reported and the entry
-    /// dropped with whatever it holds (partial bytes the capacity does not count would keep the
-    /// disk full), unless it is a produced file's only copy. Its readers are served uncached.
-    pub fn fill_failed(&self, entry: &Entry, error: &io::Error) {
-        if entry.is_evicted() {
-            // It left the cache while being filled (its data file is gone): no fault of the disk.
-            return;
-        }
-        self.write_failed(&entry.path, error);
-        if !entry.kept() {
-            self.drop_if_current(entry);
-        }
-    }
-
-    /// Cached bytes of `entry` could not be read back: the entry is dropped (its readers are
-    /// served uncached, and its next reader caches it again).
-    pub fn read_failed(&self, entry: &Entry, error: &io::Error) {
-        if entry.is_evicted() || entry.kept() {
-            return;
-        }
-        self.warn_once_a_minute(|| {
-            tracing::warn!(path = %entry.path, %error, "cannot read the cache: serving uncached")
-        });
-        self.drop_if_current(entry);
-    }
-
-    /// Removes `entry` from the index and deletes its files, if the index holds this very entry.
-    fn drop_if_current(&self, entry: &Entry) {
-        let mut index = lock(&self.index);
-        if index
-            .get(&entry.path)
-            .is_some_and(|e| std::ptr::eq(e.as_ref(), entry))
-        {
-            let e = index.remove(&entry.path).expect("present");
-            self.drop_entry(&e);
-        }
-    }
-
-    fn warn_once_a_minute(&self, warn: impl FnOnce()) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let last = self.warned_at.load(Ordering::Relaxed);
-        if now >= last + 60
-            && self
-                .warned_at
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            warn();
-        }
-    }
-
     /// The turn of creations of slot `hash` (taken before the index's lock, never after).
     fn creating_of(&self, hash: u64) -> std::sync::MutexGuard<'_, ()> {
         lock(&self.creating[(hash % CREATING_SHARDS as u64) as usize])
@@ -718,75 +600,6 @@ impl Cache {
         let _ = fs::remove_file(entry.data_path());
     }
 
-    /// Reserves room for `bytes` of new chunks of `for_entry`, evicting least recently used
-    /// entries that are not open and not being filled. `false`: nothing more can be evicted, the
-    /// caller serves the read uncached.
-    pub fn reserve(&self, for_entry: &Entry, bytes: u64) -> bool {
-        if bytes > self.capacity {
-            return false;
-        }
-        let mut index = lock(&self.index);
-        if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
-            self.shared.used.fetch_add(bytes, Ordering::Relaxed);
-            return true;
-        }
-        // In a large cache, free a little more than needed, so the next fills need no scan.
-        let slack = if index.len() > SCAN_CHEAP {
-            self.capacity / EVICT_SLACK_DIVISOR
-        } else {
-            0
-        };
-        let target = self.capacity.saturating_sub(bytes + slack);
-        self.evict_down_to(&mut index, target, Some(for_entry));
-        if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
-            self.shared.used.fetch_add(bytes, Ordering::Relaxed);
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Evicts cached files to free at least `bytes` of the cache's file system for something
-    /// the capacity does not count (a file being written, which found the disk full); whether
-    /// anything was evicted. Frees at least [`MAKE_ROOM_MIN`] at a time: every write of the
-    /// producer would come back for more.
-    pub fn make_room(&self, bytes: u64) -> bool {
-        let mut index = lock(&self.index);
-        let used = self.shared.used.load(Ordering::Relaxed);
-        let target = used.saturating_sub(bytes.max(MAKE_ROOM_MIN));
-        self.evict_down_to(&mut index, target, None) > 0
-    }
-
-    /// Evicts least recently used entries, never `sparing`, nor entries that are open, kept or
-    /// being filled, until the cache holds at most `target` bytes; how many it evicted.
-    fn evict_down_to(&self, index: &mut Index, target: u64, sparing: Option<&Entry>) -> usize {
-        let now = self.tick.load(Ordering::Relaxed);
-        let mut victims: Vec<(u32, Arc<Entry>)> = index
-            .entries()
-            .filter(|e| sparing.is_none_or(|s| !std::ptr::eq(e.as_ref(), s)))
-            .filter(|e| !e.pinned() && !e.kept())
-            .filter(|e| {
-                let st = e.state.lock();
-                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
-            })
-            .map(|e| (e.age(now), e.clone()))
-            .collect();
-        // The least recently used first.
-        victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
-        let mut evicted = 0;
-        for (_, victim) in victims {
-            if self.shared.used.load(Ordering::Relaxed) <= target {
-                break;
-            }
-            tracing::debug!(path = %victim.path, "evicting");
-            index.remove(&victim.path);
-            self.drop_entry(&victim);
-            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
-            evicted += 1;
-        }
-        evicted
-    }
-
     /// Takes a finished file (on the cache's file system) in as the complete, kept entry `path`:
     /// a produced file becomes an object peers pull like any cached file. Its bytes count
     /// against capacity, evicting others, but are taken in even if nothing can be evicted. On
@@ -865,11 +678,6 @@ impl Cache {
             let e = index.remove(path).expect("present");
             self.drop_entry(&e);
         }
-    }
-
-    /// Returns a reservation (or a present chunk's bytes) to the free pool.
-    pub fn release(&self, bytes: u64) {
-        self.shared.used.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 

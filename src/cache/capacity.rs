@@ -1,0 +1,80 @@
+//! The capacity: room reserved for what fills write, eviction of the least recently used files
+//! nobody holds, and room given back.
+
+use super::*;
+
+impl Cache {
+    /// Reserves room for `bytes` of new chunks of `for_entry`, evicting least recently used
+    /// entries that are not open and not being filled. `false`: nothing more can be evicted, the
+    /// caller serves the read uncached.
+    pub fn reserve(&self, for_entry: &Entry, bytes: u64) -> bool {
+        if bytes > self.capacity {
+            return false;
+        }
+        let mut index = lock(&self.index);
+        if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+            self.shared.used.fetch_add(bytes, Ordering::Relaxed);
+            return true;
+        }
+        // In a large cache, free a little more than needed, so the next fills need no scan.
+        let slack = if index.len() > SCAN_CHEAP {
+            self.capacity / EVICT_SLACK_DIVISOR
+        } else {
+            0
+        };
+        let target = self.capacity.saturating_sub(bytes + slack);
+        self.evict_down_to(&mut index, target, Some(for_entry));
+        if self.shared.used.load(Ordering::Relaxed) + bytes <= self.capacity {
+            self.shared.used.fetch_add(bytes, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Evicts cached files to free at least `bytes` of the cache's file system for something
+    /// the capacity does not count (a file being written, which found the disk full); whether
+    /// anything was evicted. Frees at least [`MAKE_ROOM_MIN`] at a time: every write of the
+    /// producer would come back for more.
+    pub fn make_room(&self, bytes: u64) -> bool {
+        let mut index = lock(&self.index);
+        let used = self.shared.used.load(Ordering::Relaxed);
+        let target = used.saturating_sub(bytes.max(MAKE_ROOM_MIN));
+        self.evict_down_to(&mut index, target, None) > 0
+    }
+
+    /// Evicts least recently used entries, never `sparing`, nor entries that are open, kept or
+    /// being filled, until the cache holds at most `target` bytes; how many it evicted.
+    fn evict_down_to(&self, index: &mut Index, target: u64, sparing: Option<&Entry>) -> usize {
+        let now = self.tick.load(Ordering::Relaxed);
+        let mut victims: Vec<(u32, Arc<Entry>)> = index
+            .entries()
+            .filter(|e| sparing.is_none_or(|s| !std::ptr::eq(e.as_ref(), s)))
+            .filter(|e| !e.pinned() && !e.kept())
+            .filter(|e| {
+                let st = e.state.lock();
+                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
+            })
+            .map(|e| (e.age(now), e.clone()))
+            .collect();
+        // The least recently used first.
+        victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
+        let mut evicted = 0;
+        for (_, victim) in victims {
+            if self.shared.used.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            tracing::debug!(path = %victim.path, "evicting");
+            index.remove(&victim.path);
+            self.drop_entry(&victim);
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            evicted += 1;
+        }
+        evicted
+    }
+
+    /// Returns a reservation (or a present chunk's bytes) to the free pool.
+    pub fn release(&self, bytes: u64) {
+        self.shared.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
