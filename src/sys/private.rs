@@ -169,6 +169,11 @@ pub fn open_private(path: &Path, append: bool) -> io::Result<File> {
             euid()
         )));
     }
+    if m.mode() & 0o077 != 0 {
+        // Ours, but made readable by others (an older dyadfs created logs 0644).
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
     if !append {
         f.set_len(0)?;
     }
@@ -206,8 +211,11 @@ mod tests {
         // A file: a symlink is never followed, a file of ours is emptied only when asked.
         let f = base.join("log");
         std::fs::write(&f, b"kept").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
         drop(open_private(&f, true).unwrap());
         assert_eq!(std::fs::read(&f).unwrap(), b"kept");
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "an old 0644 log is made private");
         drop(open_private(&f, false).unwrap());
         assert_eq!(std::fs::read(&f).unwrap(), b"");
         let victim = base.join("victim");
