@@ -17,10 +17,17 @@ use common::*;
 struct Mount(PathBuf);
 
 impl Mount {
-    /// A tmpfs of `size` at `dir`.
+    /// A tmpfs of `size` at `dir`, private to root (a cache dir must be: a tmpfs root is 1777
+    /// by default).
     fn tmpfs(dir: &Path, size: &str) -> Mount {
         let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(dir)
             .status()
             .unwrap();

@@ -230,6 +230,10 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
             match r {
                 Ok(_) => return Ok(true),
                 Err(TransportError::Sink(e)) => return Err(e),
+                // This node's own data plane failed: the holder is not blamed for it.
+                Err(e @ (TransportError::Local(_) | TransportError::NoSlot(_))) => {
+                    tracing::info!(holder = h, error = %e, "pull failed here; trying the next holder");
+                }
                 Err(e) => {
                     tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
                     self.locator.pull_failed(path, version, h, &e);

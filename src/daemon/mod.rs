@@ -71,7 +71,7 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     fs::create_dir_all(&args.ssd).map_err(not_writable)?;
     // Root writes, trusts and serves what is in the cache dir: nobody else may be able to
     // plant anything in it (a symlink, a forged index) or move it.
-    crate::sys::private::claim_private_dir(&args.ssd).map_err(|source| UserError::CacheDir {
+    crate::sys::private::check_private_dir(&args.ssd).map_err(|source| UserError::CacheDir {
         path: args.ssd.clone(),
         source,
     })?;

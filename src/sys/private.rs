@@ -84,28 +84,6 @@ pub fn check_private_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// An empty directory of ours that others may write in (the root of a fresh tmpfs is 1777) is
-/// made 0700 first: nobody can have planted anything in it yet. Then [`check_private_dir`].
-pub fn claim_private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let m = std::fs::symlink_metadata(dir)?;
-    if m.is_dir()
-        && m.uid() == euid()
-        && m.mode() & 0o022 != 0
-        && std::fs::read_dir(dir)?.next().is_none()
-    {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        // Still empty now that nobody else can write in it: nothing slipped in meanwhile.
-        if std::fs::read_dir(dir)?.next().is_some() {
-            return Err(refused(format!(
-                "{} was written by someone else while it was being claimed",
-                dir.display()
-            )));
-        }
-    }
-    check_private_dir(dir)
-}
-
 /// Checks that a file root is about to trust for code (a binary, a library) can be changed by
 /// root only: owned by root, writable by no one else, in a directory [`check_private_dir`]
 /// accepts for root.
@@ -169,6 +147,15 @@ pub fn open_private(path: &Path, append: bool) -> io::Result<File> {
             euid()
         )));
     }
+    // A hard link of another file of ours (say /etc/shadow for root, where protected_hardlinks
+    // is off) would pass the checks above.
+    if m.nlink() != 1 {
+        return Err(refused(format!(
+            "{} has {} hard links",
+            path.display(),
+            m.nlink()
+        )));
+    }
     if m.mode() & 0o077 != 0 {
         // Ours, but made readable by others (an older dyadfs created logs 0644).
         use std::os::unix::fs::PermissionsExt;
@@ -203,11 +190,9 @@ mod tests {
         check_private_dir(&base.join("open/cache")).unwrap();
         std::fs::set_permissions(base.join("ok"), std::fs::Permissions::from_mode(0o775)).unwrap();
         assert!(check_private_dir(&base.join("ok")).is_err());
-        // Empty, it is claimed (made 0700); with something in it, it is refused.
-        claim_private_dir(&base.join("ok")).unwrap();
+        // Sticky does not make a cache dir private (a fresh tmpfs root is 1777): refused.
         std::fs::set_permissions(base.join("ok"), std::fs::Permissions::from_mode(0o1777)).unwrap();
-        std::fs::write(base.join("ok/planted"), b"").unwrap();
-        assert!(claim_private_dir(&base.join("ok")).is_err());
+        assert!(check_private_dir(&base.join("ok")).is_err());
         // A file: a symlink is never followed, a file of ours is emptied only when asked.
         let f = base.join("log");
         std::fs::write(&f, b"kept").unwrap();
@@ -223,6 +208,11 @@ mod tests {
         std::os::unix::fs::symlink(&victim, base.join("link")).unwrap();
         let e = open_private(&base.join("link"), false).unwrap_err();
         assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+        let hard = base.join("hard");
+        std::fs::hard_link(&victim, &hard).unwrap();
+        let e = open_private(&hard, false).unwrap_err();
+        assert!(e.to_string().contains("hard links"), "{e}");
         assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
         let made = base.join("made");
         drop(open_private(&made, true).unwrap());

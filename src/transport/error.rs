@@ -34,4 +34,8 @@ pub enum TransportError {
     /// the peer, and no use trying another.
     #[error("pulled bytes not taken here: {0}")]
     Sink(io::Error),
+    /// This node's own data plane failed (its process died, or no shared slot was free): no
+    /// fault of the peer; another holder may still serve.
+    #[error("this node's data plane: {0}")]
+    Local(String),
 }

@@ -11,6 +11,7 @@
 //! inline chunks into its own memory.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::ucx::child::Child;
@@ -20,6 +21,20 @@ pub struct DataPlane {
     /// The daemon's own slots: inline chunks, staging, checks.
     private: Arc<Slab>,
     ucx: Option<Child>,
+    /// Shared slots lent to peers now (at most half of them: see [`DataPlane::take_lendable`]).
+    lent: Arc<AtomicUsize>,
+}
+
+/// A shared slot lent to a peer's get; dropping it (released, or its lease over) returns it.
+pub struct Lent {
+    slot: Slot,
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl DataPlane {
@@ -29,6 +44,7 @@ impl DataPlane {
         Ok(DataPlane {
             private: Arc::new(Slab::new(slots, slot_size)?),
             ucx: None,
+            lent: Default::default(),
         })
     }
 
@@ -40,6 +56,7 @@ impl DataPlane {
         Ok(DataPlane {
             private: Arc::new(private),
             ucx: Some(Child::start(slots, slot_size, background)?),
+            lent: Default::default(),
         })
     }
 
@@ -62,8 +79,10 @@ impl DataPlane {
         &self.private
     }
 
+    /// Whether chunks may go by UCX now: a data-plane process is running (while one that died
+    /// is restarted, connections made meanwhile move every chunk inline).
     pub fn has_ucx(&self) -> bool {
-        self.ucx.is_some()
+        self.ucx.as_ref().is_some_and(Child::alive)
     }
 
     /// What a peer needs to get from this node's shared slab (empty without UCX).
@@ -91,16 +110,39 @@ impl DataPlane {
         }
     }
 
-    /// The slab shared with the data-plane process (none without UCX).
-    pub fn shared_slab(&self) -> Option<&Arc<Slab>> {
-        self.ucx.as_ref().map(Child::slab)
+    /// A shared slot to lend to a peer's get, waiting at most `wait`; `None` without UCX. An
+    /// eighth of the shared slots (at least one) is never lent: it stays for this node's own
+    /// gets, so two nodes pulling from each other never each hold every slot the other's gets
+    /// wait for.
+    pub fn take_lendable(&self, wait: Duration) -> Option<Lent> {
+        let c = self.ucx.as_ref()?;
+        let slots = c.slab().len() / c.slab().slot_size();
+        let cap = slots.saturating_sub((slots / 8).max(1)).max(1);
+        if self.lent.fetch_add(1, Ordering::Relaxed) >= cap {
+            self.lent.fetch_sub(1, Ordering::Relaxed);
+            std::thread::sleep(wait);
+            return None;
+        }
+        match c.slab().take(wait) {
+            Some(slot) => Some(Lent {
+                slot,
+                count: self.lent.clone(),
+            }),
+            None => {
+                self.lent.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+        }
     }
 
-    /// Copies a staged chunk (in one of our own slots) into `shared`, a slot of the shared
+    /// Copies a staged chunk (in one of our own slots) into `shared`, a lent slot of the shared
     /// slab, for a peer's get; returns the address the peer gets from.
-    pub fn lend(&self, staged: &Slot, len: usize, shared: &mut Slot) -> u64 {
-        shared.bytes_mut(len).copy_from_slice(staged.bytes(len));
-        self.ucx.as_ref().map_or(0, |c| c.remote_addr(shared))
+    pub fn lend(&self, staged: &Slot, len: usize, shared: &mut Lent) -> u64 {
+        shared
+            .slot
+            .bytes_mut(len)
+            .copy_from_slice(staged.bytes(len));
+        self.ucx.as_ref().map_or(0, |c| c.remote_addr(&shared.slot))
     }
 
     /// Gets `len` bytes at a peer's `remote_addr` into a shared slot; once the get is done they

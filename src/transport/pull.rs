@@ -19,7 +19,7 @@ use super::handshake::{authenticate_blocking, hello, refused, ucx_info};
 use super::plane::{DataPlane, Getting};
 use super::session::{Opener, Sealer};
 use super::stream::{FrameReader, IdlePool, stream_error};
-use super::ucx::{NoResult, Slot, UcxError};
+use super::ucx::{NoResult, Slot};
 use super::wire::Message;
 use crate::core::Version;
 
@@ -300,9 +300,10 @@ fn pull_chunks(
                     crc32c,
                 }) if i == id && len == l && conn.ucx_peer.is_some() => {
                     let ucx_peer = conn.ucx_peer.expect("checked above");
+                    // A chunk read ahead takes a shared slot only if one is free, as above.
                     let get = worker
-                        .get(ucx_peer, addr, slot, len as usize, t)
-                        .map_err(|source| TransportError::Ucx { peer, source })?;
+                        .get(ucx_peer, addr, slot, len as usize, wait)
+                        .map_err(|e| TransportError::Local(e.to_string()))?;
                     Arriving {
                         id,
                         crc: crc32c,
@@ -359,9 +360,8 @@ fn finish_get(get: Getting, peer: SocketAddr, t: Duration) -> Result<Slot, Trans
             what: "an RMA get",
             timeout: t,
         },
-        Err(NoResult::Abandoned) => TransportError::Ucx {
-            peer,
-            source: UcxError::gone("ucp_get_nbx"),
-        },
+        Err(NoResult::Abandoned) => {
+            TransportError::Local("the data-plane process went away during a get".into())
+        }
     })
 }

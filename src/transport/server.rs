@@ -15,10 +15,10 @@ use tokio::net::{TcpListener, TcpStream};
 use super::auth::Secret;
 use super::handshake::{authenticate, hello, ucx_info};
 use super::pending::Pending;
-use super::plane::DataPlane;
+use super::plane::{DataPlane, Lent};
 use super::session::{Opener, Sealer};
 use super::stream::{AsyncConn, FrameReader, bad_frame, write_all_parts};
-use super::ucx::{Slab, Slot};
+use super::ucx::Slot;
 use super::wire::Message;
 use crate::core::Version;
 use crate::core::sync::lock;
@@ -330,6 +330,9 @@ async fn serve_conn(s: TcpStream, server: Server) -> io::Result<()> {
     Ok(())
 }
 
+/// Shared slots lent to one puller, by the address it gets from, with when they were lent.
+type LentSlots = HashMap<u64, (Lent, std::time::Instant)>;
+
 /// A request waiting for its chunk to be staged.
 struct Request {
     id: u64,
@@ -364,7 +367,7 @@ fn serve_pulls(
     frames.s.set_write_timeout(Some(SLOT_WAIT))?;
     frames.s.set_read_timeout(Some(LEASE / 4))?;
     let slab = worker.slab();
-    let mut lent: HashMap<u64, (Slot, std::time::Instant)> = HashMap::new();
+    let mut lent: LentSlots = HashMap::new();
     let mut queued: VecDeque<Request> = VecDeque::new();
     loop {
         let Some(r) = queued.pop_front() else {
@@ -408,7 +411,7 @@ fn serve_pulls(
             frames.send(&reply)?;
             continue;
         }
-        let slot = wait_slot(slab, &mut frames, &mut lent, &mut queued)?;
+        let slot = wait_slot(|t| slab.take(t), &mut frames, &mut lent, &mut queued)?;
         let staged = match slot {
             Some(slot) => stage(slot, store, &r.path, r.version, r.offset, r.len, faults),
             None => Err("holder has no free slot".to_string()),
@@ -434,29 +437,28 @@ fn serve_pulls(
             }
             // Copied into the shared slab for the puller's get (checked there by the puller:
             // the data-plane process may change the shared copy, not ours or its checksum).
-            Ok((slot, crc32c)) => match worker.shared_slab() {
-                Some(shared) => {
-                    let Some(mut shared) = wait_slot(shared, &mut frames, &mut lent, &mut queued)?
-                    else {
-                        frames.send(&Message::Error {
+            Ok((slot, crc32c)) if worker.has_ucx() => {
+                let lend = |t| worker.take_lendable(t);
+                match wait_slot(lend, &mut frames, &mut lent, &mut queued)? {
+                    Some(mut shared) => {
+                        let addr = worker.lend(&slot, r.len as usize, &mut shared);
+                        lent.insert(addr, (shared, std::time::Instant::now()));
+                        Message::Staged {
                             id: r.id,
-                            message: "holder has no free shared slot".into(),
-                        })?;
-                        continue;
-                    };
-                    let addr = worker.lend(&slot, r.len as usize, &mut shared);
-                    lent.insert(addr, (shared, std::time::Instant::now()));
-                    Message::Staged {
-                        id: r.id,
-                        addr,
-                        len: r.len,
-                        crc32c,
+                            addr,
+                            len: r.len,
+                            crc32c,
+                        }
                     }
+                    None => Message::Error {
+                        id: r.id,
+                        message: "holder has no free shared slot".into(),
+                    },
                 }
-                None => Message::Error {
-                    id: r.id,
-                    message: "holder has no UCX data plane to stage in".into(),
-                },
+            }
+            Ok(_) => Message::Error {
+                id: r.id,
+                message: "holder has no UCX data plane to stage in".into(),
             },
             Err(message) => Message::Error { id: r.id, message },
         };
@@ -464,17 +466,17 @@ fn serve_pulls(
     }
 }
 
-/// Takes a free slot of `slab`, reading the puller's frames while waiting (its releases free
+/// Takes a free slot with `take`, reading the puller's frames while waiting (its releases free
 /// slots); `None` after [`SLOT_WAIT`].
-fn wait_slot(
-    slab: &Arc<Slab>,
+fn wait_slot<T>(
+    mut take: impl FnMut(Duration) -> Option<T>,
     frames: &mut FrameReader,
-    lent: &mut HashMap<u64, (Slot, std::time::Instant)>,
+    lent: &mut LentSlots,
     queued: &mut VecDeque<Request>,
-) -> io::Result<Option<Slot>> {
+) -> io::Result<Option<T>> {
     let waited = std::time::Instant::now();
     loop {
-        if let Some(slot) = slab.take(SLOT_POLL) {
+        if let Some(slot) = take(SLOT_POLL) {
             return Ok(Some(slot));
         }
         while let Some(msg) = frames.next(false)? {
@@ -487,11 +489,7 @@ fn wait_slot(
 }
 
 /// Takes in a frame from a puller: a request joins the queue, a release returns its slot.
-fn note(
-    msg: Message,
-    lent: &mut HashMap<u64, (Slot, std::time::Instant)>,
-    queued: &mut VecDeque<Request>,
-) -> io::Result<()> {
+fn note(msg: Message, lent: &mut LentSlots, queued: &mut VecDeque<Request>) -> io::Result<()> {
     match msg {
         // A puller keeps a few requests in flight; one that queues many more is not one.
         Message::Request { .. } if queued.len() >= MAX_QUEUED => {

@@ -65,6 +65,8 @@ enum FromChild {
         id: u64,
         error: Option<String>,
     },
+    /// It could not start (instead of `Ready`).
+    Failed(String),
 }
 
 /// Largest command or answer (addresses and rkeys are bounded by the hello's check).
@@ -131,17 +133,13 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn send_msg<T: Serialize>(sock: &OwnedFd, m: &T) -> io::Result<()> {
+/// Sends one message. `nowait`: fail with `WouldBlock` rather than wait for room (the daemon
+/// never waits on its data-plane process: one that stops reading is killed and restarted).
+fn send_msg<T: Serialize>(sock: &OwnedFd, m: &T, nowait: bool) -> io::Result<()> {
     let bytes = rmp_serde::to_vec(m).map_err(io::Error::other)?;
+    let flags = libc::MSG_NOSIGNAL | if nowait { libc::MSG_DONTWAIT } else { 0 };
     // SAFETY: a live socket and a buffer of bytes.len() readable bytes.
-    let n = unsafe {
-        libc::send(
-            sock.as_raw_fd(),
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            libc::MSG_NOSIGNAL,
-        )
-    };
+    let n = unsafe { libc::send(sock.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), flags) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -175,6 +173,14 @@ fn recv_msg<T: serde::de::DeserializeOwned>(
 impl Child {
     /// Creates the shared slab and starts the data-plane process; returns once it is ready.
     pub fn start(slots: usize, slot_size: usize, background: bool) -> Result<Child, UcxError> {
+        // SAFETY: geteuid cannot fail and touches no memory.
+        if unsafe { libc::geteuid() } != 0 {
+            tracing::warn!(
+                "the data-plane process runs as this daemon's user (only root can start it as \
+                 nobody): whoever takes it over through UCX can do what that user can; prefer \
+                 --data-plane stream"
+            );
+        }
         let (slab, memfd) = Slab::new_shared(slots, slot_size).map_err(io_err("memfd"))?;
         let inner = Arc::new(Inner {
             slots,
@@ -224,16 +230,34 @@ impl Child {
         lock(&self.inner.state).pid
     }
 
-    fn command(&self, cmd: &ToChild) -> Result<u64, UcxError> {
+    /// Sends a command to the running process if it is still generation `generation` (a
+    /// restarted one numbers its peers and slots anew). Under the state lock, so no restart
+    /// lands between the check and the send; never waits for room: a process whose socket is
+    /// full has stopped reading, and is killed (the watcher restarts it).
+    fn command(&self, generation: u64, cmd: &ToChild) -> Result<(), UcxError> {
         let st = lock(&self.inner.state);
-        let sock = st
-            .sock
-            .clone()
-            .ok_or_else(|| UcxError::gone("data plane"))?;
-        let generation = st.generation;
-        drop(st);
-        send_msg(&sock, cmd).map_err(io_err("data plane"))?;
-        Ok(generation)
+        let sock = match &st.sock {
+            Some(s) if st.generation == generation => s,
+            _ => return Err(UcxError::gone("data plane")),
+        };
+        match send_msg(sock, cmd, true) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if e.kind() == io::ErrorKind::WouldBlock
+                    && let Some(pid) = st.pid
+                {
+                    tracing::warn!(pid, "the data-plane process stopped reading; killing it");
+                    // SAFETY: signalling our own child process.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                Err(UcxError::io("data plane", e))
+            }
+        }
+    }
+
+    /// Whether a data-plane process is running (one that died is being restarted).
+    pub fn alive(&self) -> bool {
+        lock(&self.inner.state).sock.is_some()
     }
 
     pub fn connect(&self, info: PeerInfo, timeout: Duration) -> Result<PeerId, UcxError> {
@@ -241,11 +265,14 @@ impl Child {
         let (tx, rx) = bounded(1);
         let generation = lock(&self.inner.state).generation;
         lock(&self.inner.waiting).insert(id, Waiter::Connect(generation, tx));
-        let sent = self.command(&ToChild::Connect {
-            id,
-            address: info.worker_address,
-            rkey: info.rkey,
-        });
+        let sent = self.command(
+            generation,
+            &ToChild::Connect {
+                id,
+                address: info.worker_address,
+                rkey: info.rkey,
+            },
+        );
         let r = sent.and_then(|_| {
             rx.recv_timeout(timeout)
                 .map_err(|_| UcxError::gone("connect"))?
@@ -256,9 +283,7 @@ impl Child {
 
     pub fn disconnect(&self, peer: PeerId) {
         let (generation, peer) = split(peer);
-        if generation == lock(&self.inner.state).generation {
-            let _ = self.command(&ToChild::Disconnect { peer });
-        }
+        let _ = self.command(generation, &ToChild::Disconnect { peer });
     }
 
     /// Starts a get into the shared slot `slot`; it comes back with the result once the
@@ -289,7 +314,7 @@ impl Child {
             slot: index,
             len: len as u32,
         };
-        if self.command(&cmd).is_err() {
+        if self.command(generation, &cmd).is_err() {
             // Gone: the completer is dropped (abandoned), the slot returns.
             lock(&self.inner.waiting).remove(&id);
         }
@@ -334,10 +359,14 @@ impl Inner {
                 cmd.env(k, v);
             }
         }
-        cmd.stdin(std::process::Stdio::null());
+        // Not even the daemon's log: a process anyone on the network may take over over tcp
+        // must not write where root reads.
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
         let (sock_fd, slab_fd) = (theirs.as_raw_fd(), self.memfd.as_raw_fd());
-        // SAFETY: only async-signal-safe calls between fork and exec: fcntl, dup2, close_range
-        // and prctl.
+        // SAFETY: only async-signal-safe calls between fork and exec: fcntl, dup2, prctl,
+        // close_range or close, and sysconf (a read of the limit).
         unsafe {
             cmd.pre_exec(move || {
                 // Both first moved above the targets, so neither dup2 clobbers the other.
@@ -347,12 +376,18 @@ impl Inner {
                     || b < 0
                     || libc::dup2(a, SOCK_FD) < 0
                     || libc::dup2(b, SLAB_FD) < 0
-                    // Nothing else of the daemon's: no cache file, no /dev/fuse, no readiness
-                    // pipe (whose reader waits for every copy of it to close).
-                    || libc::syscall(libc::SYS_close_range, SLAB_FD + 1, libc::c_uint::MAX, 0) != 0
                     || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
                 {
                     return Err(io::Error::last_os_error());
+                }
+                // Nothing else of the daemon's: no cache file, no /dev/fuse, no readiness
+                // pipe (whose reader waits for every copy of it to close). close_range is
+                // Linux 5.9; before it, each descriptor up to the limit.
+                if libc::syscall(libc::SYS_close_range, SLAB_FD + 1, libc::c_uint::MAX, 0) != 0 {
+                    let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(SLAB_FD as i64 + 1, 1 << 20);
+                    for fd in SLAB_FD + 1..max as i32 {
+                        libc::close(fd);
+                    }
                 }
                 Ok(())
             });
@@ -478,7 +513,7 @@ impl Inner {
                         done.complete((slot, r));
                     }
                 }
-                FromChild::Ready { .. } => return,
+                FromChild::Ready { .. } | FromChild::Failed(_) => return,
             }
         }
     }
@@ -519,6 +554,14 @@ fn drop_privileges() -> io::Result<()> {
     unsafe {
         if libc::geteuid() == 0 {
             const NOBODY: libc::uid_t = 65534;
+            // RDMA registers the slab as locked memory, which `nobody` could not raise past
+            // the default limit (8 MiB) once root is gone. Best effort: a container may not
+            // allow it, and tcp locks nothing.
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            let _ = libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);
             if libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setresgid(NOBODY, NOBODY, NOBODY) != 0
                 || libc::setresuid(NOBODY, NOBODY, NOBODY) != 0
@@ -540,11 +583,23 @@ fn drop_privileges() -> io::Result<()> {
 pub fn run(slots: usize, slot_size: usize, background: bool) -> Result<(), UcxError> {
     // SAFETY: the daemon passed these descriptors to this process for it alone.
     let (sock, memfd) = unsafe { (OwnedFd::from_raw_fd(SOCK_FD), OwnedFd::from_raw_fd(SLAB_FD)) };
-    drop_privileges().map_err(io_err("dropping privileges"))?;
-    let slab = Arc::new(Slab::map_shared(&memfd, slots, slot_size).map_err(io_err("mmap"))?);
+    // Its stderr is /dev/null: a failure to start is told to the daemon, which logs it.
+    let started = || -> Result<(Arc<Slab>, Worker), UcxError> {
+        drop_privileges().map_err(io_err("dropping privileges"))?;
+        let slab = Arc::new(Slab::map_shared(&memfd, slots, slot_size).map_err(io_err("mmap"))?);
+        let worker = Worker::with_slab(slab.clone(), background)?;
+        Ok((slab, worker))
+    };
+    let (slab, worker) = match started() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = send_msg(&sock, &FromChild::Failed(e.to_string()), false);
+            return Err(e);
+        }
+    };
     drop(memfd);
     let base = slab.base() as u64;
-    let worker = Arc::new(Worker::with_slab(slab.clone(), background)?);
+    let worker = Arc::new(worker);
     let info = worker.info();
     let sock = Arc::new(sock);
     send_msg(
@@ -554,6 +609,7 @@ pub fn run(slots: usize, slot_size: usize, background: bool) -> Result<(), UcxEr
             rkey: info.rkey,
             base,
         },
+        false,
     )
     .map_err(io_err("ready"))?;
     let mut buf = vec![0u8; MAX_MSG];
@@ -575,7 +631,7 @@ pub fn run(slots: usize, slot_size: usize, background: bool) -> Result<(), UcxEr
                         next
                     })
                     .map_err(|e| e.to_string());
-                let _ = send_msg(&sock, &FromChild::Connected { id, peer: r });
+                let _ = send_msg(&sock, &FromChild::Connected { id, peer: r }, false);
             }
             ToChild::Disconnect { peer } => {
                 if let Some(p) = peers.remove(&peer) {
@@ -590,7 +646,7 @@ pub fn run(slots: usize, slot_size: usize, background: bool) -> Result<(), UcxEr
                 len,
             } => {
                 let answer = |error: Option<String>| {
-                    let _ = send_msg(&sock, &FromChild::GetDone { id, error });
+                    let _ = send_msg(&sock, &FromChild::GetDone { id, error }, false);
                 };
                 let (Some(&p), Some(s)) = (peers.get(&peer), slab.take_index(slot as usize)) else {
                     answer(Some("unknown peer or busy slot".into()));
@@ -610,7 +666,7 @@ pub fn run(slots: usize, slot_size: usize, background: bool) -> Result<(), UcxEr
                         Ok((_slot, Err(e))) => Some(e.to_string()),
                         Err(e) => Some(format!("{e:?}")),
                     };
-                    let _ = send_msg(&sock, &FromChild::GetDone { id, error });
+                    let _ = send_msg(&sock, &FromChild::GetDone { id, error }, false);
                 });
             }
         }

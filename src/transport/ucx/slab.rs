@@ -69,7 +69,12 @@ impl Slab {
     ) -> std::io::Result<(Slab, std::os::fd::OwnedFd)> {
         use std::os::fd::FromRawFd;
         // SAFETY: a NUL-terminated name and flags; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"dyadfs-slab".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"dyadfs-slab".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -77,6 +82,20 @@ impl Slab {
         let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
         let file = std::fs::File::from(fd);
         file.set_len((slots * slot_size) as u64)?;
+        // Its size is fixed for good: the data-plane process could otherwise shrink it under
+        // the daemon's mapping (a SIGBUS at the next access).
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: a live memfd created with MFD_ALLOW_SEALING; the result is checked.
+        if unsafe {
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                libc::F_ADD_SEALS,
+                seals,
+            )
+        } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
         let fd = std::os::fd::OwnedFd::from(file);
         let slab = Slab::map_shared(&fd, slots, slot_size)?;
         Ok((slab, fd))
