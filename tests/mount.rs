@@ -944,7 +944,7 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
 fn a_full_cache_disk_serves_reads_uncached() {
     let f = Fixture::new("enospc");
     let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=6m", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs"])
         .arg(&f.ssd)
         .status()
         .unwrap();
