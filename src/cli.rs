@@ -190,6 +190,19 @@ pub struct MountArgs {
           help_heading = "Storage")]
     pub open_files: Option<u64>,
 
+    /// How often the whole cache is re-checked against its checksums in the background, at
+    /// the lowest CPU priority and at most --scrub-rate, bad chunks dropped (refetched when next
+    /// read): passthrough reads never reach the daemon, so this is how rot in cached files is
+    /// found while mounted. 0 turns it off
+    #[arg(long, value_name = "DURATION", default_value = "1d", value_parser = parse_duration,
+          help_heading = "Storage")]
+    pub scrub_interval: Duration,
+
+    /// Bytes a second the background scrub reads at most
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size,
+          help_heading = "Storage")]
+    pub scrub_rate: u64,
+
     /// Cache granularity, 1M to 4M: the unit of fetching, checksumming and transfer between nodes
     #[arg(long, value_name = "SIZE", default_value = "2M", value_parser = parse_chunk_size,
           help_heading = "Storage")]
@@ -492,6 +505,8 @@ impl From<MountArgs> for MountConfig {
             capacity: a.capacity,
             open_files: a.open_files,
             chunk_size: a.chunk_size,
+            scrub_interval: a.scrub_interval,
+            scrub_rate: a.scrub_rate,
             fs: FsConfig {
                 metadata_ttl: a.metadata_ttl,
                 passthrough: !a.no_passthrough && !a.no_open,
@@ -626,6 +641,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         (n, 60.0)
     } else if let Some(n) = t.strip_suffix('h') {
         (n, 3600.0)
+    } else if let Some(n) = t.strip_suffix('d') {
+        (n, 86400.0)
     } else {
         (t, 1.0)
     };

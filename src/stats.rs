@@ -49,6 +49,8 @@ pub struct Stats {
     pub attr_requests: AtomicU64,
     pub uncached_reads: AtomicU64,
     pub checksum_failures: AtomicU64,
+    /// Background scrubs done (`--scrub-interval`).
+    pub background_scrubs: AtomicU64,
     /// Writes to the cache's file system that failed (full, over quota, read-only, a failing
     /// disk): each read concerned was served uncached.
     pub cache_write_errors: AtomicU64,
@@ -122,6 +124,9 @@ pub struct Snapshot {
     pub attr_requests: u64,
     pub uncached_reads: u64,
     pub checksum_failures: u64,
+    /// Background scrubs done (`--scrub-interval`). (Absent from older daemons: 0.)
+    #[serde(default)]
+    pub background_scrubs: u64,
     /// Writes to the cache's file system that failed (ENOSPC, EDQUOT, EROFS, EIO): fills
     /// served uncached instead, files that could not be cached, log appends. (Absent from a
     /// daemon older than the key: 0.)
@@ -321,6 +326,7 @@ impl Stats {
             attr_requests: get(&self.attr_requests),
             uncached_reads: get(&self.uncached_reads),
             checksum_failures: get(&self.checksum_failures),
+            background_scrubs: get(&self.background_scrubs),
             cache_write_errors: get(&self.cache_write_errors),
             pid: std::process::id(),
             peer_fetches: get(&self.peer_fetches),
@@ -356,7 +362,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 43] = [
+        let rows: [(&str, String); 44] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
@@ -388,6 +394,7 @@ impl Snapshot {
             ("capacity", human(self.capacity_bytes)),
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),
+            ("background scrubs", self.background_scrubs.to_string()),
             ("cache write errors", self.cache_write_errors.to_string()),
             ("inodes", self.inodes.to_string()),
             ("open cache files", self.open_files.to_string()),

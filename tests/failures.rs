@@ -328,3 +328,34 @@ fn frozen_holders_not_known_down_cost_a_read_one_peer_timeout() {
     }
     assert_eq!(c.nodes[4].stat("backing_fetches"), files.len() as u64);
 }
+
+/// A byte that rots in a cached file while mounted is found by the background scrub
+/// (`--scrub-interval`) and its chunk dropped; the next open reads it again from the shared
+/// file system, byte-exact. (Passthrough reads never reach the daemon: this is how it learns.)
+#[test]
+fn the_background_scrub_drops_a_chunk_that_rotted_while_mounted() {
+    let f = Fixture::new("bgscrub");
+    let data = pattern(3 << 20, 11);
+    f.write("x", &data);
+    let m = f.mount(&["--scrub-interval", "500ms"]);
+    assert!(fs::read(m.path("x")).unwrap() == data);
+    let fetched = m.stat("bytes_from_backing");
+    rot(&data_file(&f.ssd, "x"), (2 << 20) + 5);
+    let scrubs = m.stat("background_scrubs");
+    wait_until("a scrub after the rot", Duration::from_secs(20), || {
+        m.stat("background_scrubs") >= scrubs + 2
+    });
+    assert_eq!(m.stat("checksum_failures"), 1, "the rotten chunk was found");
+    // Its pages may still be in memory from the first read: drop them, then read again.
+    let file = fs::File::open(m.path("x")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice on a descriptor this test opened.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    drop(file);
+    assert!(fs::read(m.path("x")).unwrap() == data);
+    assert!(
+        m.stat("bytes_from_backing") > fetched,
+        "the chunk was read again"
+    );
+    m.unmount();
+}

@@ -1,6 +1,8 @@
 //! `dyadfs scrub`: every cached chunk checked again against its checksum, the bad ones dropped
 //! (refetched when next read).
 
+use std::time::Instant;
+
 use super::*;
 
 /// What a scrub found.
@@ -19,9 +21,22 @@ impl Cache {
     /// Re-checks every cached chunk against its checksum and drops the bad ones (`dyadfs
     /// scrub`). Entries that cannot be read are skipped.
     pub fn scrub(&self) -> ScrubReport {
+        self.scrub_paced(u64::MAX)
+    }
+
+    /// As [`Cache::scrub`], reading at most `bytes_per_sec` on average (the background scrub:
+    /// the disk is the readers' first).
+    pub fn scrub_paced(&self, bytes_per_sec: u64) -> ScrubReport {
         let entries: Vec<Arc<Entry>> = lock(&self.index).entries().cloned().collect();
         let mut report = ScrubReport::default();
+        let start = Instant::now();
         for e in entries {
+            let due = Duration::from_secs_f64(
+                (report.chunks * self.chunk_size()) as f64 / bytes_per_sec.max(1) as f64,
+            );
+            if let Some(ahead) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(ahead);
+            }
             match e.recheck(self, 0..e.chunk_count()) {
                 Ok((checked, dropped)) => {
                     report.files += 1;

@@ -29,6 +29,9 @@ pub struct MountConfig {
     /// Idle cache data files kept open (`None`: half the descriptor limit, at most 65536).
     pub open_files: Option<u64>,
     pub chunk_size: u64,
+    /// How often the background scrub re-checks the cache (zero: never), and its read rate.
+    pub scrub_interval: Duration,
+    pub scrub_rate: u64,
     /// The filesystem's own settings.
     pub fs: FsConfig,
     /// Threads serving FUSE requests.

@@ -82,6 +82,20 @@ fn open_cache(args: &MountConfig, limit: u64, stats: &Arc<Stats>) -> Result<Arc<
                 tracing::warn!(error = %e, "sweeping the cache's leftover files failed");
             }
         });
+    if !args.scrub_interval.is_zero() {
+        let (scrubbed, stats) = (cache.clone(), stats.clone());
+        let (every, rate) = (args.scrub_interval, args.scrub_rate);
+        let _ = std::thread::Builder::new()
+            .name("cache-scrub".into())
+            .spawn(move || {
+                crate::sys::lower_thread_priority();
+                loop {
+                    std::thread::sleep(every);
+                    scrubbed.scrub_paced(rate);
+                    stats.background_scrubs.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+    }
     Ok(cache)
 }
 
