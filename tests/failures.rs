@@ -359,3 +359,30 @@ fn the_background_scrub_drops_a_chunk_that_rotted_while_mounted() {
     );
     m.unmount();
 }
+
+/// A cached file changed on the NVMe by another process while mounted is not served as it is:
+/// its next open sees the data file's ctime moved, checks it again, drops the bad chunk and
+/// reads it anew (passthrough would hand the kernel the changed file).
+#[test]
+fn a_cache_file_changed_while_mounted_is_checked_again_at_the_next_open() {
+    let f = Fixture::new("tamper");
+    let data = pattern(3 << 20, 12);
+    f.write("x", &data);
+    let m = f.mount(&[]);
+    assert!(fs::read(m.path("x")).unwrap() == data);
+    let fetched = m.stat("bytes_from_backing");
+    let file = data_file(&f.ssd, "x");
+    rot(&file, (2 << 20) + 5);
+    // The kernel's copy of the old pages goes too (else it would not read the disk at all).
+    let data_fd = fs::File::open(&file).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice on a descriptor this test opened.
+    unsafe { libc::posix_fadvise(data_fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert!(fs::read(m.path("x")).unwrap() == data, "served as changed");
+    assert_eq!(m.stat("checksum_failures"), 1);
+    assert!(
+        m.stat("bytes_from_backing") > fetched,
+        "the bad chunk was read again"
+    );
+    m.unmount();
+}

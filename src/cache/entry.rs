@@ -34,6 +34,10 @@ pub struct Entry {
     /// The cache's tick when it was last used, in 32 bits: ages are taken modulo 2^32
     /// ([`Entry::age`]), so the counter's wrap changes no order.
     last_use: AtomicU32,
+    /// A fingerprint of the data file's ctime when every chunk was last verified (0: not
+    /// taken): a later open that finds another ctime knows someone changed the file behind the
+    /// daemon, and checks it again before the kernel reads it directly.
+    verified_ctime: AtomicU32,
 }
 
 /// Some of this entry's bytes were fetched from the backing store (stats).
@@ -73,6 +77,7 @@ impl Entry {
             }),
             pins_marks: AtomicU32::new(0),
             last_use: AtomicU32::new(tick as u32),
+            verified_ctime: AtomicU32::new(0),
         }
     }
 
@@ -327,12 +332,51 @@ impl Entry {
         self.all_present(0..self.chunk_count())
     }
 
-    /// Whether every chunk is present and verified in this daemon's lifetime.
+    /// Whether every chunk is present and verified in this daemon's lifetime, and the data file
+    /// has not changed since (its ctime: any write, truncate or chmod by another process moves
+    /// it). A changed file's chunks are marked unverified again, to be checked before use.
     pub fn is_verified(&self) -> bool {
-        let st = self.state.lock();
-        st.chunks
-            .iter()
-            .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
+        let all = |st: &State| {
+            st.chunks
+                .iter()
+                .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
+        };
+        if !all(&self.state.lock()) {
+            return false;
+        }
+        let (seen, now) = (
+            self.verified_ctime.load(Ordering::Relaxed),
+            self.ctime_print(),
+        );
+        if seen == 0 {
+            // Verified by the fills that wrote it (or a check): the file as it is now is ours.
+            self.verified_ctime
+                .store(now.unwrap_or(0), Ordering::Relaxed);
+            return true;
+        }
+        if now == Some(seen) {
+            return true;
+        }
+        tracing::warn!(path = %self.path, "cache data file changed behind the daemon: rechecking");
+        let mut st = self.state.lock();
+        for c in st.chunks.iter_mut() {
+            if let Chunk::Present { crc, .. } = *c {
+                *c = Chunk::Present {
+                    crc,
+                    verified: false,
+                };
+            }
+        }
+        self.verified_ctime.store(0, Ordering::Relaxed);
+        false
+    }
+
+    /// A fingerprint of the data file's ctime (never 0), if the file can be opened.
+    fn ctime_print(&self) -> Option<u32> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file(Mode::ReadWrite).ok()?.metadata().ok()?;
+        let print = (m.ctime() as u32).wrapping_mul(2_654_435_761) ^ m.ctime_nsec() as u32;
+        Some(print.max(1))
     }
 
     /// Writes chunk bytes at their offset in the data file.
@@ -399,6 +443,19 @@ impl Entry {
         // up) is no reason to append to the log, which may be on a full disk.
         if dropped {
             self.persist_or_report(cache);
+        }
+        // Every chunk verified now: remember the file as it is (see `is_verified`).
+        if all_good
+            && self.verified_ctime.load(Ordering::Relaxed) == 0
+            && self
+                .state
+                .lock()
+                .chunks
+                .iter()
+                .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
+            && let Some(print) = self.ctime_print()
+        {
+            self.verified_ctime.store(print, Ordering::Relaxed);
         }
         Ok(all_good)
     }
