@@ -59,6 +59,10 @@ pub(super) struct State {
     pub(super) evicted: bool,
     /// Reloaded at start and its data file not looked at yet (see `Entry::file`).
     pub(super) unchecked: bool,
+    /// A fingerprint of the data file's ctime when every chunk was last verified (0: not
+    /// taken; see `Entry::is_verified`). In the padding after the flags: an entry stays within
+    /// its malloc size class.
+    pub(super) verified_ctime: u32,
 }
 
 /// The outcome of claiming a range of chunks.
@@ -178,6 +182,7 @@ mod shuttle_tests {
             present_bytes: 0,
             evicted: false,
             unchecked: false,
+            verified_ctime: 0,
         })
     }
 

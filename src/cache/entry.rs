@@ -34,10 +34,6 @@ pub struct Entry {
     /// The cache's tick when it was last used, in 32 bits: ages are taken modulo 2^32
     /// ([`Entry::age`]), so the counter's wrap changes no order.
     last_use: AtomicU32,
-    /// A fingerprint of the data file's ctime when every chunk was last verified (0: not
-    /// taken): a later open that finds another ctime knows someone changed the file behind the
-    /// daemon, and checks it again before the kernel reads it directly.
-    verified_ctime: AtomicU32,
 }
 
 /// Some of this entry's bytes were fetched from the backing store (stats).
@@ -74,10 +70,10 @@ impl Entry {
                 present_bytes,
                 evicted: false,
                 unchecked: false,
+                verified_ctime: 0,
             }),
             pins_marks: AtomicU32::new(0),
             last_use: AtomicU32::new(tick as u32),
-            verified_ctime: AtomicU32::new(0),
         }
     }
 
@@ -344,14 +340,13 @@ impl Entry {
         if !all(&self.state.lock()) {
             return false;
         }
-        let (seen, now) = (
-            self.verified_ctime.load(Ordering::Relaxed),
-            self.ctime_print(),
-        );
+        // A later open that finds another ctime knows someone changed the file behind the
+        // daemon, and checks it again before the kernel reads it directly.
+        let seen = self.state.lock().verified_ctime;
+        let now = self.ctime_print();
         if seen == 0 {
             // Verified by the fills that wrote it (or a check): the file as it is now is ours.
-            self.verified_ctime
-                .store(now.unwrap_or(0), Ordering::Relaxed);
+            self.state.lock().verified_ctime = now.unwrap_or(0);
             return true;
         }
         if now == Some(seen) {
@@ -367,7 +362,7 @@ impl Entry {
                 };
             }
         }
-        self.verified_ctime.store(0, Ordering::Relaxed);
+        st.verified_ctime = 0;
         false
     }
 
@@ -445,17 +440,16 @@ impl Entry {
             self.persist_or_report(cache);
         }
         // Every chunk verified now: remember the file as it is (see `is_verified`).
-        if all_good
-            && self.verified_ctime.load(Ordering::Relaxed) == 0
-            && self
-                .state
-                .lock()
+        if all_good && self.state.lock().verified_ctime == 0 {
+            let print = self.ctime_print();
+            let mut st = self.state.lock();
+            if st
                 .chunks
                 .iter()
                 .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
-            && let Some(print) = self.ctime_print()
-        {
-            self.verified_ctime.store(print, Ordering::Relaxed);
+            {
+                st.verified_ctime = print.unwrap_or(0);
+            }
         }
         Ok(all_good)
     }
