@@ -232,7 +232,7 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                 Err(TransportError::Sink(e)) => return Err(e),
                 // This node's own data plane failed: the holder is not blamed for it.
                 Err(e @ (TransportError::Local(_) | TransportError::NoSlot(_))) => {
-                    tracing::info!(holder = h, error = %e, "pull failed here; trying the next holder");
+                    tracing::info!(holder = h, error = %e, "pull failed here; next holder");
                 }
                 Err(e) => {
                     tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");

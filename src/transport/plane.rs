@@ -21,7 +21,7 @@ pub struct DataPlane {
     /// The daemon's own slots: inline chunks, staging, checks.
     private: Arc<Slab>,
     ucx: Option<Child>,
-    /// Shared slots lent to peers now (at most half of them: see [`DataPlane::take_lendable`]).
+    /// Shared slots lent to peers now (never the last eighth: [`DataPlane::take_lendable`]).
     lent: Arc<AtomicUsize>,
 }
 

@@ -1,4 +1,6 @@
-//! The one folder that knows UCX. A [`Worker`] owns a UCP context and worker on its own
+//! The one folder that knows UCX. The worker runs in a data-plane process of its own, never in
+//! the daemon ([`child`]: on tcp, UCX's software RMA reads and writes any address of the
+//! process it runs in). A [`Worker`] owns a UCP context and worker on its own
 //! progress thread (UCX's single-thread mode): every UCX call happens there, other threads send
 //! commands and are answered over channels (a get, through a [`Completion`]). The thread sleeps
 //! on the worker's event fd (`ucp_worker_arm` + `poll`) and is woken by `ucp_worker_signal` when
