@@ -99,8 +99,7 @@ pub fn install(dir: &Path) -> std::io::Result<std::path::PathBuf> {
     let exe = std::env::current_exe()?;
     // `mount` runs the helper as root: it must be code only root can change, the binary and
     // the UCX libraries it loads (a checkout's `.tools/ucx` owned by a user would do).
-    // SAFETY: geteuid cannot fail and touches no memory.
-    if unsafe { libc::geteuid() } == 0 {
+    if crate::sys::euid() == 0 {
         crate::sys::private::check_root_file(&exe)?;
         for lib in crate::sys::private::loaded_libraries(&["libucp", "libucs", "libuct", "libucm"])
         {

@@ -182,8 +182,7 @@ fn managed_root(path: &std::path::Path) -> std::io::Result<()> {
         Err(e) => return Err(e),
     }
     let meta = fs::symlink_metadata(path)?;
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::sys::euid();
     if !meta.is_dir() || meta.uid() != me {
         return Err(std::io::Error::other(format!(
             "{} is not a directory of uid {me}",

@@ -54,6 +54,5 @@ impl<S: Source> DyadFs<S> {
 /// Whether caller `uid` may ask for whole-cache or cluster-wide work: root or the mount's owner
 /// (the daemon's user).
 fn may_administer(uid: u32) -> bool {
-    // SAFETY: geteuid cannot fail and touches no memory.
-    uid == 0 || uid == unsafe { libc::geteuid() }
+    uid == 0 || uid == crate::sys::euid()
 }

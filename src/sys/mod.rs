@@ -9,6 +9,12 @@ pub mod private;
 use std::io;
 use std::path::Path;
 
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
 /// `statvfs(2)` of the file system holding `path`.
 pub fn statvfs(path: &Path) -> io::Result<libc::statvfs> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())

@@ -11,10 +11,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
-fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail and touches no memory.
-    unsafe { libc::geteuid() }
-}
+use super::euid;
 
 fn refused(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, msg)

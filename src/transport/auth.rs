@@ -68,8 +68,7 @@ impl Secret {
         if !meta.file_type().is_file() {
             return Err(refuse("not a regular file"));
         }
-        // SAFETY: geteuid cannot fail and touches no memory.
-        let me = unsafe { libc::geteuid() };
+        let me = crate::sys::euid();
         if meta.uid() != me {
             return Err(refuse(&format!("owned by uid {}, not {me}", meta.uid())));
         }

@@ -36,11 +36,11 @@ fn forged(e: Forged) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// One frame from an async stream, plain, of at most `limit` bytes (the handshake's).
-pub(super) async fn read_plain(
+/// The body of the next frame on an async stream, refused above `limit` bytes before it is read.
+async fn read_body(
     s: &mut (impl AsyncReadExt + Unpin),
     limit: usize,
-) -> io::Result<Result<Message, WireError>> {
+) -> io::Result<Result<Vec<u8>, WireError>> {
     let mut prefix = [0u8; 4];
     s.read_exact(&mut prefix).await?;
     let len = match frame_len(prefix, limit) {
@@ -49,7 +49,17 @@ pub(super) async fn read_plain(
     };
     let mut body = vec![0; len];
     s.read_exact(&mut body).await?;
-    Ok(wire::decode(&body))
+    Ok(Ok(body))
+}
+
+/// One frame from an async stream, plain, of at most `limit` bytes (the handshake's).
+pub(super) async fn read_plain(
+    s: &mut (impl AsyncReadExt + Unpin),
+    limit: usize,
+) -> io::Result<Result<Message, WireError>> {
+    Ok(read_body(s, limit)
+        .await?
+        .and_then(|body| wire::decode(&body)))
 }
 
 /// One plain frame to an async stream (the handshake's).
@@ -73,14 +83,10 @@ impl AsyncConn {
     }
 
     pub(super) async fn read(&mut self) -> io::Result<Result<Message, WireError>> {
-        let mut prefix = [0u8; 4];
-        self.s.read_exact(&mut prefix).await?;
-        let len = match frame_len(prefix, MAX_FRAME) {
-            Ok(l) => l,
+        let mut body = match read_body(&mut self.s, MAX_FRAME).await? {
+            Ok(b) => b,
             Err(e) => return Ok(Err(e)),
         };
-        let mut body = vec![0; len];
-        self.s.read_exact(&mut body).await?;
         let plain = self.open.frame(&mut body).map_err(forged)?;
         Ok(wire::decode(plain))
     }

@@ -173,8 +173,7 @@ fn recv_msg<T: serde::de::DeserializeOwned>(
 impl Child {
     /// Creates the shared slab and starts the data-plane process; returns once it is ready.
     pub fn start(slots: usize, slot_size: usize, background: bool) -> Result<Child, UcxError> {
-        // SAFETY: geteuid cannot fail and touches no memory.
-        if unsafe { libc::geteuid() } != 0 {
+        if crate::sys::euid() != 0 {
             tracing::warn!(
                 "the data-plane process runs as this daemon's user (only root can start it as \
                  nobody): whoever takes it over through UCX can do what that user can; prefer \
@@ -552,7 +551,7 @@ fn drop_privileges() -> io::Result<()> {
     let fail = || Err(io::Error::last_os_error());
     // SAFETY: plain syscalls on this process's credentials; results checked.
     unsafe {
-        if libc::geteuid() == 0 {
+        if crate::sys::euid() == 0 {
             const NOBODY: libc::uid_t = 65534;
             // RDMA registers the slab as locked memory, which `nobody` could not raise past
             // the default limit (8 MiB) once root is gone. Best effort: a container may not
