@@ -247,24 +247,7 @@ fn a_full_cache_disk_serves_pulled_files_uncached() {
 
 /// A managed mount (`dyadfs mount MNT --ssd SSD`, no `--backing`) over the tmpfs at `f.ssd`.
 fn mount_managed(f: &Fixture) -> Mounted {
-    let out = dyadfs()
-        .arg("mount")
-        .arg(&f.mnt)
-        .arg("--ssd")
-        .arg(f.ssd.join("c"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut m = Mounted {
-        mnt: f.mnt.clone(),
-        pid: 0,
-    };
-    m.pid = m.stat("pid") as u32;
-    m
+    f.mount_managed(&f.ssd.join("c"))
 }
 
 /// Writes `size` bytes to `path` in 1 MiB writes; the errno of the write that failed (and at

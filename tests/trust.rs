@@ -237,6 +237,26 @@ fn authenticated_as(c: &Cluster, i: usize, key: &Secret, id: u32) -> Sealed {
     Sealed { s, seal, open }
 }
 
+/// An authenticated puller connection to node `i`, past its hello.
+fn puller(c: &Cluster, i: usize, key: &Secret) -> Sealed {
+    let mut s = authenticated(c, i, key);
+    s.send(&puller_hello()).unwrap();
+    assert!(matches!(s.recv(), Some(Message::Hello { .. })));
+    s
+}
+
+/// Asks for the first MiB of `x` at `version`, as request `id`.
+fn request_mib(s: &mut Sealed, id: u64, version: dyadfs::core::Version) {
+    let request = Message::Request {
+        id,
+        path: "x".into(),
+        version,
+        offset: 0,
+        len: MIB as u32,
+    };
+    s.send(&request).unwrap();
+}
+
 /// One client that stages many chunks and never releases them held every slot of a holder
 /// (another puller then waited 30 s); now it gets a fair share and the rest are refused.
 #[test]
@@ -251,19 +271,9 @@ fn a_slot_hog_does_not_stop_a_legitimate_puller() {
     let key = Secret::load(&c.secret).unwrap();
     let meta = fs::metadata(c.backing.join("x")).unwrap();
     let version = dyadfs::core::version_of(&meta);
-    let mut hog = authenticated(&c, 0, &key);
-    let hello = puller_hello();
-    hog.send(&hello).unwrap();
-    assert!(matches!(hog.recv(), Some(Message::Hello { .. })));
+    let mut hog = puller(&c, 0, &key);
     for id in 0..40 {
-        let request = Message::Request {
-            id,
-            path: "x".into(),
-            version,
-            offset: 0,
-            len: MIB as u32,
-        };
-        hog.send(&request).unwrap();
+        request_mib(&mut hog, id, version);
     }
     let (mut staged, mut refused) = (0, 0);
     for _ in 0..40 {
@@ -282,9 +292,7 @@ fn a_slot_hog_does_not_stop_a_legitimate_puller() {
     drop(hog);
     // Offsets from the wire are checked: a range past the end (or overflowing) is an error
     // reply, and the connection goes on serving.
-    let mut s = authenticated(&c, 0, &key);
-    s.send(&hello).unwrap();
-    assert!(matches!(s.recv(), Some(Message::Hello { .. })));
+    let mut s = puller(&c, 0, &key);
     for (id, offset) in [(1, u64::MAX - 10), (2, MIB as u64)] {
         let request = Message::Request {
             id,
@@ -522,19 +530,10 @@ fn idle_hogs_lose_their_slots_when_the_lease_ends() {
     let mut hogs = Vec::new();
     // Node 0 lends 28 of its 32 shared slots: three hogs take 8 each, a fourth the last 4.
     for h in 0..4u64 {
-        let mut hog = authenticated(&c, 0, &key);
-        hog.send(&puller_hello()).unwrap();
-        assert!(matches!(hog.recv(), Some(Message::Hello { .. })));
+        let mut hog = puller(&c, 0, &key);
         let n = if h < 3 { 8 } else { 4 };
         for id in 0..n {
-            let request = Message::Request {
-                id,
-                path: "x".into(),
-                version,
-                offset: 0,
-                len: MIB as u32,
-            };
-            hog.send(&request).unwrap();
+            request_mib(&mut hog, id, version);
         }
         for _ in 0..n {
             assert!(

@@ -59,6 +59,19 @@ impl Fixture {
         self.mounted(self.mount_args(c, extra).output().unwrap())
     }
 
+    /// A managed directory (`dyadfs mount MNT --ssd SSD`, no `--backing`) with its cache at
+    /// `ssd`; panics with the error on failure.
+    pub fn mount_managed(&self, ssd: &Path) -> Mounted {
+        let out = dyadfs()
+            .arg("mount")
+            .arg(&self.mnt)
+            .arg("--ssd")
+            .arg(ssd)
+            .output()
+            .unwrap();
+        self.mounted(out)
+    }
+
     pub fn try_mount(&self, extra: &[&str]) -> Output {
         self.mount_args(dyadfs(), extra).output().unwrap()
     }
