@@ -12,22 +12,26 @@ use tokio::net::TcpStream;
 
 use super::auth::{AuthError, Secret};
 use super::error::TransportError;
-use super::plane::DataPlane;
 use super::session;
 use super::stream::{AsyncConn, FrameReader, PRE_AUTH_MAX, bad_frame, read_plain, write_plain};
 use super::ucx::PeerInfo;
 use super::wire::{self, Message, PROTOCOL_VERSION};
 
-/// The hello this node sends on a pull connection: how to reach its slab over UCX (empty
-/// without a UCX data plane: then every chunk travels inline on the sealed stream) and the
-/// largest chunk it takes inline.
-pub(super) fn hello(worker: &DataPlane, node_id: u32, background: bool, eager_max: u32) -> Message {
-    let info = worker.info();
+/// The hello this node sends on a pull connection: how to reach its slab over UCX (`ucx`, from
+/// [`super::plane::DataPlane::info`]; empty without: then every chunk travels inline on the
+/// sealed stream) and the largest chunk it takes inline.
+pub(super) fn hello(
+    ucx: Option<PeerInfo>,
+    node_id: u32,
+    background: bool,
+    eager_max: u32,
+) -> Message {
+    let (worker_address, rkey) = ucx.map_or_else(Default::default, |i| (i.worker_address, i.rkey));
     Message::Hello {
         protocol: PROTOCOL_VERSION,
         node_id,
-        worker_address: info.worker_address,
-        rkey: info.rkey,
+        worker_address,
+        rkey,
         background,
         eager_max,
     }

@@ -85,15 +85,10 @@ impl DataPlane {
         self.ucx.as_ref().is_some_and(Child::alive)
     }
 
-    /// What a peer needs to get from this node's shared slab (empty without UCX).
-    pub fn info(&self) -> PeerInfo {
-        match &self.ucx {
-            Some(c) => c.info(),
-            None => PeerInfo {
-                worker_address: Vec::new(),
-                rkey: Vec::new(),
-            },
-        }
+    /// What a peer needs to get from this node's shared slab, if chunks may go by UCX now
+    /// (read once per connection, so its hello and its endpoint agree).
+    pub fn info(&self) -> Option<PeerInfo> {
+        self.ucx.as_ref().filter(|c| c.alive()).map(Child::info)
     }
 
     /// Creates an endpoint to a peer's data-plane process.

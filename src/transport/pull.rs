@@ -177,14 +177,13 @@ fn connect(
         }
         None => frames.secure((Sealer::plain(), Opener::plain())),
     }
-    // Without UCX of our own, every chunk comes inline.
-    let eager_max = if worker.has_ucx() {
-        cfg.eager_max
-    } else {
-        u32::MAX
-    };
+    // Without UCX of our own (read once: the hello and the endpoint must agree), every chunk
+    // comes inline.
+    let mine = worker.info();
+    let ours = mine.is_some();
+    let eager_max = if ours { cfg.eager_max } else { u32::MAX };
     frames
-        .send(&hello(worker, cfg.node_id, cfg.background, eager_max))
+        .send(&hello(mine, cfg.node_id, cfg.background, eager_max))
         .map_err(err("hello"))?;
     let theirs = match frames.next(true).map_err(err("hello"))? {
         Some(Message::Hello {
@@ -201,7 +200,7 @@ fn connect(
         }
     };
     let ucx_peer = match theirs {
-        Some(info) if worker.has_ucx() => Some(
+        Some(info) if ours => Some(
             worker
                 .connect(info, t)
                 .map_err(|source| TransportError::Ucx { peer, source })?,

@@ -297,12 +297,13 @@ async fn serve_conn(s: TcpStream, server: Server) -> io::Result<()> {
     };
     // Without a UCX data plane on either side, every chunk travels inline on this sealed
     // stream.
-    let eager_max = if their_ucx && worker.has_ucx() {
+    let mine = worker.info();
+    let eager_max = if their_ucx && mine.is_some() {
         eager_max
     } else {
         u32::MAX
     };
-    s.write(&hello(&worker, node_id, background, 0)).await?;
+    s.write(&hello(mine, node_id, background, 0)).await?;
     // A puller's chunks are served by a thread of its own with blocking I/O: a chunk then
     // costs this node one wake-up for the request (and one for a disk read), where the
     // reactor, a task and the blocking pool cost seven context switches per chunk
