@@ -298,14 +298,7 @@ impl Child {
         let (generation, child_peer) = split(peer);
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let index = slot.index() as u32;
-        let mut waiting = lock(&self.inner.waiting);
-        if generation != lock(&self.inner.state).generation {
-            drop(waiting);
-            done.complete((slot, Err(UcxError::gone("ucp_get_nbx"))));
-            return rx;
-        }
-        waiting.insert(id, Waiter::Get(generation, slot, done));
-        drop(waiting);
+        lock(&self.inner.waiting).insert(id, Waiter::Get(generation, slot, done));
         let cmd = ToChild::Get {
             id,
             peer: child_peer,
@@ -314,7 +307,8 @@ impl Child {
             len: len as u32,
         };
         if self.command(generation, &cmd).is_err() {
-            // Gone: the completer is dropped (abandoned), the slot returns.
+            // Gone, or another generation (its peer numbers mean nothing to the running
+            // process): the completer is dropped (abandoned), the slot returns.
             lock(&self.inner.waiting).remove(&id);
         }
         rx
