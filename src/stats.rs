@@ -69,6 +69,8 @@ pub struct Stats {
     /// Files (and their bytes) prefetch lists brought into the cache.
     pub prefetched_files: AtomicU64,
     pub prefetched_bytes: AtomicU64,
+    /// Listed files a prefetch left alone because its caller may not read them.
+    pub prefetch_denied: AtomicU64,
     /// Directory listings served from a read-ahead of a walk.
     pub dirs_read_ahead: AtomicU64,
     /// Listed entries handed to the kernel with their attributes (READDIRPLUS).
@@ -185,6 +187,9 @@ pub struct Snapshot {
     pub prefetched_bytes: u64,
     #[serde(default)]
     pub prefetch_pending: u64,
+    /// Listed files left alone because the list's owner may not read them.
+    #[serde(default)]
+    pub prefetch_denied: u64,
     /// Directory listings a walk (`find`, `os.walk`) found read ahead by the daemon.
     #[serde(default)]
     pub dirs_read_ahead: u64,
@@ -351,6 +356,7 @@ impl Stats {
             prefetched_files: get(&self.prefetched_files),
             prefetched_bytes: get(&self.prefetched_bytes),
             prefetch_pending,
+            prefetch_denied: get(&self.prefetch_denied),
             dirs_read_ahead: get(&self.dirs_read_ahead),
             listed_with_attrs: get(&self.listed_with_attrs),
             home_rack_files: get(&self.home_rack_files),
@@ -362,7 +368,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 44] = [
+        let rows: [(&str, String); 45] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
@@ -385,6 +391,7 @@ impl Snapshot {
             ("prefetched files", self.prefetched_files.to_string()),
             ("prefetched bytes", human(self.prefetched_bytes)),
             ("prefetch pending", self.prefetch_pending.to_string()),
+            ("prefetch denied", self.prefetch_denied.to_string()),
             ("dirs read ahead", self.dirs_read_ahead.to_string()),
             ("listed with attributes", self.listed_with_attrs.to_string()),
             ("uncached reads", self.uncached_reads.to_string()),

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Fixture, Mounted, dyadfs, pattern, succeeded};
+use common::{Cluster, Fixture, Mounted, dyadfs, pattern, succeeded, wait_until};
 
 fn prefetch(m: &Mounted, list: &Path) -> String {
     let out = dyadfs()
@@ -166,4 +166,101 @@ print("ok")
     assert_eq!(s["bytes_from_peers"], total, "{s}");
     assert_eq!(s["bytes_from_backing"], 0, "{s}");
     assert_eq!(s["local_hits"], n as u64, "every read was local: {s}");
+}
+
+/// Runs `dyadfs prefetch MNT --list -` as the unprivileged user nobody, the list on stdin.
+fn prefetch_as_nobody(m: &Mounted, lines: &str) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_dyadfs"))
+        .arg("prefetch")
+        .arg(&m.mnt)
+        .args(["--list", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    succeeded(
+        "dyadfs prefetch as nobody",
+        child.wait_with_output().unwrap(),
+    )
+}
+
+/// The daemon runs as root and fills what a list names: a plain user's list fills only what
+/// that user may read through the mount (`allow_other`). A root-owned 0600 file and a file in
+/// a directory the user cannot search are left alone and counted; the readable file is filled.
+#[test]
+fn a_list_fills_only_what_its_owner_may_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new("prefetch-rights");
+    for p in ["public.bin", "private.bin", "closed/inside.bin"] {
+        f.write(p, &pattern(30_000, 3));
+    }
+    let mode = |p: &str, m: u32| {
+        fs::set_permissions(f.backing.join(p), fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode("private.bin", 0o600);
+    mode("closed", 0o700);
+    let m = f.mount(&["-o", "allow_other"]);
+    let out = prefetch_as_nobody(&m, "public.bin\nprivate.bin\nclosed/inside.bin\n");
+    assert!(out.contains("queued 3 files"), "{out}");
+    wait_until("the list to be done", Duration::from_secs(10), || {
+        m.stat("prefetch_pending") == 0
+            && m.stat("prefetched_files") + m.stat("prefetch_denied") == 3
+    });
+    let s = m.stats();
+    assert_eq!(s["prefetch_denied"], 2, "{s}");
+    assert_eq!(s["prefetched_files"], 1, "{s}");
+    assert_eq!(s["cached_files"], 1, "only the readable file: {s}");
+    // Root's own list still fills everything.
+    prefetch(&m, &write_list(&f, &["private.bin", "closed/inside.bin"]));
+    wait_until("root's list", Duration::from_secs(10), || {
+        m.stat("cached_files") == 3
+    });
+    m.unmount();
+}
+
+fn write_list(f: &Fixture, lines: &[&str]) -> std::path::PathBuf {
+    let list = f.root.join("list");
+    fs::write(&list, lines.join("\n") + "\n").unwrap();
+    list
+}
+
+/// A list stored on the mount itself is read through the mount: with a single FUSE thread
+/// the request answers instead of waiting for itself.
+#[test]
+fn a_list_stored_on_the_mount_is_read_without_stopping_it() {
+    let f = Fixture::new("prefetch-on-mount");
+    f.write("a.bin", &pattern(10_000, 1));
+    let m = f.mount(&["--threads", "1"]);
+    let tmp = m.path("lists");
+    fs::create_dir(&tmp).unwrap();
+    let list = write_list(&f, &["a.bin"]);
+    // The CLI copies the list into TMPDIR: here, the mount.
+    // (SIGKILL: a process waiting on a stuck FUSE request does not die of SIGTERM.)
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "20"])
+        .arg(env!("CARGO_BIN_EXE_dyadfs"))
+        .arg("prefetch")
+        .arg(&m.mnt)
+        .arg("--list")
+        .arg(&list)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    let out = succeeded("dyadfs prefetch with its list on the mount", out);
+    assert!(out.contains("queued 1 files"), "{out}");
+    wait_until("the file to be filled", Duration::from_secs(10), || {
+        m.stat("prefetched_files") == 1
+    });
+    m.unmount();
 }

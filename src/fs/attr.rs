@@ -123,6 +123,24 @@ impl Attr {
         }
     }
 
+    /// Whether `who` may `want` (a mask of 4 read, 2 write, 1 search/execute) this file, as
+    /// `default_permissions` has the kernel decide on these attributes: the owner's, the
+    /// group's or the others' bits, the first class `who` is in; root may read and search
+    /// anything.
+    pub fn allows(&self, who: &super::caller::Credentials, want: u16) -> bool {
+        if who.uid == 0 {
+            return true;
+        }
+        let class = if who.uid == self.uid {
+            self.perm >> 6
+        } else if who.in_group(self.gid) {
+            self.perm >> 3
+        } else {
+            self.perm
+        };
+        class & want & 7 == want
+    }
+
     pub(super) fn from_staged(ino: u64, s: &Staged) -> Result<Attr, Error> {
         let meta = s.file.metadata().map_err(Error::Write)?;
         let mut a = Attr::from_meta(ino, &meta);

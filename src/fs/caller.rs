@@ -21,6 +21,39 @@ pub fn is_creating(tid: u32) -> bool {
     creates(nr, flags)
 }
 
+/// Whom a request runs for: the ids a file's permission bits are judged against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    /// The caller of a request made by thread `tid` as `uid`:`gid` (the request's own ids),
+    /// with the thread's supplementary groups from `/proc/<tid>/status`: none if the thread is
+    /// gone already, so an unknown caller gets fewer rights, never more.
+    pub fn of_thread(tid: u32, uid: u32, gid: u32) -> Credentials {
+        let groups = std::fs::read_to_string(format!("/proc/{tid}/status"))
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+                Some(
+                    line.split_whitespace()
+                        .filter_map(|g| g.parse().ok())
+                        .collect(),
+                )
+            })
+            .unwrap_or_default();
+        Credentials { uid, gid, groups }
+    }
+
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
 /// The process (thread group) of thread `tid`, while it runs.
 pub fn process_of(tid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;

@@ -9,13 +9,19 @@ use crate::stats::{MemberStatus, SCRUB_XATTR, STATS_XATTR, STATUS_XATTR, StatusR
 
 impl<S: Source> DyadFs<S> {
     /// Extended attributes: only the root's control attributes exist (stats, status, scrub,
-    /// prefetch requests of caller `uid`).
-    pub fn getxattr(&self, ino: u64, name: &OsStr, uid: u32) -> Result<Vec<u8>, Error> {
+    /// prefetch requests), asked by thread `tid` as `uid`:`gid`.
+    pub fn getxattr(
+        &self,
+        ino: u64,
+        name: &OsStr,
+        (uid, gid, tid): (u32, u32, u32),
+    ) -> Result<Vec<u8>, Error> {
         if ino != ROOT_INO {
             return Err(Error::NoAttr);
         }
         if let Some((stream, list)) = name.to_str().and_then(prefetch::request) {
-            return self.prefetch_request(stream, list, uid);
+            let who = super::caller::Credentials::of_thread(tid, uid, gid);
+            return self.prefetch_request(stream, list, who);
         }
         let cache = &self.reader.cache;
         // A scrub reads the whole cache, a status asks every member: work any local user could

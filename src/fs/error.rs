@@ -32,6 +32,8 @@ pub enum Error {
     NotEmpty,
     #[error("only root or the mount's owner may ask that")]
     NotOwner,
+    #[error("permission denied")]
+    Denied,
     #[error("a non-empty produced directory cannot be renamed (copy it instead)")]
     CrossDevice,
     #[error("writing a produced file: {0}")]
@@ -76,6 +78,7 @@ impl Error {
             Error::NoLinks => libc::EPERM,
             Error::NotEmpty => libc::ENOTEMPTY,
             Error::NotOwner => libc::EPERM,
+            Error::Denied => libc::EACCES,
             // What rename(2) says when it cannot move: `mv` then copies and removes.
             Error::CrossDevice => libc::EXDEV,
             Error::Write(e) => e.raw_os_error().unwrap_or(libc::EIO),

@@ -178,11 +178,7 @@ impl<S: Source> DyadFs<S> {
     /// kernel references the reply gives (1 for an entry reply, 0 otherwise), counted under
     /// the same lock so a concurrent `forget` cannot drop the node in between.
     pub(super) fn upsert(&self, path: String, found: &Found, refs: u64) -> Result<Attr, Error> {
-        let attr_of = |ino| match found {
-            Found::Staged(s) => Attr::from_staged(ino, s),
-            Found::Backing(meta) => Ok(Attr::from_meta(ino, meta)),
-            Found::Produced(n) => Ok(Attr::from_name(ino, n)),
-        };
+        let attr_of = |ino| found.attr(ino);
         // The names of a hard-linked file share one inode, found by its record's id.
         let link_id = match found {
             Found::Produced(n) if !n.meta.inode.is_empty() => Some(link_id(&n.meta.inode)),

@@ -71,6 +71,17 @@ enum Found {
     Produced(Name),
 }
 
+impl Found {
+    /// Its attributes as inode `ino`.
+    fn attr(&self, ino: u64) -> Result<Attr, Error> {
+        match self {
+            Found::Staged(s) => Attr::from_staged(ino, s),
+            Found::Backing(meta) => Ok(Attr::from_meta(ino, meta)),
+            Found::Produced(n) => Ok(Attr::from_name(ino, n)),
+        }
+    }
+}
+
 /// What an open found: a handle made already (a file being written), or the cache key and
 /// attributes of a file to read.
 enum ToOpen {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::caller::Credentials;
 use super::{Attr, DyadFs, Error, Found, spawn_worker};
 use crate::core::source::Source;
 use crate::core::sync::lock;
@@ -47,6 +48,8 @@ pub struct Window {
 /// One stream's list and how far the reader and the threads have come.
 struct Plan {
     id: u64,
+    /// Whose list it is: a file is filled only if they may read it.
+    who: Arc<Credentials>,
     paths: Vec<Box<str>>,
     /// Path hash -> its first position (a collision at worst moves the reader's mark).
     index: HashMap<u64, u32>,
@@ -96,6 +99,7 @@ struct State {
 pub struct Item {
     key: (u32, String),
     id: u64,
+    who: Arc<Credentials>,
     pos: usize,
     pub path: Box<str>,
 }
@@ -126,7 +130,13 @@ impl Prefetcher {
 
     /// Replaces `uid`'s plan `stream` with `paths` (none: cancels it). Returns how many
     /// were queued.
-    pub fn set(&self, uid: u32, stream: &str, paths: Vec<Box<str>>) -> Result<usize, Error> {
+    pub fn set(
+        &self,
+        who: Arc<Credentials>,
+        stream: &str,
+        paths: Vec<Box<str>>,
+    ) -> Result<usize, Error> {
+        let uid = who.uid;
         let mut st = lock(&self.state);
         let key = (uid, stream.to_string());
         if paths.is_empty() {
@@ -149,6 +159,7 @@ impl Prefetcher {
         let n = paths.len();
         let plan = Plan {
             id: st.next_id,
+            who,
             paths,
             index,
             next: 0,
@@ -212,6 +223,7 @@ impl Prefetcher {
                 plan.in_flight += 1;
                 return Item {
                     id: plan.id,
+                    who: plan.who.clone(),
                     pos,
                     path: plan.paths[pos].clone(),
                     key,
@@ -251,7 +263,7 @@ impl<S: Source> DyadFs<S> {
                 format!("prefetch-{i}"),
                 move |_| Some(queue.take()),
                 move |fs, item: Item| {
-                    let size = fs.prefetch_one(&item.path).unwrap_or_else(|e| {
+                    let size = fs.prefetch_one(&item.path, &item.who).unwrap_or_else(|e| {
                         tracing::debug!(path = %item.path, error = %e, "prefetch failed");
                         0
                     });
@@ -262,24 +274,31 @@ impl<S: Source> DyadFs<S> {
         Ok(())
     }
 
-    /// A prefetch request (a getxattr of the root by `uid`): queues the list's files.
+    /// A prefetch request (a getxattr of the root by `who`): queues the list's files.
     pub(super) fn prefetch_request(
         &self,
         stream: &str,
         list: &Path,
-        uid: u32,
+        who: Credentials,
     ) -> Result<Vec<u8>, Error> {
+        let uid = who.uid;
         let (paths, skipped) = read_list(list, uid)?;
-        let files = self.prefetch.set(uid, stream, paths)?;
+        let files = self.prefetch.set(Arc::new(who), stream, paths)?;
         tracing::info!(uid, stream, files, skipped, "prefetch list queued");
         Ok(format!("{{\"files\":{files},\"skipped\":{skipped}}}").into_bytes())
     }
 
-    /// Fills one listed file into the cache, the way its first read would (never waiting
-    /// for a producer, never making an inode). Files being written, directories and the like
-    /// are left alone. Returns the bytes the file holds in the cache.
-    fn prefetch_one(&self, path: &str) -> Result<u64, Error> {
-        let (key, version) = match self.resolve(path, Duration::ZERO)? {
+    /// Fills one listed file into the cache for `who`, the way its first read would (never
+    /// waiting for a producer, never making an inode), if `who` may read it. Files being
+    /// written, directories and the like are left alone. Returns the bytes the file holds in
+    /// the cache.
+    fn prefetch_one(&self, path: &str, who: &Credentials) -> Result<u64, Error> {
+        let found = self.resolve(path, Duration::ZERO)?;
+        if let Err(e) = self.readable_by(path, &found, who) {
+            self.stats().prefetch_denied.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        let (key, version) = match found {
             Found::Backing(meta) if meta.is_file() => (path.to_string(), version_of(&meta)),
             Found::Produced(n) if n.is_file() => {
                 let version = Attr::from_name(0, &n).version;
@@ -304,6 +323,29 @@ impl<S: Source> DyadFs<S> {
                 .fetch_add(version.size, Ordering::Relaxed);
         }
         Ok(version.size)
+    }
+}
+
+impl<S: Source> DyadFs<S> {
+    /// Whether `who` may read `path` (which resolved to `found`) through the mount: search on
+    /// every directory above it and read on the file, judged on the attributes the mount
+    /// presents, as the kernel judges an open. The daemon fills as root: unchecked, a user
+    /// could stage files it cannot read and learn their sizes and timing. (Checked when the
+    /// file's turn comes, not when the list arrives: rights change.)
+    fn readable_by(&self, path: &str, found: &Found, who: &Credentials) -> Result<(), Error> {
+        if who.uid == 0 {
+            return Ok(());
+        }
+        let above = std::iter::once("").chain(path.match_indices('/').map(|(i, _)| &path[..i]));
+        for dir in above {
+            if !self.resolve(dir, Duration::ZERO)?.attr(0)?.allows(who, 1) {
+                return Err(Error::Denied);
+            }
+        }
+        if !found.attr(0)?.allows(who, 4) {
+            return Err(Error::Denied);
+        }
+        Ok(())
     }
 }
 
@@ -375,6 +417,14 @@ fn clean(line: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn user(uid: u32) -> Arc<Credentials> {
+        Arc::new(Credentials {
+            uid,
+            gid: uid,
+            groups: Vec::new(),
+        })
+    }
+
     fn paths(n: usize) -> Vec<Box<str>> {
         (0..n).map(|i| format!("f{i}").into()).collect()
     }
@@ -390,7 +440,7 @@ mod tests {
             files: 3,
             bytes: u64::MAX,
         });
-        assert_eq!(p.set(0, "a", paths(10)).unwrap(), 10);
+        assert_eq!(p.set(user(0), "a", paths(10)).unwrap(), 10);
         let taken: Vec<Item> = (0..3).map(|_| p.take()).collect();
         let names: Vec<&str> = taken.iter().map(|i| &*i.path).collect();
         assert_eq!(names, ["f0", "f1", "f2"]);
@@ -415,7 +465,7 @@ mod tests {
             files: 100,
             bytes: 10,
         });
-        p.set(7, "s", paths(5)).unwrap();
+        p.set(user(7), "s", paths(5)).unwrap();
         let a = p.take();
         p.done(a, 10);
         assert!(
@@ -431,15 +481,15 @@ mod tests {
     #[test]
     fn a_new_list_replaces_the_streams_old_one_and_an_empty_one_cancels() {
         let p = Prefetcher::new(WIDE);
-        p.set(1, "s", paths(5)).unwrap();
+        p.set(user(1), "s", paths(5)).unwrap();
         let old = p.take();
-        p.set(1, "s", vec!["x".into()]).unwrap();
-        p.set(2, "s", vec!["y".into()]).unwrap();
+        p.set(user(1), "s", vec!["x".into()]).unwrap();
+        p.set(user(2), "s", vec!["y".into()]).unwrap();
         assert_eq!(p.pending(), 2);
         // A thread finishing a file of the replaced list does not touch the new one.
         p.done(old, 1);
         assert_eq!(p.pending(), 2);
-        p.set(1, "s", Vec::new()).unwrap();
+        p.set(user(1), "s", Vec::new()).unwrap();
         assert_eq!(p.pending(), 1);
         let y = p.take();
         assert_eq!(&*y.path, "y");
@@ -451,17 +501,17 @@ mod tests {
     fn plans_are_bounded() {
         let p = Prefetcher::new(WIDE);
         for i in 0..MAX_PLANS {
-            p.set(0, &i.to_string(), paths(1)).unwrap();
+            p.set(user(0), &i.to_string(), paths(1)).unwrap();
         }
         assert!(matches!(
-            p.set(0, "one more", paths(1)),
+            p.set(user(0), "one more", paths(1)),
             Err(Error::PrefetchFull)
         ));
         // Replacing an existing plan is allowed, and other users have their own bound.
-        p.set(0, "0", paths(2)).unwrap();
-        p.set(1, "0", paths(2)).unwrap();
+        p.set(user(0), "0", paths(2)).unwrap();
+        p.set(user(1), "0", paths(2)).unwrap();
         assert!(matches!(
-            p.set(1, "1", paths(MAX_PATHS - 1)),
+            p.set(user(1), "1", paths(MAX_PATHS - 1)),
             Err(Error::PrefetchFull)
         ));
     }

@@ -52,6 +52,7 @@ pub struct FuseAdapter<S: Source> {
     /// `--no-open` in effect (the kernel offered zero-message opens at INIT): opens and
     /// flushes are answered ENOSYS, reads come by inode.
     unasked: bool,
+    list_readers: Arc<ListReaders>,
 }
 
 impl<S: Source> FuseAdapter<S> {
@@ -69,6 +70,7 @@ impl<S: Source> FuseAdapter<S> {
             mountpoint: mountpoint.to_path_buf(),
             device: std::sync::OnceLock::new(),
             unasked: false,
+            list_readers: Arc::default(),
         })
     }
 
@@ -93,6 +95,41 @@ impl<S: Source> FuseAdapter<S> {
 
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
+}
+
+fn reply_xattr(r: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() <= size as usize => reply.data(&v),
+        Ok(_) => reply.error(errno(&Error::Range)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// Threads reading prefetch lists, at most [`ListReaders::MAX`] at once.
+#[derive(Default)]
+struct ListReaders(std::sync::atomic::AtomicUsize);
+
+/// One list reader's place; given back when dropped.
+struct ListReader(Arc<ListReaders>);
+
+impl ListReaders {
+    const MAX: usize = 4;
+
+    fn take(this: &Arc<ListReaders>) -> Option<ListReader> {
+        let taken = this
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < Self::MAX).then_some(n + 1)
+            });
+        taken.is_ok().then(|| ListReader(this.clone()))
+    }
+}
+
+impl Drop for ListReader {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 fn reply_empty(r: Result<(), Error>, reply: ReplyEmpty) {
@@ -654,11 +691,27 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name, req.uid()) {
-            Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() <= size as usize => reply.data(&v),
-            Ok(_) => reply.error(errno(&Error::Range)),
-            Err(e) => reply.error(errno(&e)),
+        let caller = (req.uid(), req.gid(), req.pid());
+        let is_prefetch = name.to_str().and_then(super::prefetch::request).is_some();
+        if !is_prefetch {
+            return reply_xattr(self.fs.getxattr(ino.0, name, caller), size, reply);
+        }
+        // A prefetch list is read on a thread of its own: a list stored on this very mount is
+        // read through the FUSE threads, and with each of them waiting on such a read the
+        // mount would stop. A few at once: they are one request per rank and epoch.
+        let Some(permit) = ListReaders::take(&self.list_readers) else {
+            return reply.error(errno(&Error::PrefetchFull));
+        };
+        let (fs, name) = (self.fs.clone(), name.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("prefetch-list".into())
+            .spawn(move || {
+                let _permit = permit;
+                reply_xattr(fs.getxattr(ino.0, &name, caller), size, reply);
+            });
+        if let Err(e) = spawned {
+            // (The reply went with the closure: fuser answers EIO for a reply never sent.)
+            tracing::warn!(error = %e, "cannot start a thread to read a prefetch list");
         }
     }
 
