@@ -571,3 +571,79 @@ fn an_id_outside_the_membership_is_refused() {
     let _ = stranger.send(&list);
     assert_eq!(stranger.recv(), None, "node 99 was answered");
 }
+
+/// A member changes names held at another node's home only as an operation of its own could:
+/// it cannot give another node's hard-linked file (its record) other bytes, nor plant a name
+/// in the copies a directory's backup keeps for its home (they are what a restarted home is
+/// given back). Users of any node still chmod, link and unlink the file.
+#[test]
+fn a_member_cannot_rewrite_others_records_or_plant_replicas() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Cluster::new("holder", 3, 8);
+    c.start(3);
+    fs::write(c.nodes[0].path("f"), b"node 0's bytes").unwrap();
+    fs::hard_link(c.nodes[0].path("f"), c.nodes[0].path("g")).unwrap();
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
+    let key = Secret::load(&c.secret).unwrap();
+    let ask = |to: u32, as_node: u32, msg: Msg| {
+        let mut s = authenticated_as(&c, to as usize, &key, as_node);
+        s.send(&rpc(msg)).unwrap();
+        answer(s.recv())
+    };
+    let get = |dir: &str, name: &str| match ask(
+        m.global_home(dir),
+        1,
+        Msg::NameGet {
+            dir: dir.into(),
+            name: name.into(),
+            wait_ms: 0,
+        },
+    ) {
+        Some(Msg::NameIs(Some(n))) => n,
+        other => panic!("{dir:?}/{name:?}: {other:?}"),
+    };
+    let inode = get("", "f").meta.inode;
+    let rdir = dyadfs::core::names::links_dir(&inode);
+    let record = get(&rdir, &inode);
+    assert_eq!(record.holder, 0);
+
+    // Node 1 points node 0's record at bytes of its own.
+    let mut forged = record.clone();
+    forged.object = "//produced/1/0-1".into();
+    forged.holder = 1;
+    let set = Msg::NameSet {
+        dir: rdir.clone(),
+        name: inode.clone(),
+        entry: Some(forged),
+    };
+    match ask(m.global_home(&rdir), 1, set) {
+        Some(Msg::Refused(why)) => assert!(why.contains("changed the bytes"), "{why}"),
+        other => panic!("a record's bytes were changed by a non-holder: {other:?}"),
+    }
+    assert_eq!(get(&rdir, &inode), record);
+
+    // The third node in the root's order plants a 0644 alias of node 0's object at its backup.
+    let order = m.global_order("");
+    let mut alias = record.clone();
+    (alias.mode, alias.meta) = (0o644, Default::default());
+    let plant = Msg::NameReplica {
+        dir: String::new(),
+        name: "alias".into(),
+        entry: Some(alias),
+    };
+    match ask(order[1], order[2], plant) {
+        Some(Msg::Refused(why)) => assert!(why.contains("keeps no names"), "{why}"),
+        other => panic!("a replica was planted by a non-keeper: {other:?}"),
+    }
+
+    // Users of the other nodes still change the file's attributes and names.
+    let f2 = c.nodes[2].path("f");
+    fs::set_permissions(&f2, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::remove_file(c.nodes[1].path("g")).unwrap();
+    wait_until("node 2's chmod seen", Duration::from_secs(10), || {
+        fs::metadata(c.nodes[0].path("f")).is_ok_and(|a| a.permissions().mode() & 0o777 == 0o600)
+    });
+    assert_eq!(fs::read(&f2).unwrap(), b"node 0's bytes");
+    assert!(!c.nodes[2].path("g").exists());
+}

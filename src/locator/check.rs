@@ -75,11 +75,6 @@ impl LocatorService {
                 dir: d,
                 name,
                 entry,
-            }
-            | Msg::NameReplica {
-                dir: d,
-                name,
-                entry,
             } => {
                 dir(d)?;
                 one(name)?;
@@ -88,6 +83,32 @@ impl LocatorService {
                     None => Ok(()),
                 }
             }
+            Msg::NameReplica {
+                dir: d,
+                name,
+                entry,
+            } => {
+                dir(d)?;
+                one(name)?;
+                if let Some(n) = entry {
+                    check_name(n, &self.membership)?;
+                }
+                // Only the nodes that keep the directory's names (its home and backup) copy
+                // them to one another: a replica is what a restarted home is given back.
+                match peer {
+                    Some(p) if !self.keepers(d).contains(&p) => {
+                        Err(format!("node {p} keeps no names of {d:?}"))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            // Replies are checked like requests: a home's answer goes into this node's tables.
+            Msg::GainedList { copies, .. } => copies.iter().try_for_each(|(path, _, node)| {
+                key(path)?;
+                member(*node)
+            }),
+            Msg::Located(super::tiers::Reply::Holders(h)) => h.iter().try_for_each(|&n| member(n)),
+            Msg::Located(super::tiers::Reply::WaitFor(n)) => member(*n),
             Msg::Unhold { object, .. } => match object_id(object) {
                 Ok(node) if node == self.me() => Ok(()),
                 _ => Err(format!("{object:?} is not an object of this node")),
@@ -96,6 +117,60 @@ impl LocatorService {
             _ => Ok(()),
         }
     }
+}
+
+impl LocatorService {
+    /// The nodes that keep `dir`'s names: its rendezvous order down to the second member not
+    /// known to be down here (the live home and its backup, and any dead ones before them).
+    fn keepers(&self, dir: &str) -> Vec<NodeId> {
+        let mut live = 0;
+        self.membership
+            .global_order(dir)
+            .into_iter()
+            .take_while(|&n| {
+                let more = live < 2;
+                live += usize::from(!self.liveness.is_down(n));
+                more
+            })
+            .collect()
+    }
+
+    /// Whether `peer` may change the name that is `old` into `new` at this name home (under
+    /// its lock, so the check and the change are one step). A hard link's record (in
+    /// [`crate::core::names::LINKS_DIR`]) keeps its bytes unless its holder changes them: any
+    /// member may change its attributes and link count (a user of any node may chmod or link
+    /// the file) or remove it (its last name unlinked), and a new record's key is one the
+    /// sender made. Other names: see `docs/SECURITY.md` (moves cannot be told from aliases
+    /// at the target's home).
+    pub(super) fn check_change(
+        &self,
+        dir: &str,
+        key: &str,
+        old: Option<&Name>,
+        new: Option<&Name>,
+        peer: Option<NodeId>,
+    ) -> Result<(), String> {
+        let (Some(peer), true, Some(new)) = (peer, is_links_dir(dir), new) else {
+            return Ok(());
+        };
+        match old {
+            None if !key.starts_with(&format!("{peer}-")) => {
+                Err(format!("node {peer} made a record with key {key:?}"))
+            }
+            None => Ok(()),
+            Some(o) if o.holder != peer && !same_bytes(o, new) => Err(format!(
+                "node {peer} changed the bytes of node {}'s record {key:?}",
+                o.holder
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// Whether two names hold the same bytes made by the same node.
+fn same_bytes(a: &Name, b: &Name) -> bool {
+    (&a.object, a.holder, a.size, a.mtime_ns, &a.meta.inode)
+        == (&b.object, b.holder, b.size, b.mtime_ns, &b.meta.inode)
 }
 
 /// A published name is well formed: a directory, symlink or special file names no object; a
@@ -134,5 +209,126 @@ pub fn check_name(n: &Name, membership: &Membership) -> Result<(), String> {
             "{:?} is not an object of node {}",
             n.object, n.holder
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::Version;
+    use crate::locator::tiers::Reply;
+
+    /// Node `own`'s locator in a job of nodes 0, 1 and 2 (no RPC is ever sent).
+    fn service(own: NodeId) -> Arc<LocatorService> {
+        let peers = "0 127.0.0.1:1 r\n1 127.0.0.1:2 r\n2 127.0.0.1:3 r\n";
+        let m = Membership::parse(peers, own).unwrap();
+        LocatorService::new(m, Duration::from_secs(1), Default::default(), None)
+    }
+
+    fn v() -> Version {
+        Version {
+            size: 3,
+            mtime_ns: 1,
+        }
+    }
+
+    #[test]
+    fn a_reply_is_checked_like_a_request() {
+        let s = service(0);
+        let gained = |path: &str, node| Msg::GainedList {
+            next: 1,
+            copies: vec![("ok".into(), v(), 1), (path.into(), v(), node)],
+        };
+        // A copy's path must be a cache key and its holder a member, as in a request.
+        assert!(s.outcome(1, Ok(gained("train/x", 2))).is_some());
+        assert_eq!(s.outcome(1, Ok(gained("../etc/shadow", 2))), None);
+        assert_eq!(s.outcome(1, Ok(gained("/etc/shadow", 2))), None);
+        assert_eq!(s.outcome(1, Ok(gained("train/x", 9))), None);
+        assert_eq!(
+            s.outcome(2, Ok(Msg::Located(Reply::Holders(vec![9])))),
+            None
+        );
+        assert_eq!(s.outcome(2, Ok(Msg::Located(Reply::WaitFor(7)))), None);
+        // The home that sent a bad reply is suspect.
+        assert!(s.suspects().contains(&1) && s.suspects().contains(&2));
+    }
+
+    #[test]
+    fn only_a_directorys_keepers_copy_its_names() {
+        let s = service(0);
+        let order = s.membership.global_order("d");
+        let replica = Msg::NameReplica {
+            dir: "d".into(),
+            name: "n".into(),
+            entry: None,
+        };
+        // The home and its backup copy names to each other; the third node does not.
+        assert!(s.check(&replica, Some(order[0])).is_ok());
+        assert!(s.check(&replica, Some(order[1])).is_ok());
+        let why = s.check(&replica, Some(order[2])).unwrap_err();
+        assert!(why.contains("keeps no names"), "{why}");
+        let batch = Msg::Batch(vec![replica.clone()]);
+        assert!(s.check(&batch, Some(order[2])).is_err());
+        // With the home down, the next two keep them.
+        s.liveness.set(order[0], true);
+        assert!(s.check(&replica, Some(order[2])).is_ok());
+    }
+
+    #[test]
+    fn a_record_keeps_its_bytes_unless_its_holder_changes_them() {
+        let s = service(0);
+        let dir = crate::core::names::links_dir("1-a-1");
+        let record = |holder: NodeId, object: &str, mode| Name {
+            object: object.into(),
+            size: 3,
+            mtime_ns: 1,
+            mode,
+            holder,
+            meta: crate::core::names::NameMeta {
+                inode: "1-a-1".into(),
+                nlink: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let theirs = record(1, "//produced/1/a-1", 0o600);
+        let change = |old: Option<&Name>, new: Option<&Name>, peer| {
+            s.check_change(&dir, "1-a-1", old, new, Some(peer))
+        };
+        // Node 2 may chmod it, link it or remove it, not give it other bytes.
+        assert!(
+            change(
+                Some(&theirs),
+                Some(&record(1, "//produced/1/a-1", 0o644)),
+                2
+            )
+            .is_ok()
+        );
+        assert!(change(Some(&theirs), None, 2).is_ok());
+        let why = change(
+            Some(&theirs),
+            Some(&record(2, "//produced/2/b-1", 0o644)),
+            2,
+        );
+        assert!(why.unwrap_err().contains("changed the bytes"));
+        // Its holder may (a new version); a new record's key is its maker's.
+        assert!(
+            change(
+                Some(&theirs),
+                Some(&record(1, "//produced/1/a-2", 0o600)),
+                1
+            )
+            .is_ok()
+        );
+        assert!(change(None, Some(&theirs), 1).is_ok());
+        assert!(change(None, Some(&theirs), 2).is_err());
+        // Names outside the records' directories are not this check's.
+        assert!(
+            s.check_change("out", "x", Some(&theirs), None, Some(2))
+                .is_ok()
+        );
     }
 }

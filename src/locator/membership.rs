@@ -168,6 +168,14 @@ impl Membership {
         (!rest.is_empty()).then(|| hrw(path, &rest))
     }
 
+    /// Every member in `path`'s global rendezvous order: its home first, then its backup...
+    pub fn global_order(&self, path: &str) -> Vec<NodeId> {
+        let h = crate::core::path_hash(path);
+        let mut all: Vec<NodeId> = self.members.keys().copied().collect();
+        all.sort_by_key(|&id| std::cmp::Reverse(weight(h, id)));
+        all
+    }
+
     /// [`Membership::global_home`] among the members that are not `down`.
     pub fn live_global_home(&self, path: &str, down: impl Fn(NodeId) -> bool) -> NodeId {
         let all: Vec<NodeId> = self.members.keys().copied().collect();
@@ -181,8 +189,13 @@ fn hrw(path: &str, candidates: &[NodeId]) -> NodeId {
     let h = crate::core::path_hash(path);
     *candidates
         .iter()
-        .max_by_key(|&&id| mix(h ^ u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+        .max_by_key(|&&id| weight(h, id))
         .expect("a rack has at least one member")
+}
+
+/// Node `id`'s weight for a path of hash `h`: the highest is the path's home.
+fn weight(h: u64, id: NodeId) -> u64 {
+    mix(h ^ u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 fn live_hrw(path: &str, candidates: &[NodeId], down: impl Fn(NodeId) -> bool) -> NodeId {

@@ -214,10 +214,18 @@ impl LocatorService {
         Some(self.membership.member(to)?.addr)
     }
 
-    /// A call's reply; a failed call makes its addressee suspect.
-    fn outcome(&self, to: NodeId, r: Result<Msg, TransportError>) -> Option<Msg> {
+    /// A call's reply, checked as a request would be (see [`LocatorService::check`]); a failed
+    /// call, or a reply that fails the check, makes its addressee suspect.
+    pub(super) fn outcome(&self, to: NodeId, r: Result<Msg, TransportError>) -> Option<Msg> {
         match r {
-            Ok(m) => Some(m),
+            Ok(m) => match self.check(&m, Some(to)) {
+                Ok(()) => Some(m),
+                Err(why) => {
+                    tracing::warn!(node = to, %why, "refused a locator reply");
+                    self.suspect(to);
+                    None
+                }
+            },
             Err(e) => {
                 tracing::warn!(node = to, error = %e, "locator RPC failed");
                 self.failed(to, &e);
@@ -493,7 +501,16 @@ impl LocatorService {
             }
             Msg::NameList { dir } => Msg::Names(lock(&self.names).list(&dir)),
             Msg::NameSet { dir, name, entry } => {
-                let old = lock(&self.names).set(&dir, &name, entry.clone());
+                let old = {
+                    let mut names = lock(&self.names);
+                    let old = names.get(&dir, &name);
+                    let change = self.check_change(&dir, &name, old.as_ref(), entry.as_ref(), peer);
+                    if let Err(why) = change {
+                        tracing::warn!(%why, "refused a name change");
+                        return Msg::Refused(why);
+                    }
+                    names.set(&dir, &name, entry.clone())
+                };
                 // The next node in the directory's order keeps a copy: it answers for the
                 // directory if this node dies, and gives it back if this node restarts.
                 let backup = self

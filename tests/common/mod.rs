@@ -278,7 +278,7 @@ impl Cluster {
         let backing = root.join("backing");
         fs::create_dir_all(&backing).unwrap();
         // Below the ephemeral range (32768+), where outgoing connections take their ports.
-        let base = 20_000 + (std::process::id() % 250) as u16 * 40 + slot * 5;
+        let base = 20_000 + (std::process::id() % 200) as u16 * 50 + slot * 5;
         let peers: String = (0..n)
             .map(|i| format!("{i} 127.0.0.1:{} r{}\n", base + i as u16, i / 2))
             .collect();
