@@ -64,6 +64,8 @@ pub struct Stats {
     pub files_produced: AtomicU64,
     pub bytes_written: AtomicU64,
     pub name_waits: AtomicU64,
+    /// Lookups that did not wait because their user had too many waiting already.
+    pub name_waits_refused: AtomicU64,
     pub replicated_files: AtomicU64,
     pub bytes_replicated: AtomicU64,
     /// Files (and their bytes) prefetch lists brought into the cache.
@@ -156,6 +158,9 @@ pub struct Snapshot {
     /// Lookups of unpublished names that waited for a producer (`--wait`).
     #[serde(default)]
     pub name_waits: u64,
+    /// Lookups that answered at once because their user had too many waiting already.
+    #[serde(default)]
+    pub name_waits_refused: u64,
     /// Files and bytes `--replicate` copied from other nodes (counted in `bytes_from_peers`
     /// too).
     #[serde(default)]
@@ -344,6 +349,7 @@ impl Stats {
             files_produced: get(&self.files_produced),
             bytes_written: get(&self.bytes_written),
             name_waits: get(&self.name_waits),
+            name_waits_refused: get(&self.name_waits_refused),
             replicated_files: get(&self.replicated_files),
             bytes_replicated: get(&self.bytes_replicated),
             inodes,
@@ -368,7 +374,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 45] = [
+        let rows: [(&str, String); 46] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
@@ -386,6 +392,7 @@ impl Snapshot {
             ("files produced", self.files_produced.to_string()),
             ("bytes written", human(self.bytes_written)),
             ("name waits", self.name_waits.to_string()),
+            ("name waits refused", self.name_waits_refused.to_string()),
             ("replicated files", self.replicated_files.to_string()),
             ("bytes replicated", human(self.bytes_replicated)),
             ("prefetched files", self.prefetched_files.to_string()),

@@ -379,3 +379,46 @@ sys.exit(status)
         fs::read(c.nodes[1].path("inherited")).ok() == Some(inherited.clone())
     });
 }
+
+/// Consumers waiting (`--wait`) for names not produced yet do not hold the mount's FUSE
+/// threads: with 64 of them waiting on a node of 8 threads, all 64 wait at once, a lookup of
+/// another name there still answers, and a name produced meanwhile on another node reaches
+/// its consumer byte-exact. (Not speed goals: the waits last 20 s, and whatever queues behind
+/// them takes that long.)
+#[test]
+fn sixty_four_waiting_consumers_leave_the_mount_answering() {
+    use std::process::{Command, Stdio};
+    let c = cluster("wait-threads", 2, 8, "20s");
+    let m = &c.nodes[1];
+    fs::write(c.backing.join("present"), b"here").unwrap();
+    let mut consumers: Vec<_> = (0..64)
+        .map(|i| {
+            Command::new("cat")
+                .arg(m.path(&format!("later-{i}")))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_until("64 lookups waiting", Duration::from_secs(10), || {
+        m.stat("name_waits") >= 64
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let present = m.path("present");
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::read(&present));
+    });
+    let read = rx.recv_timeout(Duration::from_secs(8));
+    assert!(
+        matches!(&read, Ok(Ok(d)) if d == b"here"),
+        "a lookup queued behind the waits: {read:?}"
+    );
+    produce(&c.nodes[0], "later-0", b"produced");
+    let first = consumers.remove(0).wait_with_output().unwrap();
+    assert_eq!(first.stdout, b"produced");
+    for mut p in consumers {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+}

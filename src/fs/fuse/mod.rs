@@ -24,7 +24,7 @@ use super::Opened;
 use super::caller;
 use super::io_modes::{IoModes, OpenMode};
 use super::listing::page;
-use super::{Attr, Changes, DyadFs, Error};
+use super::{Attr, Changes, DyadFs, Error, Looked};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -53,6 +53,7 @@ pub struct FuseAdapter<S: Source> {
     /// flushes are answered ENOSYS, reads come by inode.
     unasked: bool,
     list_readers: Arc<ListReaders>,
+    waiters: Arc<Waiters>,
 }
 
 impl<S: Source> FuseAdapter<S> {
@@ -71,6 +72,7 @@ impl<S: Source> FuseAdapter<S> {
             device: std::sync::OnceLock::new(),
             unasked: false,
             list_readers: Arc::default(),
+            waiters: Arc::default(),
         })
     }
 
@@ -95,6 +97,49 @@ impl<S: Source> FuseAdapter<S> {
 
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
+}
+
+fn reply_entry<S: Source>(fs: &DyadFs<S>, r: Result<Attr, Error>, reply: ReplyEntry) {
+    match r {
+        Ok(a) => reply.entry(&fs.ttl(&a), &file_attr(&a), Generation(0)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// A waiting lookup's stack: it resolves a name (an RPC to its home) and sleeps.
+const WAITER_STACK: usize = 256 << 10;
+
+/// Lookups waiting for names (`--wait`), by caller.
+#[derive(Default)]
+struct Waiters(Mutex<std::collections::HashMap<u32, usize>>);
+
+/// One waiting lookup's place; given back when dropped.
+struct Waiter(Arc<Waiters>, u32);
+
+impl Waiters {
+    /// Waits one user may have at once (a thread each, asleep).
+    const PER_USER: usize = 1024;
+
+    fn take(this: &Arc<Waiters>, uid: u32) -> Option<Waiter> {
+        let mut by_user = lock(&this.0);
+        let n = by_user.entry(uid).or_default();
+        (*n < Self::PER_USER).then(|| {
+            *n += 1;
+            Waiter(this.clone(), uid)
+        })
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut by_user = lock(&self.0.0);
+        if let Some(n) = by_user.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                by_user.remove(&self.1);
+            }
+        }
+    }
 }
 
 fn reply_xattr(r: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr) {
@@ -153,9 +198,33 @@ impl<S: Source> FuseAdapter<S> {
 
     /// Replies to a request that made or found a name.
     fn reply_entry(&self, r: Result<Attr, Error>, reply: ReplyEntry) {
-        match r {
-            Ok(a) => reply.entry(&self.fs.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
+        reply_entry(&self.fs, r, reply)
+    }
+
+    /// Waits (`--wait`) for a name of `parent` on a thread of its own and replies from there:
+    /// a FUSE thread held by each waiting consumer would stop every other request of the
+    /// mount once there are as many consumers as threads. Past [`Waiters::PER_USER`] waits of
+    /// caller `uid`, the lookup answers at once, as without `--wait`.
+    fn wait_elsewhere(&self, uid: u32, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        let Some(place) = Waiters::take(&self.waiters, uid) else {
+            self.fs
+                .stats()
+                .name_waits_refused
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(uid, "too many waiting lookups of this user: not waiting");
+            return reply.error(errno(&Error::NotFound));
+        };
+        let (fs, name) = (self.fs.clone(), name.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("name-wait".into())
+            .stack_size(WAITER_STACK)
+            .spawn(move || {
+                let _place = place;
+                reply_entry(&fs, fs.lookup_waiting(parent, &name), reply);
+            });
+        if let Err(e) = spawned {
+            // (The reply went with the closure: fuser answers EIO for a reply never sent.)
+            tracing::warn!(error = %e, "cannot start a thread to wait for a name");
         }
     }
 }
@@ -213,7 +282,11 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _span = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
-        self.reply_entry(self.fs.lookup(parent.0, name, req.pid()), reply);
+        match self.fs.lookup_at_once(parent.0, name, req.pid()) {
+            Ok(Looked::Wait) => self.wait_elsewhere(req.uid(), parent.0, name, reply),
+            Ok(Looked::Found(a)) => self.reply_entry(Ok(a), reply),
+            Err(e) => self.reply_entry(Err(e), reply),
+        }
     }
 
     // (batch_forget's default calls this for each inode.)
