@@ -1,4 +1,5 @@
-//! Sizes nobody else bounds (issue 31): a producer's sparse or oversized file. Each operation that could hang runs on its own thread under a
+//! Sizes nobody else bounds (issue 31): a producer's sparse file, and a daemon asked to stop
+//! while requests are held. Each operation that could hang runs on its own thread under a
 //! timeout, so a regression fails the test instead of hanging it.
 #![cfg(feature = "fuse-tests")]
 
@@ -7,6 +8,7 @@ mod common;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::IntoRawFd;
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -75,4 +77,34 @@ fn a_sparse_produced_file_seals_at_once() {
     assert_eq!(errno, 0);
     println!("sealing 32 GiB of holes took {took:?}");
     assert_eq!(fs::metadata(m.path("sparse")).unwrap().len(), 32 << 30);
+}
+
+/// Whether process `pid` has exited (gone, or a zombie its parent has not reaped).
+fn exited(pid: u32) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.is_empty() || stat.split(' ').nth(2) == Some("Z")
+}
+
+/// SIGTERM stops the daemon within seconds even while the mount is busy (a plain unmount says
+/// EBUSY) and a FUSE request is held (a lookup waiting for a producer): the mount is detached
+/// and the requests still running are cut after a grace period.
+#[test]
+fn sigterm_stops_a_busy_daemon_within_seconds() {
+    let f = Fixture::new("sizes-term");
+    let m = f.mount_managed_with(&f.ssd, &["--wait", "60s"]);
+    let busy = File::open(&m.mnt).unwrap();
+    let missing = m.path("never-produced");
+    std::thread::spawn(move || {
+        let _ = fs::metadata(missing);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    // SAFETY: a signal to the daemon this test started.
+    assert_eq!(unsafe { libc::kill(m.pid as i32, libc::SIGTERM) }, 0);
+    wait_until("the daemon exits", Duration::from_secs(15), || {
+        exited(m.pid)
+    });
+    println!("the daemon exited {:?} after SIGTERM", t.elapsed());
+    assert!(!is_mounted(Path::new(&m.mnt)));
+    drop(busy);
 }
