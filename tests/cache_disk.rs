@@ -245,11 +245,6 @@ fn a_full_cache_disk_serves_pulled_files_uncached() {
     drop(tmpfs);
 }
 
-/// A managed mount (`dyadfs mount MNT --ssd SSD`, no `--backing`) over the tmpfs at `f.ssd`.
-fn mount_managed(f: &Fixture) -> Mounted {
-    f.mount_managed(&f.ssd.join("c"))
-}
-
 /// Writes `size` bytes to `path` in 1 MiB writes; the errno of the write that failed (and at
 /// what offset), then the result of the close.
 fn write_then_close(path: &Path, size: usize) -> (Option<(usize, i32)>, std::io::Result<()>) {
@@ -283,7 +278,9 @@ fn write_then_close(path: &Path, size: usize) -> (Option<(usize, i32)>, std::io:
 fn a_produced_file_that_fails_keeps_no_bytes() {
     let f = Fixture::new("disk-produce");
     let tmpfs = Mount::tmpfs(&f.ssd, "20m");
-    let m = mount_managed(&f);
+    // A managed mount over the tmpfs with a capacity of the whole disk: these files fit it,
+    // and meet the disk's own limit (a file past the capacity is refused before the disk).
+    let m = f.mount_managed_with(&f.ssd.join("c"), &["--capacity", "20M"]);
     let (used_at_start, free) = tmpfs.space();
     // Exactly the free space: every write lands, but the seal cannot log its object.
     let (failed, closed) = write_then_close(&m.path("exact"), free as usize);

@@ -9,6 +9,7 @@
 //! verification); [`mapping`] hands cached bytes to readers; `direct` reads chunks for peers;
 //! [`files`] bounds the open data files.
 
+mod adopt;
 mod capacity;
 mod chunks;
 mod direct;
@@ -598,77 +599,6 @@ impl Cache {
             self.write_failed(&entry.path, &e);
         }
         let _ = fs::remove_file(entry.data_path());
-    }
-
-    /// Takes a finished file (on the cache's file system) in as the complete, kept entry `path`:
-    /// a produced file becomes an object peers pull like any cached file. Its bytes count
-    /// against capacity, evicting others, but are taken in even if nothing can be evicted. On
-    /// failure (the cache's file system full or read-only, say) nothing of it stays in the
-    /// cache; the file itself is left to the caller unless it was moved already.
-    pub fn adopt(
-        &self,
-        path: &str,
-        version: Version,
-        file: &Path,
-    ) -> Result<Arc<Entry>, CacheError> {
-        let entry = self.entry(path, version)?;
-        let adopted = self.adopt_into(&entry, file);
-        if adopted.is_err() {
-            // The empty entry, or the adopted one with the file's bytes: neither may stay (a
-            // kept entry is never evicted, and nobody would name it).
-            self.forget(path, version);
-        }
-        let adopted = adopted?;
-        self.emit(CacheEvent::Complete {
-            path: path.to_string(),
-            version,
-        });
-        Ok(adopted)
-    }
-
-    /// [`Cache::adopt`]'s work once the empty entry `entry` is made.
-    fn adopt_into(&self, entry: &Arc<Entry>, file: &Path) -> Result<Arc<Entry>, CacheError> {
-        let version = entry.version;
-        let chunk_size = self.shared.chunk_size;
-        let mut crcs = Vec::with_capacity(entry.chunk_count() as usize);
-        {
-            let src = self.shared.files.open_retrying(|| File::open(file))?;
-            let mut buf = vec![0; chunk_size as usize];
-            for i in 0..entry.chunk_count() {
-                let b = &mut buf[..entry.chunk_len(i) as usize];
-                src.read_exact_at(b, i * chunk_size)?;
-                crcs.push(crc32c::crc32c(b));
-            }
-        }
-        if !self.reserve(entry, version.size) {
-            self.shared.used.fetch_add(version.size, Ordering::Relaxed);
-        }
-        // The file replaces the empty data file, and a new entry (a new id: its descriptor is
-        // opened anew) replaces the empty one.
-        if let Err(e) = fs::rename(file, entry.data_path()) {
-            self.release(version.size);
-            return Err(e.into());
-        }
-        entry.state.lock().evicted = true;
-        self.shared.files.close(entry.id);
-        let adopted = Arc::new(Entry::new(
-            entry.path.clone(),
-            version,
-            self.next_id(),
-            self.shared.clone(),
-            crcs.into_iter()
-                .map(|crc| Chunk::Present {
-                    crc,
-                    verified: true,
-                })
-                .collect::<Vec<_>>()
-                .into(),
-            self.next_tick(),
-        ));
-        adopted.set_kept(true);
-        lock(&self.index).insert(adopted.clone());
-        adopted.persist()?;
-        Ok(adopted)
     }
 
     /// Deletes the entry `path` (at `version`) now, whoever holds it open.

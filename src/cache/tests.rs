@@ -553,3 +553,71 @@ fn reads_for_readers_are_byte_exact_cached_or_not() {
     }
     let _ = fs::remove_dir_all(dir);
 }
+
+/// Adopts `file` as `path` on a thread of its own; its result, or `None` after `within`.
+fn adopt_within(
+    cache: &Arc<Cache>,
+    path: &str,
+    version: Version,
+    file: PathBuf,
+    within: Duration,
+) -> Option<Result<Arc<Entry>, CacheError>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (cache, path) = (cache.clone(), path.to_string());
+    std::thread::spawn(move || {
+        let _ = tx.send(cache.adopt(&path, version, &file));
+    });
+    rx.recv_timeout(within).ok()
+}
+
+/// A sparse produced file is sealed without a pass over its holes: 1 TiB holding 4 bytes is
+/// checksummed in moments, not in the minutes its zeros would take.
+#[test]
+fn adopting_a_sparse_file_reads_only_its_data() {
+    let (dir, config, stats) = setup(2 << 40);
+    let cache = Arc::new(Cache::open(&config, stats).unwrap());
+    let staged = dir.join("staged");
+    let f = File::create(&staged).unwrap();
+    f.write_all_at(b"data", (5 << 20) + 7).unwrap();
+    f.set_len(1 << 40).unwrap();
+    let e = adopt_within(&cache, "o", v(1 << 40), staged, Duration::from_secs(10))
+        .expect("sealed within 10 s")
+        .unwrap();
+    assert!(e.is_complete());
+    let mut chunk = vec![0; 1 << 20];
+    let zeros = crc32c::crc32c(&chunk);
+    chunk[7..11].copy_from_slice(b"data");
+    let st = e.state.lock();
+    assert_eq!(st.chunks.len(), 1 << 20);
+    for (i, c) in st.chunks.iter().enumerate() {
+        let crc = if i == 5 {
+            crc32c::crc32c(&chunk)
+        } else {
+            zeros
+        };
+        assert_eq!(
+            *c,
+            Chunk::Present {
+                crc,
+                verified: true
+            },
+            "chunk {i}"
+        );
+    }
+}
+
+/// A file larger than the cache may hold is refused (ENOSPC) before any pass over its bytes,
+/// and the cache's bytes stay within its capacity.
+#[test]
+fn adopting_a_file_larger_than_the_capacity_fails_at_once() {
+    let (dir, config, stats) = setup(8 << 20);
+    let cache = Arc::new(Cache::open(&config, stats).unwrap());
+    let staged = dir.join("staged");
+    File::create(&staged).unwrap().set_len(1 << 40).unwrap();
+    let r = adopt_within(&cache, "o", v(1 << 40), staged, Duration::from_secs(10))
+        .expect("refused within 10 s");
+    let e = io::Error::from(r.err().expect("refused"));
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    assert!(cache.used_bytes() <= 8 << 20);
+    assert!(cache.lookup("o", v(1 << 40)).is_none());
+}

@@ -89,6 +89,11 @@ pub fn is_links_dir(dir: &str) -> bool {
 /// The longest symlink target a name may carry (`PATH_MAX`).
 pub const TARGET_MAX: usize = 4096;
 
+/// The most bytes a produced file may hold (4 TiB). A producer's write or truncate past it
+/// fails with EFBIG, and a name claiming more is forged: refused before a consumer allocates
+/// its chunk table (8 bytes a chunk, so at most 32 MiB at the smallest chunk size).
+pub const FILE_SIZE_MAX: u64 = 4 << 40;
+
 impl Name {
     /// The modification time users see.
     pub fn mtime(&self) -> i64 {

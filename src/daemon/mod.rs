@@ -297,6 +297,9 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
     result
 }
 
+/// How long a daemon told to stop waits for its requests before it exits without them.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Mounts `fs`, reports readiness, and serves until unmounted.
 pub(super) fn run_session<S: crate::core::source::Source>(
     args: &MountConfig,
@@ -375,8 +378,19 @@ pub(super) fn run_session<S: crate::core::source::Source>(
             let sig = set.wait();
             tracing::info!(signal = sig, "unmounting {}", mountpoint.display());
             if let Err(e) = unmounter.unmount() {
-                tracing::error!(error = %e, "unmount failed");
+                // EBUSY: files are open on it. Detached, it is gone for new users at once.
+                tracing::warn!(error = %e, "unmount failed: detaching the mount");
+                if let Err(e) = crate::sys::detach(&mountpoint) {
+                    tracing::error!(error = %e, "detaching the mount failed");
+                }
             }
+            // A request still running (a long wait, a seal) or a file still open would keep the
+            // session, and so the daemon, alive: a stop takes effect within seconds whatever.
+            std::thread::sleep(STOP_GRACE);
+            tracing::error!(
+                "requests still running {STOP_GRACE:?} after the signal: exiting without them"
+            );
+            std::process::exit(1);
         })
         .map_err(|source| UserError::Start {
             what: "signal thread",

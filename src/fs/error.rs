@@ -57,6 +57,15 @@ pub enum Error {
     Backing(io::Error),
     #[error(transparent)]
     Cache(#[from] CacheError),
+    /// A produced file grown past what a cache may hold ([`FILE_SIZE_MAX`], or the capacity):
+    /// no seal could take it.
+    ///
+    /// [`FILE_SIZE_MAX`]: crate::core::names::FILE_SIZE_MAX
+    #[error("a produced file of {size} bytes (at most {max} here)")]
+    TooLarge { size: u64, max: u64 },
+    /// A produced file grown past the room the capacity leaves beside the files kept here.
+    #[error("a produced file of {size} bytes (room for {room} beside the files kept here)")]
+    NoRoom { size: u64, room: u64 },
     #[error("this user's prefetch lists hold too many files")]
     PrefetchFull,
     #[error("prefetch list: {0}")]
@@ -100,6 +109,9 @@ impl Error {
             Error::Cache(CacheError::Io(_) | CacheError::Corrupt(_)) => libc::EIO,
             Error::Cache(CacheError::Locked(_)) => libc::EBUSY,
             Error::Cache(CacheError::FillTimeout(_)) => libc::ETIMEDOUT,
+            // As a file size limit would say: no write can make it fit.
+            Error::TooLarge { .. } => libc::EFBIG,
+            Error::NoRoom { .. } => libc::ENOSPC,
             Error::PrefetchFull => libc::EBUSY,
             Error::PrefetchList(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -57,7 +57,7 @@ pub use error::Error;
 use read::{Reader, WHOLE_FILE_MAX};
 
 use crate::cache::{Cache, ReadBytes};
-use crate::core::names::{self, Name, Namespace};
+use crate::core::names::{self, FILE_SIZE_MAX, Name, Namespace};
 use crate::core::sync::lock;
 use crate::stats::{Stats, StatusReport};
 use write::{Producer, Staged};
@@ -644,6 +644,14 @@ impl<S: Source> DyadFs<S> {
                 }
                 if !n.is_file() {
                     return Err(Error::Invalid);
+                }
+                if n.size > FILE_SIZE_MAX {
+                    // A forged name (none is produced so large): refused before its chunk
+                    // table is allocated.
+                    return Err(Error::TooLarge {
+                        size: n.size,
+                        max: FILE_SIZE_MAX,
+                    });
                 }
                 if write {
                     let staged = self.new_version(&path, &n, !truncate)?;

@@ -130,6 +130,9 @@ impl<S: Source> DyadFs<S> {
     /// tried again; a write that still fails, fails with its errno (ENOSPC, not EIO, and at the
     /// write, not at close), and the file is never published.
     fn stage(&self, staged: &Staged, data: &[u8], offset: u64) -> Result<(), Error> {
+        // Refused, not failed: the file keeps what it holds and may still be published.
+        self.producer
+            .room_for(offset.saturating_add(data.len() as u64))?;
         let mut r = staged.file.write_all_at(data, offset);
         if let Err(e) = &r
             && matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
@@ -530,6 +533,7 @@ impl<S: Source> DyadFs<S> {
         match self.settled(&path)? {
             Found::Staged(s) => {
                 if let Some(size) = changes.size {
+                    self.producer.room_for(size)?;
                     s.set_len(size).map_err(Error::Write)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
@@ -550,6 +554,7 @@ impl<S: Source> DyadFs<S> {
                 if !n.is_file() {
                     return Err(Error::Invalid);
                 }
+                self.producer.room_for(changes.size.unwrap_or(0))?;
                 // A new version of the bytes, written and published at once.
                 let staged = self.new_version(&path, &n, true)?;
                 staged

@@ -18,8 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::Error;
 use crate::cache::Cache;
 use crate::core::Version;
+use crate::core::names::FILE_SIZE_MAX;
 use crate::core::paths::OBJECT_PREFIX;
 use crate::core::sync::lock;
 
@@ -107,6 +109,8 @@ pub struct Producer {
     staged: Mutex<HashMap<String, Arc<Staged>>>,
     /// Objects kept as the only copy: object -> version.
     kept: Mutex<BTreeMap<String, Version>>,
+    /// The bytes of the objects in `kept`: what the capacity cannot give a new file.
+    kept_bytes: AtomicU64,
     /// The kept log open for appending, and how many lines it holds.
     kept_log: Mutex<(Option<File>, usize)>,
     epoch: u64,
@@ -154,6 +158,7 @@ impl Producer {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos() as u64;
+        let kept_bytes = AtomicU64::new(kept.values().map(|v| v.size).sum());
         let p = Producer {
             cache,
             staging,
@@ -161,12 +166,31 @@ impl Producer {
             node,
             staged: Mutex::default(),
             kept: Mutex::new(kept),
+            kept_bytes,
             kept_log: Mutex::new((None, 0)),
             epoch,
             seq: AtomicU64::new(0),
         };
         p.save_kept(&lock(&p.kept))?;
         Ok(p)
+    }
+
+    /// Whether a produced file may grow to `size` bytes: at most [`FILE_SIZE_MAX`] and the
+    /// cache's capacity (else EFBIG: no seal could take it), and at most what the capacity
+    /// leaves beside the files kept here (else ENOSPC: its seal would fail). Asked at the
+    /// write or truncate that crosses it, so `truncate -s 10T` fails at once instead of
+    /// costing a seal of 10 TiB.
+    pub fn room_for(&self, size: u64) -> Result<(), Error> {
+        let capacity = self.cache.capacity();
+        let max = FILE_SIZE_MAX.min(capacity);
+        if size > max {
+            return Err(Error::TooLarge { size, max });
+        }
+        let room = capacity.saturating_sub(self.kept_bytes.load(Ordering::Relaxed));
+        if size > room {
+            return Err(Error::NoRoom { size, room });
+        }
+        Ok(())
     }
 
     pub fn staged(&self, path: &str) -> Option<Arc<Staged>> {
@@ -271,10 +295,10 @@ impl Producer {
             return Err(e);
         }
         let mut kept = lock(&self.kept);
-        kept.insert(object.to_string(), version);
+        self.keep(&mut kept, object, version);
         let line = format!("{} {} {object}\n", version.size, version.mtime_ns);
         if let Err(e) = self.log_kept(&kept, &line) {
-            kept.remove(object);
+            self.unkeep(&mut kept, object);
             drop(kept);
             self.cache.forget(object, version);
             self.cache.write_failed(object, &e);
@@ -291,11 +315,28 @@ impl Producer {
             e.set_kept(false);
         }
         let mut kept = lock(&self.kept);
-        if kept.remove(object).is_some()
+        if self.unkeep(&mut kept, object)
             && let Err(e) = self.log_kept(&kept, &format!("- {object}\n"))
         {
             tracing::warn!(error = %e, "cannot save the list of kept objects");
         }
+    }
+
+    /// Adds `object` to `kept` (the list, locked), and its bytes to `kept_bytes`.
+    fn keep(&self, kept: &mut BTreeMap<String, Version>, object: &str, version: Version) {
+        if let Some(old) = kept.insert(object.to_string(), version) {
+            self.kept_bytes.fetch_sub(old.size, Ordering::Relaxed);
+        }
+        self.kept_bytes.fetch_add(version.size, Ordering::Relaxed);
+    }
+
+    /// Removes `object` from `kept` (the list, locked); whether it was there.
+    fn unkeep(&self, kept: &mut BTreeMap<String, Version>, object: &str) -> bool {
+        let removed = kept.remove(object);
+        if let Some(v) = removed {
+            self.kept_bytes.fetch_sub(v.size, Ordering::Relaxed);
+        }
+        removed.is_some()
     }
 
     /// Appends `line` to the kept log (`kept`: the list with the change made, held locked so

@@ -6,7 +6,7 @@
 use super::membership::{Membership, NodeId};
 use super::proto::Msg;
 use super::service::LocatorService;
-use crate::core::names::{Name, TARGET_MAX, is_links_dir};
+use crate::core::names::{FILE_SIZE_MAX, Name, TARGET_MAX, is_links_dir};
 
 impl LocatorService {
     /// Whether a request's paths, names and node ids are well formed and known (see
@@ -175,9 +175,15 @@ fn same_bytes(a: &Name, b: &Name) -> bool {
 
 /// A published name is well formed: a directory, symlink or special file names no object; a
 /// symlink's target is short and has no NUL; only a symlink has a target; a file's object is a
-/// token of its holder, a member.
+/// token of its holder, a member; its size is at most [`FILE_SIZE_MAX`].
 pub fn check_name(n: &Name, membership: &Membership) -> Result<(), String> {
     membership.check_member(n.holder)?;
+    if n.size > FILE_SIZE_MAX {
+        return Err(format!(
+            "a name of {} bytes (a produced file holds at most {FILE_SIZE_MAX})",
+            n.size
+        ));
+    }
     let m = &n.meta;
     let special = matches!(
         m.special,
@@ -330,5 +336,24 @@ mod tests {
             s.check_change("out", "x", Some(&theirs), None, Some(2))
                 .is_ok()
         );
+    }
+
+    /// A name claiming more bytes than any node may produce is refused before a consumer
+    /// allocates its chunk table (8 bytes a chunk: 64 MiB for 16 TiB, and an abort for more).
+    #[test]
+    fn a_name_claiming_a_huge_size_is_refused() {
+        let m = Membership::parse("0 127.0.0.1:7400 r0\n1 127.0.0.1:7401 r0\n", 0).unwrap();
+        let name = |size| Name {
+            object: "//produced/1/1-2".into(),
+            size,
+            holder: 1,
+            mode: 0o644,
+            ..Name::default()
+        };
+        assert_eq!(check_name(&name(3 << 30), &m), Ok(()));
+        for size in [16 << 40, 1 << 50, u64::MAX] {
+            let e = check_name(&name(size), &m).expect_err("refused");
+            assert!(e.contains("bytes"), "{e}");
+        }
     }
 }

@@ -69,6 +69,47 @@ pub fn lower_thread_priority() {
     }
 }
 
+/// The offset of the first byte of data in `file` at or after `offset` (`lseek(SEEK_DATA)`);
+/// `None` when only a hole follows. A file system that does not know holes says every byte is
+/// data.
+pub fn seek_data(file: &std::fs::File, offset: u64) -> io::Result<Option<u64>> {
+    use std::os::fd::AsRawFd;
+    let at = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: lseek on a descriptor `file` owns; it moves only the file offset, which nothing
+    // else of ours relies on (every read and write of the cache is positioned).
+    match unsafe { libc::lseek(file.as_raw_fd(), at, libc::SEEK_DATA) } {
+        -1 => match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+            e => Err(e),
+        },
+        data => Ok(Some(data as u64)),
+    }
+}
+
+/// The offset of the first hole in `file` at or after `offset` (`lseek(SEEK_HOLE)`; the end
+/// of the file is one).
+pub fn seek_hole(file: &std::fs::File, offset: u64) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let at = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: as in `seek_data`.
+    match unsafe { libc::lseek(file.as_raw_fd(), at, libc::SEEK_HOLE) } {
+        -1 => Err(io::Error::last_os_error()),
+        hole => Ok(hole as u64),
+    }
+}
+
+/// Detaches the mount at `path` (`umount2(MNT_DETACH)`): gone from the tree at once, though
+/// files still open on it (which made a plain unmount fail with EBUSY) keep it alive.
+pub fn detach(path: &Path) -> io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid NUL-terminated path; umount2 touches no memory of ours.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The signals that unmount a daemon.
 pub struct StopSignals(libc::sigset_t);
 

@@ -62,11 +62,17 @@ impl Fixture {
     /// A managed directory (`dyadfs mount MNT --ssd SSD`, no `--backing`) with its cache at
     /// `ssd`; panics with the error on failure.
     pub fn mount_managed(&self, ssd: &Path) -> Mounted {
+        self.mount_managed_with(ssd, &[])
+    }
+
+    /// [`Fixture::mount_managed`] with `extra` arguments.
+    pub fn mount_managed_with(&self, ssd: &Path, extra: &[&str]) -> Mounted {
         let out = dyadfs()
             .arg("mount")
             .arg(&self.mnt)
             .arg("--ssd")
             .arg(ssd)
+            .args(extra)
             .output()
             .unwrap();
         self.mounted(out)
