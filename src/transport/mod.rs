@@ -14,6 +14,7 @@ pub mod plane;
 pub mod pull;
 pub mod rpc;
 pub mod server;
+pub mod serving;
 pub mod session;
 mod stream;
 pub mod ucx;
