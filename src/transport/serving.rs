@@ -237,8 +237,8 @@ impl Pool {
     /// Idle: waits on the reactor, holding no thread, until it has something to read.
     fn park(&self, mut conn: Box<dyn Conn>) {
         let Some(reactor) = self.0.reactor.get() else {
-            // No reactor (not served by `serve`): keep it on a thread instead.
-            return self.requeue(conn);
+            // Not served by `server::serve`, which attaches one: the puller reconnects.
+            return conn.ended(io::Error::other("no reactor to park an idle connection on"));
         };
         let pool = self.clone();
         reactor.spawn(async move {

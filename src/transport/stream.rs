@@ -97,7 +97,7 @@ impl AsyncConn {
         self.s.write_all(&frame).await
     }
 
-    /// The blocking socket and its halves, for a connection handed to a thread of its own.
+    /// The blocking socket and its halves, for a connection handed to a serving thread.
     pub(super) fn into_blocking(self) -> io::Result<FrameReader> {
         let s = self.s.into_std()?;
         s.set_nonblocking(false)?;
