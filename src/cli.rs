@@ -346,6 +346,13 @@ pub struct MountArgs {
           help_heading = "Cluster")]
     pub eager_max: u64,
 
+    /// Threads that serve peers' pull connections, however many connections they open (a
+    /// quarter as many more serve background copies). A connection waiting for its next
+    /// request keeps a thread only while no other needs one
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096), help_heading = "Cluster")]
+    pub serve_threads: u32,
+
     /// How chunks move between nodes. `stream`: inline on the authenticated, encrypted control
     /// connection, nothing else listening. `ucx`: chunks above --eager-max by UCX RMA gets,
     /// through an unprivileged data-plane process that shares only staged chunks with the
@@ -533,6 +540,7 @@ impl From<MountArgs> for MountConfig {
                 rack: a.rack,
                 peer_timeout: a.peer_timeout,
                 eager_max: a.eager_max,
+                serve_threads: a.serve_threads as usize,
                 data_plane: a.data_plane.into(),
                 failure_detection: a.failure_detection,
                 replicate: a.replicate,

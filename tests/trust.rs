@@ -6,56 +6,15 @@
 mod common;
 
 use std::fs;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use common::member::*;
 use common::*;
 use dyadfs::core::names::Name;
 use dyadfs::locator::proto::{self, Msg};
 use dyadfs::transport::auth::{self, Secret};
-use dyadfs::transport::session;
-use dyadfs::transport::wire::{self, Message, PROTOCOL_VERSION};
-
-/// A connection past the handshake: every frame sealed with its session keys, as a member's.
-struct Sealed {
-    s: TcpStream,
-    seal: session::Sealer,
-    open: session::Opener,
-}
-
-impl Sealed {
-    fn send(&mut self, m: &Message) -> std::io::Result<()> {
-        self.s.write_all(&self.seal.frame(&wire::to_body(m)))
-    }
-
-    /// The next frame, or `None` if the peer closed the connection (or sent nothing in time).
-    fn recv(&mut self) -> Option<Message> {
-        self.s
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let mut prefix = [0u8; 4];
-        self.s.read_exact(&mut prefix).ok()?;
-        let mut body = vec![0; wire::check_len(prefix).ok()?];
-        self.s.read_exact(&mut body).ok()?;
-        let plain = self.open.frame(&mut body).ok()?;
-        wire::decode(plain).ok()
-    }
-}
-
-fn send(s: &mut TcpStream, m: &Message) -> std::io::Result<()> {
-    s.write_all(&wire::encode(m))
-}
-
-/// The next frame, or `None` if the peer closed the connection (or sent nothing in time).
-fn recv(s: &mut TcpStream) -> Option<Message> {
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix).ok()?;
-    let mut body = vec![0; wire::check_len(prefix).ok()?];
-    s.read_exact(&mut body).ok()?;
-    wire::decode(&body).ok()
-}
+use dyadfs::transport::wire::{Message, PROTOCOL_VERSION};
 
 /// A locator message as the frame that carries it.
 fn rpc(m: Msg) -> Message {
@@ -77,18 +36,6 @@ fn listing(m: &Mounted) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// A puller's Hello as node 0 (its UCX address and rkey are never used by the holder).
-fn puller_hello() -> Message {
-    Message::Hello {
-        protocol: PROTOCOL_VERSION,
-        node_id: 0,
-        worker_address: vec![1; 16],
-        rkey: vec![1; 16],
-        background: false,
-        eager_max: 0,
-    }
 }
 
 fn forged_name() -> Message {
@@ -219,30 +166,6 @@ fn a_multi_node_mount_needs_a_private_secret() {
     };
     m.pid = m.stat("pid") as u32;
     m.unmount();
-}
-
-/// A connection authenticated with the job secret (as a peer's would be).
-fn authenticated(c: &Cluster, i: usize, key: &Secret) -> Sealed {
-    authenticated_as(c, i, key, 0)
-}
-
-/// As [`authenticated`], proving the key as node `id`.
-fn authenticated_as(c: &Cluster, i: usize, key: &Secret, id: u32) -> Sealed {
-    let mut s = TcpStream::connect(c.addr(i)).unwrap();
-    let (hello, handshake) = auth::client_hello(id).unwrap();
-    send(&mut s, &hello).unwrap();
-    let (proof, _, keys) = handshake.answer(key, recv(&mut s).unwrap()).unwrap();
-    send(&mut s, &proof).unwrap();
-    let (seal, open) = session::client(&keys);
-    Sealed { s, seal, open }
-}
-
-/// An authenticated puller connection to node `i`, past its hello.
-fn puller(c: &Cluster, i: usize, key: &Secret) -> Sealed {
-    let mut s = authenticated(c, i, key);
-    s.send(&puller_hello()).unwrap();
-    assert!(matches!(s.recv(), Some(Message::Hello { .. })));
-    s
 }
 
 /// Asks for the first MiB of `x` at `version`, as request `id`.
@@ -646,4 +569,61 @@ fn a_member_cannot_rewrite_others_records_or_plant_replicas() {
     });
     assert_eq!(fs::read(&f2).unwrap(), b"node 0's bytes");
     assert!(!c.nodes[2].path("g").exists());
+}
+
+/// A thread count from /proc.
+fn threads(pid: u32) -> usize {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    line[8..].trim().parse().unwrap()
+}
+
+/// A member that opens many pull connections and asks on each once made the holder start a
+/// thread per connection (200 more); now they share at most `--serve-threads` (64), idle ones
+/// wait on no thread and are still answered, and another node's read is served meanwhile.
+#[test]
+fn pull_connections_share_a_bounded_pool_of_threads() {
+    let mut c = Cluster::new("threads", 3, 9);
+    let data = pattern(4 * MIB, 31);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    c.start(2);
+    assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
+    c.wait_published(1);
+    let key = Secret::load(&c.secret).unwrap();
+    let pid = c.nodes[0].pid;
+    let before = threads(pid);
+    // As node 2, a member that is not running: 200 connections (under the 256 per peer), each
+    // asking once for a path the holder refuses (an answer that costs it nothing but a thread).
+    let ask = |s: &mut Sealed, id| {
+        let bad = Message::Request {
+            id,
+            path: "../etc/passwd".into(),
+            version: dyadfs::core::Version {
+                size: 1,
+                mtime_ns: 1,
+            },
+            offset: 0,
+            len: 1,
+        };
+        s.send(&bad).unwrap();
+        assert!(
+            matches!(s.recv(), Some(Message::Error { .. })),
+            "request {id}"
+        );
+    };
+    let mut conns: Vec<Sealed> = (0..200).map(|_| puller_as(&c, 0, &key, 2)).collect();
+    for (i, s) in conns.iter_mut().enumerate() {
+        ask(s, i as u64);
+    }
+    let grown = threads(pid).saturating_sub(before);
+    // Node 1 reads the file from node 0 while those connections stay open.
+    assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
+    assert_eq!(c.nodes[1].stat("bytes_from_peers"), 4 * MIB as u64);
+    // Every idle connection is still answered (none was closed to make room).
+    for (i, s) in conns.iter_mut().enumerate() {
+        ask(s, 1000 + i as u64);
+    }
+    let grown = grown.max(threads(pid).saturating_sub(before));
+    eprintln!("node 0: {before} threads, {grown} more with 200 pull connections");
+    assert!(grown <= 64 + 8, "{grown} threads more for 200 connections");
 }

@@ -68,6 +68,8 @@ pub struct ClusterConfig {
     pub failure_detection: Duration,
     /// Chunks up to this size come inline in a holder's reply instead of by RMA get.
     pub eager_max: u64,
+    /// Threads serving peers' pull connections.
+    pub serve_threads: usize,
     pub data_plane: DataPlaneKind,
     /// Copy what other nodes fetch in the background.
     pub replicate: bool,

@@ -59,6 +59,7 @@ pub fn serve(args: ServeConfig) -> Result<(), UserError> {
             conns: Default::default(),
             pending: Default::default(),
             members: Default::default(),
+            serving: server::Serving::new(64),
         };
         server::serve(listener, server)
             .await

@@ -26,7 +26,7 @@ use crate::stats::Stats;
 use crate::transport::auth::Secret;
 use crate::transport::plane::DataPlane;
 use crate::transport::pull::{PullConfig, Puller};
-use crate::transport::server::Server;
+use crate::transport::server::{Server, Serving};
 
 /// The default ceiling of idle cache descriptors (`--open-files`).
 const MAX_OPEN_FILES: u64 = 65536;
@@ -227,6 +227,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         conns: Default::default(),
         pending: Default::default(),
         members: Arc::new(ids.iter().copied().collect()),
+        serving: Serving::new(args.cluster.serve_threads),
     };
     start_gossip(args, id, listen, &locator, secret.clone(), runtime.handle())?;
     let listener = runtime

@@ -16,6 +16,8 @@ use super::auth::Secret;
 use super::handshake::{authenticate, hello, ucx_info};
 use super::pending::Pending;
 use super::plane::{DataPlane, Lent};
+pub use super::serving::Serving;
+use super::serving::{Conn, Step, Turn};
 use super::session::{Opener, Sealer};
 use super::stream::{AsyncConn, FrameReader, bad_frame, write_all_parts};
 use super::ucx::Slot;
@@ -105,6 +107,8 @@ pub struct Server {
     /// The node ids of the job: an authenticated peer claiming another is refused (empty:
     /// any, as the `transport` tool's insecure pullers).
     pub members: Arc<std::collections::HashSet<u32>>,
+    /// The bounded threads that serve pull connections.
+    pub serving: Serving,
 }
 
 /// Why the server closed a connection (logged with the peer's address).
@@ -190,6 +194,7 @@ impl Drop for Admitted {
 /// Accepts pullers (and RPCs) forever; each connection is served on its own task. A
 /// connection that sends garbage is closed; the others are unaffected.
 pub async fn serve(listener: TcpListener, server: Server) -> io::Result<()> {
+    server.serving.attach(tokio::runtime::Handle::current());
     loop {
         // Out of descriptors (or any other failed accept): back off and go on; the port stays
         // open, and the pending connection is accepted once descriptors come back.
@@ -243,6 +248,7 @@ async fn serve_conn(s: TcpStream, server: Server) -> io::Result<()> {
         rpc,
         conns,
         members,
+        serving,
         ..
     } = server;
     // An id outside the membership would also escape the per-peer bound on connections.
@@ -304,30 +310,29 @@ async fn serve_conn(s: TcpStream, server: Server) -> io::Result<()> {
         u32::MAX
     };
     s.write(&hello(mine, node_id, background, 0)).await?;
-    // A puller's chunks are served by a thread of its own with blocking I/O: a chunk then
-    // costs this node one wake-up for the request (and one for a disk read), where the
+    // A puller's chunks are served by a thread of a bounded pool with blocking I/O: a chunk
+    // then costs this node one wake-up for the request (and one for a disk read), where the
     // reactor, a task and the blocking pool cost seven context switches per chunk
-    // (`scripts/bench_small_pull.sh`). Pullers keep few connections (one per concurrent pull).
+    // (`scripts/bench_small_pull.sh`). Until its first request it waits here, on no thread.
+    s.s.readable().await?;
     let frames = s.into_blocking()?;
-    let name = if background {
-        "serve-copy"
-    } else {
-        "serve-pull"
+    frames.s.set_write_timeout(Some(SLOT_WAIT))?;
+    let conn = PullConn {
+        frames,
+        worker,
+        store,
+        faults,
+        eager_max,
+        lent: HashMap::new(),
+        queued: VecDeque::new(),
+        _admitted: admitted,
     };
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            // Held while the connection is served.
-            let _admitted = admitted;
-            if background {
-                crate::sys::lower_thread_priority();
-            }
-            match serve_pulls(frames, &worker, &*store, faults, eager_max) {
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
-                Err(e) => tracing::info!(error = %e, "closing puller connection"),
-                Ok(()) => {}
-            }
-        })?;
+    let pool = if background {
+        &serving.copies
+    } else {
+        &serving.pulls
+    };
+    pool.submit(Box::new(conn));
     Ok(())
 }
 
@@ -354,116 +359,137 @@ const LEASE: Duration = Duration::from_secs(10);
 /// Requests one connection may queue while waiting for slots.
 const MAX_QUEUED: usize = 64;
 
-/// Serves one puller's requests in order until it disconnects. Slots lent to it return when it
-/// releases them, or all at once when it goes away. While a request waits for a free slot, the
-/// frames the puller sent meanwhile are read, so its releases free slots. A chunk of at most
-/// `eager_max` bytes is sent inline after its `Data` frame, and its slot is free again at once.
-fn serve_pulls(
-    mut frames: FrameReader,
-    worker: &DataPlane,
-    store: &dyn ChunkStore,
+/// One puller's connection and what it holds. Its requests are served in order until it
+/// disconnects. Slots lent to it return when it releases them, when their lease ends, or all
+/// at once when it goes away. While a request waits for a free slot, the frames the puller sent
+/// meanwhile are read, so its releases free slots. A chunk of at most `eager_max` bytes is sent
+/// inline after its `Data` frame, and its slot is free again at once.
+struct PullConn {
+    frames: FrameReader,
+    worker: Arc<DataPlane>,
+    store: Arc<dyn ChunkStore>,
     faults: Faults,
     eager_max: u32,
-) -> io::Result<()> {
-    frames.s.set_write_timeout(Some(SLOT_WAIT))?;
-    frames.s.set_read_timeout(Some(LEASE / 4))?;
-    let slab = worker.slab();
-    let mut lent: LentSlots = HashMap::new();
-    let mut queued: VecDeque<Request> = VecDeque::new();
-    loop {
-        let Some(r) = queued.pop_front() else {
-            // An idle puller's lent slots come back when their lease ends, whether or not it
-            // speaks again: the read wakes at least every LEASE / 4 to take them.
-            match frames.next(true) {
-                Ok(msg) => note(
-                    msg.expect("a blocking read returns a frame"),
-                    &mut lent,
-                    &mut queued,
-                )?,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    lent.retain(|_, (_, at)| at.elapsed() < LEASE);
-                }
-                Err(e) => return Err(e),
+    lent: LentSlots,
+    queued: VecDeque<Request>,
+    /// Held while the connection is open.
+    _admitted: Option<Admitted>,
+}
+
+impl Conn for PullConn {
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.frames.s.as_raw_fd()
+    }
+
+    fn serve(&mut self, turn: &Turn) -> io::Result<Step> {
+        let PullConn {
+            frames,
+            worker,
+            store,
+            faults,
+            eager_max,
+            lent,
+            queued,
+            ..
+        } = self;
+        let (store, faults, eager_max) = (&**store, *faults, *eager_max);
+        let slab = worker.slab();
+        loop {
+            if turn.over() {
+                return Ok(Step::Yield);
             }
-            continue;
-        };
-        // Slots lent longer than a lease are taken back (a puller that neither gets nor
-        // releases them is gone or hostile; a late get of reused memory fails its checksum).
-        lent.retain(|_, (_, at)| at.elapsed() < LEASE);
-        if let Err(why) = crate::core::paths::cache_key(&r.path) {
-            let reply = Message::Error {
-                id: r.id,
-                message: format!("refused {:?}: {why}", r.path),
+            let Some(r) = queued.pop_front() else {
+                match frames.next(false)? {
+                    Some(msg) => note(msg, lent, queued)?,
+                    None => return Ok(Step::Idle),
+                }
+                continue;
             };
-            frames.send(&reply)?;
-            continue;
-        }
-        if lent.len() >= FAIR_SHARE {
-            // A fair share each: one connection cannot take every slot from the others.
-            let reply = Message::Error {
-                id: r.id,
-                message: format!("more than {FAIR_SHARE} chunks staged and not released"),
-            };
-            frames.send(&reply)?;
-            continue;
-        }
-        let slot = wait_slot(|t| slab.take(t), &mut frames, &mut lent, &mut queued)?;
-        let staged = match slot {
-            Some(slot) => stage(slot, store, &r.path, r.version, r.offset, r.len, faults),
-            None => Err("holder has no free slot".to_string()),
-        };
-        let reply = match staged {
-            Ok((mut slot, crc32c)) if r.len <= eager_max => {
-                let head = frames.encode(&Message::Data {
+            // Slots lent longer than a lease are taken back (a puller that neither gets nor
+            // releases them is gone or hostile; a late get of reused memory fails its checksum).
+            lent.retain(|_, (_, at)| at.elapsed() < LEASE);
+            if let Err(why) = crate::core::paths::cache_key(&r.path) {
+                let reply = Message::Error {
                     id: r.id,
-                    len: r.len,
-                    crc32c,
-                });
-                let body = slot.bytes_mut(r.len as usize);
-                let tag = frames.seal_record(body);
-                write_all_parts(
-                    &mut &frames.s,
-                    &mut [
-                        io::IoSlice::new(&head),
-                        io::IoSlice::new(body),
-                        io::IoSlice::new(&tag),
-                    ],
-                )?;
+                    message: format!("refused {:?}: {why}", r.path),
+                };
+                frames.send(&reply)?;
                 continue;
             }
-            // Copied into the shared slab for the puller's get (checked there by the puller:
-            // the data-plane process may change the shared copy, not ours or its checksum).
-            Ok((slot, crc32c)) if worker.has_ucx() => {
-                let lend = |t| worker.take_lendable(t);
-                match wait_slot(lend, &mut frames, &mut lent, &mut queued)? {
-                    Some(mut shared) => {
-                        let addr = worker.lend(&slot, r.len as usize, &mut shared);
-                        lent.insert(addr, (shared, std::time::Instant::now()));
-                        Message::Staged {
-                            id: r.id,
-                            addr,
-                            len: r.len,
-                            crc32c,
-                        }
-                    }
-                    None => Message::Error {
-                        id: r.id,
-                        message: "holder has no free shared slot".into(),
-                    },
-                }
+            if lent.len() >= FAIR_SHARE {
+                // A fair share each: one connection cannot take every slot from the others.
+                let reply = Message::Error {
+                    id: r.id,
+                    message: format!("more than {FAIR_SHARE} chunks staged and not released"),
+                };
+                frames.send(&reply)?;
+                continue;
             }
-            Ok(_) => Message::Error {
-                id: r.id,
-                message: "holder has no UCX data plane to stage in".into(),
-            },
-            Err(message) => Message::Error { id: r.id, message },
-        };
-        frames.send(&reply)?;
+            let slot = wait_slot(|t| slab.take(t), frames, lent, queued)?;
+            let staged = match slot {
+                Some(slot) => stage(slot, store, &r.path, r.version, r.offset, r.len, faults),
+                None => Err("holder has no free slot".to_string()),
+            };
+            let reply = match staged {
+                Ok((mut slot, crc32c)) if r.len <= eager_max => {
+                    let head = frames.encode(&Message::Data {
+                        id: r.id,
+                        len: r.len,
+                        crc32c,
+                    });
+                    let body = slot.bytes_mut(r.len as usize);
+                    let tag = frames.seal_record(body);
+                    write_all_parts(
+                        &mut &frames.s,
+                        &mut [
+                            io::IoSlice::new(&head),
+                            io::IoSlice::new(body),
+                            io::IoSlice::new(&tag),
+                        ],
+                    )?;
+                    continue;
+                }
+                // Copied into the shared slab for the puller's get (checked there by the puller:
+                // the data-plane process may change the shared copy, not ours or its checksum).
+                Ok((slot, crc32c)) if worker.has_ucx() => {
+                    let lend = |t| worker.take_lendable(t);
+                    match wait_slot(lend, frames, lent, queued)? {
+                        Some(mut shared) => {
+                            let addr = worker.lend(&slot, r.len as usize, &mut shared);
+                            lent.insert(addr, (shared, std::time::Instant::now()));
+                            Message::Staged {
+                                id: r.id,
+                                addr,
+                                len: r.len,
+                                crc32c,
+                            }
+                        }
+                        None => Message::Error {
+                            id: r.id,
+                            message: "holder has no free shared slot".into(),
+                        },
+                    }
+                }
+                Ok(_) => Message::Error {
+                    id: r.id,
+                    message: "holder has no UCX data plane to stage in".into(),
+                },
+                Err(message) => Message::Error { id: r.id, message },
+            };
+            frames.send(&reply)?;
+        }
+    }
+
+    fn expire(&mut self) -> Option<std::time::Instant> {
+        self.lent.retain(|_, (_, at)| at.elapsed() < LEASE);
+        self.lent.values().map(|(_, at)| *at + LEASE).min()
+    }
+
+    fn ended(&self, e: io::Error) {
+        if e.kind() != io::ErrorKind::UnexpectedEof {
+            tracing::info!(error = %e, "closing puller connection");
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::io;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -96,7 +97,7 @@ impl AsyncConn {
         self.s.write_all(&frame).await
     }
 
-    /// The blocking socket and its halves, for a connection handed to a thread of its own.
+    /// The blocking socket and its halves, for a connection handed to a serving thread.
     pub(super) fn into_blocking(self) -> io::Result<FrameReader> {
         let s = self.s.into_std()?;
         s.set_nonblocking(false)?;
@@ -202,13 +203,21 @@ impl FrameReader {
                 }
             }
             let mut chunk = [0u8; 16 << 10];
-            if !wait {
-                self.s.set_nonblocking(true)?;
-            }
-            let r = self.s.read(&mut chunk);
-            if !wait {
-                self.s.set_nonblocking(false)?;
-            }
+            let r = if wait {
+                self.s.read(&mut chunk)
+            } else {
+                // One syscall, where switching the socket to nonblocking and back took three.
+                // SAFETY: reads at most `chunk.len()` bytes into `chunk`, on a socket we own.
+                let n = unsafe {
+                    libc::recv(
+                        self.s.as_raw_fd(),
+                        chunk.as_mut_ptr().cast(),
+                        chunk.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                usize::try_from(n).map_err(|_| io::Error::last_os_error())
+            };
             match r {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod attack;
+pub mod member;
 
 use std::fs;
 use std::path::{Path, PathBuf};
