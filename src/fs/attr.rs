@@ -141,6 +141,13 @@ impl Attr {
         class & want & 7 == want
     }
 
+    /// A backing entry's attributes: its mode bits as far as its ACL allows them.
+    pub(super) fn from_backing(ino: u64, b: &super::BackingStat) -> Attr {
+        let mut a = Attr::from_meta(ino, &b.meta);
+        a.perm &= b.allowed;
+        a
+    }
+
     pub(super) fn from_staged(ino: u64, s: &Staged) -> Result<Attr, Error> {
         let meta = s.file.metadata().map_err(Error::Write)?;
         let mut a = Attr::from_meta(ino, &meta);

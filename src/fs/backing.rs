@@ -111,10 +111,17 @@ impl BackingStore {
         }
     }
 
-    /// The attributes of `rel` itself (a symlink is not followed).
-    pub fn stat(&self, rel: &str) -> io::Result<Metadata> {
-        self.open_beneath(rel, libc::O_PATH | libc::O_NOFOLLOW)?
-            .metadata()
+    /// The attributes of `rel` itself (a symlink is not followed), with the bits its POSIX
+    /// ACL lets the mount present.
+    pub fn stat(&self, rel: &str) -> io::Result<BackingStat> {
+        let file = self.open_beneath(rel, libc::O_PATH | libc::O_NOFOLLOW)?;
+        let meta = file.metadata()?;
+        let allowed = if meta.file_type().is_symlink() {
+            0o7777
+        } else {
+            acl_bits(&file, rel)
+        };
+        Ok(BackingStat { meta, allowed })
     }
 
     /// Every entry of a directory with its type, from the directory alone (no stat per entry
@@ -176,4 +183,57 @@ impl Source for BackingStore {
         file.read_exact_at(buf, offset)?;
         Ok(Origin::Backing)
     }
+}
+
+/// A backing entry's attributes.
+pub struct BackingStat {
+    pub meta: Metadata,
+    /// The permission bits (of 0o7777) the mount may present: all but where an ACL narrows
+    /// them (see [`super::acl`]).
+    pub allowed: u16,
+}
+
+impl std::ops::Deref for BackingStat {
+    type Target = Metadata;
+    fn deref(&self) -> &Metadata {
+        &self.meta
+    }
+}
+
+/// The bits `file` (opened `O_PATH`, `rel` in the dataset) may present, from its access ACL.
+fn acl_bits(file: &File, rel: &str) -> u16 {
+    let path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
+    let name = CString::new(super::acl::ACL_XATTR).expect("no NUL");
+    let mut buf = vec![0u8; 1024];
+    let got = |buf: &mut Vec<u8>| {
+        // SAFETY: NUL-terminated path and name and a buffer of the length passed, for the call
+        // only; the result is checked.
+        unsafe {
+            libc::getxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        }
+    };
+    let mut n = got(&mut buf);
+    if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
+        buf.resize(64 << 10, 0);
+        n = got(&mut buf);
+    }
+    if n < 0 {
+        // ENODATA (no ACL) or EOPNOTSUPP (none on this file system): the mode bits are all.
+        return 0o7777;
+    }
+    let allowed = super::acl::allowed_bits(&buf[..n as usize]).unwrap_or(0o7700);
+    static TOLD: std::sync::Once = std::sync::Once::new();
+    TOLD.call_once(|| {
+        tracing::warn!(
+            path = rel,
+            "a backing file has a POSIX ACL: the mount presents mode bits narrowed to what its \
+             entries allow everyone (users that named entries grant more read by the mode bits)"
+        )
+    });
+    allowed
 }

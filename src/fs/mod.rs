@@ -10,6 +10,7 @@
 //! backing tree (read-only: dyadfs never modifies it), or a produced name published by any node
 //! (a [`Namespace`](crate::core::names::Namespace)). New files and directories may be created anywhere a name is free.
 
+mod acl;
 mod attr;
 mod backing;
 mod caller;
@@ -46,7 +47,6 @@ use readahead::Job;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::Metadata;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +54,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::core::source::Source;
-pub use backing::BackingStore;
+pub use backing::{BackingStat, BackingStore};
 pub use error::Error;
 use read::{Reader, WHOLE_FILE_MAX};
 
@@ -69,7 +69,7 @@ pub const ROOT_INO: u64 = 1;
 /// What a path resolves to.
 enum Found {
     Staged(Arc<Staged>),
-    Backing(Metadata),
+    Backing(BackingStat),
     Produced(Name),
 }
 
@@ -78,7 +78,7 @@ impl Found {
     fn attr(&self, ino: u64) -> Result<Attr, Error> {
         match self {
             Found::Staged(s) => Attr::from_staged(ino, s),
-            Found::Backing(meta) => Ok(Attr::from_meta(ino, meta)),
+            Found::Backing(b) => Ok(Attr::from_backing(ino, b)),
             Found::Produced(n) => Ok(Attr::from_name(ino, n)),
         }
     }
@@ -199,7 +199,7 @@ impl<S: Source> DyadFs<S> {
         inodes.by_path.insert(String::new(), ROOT_INO);
         inodes.nodes.insert(
             ROOT_INO,
-            Arc::new(new_node("", Attr::from_meta(ROOT_INO, &root), 1)),
+            Arc::new(new_node("", Attr::from_backing(ROOT_INO, &root), 1)),
         );
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         for i in 0..config.readahead_threads.max(1) {
