@@ -57,7 +57,7 @@ pub enum Command {
     /// Write a new random job secret (mode 0600) for `mount --secret-file`
     Keygen(KeygenArgs),
     /// Install this binary as the mount helper `mount -t fuse.dyadfs` and /etc/fstab lines use
-    /// (a symlink DIR/mount.fuse.dyadfs)
+    /// (a copy under --prefix, with its UCX, and a symlink DIR/mount.fuse.dyadfs to it)
     Install(InstallArgs),
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)
     #[command(subcommand)]
@@ -441,6 +441,10 @@ pub struct InstallArgs {
     /// Where mount(8) looks for helpers
     #[arg(long, default_value = "/sbin")]
     pub dir: PathBuf,
+    /// Where the binary and its UCX libraries are copied (`bin/`, `lib/`, `etc/`; root's
+    /// when run as root): the helper links to that copy, which finds its libraries there
+    #[arg(long, default_value = "/usr/local/lib/dyadfs")]
+    pub prefix: PathBuf,
 }
 
 #[derive(Debug, Args)]

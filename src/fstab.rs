@@ -93,34 +93,6 @@ pub fn mount_argv(helper_args: &[OsString]) -> Result<Vec<OsString>, String> {
     Ok(argv)
 }
 
-/// `dyadfs install`: makes `DIR/mount.fuse.dyadfs` a symlink to this binary (replacing an
-/// older symlink, never a file), so `mount -t fuse.dyadfs` and fstab lines find it.
-pub fn install(dir: &Path) -> std::io::Result<std::path::PathBuf> {
-    let exe = std::env::current_exe()?;
-    // `mount` runs the helper as root: it must be code only root can change, the binary and
-    // the UCX libraries it loads (a checkout's `.tools/ucx` owned by a user would do).
-    if crate::sys::euid() == 0 {
-        crate::sys::private::check_root_file(&exe)?;
-        for lib in crate::sys::private::loaded_libraries(&["libucp", "libucs", "libuct", "libucm"])
-        {
-            crate::sys::private::check_root_file(&lib)?;
-        }
-    }
-    let link = dir.join(HELPER_NAMES[0]);
-    match std::fs::symlink_metadata(&link) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)?,
-        Ok(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a symlink", link.display()),
-            ));
-        }
-        Err(_) => {}
-    }
-    std::os::unix::fs::symlink(&exe, &link)?;
-    Ok(link)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod core;
 pub mod daemon;
 pub mod fs;
 pub mod fstab;
+pub mod install;
 pub mod locator;
 pub mod metrics;
 pub mod stats;

@@ -99,7 +99,7 @@ fn main() -> ExitCode {
                 path: args.file.clone(),
                 source,
             }),
-        Command::Install(args) => dyadfs::fstab::install(&args.dir)
+        Command::Install(args) => dyadfs::install::install(&args.dir, &args.prefix)
             .map(|link| println!("installed {}", link.display()))
             .map_err(|source| UserError::ToolFile {
                 what: "mount helper",

@@ -13,6 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("trace", &["core", "sys"]),
     ("cli", &["core", "fs", "daemon"]),
     ("fstab", &["cli", "sys"]),
+    ("install", &["fstab", "sys"]),
     ("cache", &["core", "sys", "stats"]),
     ("fs", &["core", "sys", "stats", "cache"]),
     ("transport", &["core", "sys"]),

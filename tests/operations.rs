@@ -200,12 +200,22 @@ fn fstab_lines_and_mount_t_use_the_installed_helper() {
     };
     let f = Fixture::new("fstab");
     f.write("a.txt", b"through fstab");
+    let prefix = f.root.join("prefix");
     succeeded(
         "install",
         dyadfs()
-            .args(["install", "--dir", "/sbin"])
+            .args(["install", "--dir", "/sbin", "--prefix"])
+            .arg(&prefix)
             .output()
             .unwrap(),
+    );
+    // The helper is a copy under the prefix, which finds its UCX there, not in the checkout.
+    let installed = prefix.join("bin/dyadfs");
+    assert_eq!(fs::read_link(helper).unwrap(), installed);
+    let image = fs::read(&installed).unwrap();
+    assert_eq!(
+        dyadfs::sys::elf::runpaths(&image).unwrap(),
+        ["$ORIGIN/../lib"]
     );
     let restore = || {
         let _ = fs::remove_file(helper);
@@ -249,6 +259,26 @@ fn fstab_lines_and_mount_t_use_the_installed_helper() {
                 .unwrap(),
         );
         assert_eq!(fs::read(f.mnt.join("a.txt")).unwrap(), b"through fstab");
+        // The daemon mount(8) started is the installed copy, with the copy's UCX.
+        let pid = common::Mounted {
+            mnt: f.mnt.clone(),
+            pid: 0,
+        };
+        let daemon = pid.stat("pid");
+        std::mem::forget(pid);
+        assert_eq!(
+            fs::read_link(format!("/proc/{daemon}/exe")).unwrap(),
+            installed
+        );
+        let maps = fs::read_to_string(format!("/proc/{daemon}/maps")).unwrap();
+        let ucp = maps
+            .lines()
+            .find(|l| l.contains("libucp"))
+            .expect("UCX loaded");
+        assert!(
+            ucp.contains(&*prefix.join("lib/libucp.so.0").to_string_lossy()),
+            "{ucp}"
+        );
         umount();
         succeeded(
             "mount -t fuse.dyadfs",
@@ -473,10 +503,13 @@ fn install_refuses_a_binary_another_user_can_change() {
     let out = std::process::Command::new(&copy)
         .args(["install", "--dir"])
         .arg(&f.root)
+        .arg("--prefix")
+        .arg(f.root.join("prefix"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "installed: {err}");
     assert!(err.contains("uid 65534"), "{err}");
     assert!(fs::symlink_metadata(f.root.join("mount.fuse.dyadfs")).is_err());
+    assert!(!f.root.join("prefix").exists(), "nothing is copied");
 }

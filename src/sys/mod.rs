@@ -4,6 +4,7 @@
 //! it: UCX in `transport::ucx`, mappings in `cache::mapping`, `openat2` in `fs::backing`.)
 //! [`private`]: paths root must not be redirected through.
 
+pub mod elf;
 pub mod private;
 
 use std::io;
