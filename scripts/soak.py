@@ -3,7 +3,9 @@
 
 SOAK_NODES daemons (6) in SOAK_RACKS racks (3) on 127.0.0.1 over one backing directory; a reader per node reads the
 dataset in shifted shards in a loop and checks every byte; a driver freezes (SIGSTOP/SIGCONT),
-kills and restarts daemons at random, usually one at a time, sometimes two at once. At the end
+kills and restarts daemons at random, usually one at a time, sometimes two at once, fills a
+node's cache disk (each node's cache is on a tmpfs of its own) and flips bytes in a node's
+cached data files. SOAK_START_WITH (e.g. "fill,corrupt") runs those actions first. At the end
 it reports reads, wrong bytes (must be 0), errors, the longest read stall on a node that was up
 the whole read, shared-FS bytes against the dataset size, failovers and the actions taken.
 """
@@ -34,6 +36,7 @@ SEED = int(os.environ.get("SOAK_SEED", "1"))
 # Each node's cache holds this share of the dataset, so nodes keep evicting and pulling from
 # each other (with the whole dataset cached everywhere, chaos would change nothing).
 CACHE_SHARE = float(os.environ.get("SOAK_CACHE_SHARE", "0.4"))
+START_WITH = [a for a in os.environ.get("SOAK_START_WITH", "").split(",") if a]
 capacity = ["0"]
 
 rng = random.Random(SEED)
@@ -42,7 +45,12 @@ state = ["up"] * NODES  # up | stopped | dead
 changes = [0] * NODES  # bumped at every action on a node: a read spanning one is not a stall
 pids = [0] * NODES
 counted = {"bytes_from_backing": 0, "bytes_from_peers": 0, "failovers": 0,
-           "checksum_failures": 0, "evictions": 0}
+           "checksum_failures": 0, "evictions": 0, "cache_write_errors": 0}
+# Held by a node's reader around each file it reads, and by the driver while it flips bytes in
+# that node's cache: a flip reaches a reader at its next open (the daemon checks a changed
+# cache file again there); an open already handed to the kernel (passthrough) reads the file
+# as it is, which docs/SEMANTICS.md says and this soak does not count against dyadfs.
+gates = [threading.Lock() for _ in range(NODES)]
 results = []  # (node, seconds, bytes, outcome, spanned_a_change)
 actions = []
 deaths = []  # (node, when, cause): daemons found gone that the driver had not killed
@@ -57,8 +65,12 @@ def mnt(i):
     return f"{W}/n{i}/mnt"
 
 
+def disk(i):
+    return f"{W}/n{i}/disk"
+
+
 def ssd(i):
-    return f"{W}/n{i}/ssd"
+    return f"{disk(i)}/cache"
 
 
 def stats(i):
@@ -112,7 +124,7 @@ def reader(i, files):
         k += 1
         t = time.monotonic()
         try:
-            with open(f"{mnt(i)}/{name}", "rb") as f:
+            with gates[i], open(f"{mnt(i)}/{name}", "rb") as f:
                 data = f.read()
             outcome = "ok" if hashlib.sha256(data).hexdigest() == files[name][1] else "wrong"
         except OSError as e:
@@ -171,15 +183,54 @@ def act(kind, nodes):
     log(f"{kind} {nodes}")
 
 
+def fill_disk(n):
+    """Fills node n's cache disk for a few seconds: its fills, pulls and writes meet ENOSPC,
+    and its reads must go on (served uncached)."""
+    act("fill disk", [n])
+    filler = f"{disk(n)}/filler"
+    st = os.statvfs(disk(n))
+    try:
+        with open(filler, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
+    except OSError:
+        pass  # full already, or nearly: as full as it gets
+    time.sleep(rng.uniform(3, 8))
+    os.unlink(filler)
+
+
+def corrupt(n):
+    """Flips a byte in a few of node n's cached data files, between two of its reads."""
+    files = [os.path.join(d, f) for d, _, fs in os.walk(f"{ssd(n)}/data") for f in fs]
+    files = [f for f in files if os.path.getsize(f) > 0]
+    picked = rng.sample(files, min(3, len(files)))
+    act(f"corrupt {len(picked)} files", [n])
+    with gates[n]:
+        for path in picked:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                at = rng.randrange(os.fstat(fd).st_size)
+                byte = os.pread(fd, 1, at)
+                os.pwrite(fd, bytes([byte[0] ^ 0x40]), at)
+            finally:
+                os.close(fd)
+
+
 def driver():
     end = time.monotonic() + SECONDS
+    for kind in START_WITH:
+        up = [n for n in range(NODES) if state[n] == "up"]
+        {"fill": fill_disk, "corrupt": corrupt}[kind](rng.choice(up))
     while time.monotonic() < end:
         time.sleep(rng.uniform(3, 8))
         for n in range(NODES):
             alive(n)
         up = [n for n in range(NODES) if state[n] == "up"]
         roll = rng.random()
-        if roll < 0.45:
+        if roll < 0.15:
+            fill_disk(rng.choice(up))
+        elif roll < 0.30:
+            corrupt(rng.choice(up))
+        elif roll < 0.55:
             n = rng.choice(up)
             act("freeze", [n])
             with lock:
@@ -190,7 +241,7 @@ def driver():
             with lock:
                 state[n] = "up"
                 changes[n] += 1
-        elif roll < 0.80:
+        elif roll < 0.85:
             n = rng.choice(up)
             bank(n)
             act("kill+restart", [n])
@@ -230,6 +281,13 @@ def main():
     files = make_dataset()
     dataset = sum(s for s, _ in files.values())
     capacity[0] = f"{max(int(dataset * CACHE_SHARE) >> 20, LARGE_SIZE >> 19)}M"
+    # Each node's cache disk: a tmpfs a little larger than its capacity, so a filler fills it.
+    disk_mib = int(capacity[0][:-1]) * 5 // 4 + 16
+    for i in range(NODES):
+        os.makedirs(disk(i), exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={disk_mib}M,mode=0700", "tmpfs",
+                        disk(i)], check=True)
+        os.makedirs(ssd(i), mode=0o700, exist_ok=True)
     log(f"dataset: {len(files)} files, {dataset / 2**20:.1f} MiB; {NODES} daemons in {RACKS} racks; "
         f"caches of {capacity[0]} each; peer timeout {PEER_TIMEOUT}s, failure detection {DETECT}s; "
         f"{SECONDS}s of chaos")
@@ -282,7 +340,9 @@ def main():
     print(f"bytes from peers         {counted['bytes_from_peers'] / 2**20:.1f} MiB")
     print(f"failovers                {counted['failovers']} (re-homings after a death)")
     print(f"evictions                {counted['evictions']} (caches hold {CACHE_SHARE:.0%} of the dataset)")
-    print(f"checksum failures        {counted['checksum_failures']}")
+    print(f"checksum failures        {counted['checksum_failures']} (flipped bytes caught)")
+    print(f"cache write errors       {counted['cache_write_errors']} (reads served uncached "
+          f"while a cache disk was full)")
     print(f"daemons that died alone  {len(deaths)} {deaths}")
     kinds = {}
     for k, _ in actions:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The chaos soak (issue 17): 6 daemons in 3 racks (SOAK_NODES, SOAK_RACKS) on 127.0.0.1 (UCX over tcp on loopback), one
 # reader per node reading the dataset in shifted shards and checking every byte, while a driver
-# freezes, kills and restarts daemons at random (scripts/soak.py). Reports reads, wrong bytes
+# freezes, kills and restarts daemons at random, fills cache disks and flips bytes in cached
+# files (scripts/soak.py). Reports reads, wrong bytes
 # (exit 1 if any), errors, the longest read stall on a node that was up, shared-FS bytes
 # against the dataset, failovers and the actions. Needs root (FUSE). Loopback only.
 # Usage: SOAK_SECONDS=600 scripts/soak.sh   (env: SOAK_NODES (6), SOAK_RACKS (3), SOAK_FILES, SOAK_KIB, SOAK_LARGE,
-#        SOAK_LARGE_MIB, SOAK_PEER_TIMEOUT, SOAK_DETECT, SOAK_SEED, DYADFS_BIN, KEEP)
+#        SOAK_LARGE_MIB, SOAK_PEER_TIMEOUT, SOAK_DETECT, SOAK_SEED, SOAK_START_WITH, DYADFS_BIN, KEEP)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -19,6 +20,9 @@ cleanup() {
     pid=$("$BIN" stats "$m" --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])' 2>/dev/null || true)
     [ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null || true
     fusermount3 -uz "$m" 2>/dev/null || true
+  done
+  for d in "$W"/n*/disk; do
+    mountpoint -q "$d" && umount -l "$d" || true
   done
   [ -n "${KEEP:-}" ] || rm -rf "$W"
 }

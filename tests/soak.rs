@@ -1,5 +1,6 @@
 //! A short chaos soak in the test command (`scripts/soak.sh`, 20 seconds): six real daemons,
-//! readers checking every byte, daemons frozen, killed and restarted at random. The long run
+//! readers checking every byte, daemons frozen, killed and restarted at random, a cache disk
+//! filled and cached files corrupted (those two first, so every run has them). The long run
 //! (`SOAK_SECONDS=600 scripts/soak.sh`) is in docs/BENCHMARKS.md.
 
 use std::process::Command;
@@ -12,6 +13,7 @@ fn a_short_chaos_soak_reads_no_wrong_byte() {
         .env("SOAK_FILES", "60")
         .env("SOAK_LARGE", "1")
         .env("SOAK_LARGE_MIB", "12")
+        .env("SOAK_START_WITH", "fill,corrupt")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -19,4 +21,5 @@ fn a_short_chaos_soak_reads_no_wrong_byte() {
     assert!(out.status.success(), "the soak failed");
     assert!(text.contains("wrong bytes              0 reads"), "{text}");
     assert!(text.contains("errors on live nodes     0"), "{text}");
+    assert!(text.contains("1 fill disk") && text.contains("corrupt"), "{text}");
 }
