@@ -29,6 +29,33 @@ struct Count {
     publish_cross: u64,
     backing_reads: u64,
     local_hits: u64,
+    /// Pulls that waited out the peer timeout at a slow holder before the next was tried.
+    timeouts: u64,
+    /// Reads on a node whose cache disk is full: served, not kept, not published.
+    uncached: u64,
+}
+
+/// Nodes that are up but failing: a full cache disk (they read and keep nothing) or slow (a
+/// pull from them waits out the peer timeout; the gossip does not declare them down).
+#[derive(Default)]
+struct Faults {
+    full: HashSet<NodeId>,
+    slow: HashSet<NodeId>,
+}
+
+impl Faults {
+    /// A reply of holders `h` as the reader meets it: timeouts at slow holders tried in
+    /// order, and whether it ends at the backing store (every holder down or slow).
+    fn pull(&self, h: &[NodeId], is_down: impl Fn(NodeId) -> bool) -> (u64, bool) {
+        let mut timeouts = 0;
+        for &n in h.iter().filter(|&&n| !is_down(n)) {
+            if !self.slow.contains(&n) {
+                return (timeouts, false);
+            }
+            timeouts += 1;
+        }
+        (timeouts, true)
+    }
 }
 
 struct Net<'a> {
@@ -69,10 +96,20 @@ fn round_hier(
     globals: &mut HashMap<NodeId, GlobalHome>,
     reads: &[(NodeId, u64)],
     down: &HashSet<NodeId>,
+    faults: &Faults,
     c: &mut Count,
 ) {
     let m = net.m;
     let is_down = |n: NodeId| down.contains(&n);
+    let pulled = |r: &Reply, c: &mut Count| match r {
+        Reply::Fetch => c.backing_reads += 1,
+        Reply::Holders(h) => {
+            let (timeouts, backing) = faults.pull(h, is_down);
+            c.timeouts += timeouts;
+            c.backing_reads += u64::from(backing);
+        }
+        _ => {}
+    };
     let now = Instant::now();
     let mut asks: Vec<(NodeId, u64, NodeId)> = Vec::new(); // (rack home, file, first asker)
     let mut obtain: Vec<(NodeId, u64)> = Vec::new();
@@ -92,9 +129,7 @@ fn round_hier(
                 let (a, x) = net.send(rh, n, false);
                 c.lookup_msgs += a;
                 c.lookup_cross += x;
-                if matches!(&r, Reply::Holders(h) if h.iter().all(|&h| is_down(h))) {
-                    c.backing_reads += 1;
-                }
+                pulled(&r, c);
                 obtain.push((n, f));
             }
             RackLookup::AskGlobal => asks.push((rh, f, n)),
@@ -116,15 +151,15 @@ fn round_hier(
             let (a, x) = net.send(rh, n, false);
             c.lookup_msgs += a;
             c.lookup_cross += x;
-            match &reply {
-                Reply::Fetch => c.backing_reads += 1,
-                Reply::Holders(h) if h.iter().all(|&h| is_down(h)) => c.backing_reads += 1,
-                _ => {}
-            }
+            pulled(&reply, c);
             obtain.push((n, f));
         }
     }
     for (n, f) in obtain {
+        if faults.full.contains(&n) {
+            c.uncached += 1;
+            continue;
+        }
         held[n as usize].insert(f);
         c.publishes += 1;
         let k = key(f);
@@ -261,6 +296,7 @@ fn failure_round(
         &mut globals,
         &first,
         &none,
+        &Faults::default(),
         &mut Count::default(),
     );
     let down: HashSet<NodeId> = dead.iter().copied().collect();
@@ -325,9 +361,62 @@ fn failure_round(
         &mut globals,
         &second,
         &down,
+        &Faults::default(),
         &mut c,
     );
     (msgs, entries, c)
+}
+
+/// A healthy first epoch, then a second (shards shifted by one node) with `faults`: nodes
+/// whose cache disk is full, or slow. Returns the second epoch's counts.
+fn fault_round(m: &Membership, per_node: u64, faults: &Faults) -> Count {
+    let nodes = m.members().count();
+    let files = nodes as u64 * per_node;
+    let (mut held, mut racks, mut globals) = (
+        vec![HashSet::new(); nodes],
+        HashMap::<NodeId, RackHome>::new(),
+        HashMap::<NodeId, GlobalHome>::new(),
+    );
+    let mut net = Net {
+        m,
+        load: vec![0; nodes],
+    };
+    let mut order: Vec<u64> = (0..files).collect();
+    shuffle(&mut order, 1);
+    let epoch = |order: &[u64]| -> Reads {
+        order
+            .iter()
+            .enumerate()
+            .map(|(i, &f)| ((i as u64 / per_node) as NodeId, f))
+            .collect()
+    };
+    let (none, mut c) = (HashSet::new(), Count::default());
+    let first = epoch(&order);
+    let healthy = Faults::default();
+    round_hier(
+        &mut net,
+        &mut held,
+        &mut racks,
+        &mut globals,
+        &first,
+        &none,
+        &healthy,
+        &mut c,
+    );
+    order.rotate_left(per_node as usize);
+    let mut c = Count::default();
+    let second = epoch(&order);
+    round_hier(
+        &mut net,
+        &mut held,
+        &mut racks,
+        &mut globals,
+        &second,
+        &none,
+        faults,
+        &mut c,
+    );
+    c
 }
 
 fn main() {
@@ -400,6 +489,7 @@ fn main() {
             &mut globals_h,
             reads,
             &HashSet::new(),
+            &Faults::default(),
             &mut c,
         );
         print(&format!("{label} hierarchical"), &c, &net.load, *nfiles);
@@ -436,6 +526,65 @@ fn main() {
                 lost
             );
         }
+    }
+    println!(
+        "\nfaults of live nodes: a healthy epoch 1, then epoch 2 with some nodes' cache disks \
+         full (they read, keep nothing) or slow (pulls from them wait out the peer timeout)"
+    );
+    println!(
+        "{:<26} {:>9} {:>12} {:>10} {:>10} {:>10}",
+        "faulty nodes", "lookups", "backing rd", "timeouts", "uncached", "publishes"
+    );
+    let pick = |n: u64, offset: u64| -> HashSet<NodeId> {
+        (0..n)
+            .map(|i| ((i * 97 + offset) % nodes) as NodeId)
+            .collect()
+    };
+    let tenth = (nodes / 10).max(1);
+    let cases = [
+        ("none", Faults::default()),
+        (
+            "1 disk full",
+            Faults {
+                full: pick(1, 5),
+                ..Faults::default()
+            },
+        ),
+        (
+            "10% disks full",
+            Faults {
+                full: pick(tenth, 5),
+                ..Faults::default()
+            },
+        ),
+        (
+            "1 slow",
+            Faults {
+                slow: pick(1, 5),
+                ..Faults::default()
+            },
+        ),
+        (
+            "10% slow",
+            Faults {
+                slow: pick(tenth, 5),
+                ..Faults::default()
+            },
+        ),
+        (
+            "10% full + 10% slow",
+            Faults {
+                full: pick(tenth, 5),
+                slow: pick(tenth, 50),
+            },
+        ),
+    ];
+    for (label, faults) in &cases {
+        let c = fault_round(&m, per_node, faults);
+        println!(
+            "{label:<26} {:>9} {:>12} {:>10} {:>10} {:>10}",
+            c.lookups, c.backing_reads, c.timeouts, c.uncached, c.publishes
+        );
     }
     println!(
         "\nmsg/lkp, msg/pub: control messages per lookup (a miss) and per publish (a new copy);\n\
