@@ -61,7 +61,7 @@ pub enum Command {
     /// Write a new random job secret (mode 0600) for `mount --secret-file`
     Keygen(KeygenArgs),
     /// Install this binary as the mount helper `mount -t fuse.dyadfs` and /etc/fstab lines use
-    /// (a copy under --prefix, with its UCX, and a symlink DIR/mount.fuse.dyadfs to it)
+    /// (a symlink DIR/mount.fuse.dyadfs)
     Install(InstallArgs),
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)
     #[command(subcommand)]
@@ -186,6 +186,12 @@ pub struct MountArgs {
     /// file system free]
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Storage")]
     pub capacity: Option<u64>,
+
+    /// Most bytes of produced files one user may hold on this node: files being written (their
+    /// length) and files published here that this node keeps as their only copy. The write or
+    /// truncate that would cross it fails with EDQUOT (root is not capped) [default: no cap]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Storage")]
+    pub max_staged_per_user: Option<u64>,
 
     /// Cache data files kept open while idle (an LRU: files are opened on demand, so any number
     /// of files can be cached under any descriptor limit) [default: half the descriptor limit,
@@ -445,10 +451,6 @@ pub struct InstallArgs {
     /// Where mount(8) looks for helpers
     #[arg(long, default_value = "/sbin")]
     pub dir: PathBuf,
-    /// Where the binary and its UCX libraries are copied (`bin/`, `lib/`, `etc/`; root's
-    /// when run as root): the helper links to that copy, which finds its libraries there
-    #[arg(long, default_value = "/usr/local/lib/dyadfs")]
-    pub prefix: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -518,6 +520,7 @@ impl From<MountArgs> for MountConfig {
             backing: backing.unwrap_or_else(|| a.ssd.join(MANAGED_ROOT)),
             ssd: a.ssd,
             capacity: a.capacity,
+            max_staged_per_user: a.max_staged_per_user,
             open_files: a.open_files,
             chunk_size: a.chunk_size,
             scrub_interval: a.scrub_interval,
