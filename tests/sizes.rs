@@ -151,7 +151,9 @@ except OSError as e:
 fn line_of(out: &mut impl std::io::BufRead) -> Vec<u64> {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    line.split_whitespace().map(|n| n.parse().unwrap()).collect()
+    line.split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect()
 }
 
 /// Writes as `uid` and closes at once: (bytes written, the failed write's errno, close's).
@@ -186,7 +188,10 @@ fn a_user_past_the_staged_cap_gets_edquot_at_the_crossing_write() {
     let mut a_out = std::io::BufReader::new(a.stdout.take().unwrap());
     assert_eq!(line_of(&mut a_out), [1 << 20, libc::EDQUOT as u64]);
     // A's file is still open (staged, 1 MiB held against A): B is not held by it.
-    assert_eq!(write_as(B, &jobs.join("b.bin"), 768 << 10), (768 << 10, 0, 0));
+    assert_eq!(
+        write_as(B, &jobs.join("b.bin"), 768 << 10),
+        (768 << 10, 0, 0)
+    );
     a.stdin.take().unwrap().write_all(b"\n").unwrap();
     assert_eq!(line_of(&mut a_out), [0], "A's close");
     assert!(a.wait().unwrap().success());

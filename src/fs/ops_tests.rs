@@ -375,6 +375,11 @@ fn a_uid_past_its_cap_is_refused_at_the_crossing_write() {
         w.fs.flush(h.fh).unwrap();
         w.fs.release(h.fh).unwrap();
     }
+    // A restarted daemon charges what it keeps to the same uids (the kept log says whose).
+    let again = quota::Quota::new(Some(1000), Arc::new(Stats::default()));
+    let cache = w.fs.reader.cache.clone();
+    Producer::open(&w.dir.join("ssd"), cache, 0, again.clone()).unwrap();
+    assert_eq!((again.held(1000), again.held(1001)), (1000, 1000));
 }
 
 proptest! {
