@@ -66,6 +66,8 @@ pub struct Stats {
     pub name_waits: AtomicU64,
     /// Lookups that did not wait because their user had too many waiting already.
     pub name_waits_refused: AtomicU64,
+    /// Writes and truncates refused because their uid reached `--max-staged-per-user`.
+    pub quota_refusals: AtomicU64,
     pub replicated_files: AtomicU64,
     pub bytes_replicated: AtomicU64,
     /// Files (and their bytes) prefetch lists brought into the cache.
@@ -161,6 +163,9 @@ pub struct Snapshot {
     /// Lookups that answered at once because their user had too many waiting already.
     #[serde(default)]
     pub name_waits_refused: u64,
+    /// Writes and truncates refused with EDQUOT: their uid reached `--max-staged-per-user`.
+    #[serde(default)]
+    pub quota_refusals: u64,
     /// Files and bytes `--replicate` copied from other nodes (counted in `bytes_from_peers`
     /// too).
     #[serde(default)]
@@ -350,6 +355,7 @@ impl Stats {
             bytes_written: get(&self.bytes_written),
             name_waits: get(&self.name_waits),
             name_waits_refused: get(&self.name_waits_refused),
+            quota_refusals: get(&self.quota_refusals),
             replicated_files: get(&self.replicated_files),
             bytes_replicated: get(&self.bytes_replicated),
             inodes,
@@ -374,7 +380,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 46] = [
+        let rows: [(&str, String); 47] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
@@ -393,6 +399,7 @@ impl Snapshot {
             ("bytes written", human(self.bytes_written)),
             ("name waits", self.name_waits.to_string()),
             ("name waits refused", self.name_waits_refused.to_string()),
+            ("quota refusals", self.quota_refusals.to_string()),
             ("replicated files", self.replicated_files.to_string()),
             ("bytes replicated", human(self.bytes_replicated)),
             ("prefetched files", self.prefetched_files.to_string()),

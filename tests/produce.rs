@@ -167,13 +167,13 @@ fn listings_renames_and_unlinks_are_seen_on_every_node() {
     eventually("unlinked object dropped", || {
         c.nodes[0].stat("cached_files") == 3
     });
-    // The kept log: `SIZE MTIME OBJECT` lines, and `- OBJECT` once released.
+    // The kept log: `SIZE MTIME OBJECT UID` lines, and `- OBJECT` once released.
     let kept = fs::read_to_string(c.root.join("s0/kept")).unwrap();
     let mut live = std::collections::BTreeSet::new();
     for line in kept.lines() {
         match line.strip_prefix("- ") {
             Some(object) => assert!(live.remove(object), "{kept}"),
-            None => assert!(live.insert(line.rsplit(' ').next().unwrap()), "{kept}"),
+            None => assert!(live.insert(line.split(' ').nth(2).unwrap()), "{kept}"),
         }
     }
     assert_eq!(live.len(), 2, "{kept}");

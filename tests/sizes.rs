@@ -108,3 +108,103 @@ fn sigterm_stops_a_busy_daemon_within_seconds() {
     assert!(!is_mounted(Path::new(&m.mnt)));
     drop(busy);
 }
+
+/// Writes `total` bytes of `a` to `path` as uid (and gid) `uid`, `step` bytes a write, stopping
+/// at the first failed write; prints `WRITTEN ERRNO`, then waits for a line on stdin before it
+/// closes the file (held open, the file stays staged) and prints close's errno.
+fn writer_as(uid: u32, path: &Path, total: usize, step: usize) -> std::process::Child {
+    const SCRIPT: &str = r#"
+import os, sys
+path, total, step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+off, err = 0, 0
+while off < total:
+    try:
+        off += os.write(fd, b"a" * min(step, total - off))
+    except OSError as e:
+        err = e.errno
+        break
+print(off, err, flush=True)
+sys.stdin.readline()
+try:
+    os.close(fd)
+    print(0, flush=True)
+except OSError as e:
+    print(e.errno, flush=True)
+"#;
+    std::process::Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        // Debian's (scripts/install-deps.sh): a python3 found first on root's PATH may live
+        // where the other uid cannot reach it.
+        .args(["/usr/bin/python3", "-c", SCRIPT])
+        .arg(path)
+        .args([total.to_string(), step.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A line the writer printed, as numbers.
+fn line_of(out: &mut impl std::io::BufRead) -> Vec<u64> {
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line.split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+/// Writes as `uid` and closes at once: (bytes written, the failed write's errno, close's).
+fn write_as(uid: u32, path: &Path, total: usize) -> (u64, u64, u64) {
+    let mut child = writer_as(uid, path, total, 64 << 10);
+    child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (w, c) = (line_of(&mut out), line_of(&mut out));
+    assert!(child.wait().unwrap().success());
+    (w[0], w[1], c[0])
+}
+
+/// `--max-staged-per-user` (issue 31): the daemon writes produced files as root, past their
+/// writer's disk quota. User A's write that would cross the cap fails there with EDQUOT, not at
+/// close; A's file keeps what it held and publishes it; user B writes on meanwhile; what A
+/// published here counts until it is removed.
+#[test]
+fn a_user_past_the_staged_cap_gets_edquot_at_the_crossing_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const A: u32 = 60001;
+    const B: u32 = 60002;
+    let f = Fixture::new("sizes-quota");
+    let m = f.mount_managed_with(
+        &f.ssd,
+        &["-o", "allow_other", "--max-staged-per-user", "1M"],
+    );
+    let jobs = m.path("jobs");
+    fs::create_dir(&jobs).unwrap();
+    fs::set_permissions(&jobs, fs::Permissions::from_mode(0o1777)).unwrap();
+
+    let mut a = writer_as(A, &jobs.join("a.bin"), 2 << 20, 64 << 10);
+    let mut a_out = std::io::BufReader::new(a.stdout.take().unwrap());
+    assert_eq!(line_of(&mut a_out), [1 << 20, libc::EDQUOT as u64]);
+    // A's file is still open (staged, 1 MiB held against A): B is not held by it.
+    assert_eq!(
+        write_as(B, &jobs.join("b.bin"), 768 << 10),
+        (768 << 10, 0, 0)
+    );
+    a.stdin.take().unwrap().write_all(b"\n").unwrap();
+    assert_eq!(line_of(&mut a_out), [0], "A's close");
+    assert!(a.wait().unwrap().success());
+    assert_eq!(fs::read(jobs.join("a.bin")).unwrap(), vec![b'a'; 1 << 20]);
+    assert_eq!(fs::metadata(jobs.join("a.bin")).unwrap().uid(), A);
+    assert_eq!(fs::read(jobs.join("b.bin")).unwrap().len(), 768 << 10);
+
+    // Published here as the only copy, A's 1 MiB still counts; removed, it is given back.
+    assert_eq!(
+        write_as(A, &jobs.join("a2.bin"), 1 << 10),
+        (0, libc::EDQUOT as u64, 0)
+    );
+    fs::remove_file(jobs.join("a.bin")).unwrap();
+    assert_eq!(write_as(A, &jobs.join("a2.bin"), 1 << 20), (1 << 20, 0, 0));
+    assert_eq!(m.stat("quota_refusals"), 2);
+}

@@ -26,6 +26,8 @@ pub struct MountConfig {
     pub managed: bool,
     /// Bytes the cache may hold (`None`: leave 10% of its file system free).
     pub capacity: Option<u64>,
+    /// Bytes of produced files one uid may hold here, written or kept (`None`: no cap).
+    pub max_staged_per_user: Option<u64>,
     /// Idle cache data files kept open (`None`: half the descriptor limit, at most 65536).
     pub open_files: Option<u64>,
     pub chunk_size: u64,

@@ -16,6 +16,7 @@ use crate::core::Version;
 use crate::core::names::Namespace;
 use crate::core::source::Source;
 use crate::fs::StatusFn;
+use crate::fs::quota::Quota;
 use crate::fs::read::Reader;
 use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
@@ -105,8 +106,9 @@ fn backing(args: &MountConfig, cache: &Cache) -> BackingStore {
     BackingStore::new(args.backing.clone()).relieving(cache.files())
 }
 
-fn producer(args: &MountConfig, cache: &Arc<Cache>, id: u32) -> Result<Arc<Producer>, UserError> {
-    Producer::open(&args.ssd, cache.clone(), id)
+fn producer(b: &Base, args: &MountConfig, id: u32) -> Result<Arc<Producer>, UserError> {
+    let quota = Quota::new(args.max_staged_per_user, b.stats.clone());
+    Producer::open(&args.ssd, b.cache.clone(), id, quota)
         .map(Arc::new)
         .map_err(|source| UserError::CacheDir {
             path: args.ssd.clone(),
@@ -125,7 +127,7 @@ fn backing_err(args: &MountConfig) -> impl Fn(crate::fs::Error) -> UserError + '
 fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let source = Arc::new(backing(args, &b.cache));
     let names = Arc::new(crate::locator::names::LocalNames::default());
-    let producer = producer(args, &b.cache, 0)?;
+    let producer = producer(&b, args, 0)?;
     run(args, b, names, producer, source, None)
 }
 
@@ -241,7 +243,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
             tracing::error!(error = %e, "control server stopped");
         }
     });
-    let producer = producer(args, &b.cache, id)?;
+    let producer = producer(&b, args, id)?;
     // What the locator does for this node: release objects it is told to, re-announce copies.
     let p = producer.clone();
     let _ = locator

@@ -66,6 +66,9 @@ pub enum Error {
     /// A produced file grown past the room the capacity leaves beside the files kept here.
     #[error("a produced file of {size} bytes (room for {room} beside the files kept here)")]
     NoRoom { size: u64, room: u64 },
+    /// Past `--max-staged-per-user`: what one uid writes or keeps here.
+    #[error("user {uid} would hold {wanted} bytes of produced files here (at most {cap})")]
+    OverQuota { uid: u32, wanted: u64, cap: u64 },
     #[error("this user's prefetch lists hold too many files")]
     PrefetchFull,
     #[error("prefetch list: {0}")]
@@ -112,6 +115,8 @@ impl Error {
             // As a file size limit would say: no write can make it fit.
             Error::TooLarge { .. } => libc::EFBIG,
             Error::NoRoom { .. } => libc::ENOSPC,
+            // As the disk quota the root daemon's writes escape would say.
+            Error::OverQuota { .. } => libc::EDQUOT,
             Error::PrefetchFull => libc::EBUSY,
             Error::PrefetchList(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -25,6 +25,7 @@ pub mod listing;
 mod lookup;
 mod namespace;
 pub mod prefetch;
+pub mod quota;
 pub mod read;
 mod readahead;
 mod rename;
@@ -537,7 +538,7 @@ impl<S: Source> DyadFs<S> {
         let (key, attr) = match found {
             Found::Staged(s) => {
                 if truncate {
-                    s.set_len(0).map_err(Error::Write)?;
+                    s.set_len(0)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
                 return Ok(ToOpen::Handle(self.staged_handle(s, write)));

@@ -131,8 +131,9 @@ impl<S: Source> DyadFs<S> {
     /// write, not at close), and the file is never published.
     fn stage(&self, staged: &Staged, data: &[u8], offset: u64) -> Result<(), Error> {
         // Refused, not failed: the file keeps what it holds and may still be published.
-        self.producer
-            .room_for(offset.saturating_add(data.len() as u64))?;
+        let end = offset.saturating_add(data.len() as u64);
+        self.producer.room_for(end)?;
+        staged.charge.resize(end, true)?;
         let mut r = staged.file.write_all_at(data, offset);
         if let Err(e) = &r
             && matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
@@ -534,7 +535,7 @@ impl<S: Source> DyadFs<S> {
             Found::Staged(s) => {
                 if let Some(size) = changes.size {
                     self.producer.room_for(size)?;
-                    s.set_len(size).map_err(Error::Write)?;
+                    s.set_len(size)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
                 if !changes.is_empty() {
@@ -557,9 +558,11 @@ impl<S: Source> DyadFs<S> {
                 self.producer.room_for(changes.size.unwrap_or(0))?;
                 // A new version of the bytes, written and published at once.
                 let staged = self.new_version(&path, &n, true)?;
-                staged
-                    .set_len(changes.size.unwrap_or(0))
-                    .map_err(Error::Write)?;
+                if let Err(e) = staged.set_len(changes.size.unwrap_or(0)) {
+                    // Not left staged under the name, as when its copy fails.
+                    self.producer.unstage(&staged);
+                    return Err(e);
+                }
                 self.setattr_staged(&staged, changes, now);
                 self.seal(&staged)?;
                 self.getattr(ino)

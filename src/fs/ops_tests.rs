@@ -67,6 +67,11 @@ impl Drop for World {
 }
 
 fn world() -> (World, BTreeMap<String, Vec<u8>>) {
+    world_capped(None)
+}
+
+/// [`world`] with `--max-staged-per-user`.
+fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Vec<u8>>) {
     let dir = std::env::temp_dir().join(format!(
         "dyadfs-ops-test-{}-{}",
         std::process::id(),
@@ -97,7 +102,8 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
         open_files: 8,
     };
     let cache = Arc::new(Cache::open(&config, stats.clone()).unwrap());
-    let producer = Arc::new(Producer::open(&ssd, cache.clone(), 0).unwrap());
+    let quota = quota::Quota::new(max_staged_per_user, stats.clone());
+    let producer = Arc::new(Producer::open(&ssd, cache.clone(), 0, quota).unwrap());
     let fs_config = FsConfig {
         metadata_ttl: Duration::from_secs(1),
         passthrough: false,
@@ -317,6 +323,63 @@ fn a_close_seals_and_reports_what_publishing_met() {
     let e = w.fs.flush(c.fh).unwrap_err();
     assert_eq!(e.errno(), libc::EIO, "{e}");
     w.fs.release(c.fh).unwrap();
+}
+
+/// `--max-staged-per-user`: the write that would take a uid past its cap fails with EDQUOT
+/// there, the file keeps what it held and publishes it; what that uid published here counts
+/// until it is removed; another uid writes on.
+#[test]
+fn a_uid_past_its_cap_is_refused_at_the_crossing_write() {
+    let (w, _) = world_capped(Some(1000));
+    let create = |name: &str, uid: u32| {
+        w.fs.create(ROOT_INO, OsStr::new(name), 0o644, (false, true), (uid, uid))
+            .unwrap()
+            .1
+    };
+    let a = create("p0", 1000);
+    w.fs.write(a.fh, 0, &[1; 600]).unwrap();
+    let e = w.fs.write(a.fh, 600, &[2; 401]).unwrap_err();
+    assert_eq!(e.errno(), libc::EDQUOT, "{e}");
+    // Another uid is not held by the first one's bytes.
+    let b = create("p1", 1001);
+    w.fs.write(b.fh, 0, &[3; 1000]).unwrap();
+    w.fs.write(a.fh, 600, &[2; 400]).unwrap();
+    w.fs.flush(a.fh).unwrap();
+    w.fs.release(a.fh).unwrap();
+    let mut want = vec![1; 600];
+    want.extend([2; 400]);
+    assert_eq!(read_whole(&w.fs, "p0").unwrap(), want);
+
+    // What it published here counts: no room for a byte more, by write or by truncate.
+    let c = create("p2", 1000);
+    assert_eq!(w.fs.write(c.fh, 0, b"x").unwrap_err().errno(), libc::EDQUOT);
+    let grow = Changes {
+        size: Some(10),
+        ..Changes::default()
+    };
+    let c_ino = w.fs.lookup(ROOT_INO, OsStr::new("p2"), 0).unwrap().ino;
+    let e = w.fs.setattr(c_ino, &grow).unwrap_err();
+    assert_eq!(e.errno(), libc::EDQUOT, "{e}");
+    // Removed, it is given back.
+    w.fs.remove(ROOT_INO, OsStr::new("p0"), false).unwrap();
+    w.fs.write(c.fh, 0, &[4; 1000]).unwrap();
+    // A truncate gives back too.
+    let shrink = Changes {
+        size: Some(100),
+        ..Changes::default()
+    };
+    w.fs.setattr(c_ino, &shrink).unwrap();
+    w.fs.write(c.fh, 100, &[5; 900]).unwrap();
+    assert_eq!(w.fs.stats().quota_refusals.load(Ordering::Relaxed), 3);
+    for h in [b, c] {
+        w.fs.flush(h.fh).unwrap();
+        w.fs.release(h.fh).unwrap();
+    }
+    // A restarted daemon charges what it keeps to the same uids (the kept log says whose).
+    let again = quota::Quota::new(Some(1000), Arc::new(Stats::default()));
+    let cache = w.fs.reader.cache.clone();
+    Producer::open(&w.dir.join("ssd"), cache, 0, again.clone()).unwrap();
+    assert_eq!((again.held(1000), again.held(1001)), (1000, 1000));
 }
 
 proptest! {

@@ -4,8 +4,9 @@
 //! daemon that dies mid-write never seals: its staging files are discarded at the next start.
 //!
 //! The objects this node keeps (the only copy of what it produced) are listed in `<ssd>/kept`,
-//! so a restarted daemon keeps them too: a log of `SIZE MTIME OBJECT` (kept) and `- OBJECT`
-//! (released) lines, appended to per publish and rewritten whole at start and when it holds
+//! so a restarted daemon keeps them too: a log of `SIZE MTIME OBJECT UID` (kept, charged to
+//! UID: see [`super::quota`]; a line of an older version has no UID and is charged to nobody)
+//! and `- OBJECT` (released) lines, appended to per publish and rewritten whole at start and when it holds
 //! more released lines than kept ones (rewriting it whole on every publish made the n-th
 //! produced file cost n writes).
 
@@ -19,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Error;
+use super::quota::{Charge, Quota};
 use crate::cache::Cache;
 use crate::core::Version;
 use crate::core::names::FILE_SIZE_MAX;
@@ -53,6 +55,9 @@ pub struct Staged {
     /// bytes are not what the producer wrote, so it is never published (see
     /// [`Staged::failed`]).
     pub write_error: AtomicI32,
+    /// Its length, held against its owner's `--max-staged-per-user` until it is dropped or
+    /// sealed.
+    pub charge: Charge,
 }
 
 impl Staged {
@@ -71,9 +76,11 @@ impl Staged {
         }
     }
 
-    /// Truncates it to `size`; emptied, it no longer holds a failed write's bytes.
-    pub fn set_len(&self, size: u64) -> io::Result<()> {
-        self.file.set_len(size)?;
+    /// Truncates it to `size` (refused with EDQUOT past its owner's cap); emptied, it no
+    /// longer holds a failed write's bytes.
+    pub fn set_len(&self, size: u64) -> Result<(), Error> {
+        self.charge.resize(size, false)?;
+        self.file.set_len(size).map_err(Error::Write)?;
         if size == 0 {
             self.write_error.store(0, Ordering::Relaxed);
         }
@@ -100,15 +107,24 @@ pub struct SetAttrs {
     pub ctime_ns: Option<i64>,
 }
 
+/// An object kept here as the only copy.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    version: Version,
+    /// Whose `--max-staged-per-user` it counts against (`None`: listed by an older version).
+    uid: Option<u32>,
+}
+
 pub struct Producer {
     cache: Arc<Cache>,
+    quota: Arc<Quota>,
     staging: PathBuf,
     kept_path: PathBuf,
     node: u32,
     /// Staged files by path.
     staged: Mutex<HashMap<String, Arc<Staged>>>,
-    /// Objects kept as the only copy: object -> version.
-    kept: Mutex<BTreeMap<String, Version>>,
+    /// Objects kept as the only copy.
+    kept: Mutex<BTreeMap<String, Kept>>,
     /// The bytes of the objects in `kept`: what the capacity cannot give a new file.
     kept_bytes: AtomicU64,
     /// The kept log open for appending, and how many lines it holds.
@@ -118,8 +134,14 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// Discards the staging files of a previous run and keeps the objects it produced.
-    pub fn open(ssd: &std::path::Path, cache: Arc<Cache>, node: u32) -> io::Result<Producer> {
+    /// Discards the staging files of a previous run and keeps the objects it produced, charged
+    /// to their owners in `quota`.
+    pub fn open(
+        ssd: &std::path::Path,
+        cache: Arc<Cache>,
+        node: u32,
+        quota: Arc<Quota>,
+    ) -> io::Result<Producer> {
         let staging = ssd.join("staging");
         if staging.exists() {
             let n = fs::read_dir(&staging)?.count();
@@ -148,9 +170,10 @@ impl Producer {
                     continue;
                 };
                 let version = Version { size, mtime_ns };
+                let uid = f.next().and_then(|u| u.parse().ok());
                 if let Some(e) = cache.lookup(object, version).filter(|e| e.is_complete()) {
                     e.set_kept(true);
-                    kept.insert(object.to_string(), version);
+                    kept.insert(object.to_string(), Kept { version, uid });
                 }
             }
         }
@@ -158,9 +181,15 @@ impl Producer {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos() as u64;
-        let kept_bytes = AtomicU64::new(kept.values().map(|v| v.size).sum());
+        let kept_bytes = AtomicU64::new(kept.values().map(|k| k.version.size).sum());
+        for k in kept.values() {
+            if let Some(uid) = k.uid {
+                quota.add(uid, k.version.size);
+            }
+        }
         let p = Producer {
             cache,
+            quota,
             staging,
             kept_path,
             node,
@@ -245,6 +274,7 @@ impl Producer {
             sealed: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
             write_error: AtomicI32::new(0),
+            charge: self.quota.charge(owner.0),
         });
         if let Some(old) = lock(&self.staged).insert(path.to_string(), s.clone()) {
             old.unlinked.store(true, Ordering::Relaxed);
@@ -295,8 +325,18 @@ impl Producer {
             return Err(e);
         }
         let mut kept = lock(&self.kept);
-        self.keep(&mut kept, object, version);
-        let line = format!("{} {} {object}\n", version.size, version.mtime_ns);
+        // Its bytes move from the staged file's charge to the kept object's.
+        let uid = s.charge.uid();
+        self.keep(
+            &mut kept,
+            object,
+            Kept {
+                version,
+                uid: Some(uid),
+            },
+        );
+        s.charge.release();
+        let line = format!("{} {} {object} {uid}\n", version.size, version.mtime_ns);
         if let Err(e) = self.log_kept(&kept, &line) {
             self.unkeep(&mut kept, object);
             drop(kept);
@@ -322,27 +362,39 @@ impl Producer {
         }
     }
 
-    /// Adds `object` to `kept` (the list, locked), and its bytes to `kept_bytes`.
-    fn keep(&self, kept: &mut BTreeMap<String, Version>, object: &str, version: Version) {
-        if let Some(old) = kept.insert(object.to_string(), version) {
-            self.kept_bytes.fetch_sub(old.size, Ordering::Relaxed);
+    /// Adds `object` to `kept` (the list, locked), and its bytes to `kept_bytes` and to its
+    /// owner's.
+    fn keep(&self, kept: &mut BTreeMap<String, Kept>, object: &str, k: Kept) {
+        if let Some(old) = kept.insert(object.to_string(), k) {
+            self.given_back(old);
         }
-        self.kept_bytes.fetch_add(version.size, Ordering::Relaxed);
+        self.kept_bytes.fetch_add(k.version.size, Ordering::Relaxed);
+        if let Some(uid) = k.uid {
+            self.quota.add(uid, k.version.size);
+        }
     }
 
     /// Removes `object` from `kept` (the list, locked); whether it was there.
-    fn unkeep(&self, kept: &mut BTreeMap<String, Version>, object: &str) -> bool {
+    fn unkeep(&self, kept: &mut BTreeMap<String, Kept>, object: &str) -> bool {
         let removed = kept.remove(object);
-        if let Some(v) = removed {
-            self.kept_bytes.fetch_sub(v.size, Ordering::Relaxed);
+        if let Some(k) = removed {
+            self.given_back(k);
         }
         removed.is_some()
+    }
+
+    /// The bytes of a kept object that is kept no more.
+    fn given_back(&self, k: Kept) {
+        self.kept_bytes.fetch_sub(k.version.size, Ordering::Relaxed);
+        if let Some(uid) = k.uid {
+            self.quota.sub(uid, k.version.size);
+        }
     }
 
     /// Appends `line` to the kept log (`kept`: the list with the change made, held locked so
     /// lines land in the order of the changes), or rewrites the log once it is mostly
     /// released lines.
-    fn log_kept(&self, kept: &BTreeMap<String, Version>, line: &str) -> io::Result<()> {
+    fn log_kept(&self, kept: &BTreeMap<String, Kept>, line: &str) -> io::Result<()> {
         let mut log = lock(&self.kept_log);
         if log.1 > 2 * kept.len() + 1024 {
             drop(log);
@@ -361,12 +413,19 @@ impl Producer {
     }
 
     /// Rewrites the kept log whole: one line per kept object.
-    fn save_kept(&self, kept: &BTreeMap<String, Version>) -> io::Result<()> {
+    fn save_kept(&self, kept: &BTreeMap<String, Kept>) -> io::Result<()> {
         let tmp = self.kept_path.with_extension("tmp");
         let written = (|| {
             let mut f = io::BufWriter::new(File::create(&tmp)?);
-            for (object, v) in kept.iter() {
-                writeln!(f, "{} {} {object}", v.size, v.mtime_ns)?;
+            for (object, k) in kept.iter() {
+                let (v, uid) = (k.version, k.uid.map(|u| format!(" {u}")));
+                writeln!(
+                    f,
+                    "{} {} {object}{}",
+                    v.size,
+                    v.mtime_ns,
+                    uid.unwrap_or_default()
+                )?;
             }
             f.into_inner().map_err(|e| e.into_error())?;
             fs::rename(&tmp, &self.kept_path)
