@@ -200,19 +200,25 @@ def fill_disk(n):
 
 def corrupt(n):
     """Flips a byte in a few of node n's cached data files, between two of its reads."""
-    files = [os.path.join(d, f) for d, _, fs in os.walk(f"{ssd(n)}/data") for f in fs]
-    files = [f for f in files if os.path.getsize(f) > 0]
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(f"{ssd(n)}/data") for f in fs)
     picked = rng.sample(files, min(3, len(files)))
-    act(f"corrupt {len(picked)} files", [n])
+    flipped = 0
     with gates[n]:
         for path in picked:
-            fd = os.open(path, os.O_RDWR)
+            try:  # (the daemon may have evicted it since the walk)
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
             try:
-                at = rng.randrange(os.fstat(fd).st_size)
-                byte = os.pread(fd, 1, at)
-                os.pwrite(fd, bytes([byte[0] ^ 0x40]), at)
+                size = os.fstat(fd).st_size
+                if size:
+                    at = rng.randrange(size)
+                    byte = os.pread(fd, 1, at)
+                    os.pwrite(fd, bytes([byte[0] ^ 0x40]), at)
+                    flipped += 1
             finally:
                 os.close(fd)
+    act(f"corrupt {flipped} files", [n])
 
 
 def driver():
