@@ -39,6 +39,8 @@ struct Count {
 /// pull from them waits out the peer timeout; the gossip does not declare them down).
 #[derive(Default)]
 struct Faults {
+    /// Declared dead by the cluster: homes skip them, nobody pulls from them.
+    down: HashSet<NodeId>,
     full: HashSet<NodeId>,
     slow: HashSet<NodeId>,
 }
@@ -87,20 +89,18 @@ fn key(f: u64) -> Key {
     )
 }
 
-/// One round of simultaneous reads through the hierarchical locator; `down` are the nodes the
-/// cluster declared dead (homes skip them, holders that are down are never pulled from).
+/// One round of simultaneous reads through the hierarchical locator, with `faults`.
 fn round_hier(
     net: &mut Net,
     held: &mut [HashSet<u64>],
     racks: &mut HashMap<NodeId, RackHome>,
     globals: &mut HashMap<NodeId, GlobalHome>,
     reads: &[(NodeId, u64)],
-    down: &HashSet<NodeId>,
     faults: &Faults,
     c: &mut Count,
 ) {
     let m = net.m;
-    let is_down = |n: NodeId| down.contains(&n);
+    let is_down = |n: NodeId| faults.down.contains(&n);
     let pulled = |r: &Reply, c: &mut Count| match r {
         Reply::Fetch => c.backing_reads += 1,
         Reply::Holders(h) => {
@@ -287,15 +287,13 @@ fn failure_round(
             .filter(|(n, _)| !skip.contains(n))
             .collect()
     };
-    let none = HashSet::new();
-    let first = epoch(&order, &none);
+    let first = epoch(&order, &HashSet::new());
     round_hier(
         &mut net,
         &mut held,
         &mut racks,
         &mut globals,
         &first,
-        &none,
         &Faults::default(),
         &mut Count::default(),
     );
@@ -360,8 +358,10 @@ fn failure_round(
         &mut racks,
         &mut globals,
         &second,
-        &down,
-        &Faults::default(),
+        &Faults {
+            down,
+            ..Faults::default()
+        },
         &mut c,
     );
     (msgs, entries, c)
@@ -390,7 +390,7 @@ fn fault_round(m: &Membership, per_node: u64, faults: &Faults) -> Count {
             .map(|(i, &f)| ((i as u64 / per_node) as NodeId, f))
             .collect()
     };
-    let (none, mut c) = (HashSet::new(), Count::default());
+    let mut c = Count::default();
     let first = epoch(&order);
     let healthy = Faults::default();
     round_hier(
@@ -399,7 +399,6 @@ fn fault_round(m: &Membership, per_node: u64, faults: &Faults) -> Count {
         &mut racks,
         &mut globals,
         &first,
-        &none,
         &healthy,
         &mut c,
     );
@@ -412,7 +411,6 @@ fn fault_round(m: &Membership, per_node: u64, faults: &Faults) -> Count {
         &mut racks,
         &mut globals,
         &second,
-        &none,
         faults,
         &mut c,
     );
@@ -488,7 +486,6 @@ fn main() {
             &mut racks,
             &mut globals_h,
             reads,
-            &HashSet::new(),
             &Faults::default(),
             &mut c,
         );
@@ -576,6 +573,7 @@ fn main() {
             Faults {
                 full: pick(tenth, 5),
                 slow: pick(tenth, 50),
+                ..Faults::default()
             },
         ),
     ];
