@@ -1,6 +1,7 @@
-//! A short chaos soak in the test command (`scripts/soak.sh`, 20 seconds): six real daemons,
-//! readers checking every byte, daemons frozen, killed and restarted at random, a cache disk
-//! filled and cached files corrupted (those two first, so every run has them). The long run
+//! A short chaos soak in the test command (`scripts/soak.sh`, 20 seconds): 16 real daemons in
+//! 4 racks, readers checking every byte, daemons frozen, killed and restarted at random, a
+//! cache disk filled and cached files corrupted (those two first, so every run has them). The
+//! long run
 //! (`SOAK_SECONDS=600 scripts/soak.sh`) is in docs/BENCHMARKS.md.
 
 use std::process::Command;
@@ -10,6 +11,8 @@ fn a_short_chaos_soak_reads_no_wrong_byte() {
     let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/soak.sh"))
         .env("DYADFS_BIN", env!("CARGO_BIN_EXE_dyadfs"))
         .env("SOAK_SECONDS", "20")
+        .env("SOAK_NODES", "16")
+        .env("SOAK_RACKS", "4")
         .env("SOAK_FILES", "60")
         .env("SOAK_LARGE", "1")
         .env("SOAK_LARGE_MIB", "12")
