@@ -1,5 +1,5 @@
-//! Sizes nobody else bounds (issue 31): a producer's sparse file, and a daemon asked to stop
-//! while requests are held. Each operation that could hang runs on its own thread under a
+//! Sizes nobody else bounds (issue 31): a producer's sparse file, a daemon asked to stop
+//! while requests are held, and a produced directory whose listing is past the frame limit. Each operation that could hang runs on its own thread under a
 //! timeout, so a regression fails the test instead of hanging it.
 #![cfg(feature = "fuse-tests")]
 
@@ -107,4 +107,73 @@ fn sigterm_stops_a_busy_daemon_within_seconds() {
     println!("the daemon exited {:?} after SIGTERM", t.elapsed());
     assert!(!is_mounted(Path::new(&m.mnt)));
     drop(busy);
+}
+
+/// The node that is name home of directory `dir` of cluster `c`.
+fn name_home(c: &Cluster, dir: &str) -> usize {
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
+    m.global_home(dir) as usize
+}
+
+/// What `dir` lists, sorted.
+fn listed(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A produced directory whose listing is past the frame limit (16 MiB) lists whole on every
+/// node, a page at a time (at most 1 MiB each). Before, the home's one reply was refused by
+/// the lister, which then took the home for dead for 30 s (the directory, and every name that
+/// home keeps, were ENOENT there). The names are 255 bytes; each is a symlink with a 3,800-byte target, so
+/// 5,000 of them make 20 MB of listing in seconds. DYADFS_TEST_NAMES=N sets how many, and
+/// DYADFS_TEST_TARGET=0 makes them fifos (names of 255 bytes and little else: about 330 bytes
+/// of listing each).
+#[test]
+fn a_directory_past_the_frame_limit_lists_on_every_node() {
+    let var = |k: &str, default: usize| std::env::var(k).map_or(default, |v| v.parse().unwrap());
+    let (n, target) = (
+        var("DYADFS_TEST_NAMES", 5_000),
+        var("DYADFS_TEST_TARGET", 3_800),
+    );
+    let mut c = Cluster::new("bigdir", 3, 0);
+    c.start(3);
+    let home = name_home(&c, "big");
+    let producer = (home + 1) % 3;
+    fs::create_dir(c.nodes[producer].path("big")).unwrap();
+    let names: Vec<String> = (0..n).map(|i| format!("{i:0>255}")).collect();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for part in names.chunks(n.div_ceil(4)) {
+            let dir = c.nodes[producer].path("big");
+            let target = "t".repeat(target);
+            s.spawn(move || {
+                for name in part {
+                    make(&dir.join(name), &target);
+                }
+            });
+        }
+    });
+    println!("{n} names made in {:?}", t.elapsed());
+    for (i, m) in c.nodes.iter().enumerate() {
+        let t = Instant::now();
+        let got = listed(&m.path("big"));
+        println!("node {i} listed {} names in {:?}", got.len(), t.elapsed());
+        assert!(got == names, "node {i} listed {} of {n} names", got.len());
+    }
+}
+
+/// A symlink to `target` at `path`, or a fifo when `target` is empty.
+fn make(path: &Path, target: &str) {
+    if !target.is_empty() {
+        return std::os::unix::fs::symlink(target, path).unwrap();
+    }
+    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    let r = unsafe { libc::mkfifo(p.as_ptr(), 0o644) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
 }

@@ -14,6 +14,7 @@ use super::gossip::Liveness;
 use super::membership::{Membership, NodeId};
 use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
+use super::pages::PAGE_BYTES;
 use super::proto::{self, Msg};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
@@ -499,7 +500,10 @@ impl LocatorService {
                     .collect();
                 Msg::GainedList { next, copies }
             }
-            Msg::NameList { dir } => Msg::Names(lock(&self.names).list(&dir)),
+            Msg::NameList { dir, after } => {
+                let (names, more) = lock(&self.names).page(&dir, after.as_deref(), PAGE_BYTES);
+                Msg::Names { names, more }
+            }
             Msg::NameSet { dir, name, entry } => {
                 let old = {
                     let mut names = lock(&self.names);
