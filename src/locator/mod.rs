@@ -11,6 +11,7 @@
 pub mod check;
 pub mod error;
 mod failover;
+mod fetching;
 pub mod gossip;
 pub mod membership;
 pub mod names;
