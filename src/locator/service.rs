@@ -15,7 +15,7 @@ use super::gossip::Liveness;
 use super::membership::{Membership, NodeId};
 use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
-use super::pages::PAGE_BYTES;
+use super::pages::{self, PAGE_BYTES, batches};
 use super::proto::{self, Msg};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
@@ -319,8 +319,13 @@ impl LocatorService {
                     held: changes[i].2,
                 })
                 .collect();
-            let me = self.clone();
-            calls.spawn(async move { (items, me.call(home, Msg::Batch(msgs)).await) });
+            // A dead home's copies may be many: each batch within a page.
+            let mut items = items.into_iter();
+            for batch in batches(msgs) {
+                let items: Vec<usize> = items.by_ref().take(batch.len()).collect();
+                let me = self.clone();
+                calls.spawn(async move { (items, me.call(home, Msg::Batch(batch)).await) });
+            }
         }
         let mut acked = vec![false; changes.len()];
         while let Some(Ok((items, reply))) = calls.join_next().await {
@@ -398,7 +403,7 @@ impl LocatorService {
                     }
                 }
                 for (home, changes) in to_global {
-                    self.call(home, Msg::Batch(changes)).await;
+                    self.call_batches(home, changes).await;
                 }
                 Msg::Batch(replies)
             }
@@ -459,11 +464,16 @@ impl LocatorService {
                 }
             }
             Msg::Gained { after, max } => {
-                let (next, copies) = lock(&self.global).gained_since(after, max as usize);
-                let copies = copies
+                let max = (max as usize).min(GAINED_MAX);
+                let (next, copies) = lock(&self.global).gained_since(after, max);
+                let mut copies: Vec<_> = copies
                     .into_iter()
                     .map(|((path, version), node)| (path, version, node))
                     .collect();
+                // Within a page, like a listing: the replicator asks again from `next`.
+                let fit = pages::fitting(&copies);
+                let next = next - (copies.len() - fit) as u64;
+                copies.truncate(fit);
                 Msg::GainedList { next, copies }
             }
             Msg::NameList { dir, after } => {
@@ -637,6 +647,9 @@ impl LocatorService {
         Msg::Located(mine.unwrap_or(Reply::Fetch))
     }
 }
+
+/// The most copies one `Gained` is answered with, whatever it asks (then bounded by bytes).
+const GAINED_MAX: usize = 4096;
 
 /// The longest a name home holds a `NameGet` open, whatever the caller asks.
 const MAX_NAME_WAIT: Duration = Duration::from_secs(3600);
