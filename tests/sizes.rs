@@ -1,5 +1,5 @@
-//! Sizes nobody else bounds (issue 31): a producer's sparse file, and a daemon asked to stop
-//! while requests are held. Each operation that could hang runs on its own thread under a
+//! Sizes nobody else bounds (issue 31): a producer's sparse file, a daemon asked to stop
+//! while requests are held, and a produced directory whose listing is past the frame limit. Each operation that could hang runs on its own thread under a
 //! timeout, so a regression fails the test instead of hanging it.
 #![cfg(feature = "fuse-tests")]
 
@@ -207,4 +207,89 @@ fn a_user_past_the_staged_cap_gets_edquot_at_the_crossing_write() {
     fs::remove_file(jobs.join("a.bin")).unwrap();
     assert_eq!(write_as(A, &jobs.join("a2.bin"), 1 << 20), (1 << 20, 0, 0));
     assert_eq!(m.stat("quota_refusals"), 2);
+}
+
+/// The node that is name home of directory `dir` of cluster `c`.
+fn name_home(c: &Cluster, dir: &str) -> usize {
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
+    m.global_home(dir) as usize
+}
+
+/// What `dir` lists, sorted.
+fn listed(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A produced directory whose listing is past the frame limit (16 MiB) lists whole on every
+/// node, a page at a time (at most 1 MiB each), and again after its name home restarts (its
+/// backup gives the names back in batches within the same bound). Before, the home's one
+/// reply was refused by the lister, which then took the home for dead for 30 s (the directory,
+/// and every name that home keeps, were ENOENT there), and the restarted home got no name
+/// back. The names are 255 bytes; each is a symlink with a 3,800-byte target, so
+/// 5,000 of them make 20 MB of listing in seconds. DYADFS_TEST_NAMES=N sets how many, and
+/// DYADFS_TEST_TARGET=0 makes them fifos (names of 255 bytes and little else: about 330 bytes
+/// of listing each).
+#[test]
+fn a_directory_past_the_frame_limit_lists_on_every_node() {
+    let var = |k: &str, default: usize| std::env::var(k).map_or(default, |v| v.parse().unwrap());
+    let (n, target) = (
+        var("DYADFS_TEST_NAMES", 5_000),
+        var("DYADFS_TEST_TARGET", 3_800),
+    );
+    let mut c = Cluster::new("bigdir", 3, 0);
+    c.start(3);
+    let home = name_home(&c, "big");
+    let producer = (home + 1) % 3;
+    fs::create_dir(c.nodes[producer].path("big")).unwrap();
+    let names: Vec<String> = (0..n).map(|i| format!("{i:0>255}")).collect();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for part in names.chunks(n.div_ceil(4)) {
+            let dir = c.nodes[producer].path("big");
+            let target = "t".repeat(target);
+            s.spawn(move || {
+                for name in part {
+                    make(&dir.join(name), &target);
+                }
+            });
+        }
+    });
+    println!("{n} names made in {:?}", t.elapsed());
+    for (i, m) in c.nodes.iter().enumerate() {
+        let t = Instant::now();
+        let got = listed(&m.path("big"));
+        println!("node {i} listed {} names in {:?}", got.len(), t.elapsed());
+        assert!(got == names, "node {i} listed {} of {n} names", got.len());
+    }
+    // The home restarts with empty tables; its backup gives the names back.
+    c.nodes.remove(home).unmount();
+    let t = Instant::now();
+    c.start_node(home as u32);
+    // (A second more per 10,000 names: a million take a while to list, once given back.)
+    let within = Duration::from_secs(60 + n as u64 / 10_000);
+    wait_until("the names are given back", within, || {
+        listed(&c.nodes[home].path("big")).len() == n
+    });
+    println!(
+        "the restarted home listed them again {:?} after its start",
+        t.elapsed()
+    );
+    assert!(listed(&c.nodes[home].path("big")) == names);
+}
+
+/// A symlink to `target` at `path`, or a fifo when `target` is empty.
+fn make(path: &Path, target: &str) {
+    if !target.is_empty() {
+        return std::os::unix::fs::symlink(target, path).unwrap();
+    }
+    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    let r = unsafe { libc::mkfifo(p.as_ptr(), 0o644) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
 }

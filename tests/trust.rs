@@ -78,7 +78,13 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     send(&mut s, &hello).unwrap();
     assert!(matches!(recv(&mut s), Some(Message::AuthChallenge { .. })));
     send(&mut s, &Message::AuthProof { mac: vec![0; 32] }).unwrap();
-    let _ = send(&mut s, &rpc(Msg::NameList { dir: String::new() }));
+    let _ = send(
+        &mut s,
+        &rpc(Msg::NameList {
+            dir: String::new(),
+            after: None,
+        }),
+    );
     assert_eq!(recv(&mut s), None, "a forged proof got an answer");
 
     // With the key, a name whose object is a path outside the cache is refused.
@@ -486,7 +492,10 @@ fn an_id_outside_the_membership_is_refused() {
     let mut c = Cluster::new("nonmember", 2, 7);
     c.start(2);
     let key = Secret::load(&c.secret).unwrap();
-    let list = rpc(Msg::NameList { dir: String::new() });
+    let list = rpc(Msg::NameList {
+        dir: String::new(),
+        after: None,
+    });
     let mut member = authenticated_as(&c, 0, &key, 1);
     member.send(&list).unwrap();
     assert!(answer(member.recv()).is_some(), "a member is answered");

@@ -86,17 +86,43 @@ impl Namespace for ClusterNames {
         }
     }
 
+    /// Page by page: each asks for the names after the last one listed (a page that fails
+    /// over asks the directory's new home from there), until the home says no more follow.
     fn list(&self, dir: &str) -> std::io::Result<Vec<(String, Name)>> {
-        let msg = Msg::NameList { dir: dir.into() };
-        match self.ask(dir, msg, Duration::ZERO)? {
-            // A malformed entry from the home is left out, the rest listed.
-            Msg::Names(n) => Ok(n
-                .into_iter()
-                .filter(|(name, n)| {
-                    crate::core::paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let msg = Msg::NameList {
+                dir: dir.into(),
+                after: after.clone(),
+            };
+            let (names, more) = match self.ask(dir, msg, Duration::ZERO)? {
+                Msg::Names { names, more } => (names, more),
+                m => return Err(unexpected(m)),
+            };
+            // Each page moves forward, or a home could keep a lister asking forever.
+            let forward = names
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .try_fold(after.as_deref(), |last, n| {
+                    (last < Some(n)).then_some(Some(n))
                 })
-                .collect()),
-            m => Err(unexpected(m)),
+                .is_some();
+            if !forward || (more && names.is_empty()) {
+                return Err(
+                    LocatorError::BadName(format!("a listing of {dir:?} went back")).into(),
+                );
+            }
+            if let Some((last, _)) = names.last() {
+                after = Some(last.clone());
+            }
+            // A malformed entry from the home is left out, the rest listed.
+            all.extend(names.into_iter().filter(|(name, n)| {
+                crate::core::paths::name(name).is_ok() && self.checked(Some(n.clone())).is_ok()
+            }));
+            if !more {
+                return Ok(all);
+            }
         }
     }
 

@@ -70,7 +70,10 @@ impl LocatorService {
                 dir(d)?;
                 one(name)
             }
-            Msg::NameList { dir: d } => dir(d),
+            Msg::NameList { dir: d, after } => {
+                dir(d)?;
+                after.as_deref().map_or(Ok(()), one)
+            }
             Msg::NameSet {
                 dir: d,
                 name,

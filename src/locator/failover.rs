@@ -56,8 +56,9 @@ impl LocatorService {
             })
             .collect();
         if !names.is_empty() {
-            tracing::info!(node, names = names.len(), "gave names back to their home");
-            self.call(node, Msg::Batch(names)).await;
+            let sent = names.len();
+            let acked = self.call_batches(node, names).await;
+            tracing::info!(node, names = sent, acked, "gave names back to their home");
         }
         let rack = self.membership.rack_of(self.me());
         let mine: Vec<Msg> = self
@@ -76,7 +77,7 @@ impl LocatorService {
             .collect();
         let copies = mine.len();
         if !mine.is_empty() {
-            self.call(node, Msg::Batch(mine)).await;
+            self.call_batches(node, mine).await;
         }
         let racks: Vec<Msg> = lock(&self.rack)
             .table
@@ -91,7 +92,7 @@ impl LocatorService {
             })
             .collect();
         if !racks.is_empty() {
-            self.call(node, Msg::Batch(racks)).await;
+            self.call_batches(node, racks).await;
         }
         tracing::info!(node, copies, "re-announced to a restarted node");
     }
@@ -143,7 +144,7 @@ impl LocatorService {
         }
         let rack_copies: usize = racks.values().map(Vec::len).sum();
         for (home, msgs) in racks {
-            self.call(home, Msg::Batch(msgs)).await;
+            self.call_batches(home, msgs).await;
         }
         // The directories whose name home died and that this node (their backup) now answers
         // for get a new backup.
@@ -161,7 +162,7 @@ impl LocatorService {
             }
         }
         for (backup, msgs) in names {
-            self.call(backup, Msg::Batch(msgs)).await;
+            self.call_batches(backup, msgs).await;
         }
         self.stats.failovers.fetch_add(1, Ordering::Relaxed);
         tracing::info!(

@@ -3,7 +3,7 @@
 //! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
 //! cache; `tiers` holds the rack and global tables and their coordination rules; `names` is
 //! the namespace of produced files. `proto` is what the tiers say to one another (an RPC
-//! payload of the transport), `check` what a message from the wire must satisfy, and `service`
+//! payload of the transport), `pages` how large one may grow, `check` what a message from the wire must satisfy, and `service`
 //! one daemon's locator answering and asking them. It knows no file system or cache: what
 //! joins it to them (a read's fetch logic, replication, produced names over the wire) is the
 //! cluster module, above it.
@@ -11,10 +11,12 @@
 pub mod check;
 pub mod error;
 mod failover;
+mod fetching;
 pub mod gossip;
 pub mod membership;
 pub mod names;
 pub mod node;
+pub mod pages;
 pub mod proto;
 pub mod rendezvous;
 pub mod service;

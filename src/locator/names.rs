@@ -16,6 +16,7 @@ use crate::core::NodeId;
 use crate::core::Version;
 use crate::core::names::{Name, Namespace};
 use crate::core::sync::lock;
+use crate::transport::frame;
 
 /// The names of the directories this node is name home of.
 #[derive(Debug, Default)]
@@ -40,6 +41,33 @@ impl NameTable {
             .get(dir)
             .map(|d| d.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default()
+    }
+
+    /// The names of `dir` after `after` (all with `None`), in order, as many as encode to at
+    /// most `max_bytes` (at least one), and whether more follow: a page of a listing, so no
+    /// answer outgrows a frame however many names a directory holds.
+    pub fn page(
+        &self,
+        dir: &str,
+        after: Option<&str>,
+        max_bytes: usize,
+    ) -> (Vec<(String, Name)>, bool) {
+        use std::ops::Bound;
+        let Some(d) = self.dirs.get(dir) else {
+            return (Vec::new(), false);
+        };
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for (n, e) in d.range::<str, _>((from, Bound::Unbounded)) {
+            let len = frame::encoded_len(&(n, e));
+            if !out.is_empty() && bytes + len > max_bytes {
+                return (out, true);
+            }
+            bytes += len;
+            out.push((n.clone(), e.clone()));
+        }
+        (out, false)
     }
 
     /// Publishes (`Some`) or removes (`None`) a name; returns what it replaced.
@@ -145,6 +173,34 @@ mod tests {
         assert_eq!(t.set("d", "a", None), Some(file("o2")));
         assert!(t.list("d").is_empty());
         assert_eq!(t.set("d", "a", None), None);
+    }
+
+    #[test]
+    fn pages_resume_after_their_cursor_and_stay_within_their_bytes() {
+        let mut t = NameTable::default();
+        let names: Vec<String> = (0..1000).map(|i| format!("{i:0>250}")).collect();
+        for n in &names {
+            t.set("d", n, Some(file("//produced/2/1-1")));
+        }
+        let one = frame::encoded_len(&(&names[0], &file("//produced/2/1-1")));
+        let (mut got, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+        loop {
+            let (page, more) = t.page("d", after.as_deref(), 10 * one + one / 2);
+            assert!(page.len() == 10 || !more, "{}", page.len());
+            after = page.last().map(|(n, _)| n.clone());
+            got.extend(page.into_iter().map(|(n, _)| n));
+            pages += 1;
+            if !more {
+                break;
+            }
+        }
+        assert_eq!((got, pages), (names, 100));
+        // An entry larger than the bound still makes a page of its own; a missing directory
+        // is an empty last page.
+        assert_eq!(t.page("d", None, 1).0.len(), 1);
+        assert_eq!(t.page("none", None, 1), (Vec::new(), false));
+        let last = t.page("d", Some(&"9".repeat(250)), 1 << 20);
+        assert_eq!(last, (Vec::new(), false));
     }
 
     #[test]

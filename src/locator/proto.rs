@@ -54,10 +54,18 @@ pub enum Msg {
     },
     /// The answer to `NameGet`, and to `NameSet` (the name it replaced).
     NameIs(Option<Name>),
+    /// A page of a directory's names, in order: those after `after` (the last name of the
+    /// page before; `None` from the first).
     NameList {
         dir: String,
+        after: Option<String>,
     },
-    Names(Vec<(String, Name)>),
+    /// The answer to `NameList`: entries encoding to at most [`super::pages::PAGE_BYTES`], and
+    /// whether more follow the last (then ask again after it).
+    Names {
+        names: Vec<(String, Name)>,
+        more: bool,
+    },
     /// Publish (`Some`) or remove (`None`) a name.
     NameSet {
         dir: String,
@@ -191,6 +199,14 @@ mod tests {
                 name: "hard".into(),
                 entry: Some(Name::pointer("2-5-7", 2)),
             },
+            Msg::NameList {
+                dir: "out".into(),
+                after: Some("step_999".into()),
+            },
+            Msg::Names {
+                names: vec![("step_1000".into(), Name::pointer("2-5-7", 2))],
+                more: true,
+            },
             Msg::CountHeld,
             Msg::Held {
                 files: 3,
@@ -202,7 +218,7 @@ mod tests {
 
     #[test]
     fn golden_payloads() {
-        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v6.bin");
+        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v8.bin");
         let all: Vec<u8> = samples().iter().flat_map(frame::encode).collect();
         // After a deliberate change (and a protocol version bump), regenerate with
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden

@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::fetching::Fetching;
 use super::gossip::Liveness;
 use super::membership::{Membership, NodeId};
 use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
+use super::pages::{self, PAGE_BYTES, batches};
 use super::proto::{self, Msg};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
@@ -54,11 +56,7 @@ pub struct LocatorService {
     /// Who the cluster declared down (gossip): never asked, never waited on; the paths they
     /// were home of go to the next member in rendezvous order.
     pub liveness: Arc<Liveness>,
-    /// Files this node was told to fetch from the shared file system, and when: its peers that
-    /// wait for them pull what they need from it, and it fills what they ask for that it has
-    /// not read yet (so each chunk is read from the shared file system once). A file leaves
-    /// it when this node publishes it (complete: nothing left to fill) or after
-    /// [`FETCHING_FOR`].
+    /// Files this node was told to fetch from the shared file system (see [`Fetching`]).
     fetching: Mutex<Fetching>,
     pub(super) rpcs: Rpcs,
     pub(super) stats: Arc<Stats>,
@@ -66,22 +64,6 @@ pub struct LocatorService {
 
 /// Checks a chunk (path, version, offset) of this node's cache again.
 pub type BadChunkFn = Box<dyn Fn(&str, Version, u64) + Send + Sync>;
-
-/// How long this node serves as a file's fetcher for its waiting peers after it was told to
-/// fetch it (a fetch that outlives this is a new fetch: its own lookups renew it).
-const FETCHING_FOR: Duration = Duration::from_secs(600);
-
-/// The files this node fetches, swept of the overdue ones when the map has doubled since the
-/// last sweep (a sweep per fetch over a quarter of a million files was 65% of a daemon's CPU
-/// while its node read its shard of a million files).
-#[derive(Default)]
-struct Fetching {
-    since: HashMap<Key, Instant>,
-    sweep_at: usize,
-}
-
-/// Fetches in flight below which the map is never swept.
-const FETCHING_SWEPT: usize = 4096;
 
 /// How long a failed node stays suspect.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
@@ -266,7 +248,7 @@ impl LocatorService {
                 let r = l;
                 match &r {
                     Reply::Holders(h) => self.node.remember(key, h.clone()),
-                    Reply::Fetch => self.fetching_now(key),
+                    Reply::Fetch => lock(&self.fetching).start(key),
                     Reply::WaitFor(_) => {}
                 }
                 r
@@ -276,25 +258,10 @@ impl LocatorService {
         }
     }
 
-    /// Records that this node fetches `key` (forgetting fetches older than [`FETCHING_FOR`]).
-    fn fetching_now(&self, key: Key) {
-        let mut f = lock(&self.fetching);
-        let now = Instant::now();
-        if f.since.len() >= f.sweep_at.max(FETCHING_SWEPT) {
-            f.since
-                .retain(|_, at| now.saturating_duration_since(*at) < FETCHING_FOR);
-            f.sweep_at = 2 * f.since.len();
-        }
-        f.since.insert(key, now);
-    }
-
     /// Whether this node is the designated fetcher of `path` at `version`: peers waiting for it
     /// may make it fill chunks it has not read yet.
     pub fn is_fetching(&self, path: &str, version: Version) -> bool {
-        lock(&self.fetching)
-            .since
-            .get(&(path.to_string(), version))
-            .is_some_and(|at| at.elapsed() < FETCHING_FOR)
+        lock(&self.fetching).has(path, version)
     }
 
     /// The copies racks gained that global home `home` recorded after position `after` of its
@@ -330,7 +297,7 @@ impl LocatorService {
             // Complete here (or dropped): nothing is left to fill for waiting peers.
             let mut f = lock(&self.fetching);
             for (path, version, _) in changes {
-                f.since.remove(&(path.clone(), *version));
+                f.done(path, *version);
             }
         }
         let rack = self.membership.rack_of(self.me());
@@ -352,8 +319,13 @@ impl LocatorService {
                     held: changes[i].2,
                 })
                 .collect();
-            let me = self.clone();
-            calls.spawn(async move { (items, me.call(home, Msg::Batch(msgs)).await) });
+            // A dead home's copies may be many: each batch within a page.
+            let mut items = items.into_iter();
+            for batch in batches(msgs) {
+                let items: Vec<usize> = items.by_ref().take(batch.len()).collect();
+                let me = self.clone();
+                calls.spawn(async move { (items, me.call(home, Msg::Batch(batch)).await) });
+            }
         }
         let mut acked = vec![false; changes.len()];
         while let Some(Ok((items, reply))) = calls.join_next().await {
@@ -431,7 +403,7 @@ impl LocatorService {
                     }
                 }
                 for (home, changes) in to_global {
-                    self.call(home, Msg::Batch(changes)).await;
+                    self.call_batches(home, changes).await;
                 }
                 Msg::Batch(replies)
             }
@@ -492,14 +464,22 @@ impl LocatorService {
                 }
             }
             Msg::Gained { after, max } => {
-                let (next, copies) = lock(&self.global).gained_since(after, max as usize);
-                let copies = copies
+                let max = (max as usize).min(GAINED_MAX);
+                let (next, copies) = lock(&self.global).gained_since(after, max);
+                let mut copies: Vec<_> = copies
                     .into_iter()
                     .map(|((path, version), node)| (path, version, node))
                     .collect();
+                // Within a page, like a listing: the replicator asks again from `next`.
+                let fit = pages::fitting(&copies);
+                let next = next - (copies.len() - fit) as u64;
+                copies.truncate(fit);
                 Msg::GainedList { next, copies }
             }
-            Msg::NameList { dir } => Msg::Names(lock(&self.names).list(&dir)),
+            Msg::NameList { dir, after } => {
+                let (names, more) = lock(&self.names).page(&dir, after.as_deref(), PAGE_BYTES);
+                Msg::Names { names, more }
+            }
             Msg::NameSet { dir, name, entry } => {
                 let old = {
                     let mut names = lock(&self.names);
@@ -667,6 +647,9 @@ impl LocatorService {
         Msg::Located(mine.unwrap_or(Reply::Fetch))
     }
 }
+
+/// The most copies one `Gained` is answered with, whatever it asks (then bounded by bytes).
+const GAINED_MAX: usize = 4096;
 
 /// The longest a name home holds a `NameGet` open, whatever the caller asks.
 const MAX_NAME_WAIT: Duration = Duration::from_secs(3600);

@@ -26,6 +26,24 @@ pub fn to_bytes<T: Serialize>(value: &T) -> Vec<u8> {
     rmp_serde::to_vec(value).expect("wire types always serialize")
 }
 
+/// How many bytes [`to_bytes`] would make of `value`, without making them (a page of a
+/// listing is bounded by what its entries encode to).
+pub fn encoded_len<T: Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    rmp_serde::encode::write(&mut c, value).expect("wire types always serialize");
+    c.0
+}
+
 /// Decodes MessagePack bytes; anything that is not exactly a `T` is `Garbage`.
 pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
     rmp_serde::from_slice(bytes).map_err(|e| WireError::Garbage(e.to_string()))
@@ -101,6 +119,7 @@ mod tests {
             Err(WireError::Garbage(_))
         ));
         let f = encode(&(7u32, "x".to_string()));
+        assert_eq!(encoded_len(&(7u32, "x".to_string())), f.len() - 4);
         assert_eq!(check_len(f[..4].try_into().unwrap()), Ok(f.len() - 4));
         assert_eq!(from_bytes(&f[4..]), Ok((7u32, "x".to_string())));
     }

@@ -12,7 +12,8 @@ use crate::core::Version;
 /// Version 4: locator messages travel as an opaque `Rpc` payload. Version 6: small chunks
 /// travel inline (`Data`), as the puller's hello allows. Version 7: every frame after the
 /// handshake is sealed (`session`), and a hello without UCX blobs means every chunk inline.
-pub const PROTOCOL_VERSION: u32 = 7;
+/// Version 8: a produced directory is listed a page at a time (`NameList` names a cursor).
+pub const PROTOCOL_VERSION: u32 = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -175,7 +176,7 @@ mod tests {
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v7.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v8.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -184,7 +185,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v7.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v8.bin"),
                 &all,
             )
             .unwrap();
