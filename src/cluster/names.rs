@@ -86,6 +86,17 @@ impl Namespace for ClusterNames {
         }
     }
 
+    fn any(&self, dir: &str) -> std::io::Result<bool> {
+        let msg = Msg::NameList {
+            dir: dir.into(),
+            after: None,
+        };
+        match self.ask(dir, msg, Duration::ZERO)? {
+            Msg::Names { names, more } => Ok(more || !names.is_empty()),
+            m => Err(unexpected(m)),
+        }
+    }
+
     /// Page by page: each asks for the names after the last one listed (a page that fails
     /// over asks the directory's new home from there), until the home says no more follow.
     fn list(&self, dir: &str) -> std::io::Result<Vec<(String, Name)>> {

@@ -145,6 +145,10 @@ pub trait Namespace: Send + Sync + 'static {
     /// The name, waiting up to `wait` for it to be published.
     fn get(&self, dir: &str, name: &str, wait: Duration) -> io::Result<Option<Name>>;
     fn list(&self, dir: &str) -> io::Result<Vec<(String, Name)>>;
+    /// Whether `dir` holds any name (`rmdir` asks; a cluster asks for one page, not all).
+    fn any(&self, dir: &str) -> io::Result<bool> {
+        Ok(!self.list(dir)?.is_empty())
+    }
     /// Publishes or removes a name; returns what it replaced.
     fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>>;
     /// Tells `holder` the name no longer points at `object`: `drop` (unlinked) deletes its

@@ -519,8 +519,7 @@ impl<S: Source> DyadFs<S> {
 
     /// Whether a produced directory has entries (published or being written here).
     pub(super) fn dir_has_entries(&self, path: &str) -> Result<bool, Error> {
-        Ok(self.producer.has_staged_under(path)
-            || !self.names.list(path).map_err(Error::Names)?.is_empty())
+        Ok(self.producer.has_staged_under(path) || self.names.any(path).map_err(Error::Names)?)
     }
 
     /// chmod, chown, truncate and utimes. A file being written changes in place; a published

@@ -189,9 +189,12 @@ impl Drop for Mounted {
 pub fn wait_gone(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Path::new(&format!("/proc/{pid}")).exists() {
-        // A zombie has exited; only its parent (not us) can reap it.
+        // A zombie has exited; only its parent (not us) can reap it. Its main thread shows as
+        // one while its other threads still exit, holding its descriptors (the cache dir's lock:
+        // a daemon with a million names took long enough for a restart to find it held).
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.split(' ').nth(2) == Some("Z") {
+        let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count());
+        if stat.split(' ').nth(2) == Some("Z") && threads <= 1 {
             return;
         }
         assert!(Instant::now() < deadline, "daemon {pid} did not exit");
