@@ -4,13 +4,9 @@
 //! near the transport's frame limit (16 MiB) however many entries a table holds: a frame past
 //! it is refused by the receiver, and what it carried would be lost.
 
-use std::sync::Arc;
-
 use serde::Serialize;
 
-use super::membership::NodeId;
 use super::proto::Msg;
-use super::service::LocatorService;
 use crate::transport::frame::{self, MAX_FRAME};
 
 /// The most the entries of a listing's page, or the messages of one batch, encode to. Large
@@ -52,20 +48,6 @@ pub fn fitting<T: Serialize>(items: &[T]) -> usize {
         })
         .count();
     fit.max(1).min(items.len())
-}
-
-impl LocatorService {
-    /// Sends `msgs` to `to` as [`batches`], one after another; returns how many of the
-    /// messages were acknowledged (a batch that failed counts none of its own).
-    pub(super) async fn call_batches(self: &Arc<Self>, to: NodeId, msgs: Vec<Msg>) -> usize {
-        let mut acked = 0;
-        for batch in batches(msgs) {
-            if let Some(Msg::Batch(replies)) = self.call(to, Msg::Batch(batch)).await {
-                acked += replies.iter().filter(|r| **r == Msg::Ack).count();
-            }
-        }
-        acked
-    }
 }
 
 #[cfg(test)]

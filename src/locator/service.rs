@@ -673,3 +673,17 @@ impl RpcHandler for Handler {
         })
     }
 }
+
+impl LocatorService {
+    /// Sends `msgs` to `to` as [`batches`], one after another; returns how many of the
+    /// messages were acknowledged (a batch that failed counts none of its own).
+    pub(super) async fn call_batches(self: &Arc<Self>, to: NodeId, msgs: Vec<Msg>) -> usize {
+        let mut acked = 0;
+        for batch in batches(msgs) {
+            if let Some(Msg::Batch(replies)) = self.call(to, Msg::Batch(batch)).await {
+                acked += replies.iter().filter(|r| **r == Msg::Ack).count();
+            }
+        }
+        acked
+    }
+}
