@@ -256,6 +256,68 @@ fn print(label: &str, c: &Count, load: &[u64], files: u64) {
     );
 }
 
+/// One cluster's tables, run for a healthy first epoch of random shards and then a second
+/// with the shards shifted by one node: the setting of the failure and fault rounds.
+struct TwoEpochs<'a> {
+    net: Net<'a>,
+    held: Vec<HashSet<u64>>,
+    racks: HashMap<NodeId, RackHome>,
+    globals: HashMap<NodeId, GlobalHome>,
+    order: Vec<u64>,
+    per_node: u64,
+}
+
+impl<'a> TwoEpochs<'a> {
+    /// The tables after the first epoch.
+    fn after_first(m: &'a Membership, per_node: u64) -> Self {
+        let nodes = m.members().count();
+        let mut order: Vec<u64> = (0..nodes as u64 * per_node).collect();
+        shuffle(&mut order, 1);
+        let mut t = TwoEpochs {
+            net: Net {
+                m,
+                load: vec![0; nodes],
+            },
+            held: vec![HashSet::new(); nodes],
+            racks: HashMap::new(),
+            globals: HashMap::new(),
+            order,
+            per_node,
+        };
+        t.round(&Faults::default());
+        t
+    }
+
+    /// One epoch of the current shards under `faults` (down nodes read nothing).
+    fn round(&mut self, faults: &Faults) -> Count {
+        let reads: Reads = self
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, &f)| ((i as u64 / self.per_node) as NodeId, f))
+            .filter(|(n, _)| !faults.down.contains(n))
+            .collect();
+        let mut c = Count::default();
+        let (net, held) = (&mut self.net, &mut self.held);
+        round_hier(
+            net,
+            held,
+            &mut self.racks,
+            &mut self.globals,
+            &reads,
+            faults,
+            &mut c,
+        );
+        c
+    }
+
+    /// The second epoch under `faults`: shards shifted by one node.
+    fn second(&mut self, faults: &Faults) -> Count {
+        self.order.rotate_left(self.per_node as usize);
+        self.round(faults)
+    }
+}
+
 /// Kills `dead` nodes after a first epoch (their caches and tables are gone), optionally lets
 /// the survivors re-home what the dead were home of (the daemon's `member_changed`), then runs
 /// a second epoch of shifted shards on the survivors. Returns (re-homing messages, re-homed
@@ -266,37 +328,13 @@ fn failure_round(
     dead: &[NodeId],
     rehome: bool,
 ) -> (u64, u64, Count) {
-    let nodes = m.members().count();
-    let files = nodes as u64 * per_node;
-    let (mut held, mut racks, mut globals) = (
-        vec![HashSet::new(); nodes],
-        HashMap::<NodeId, RackHome>::new(),
-        HashMap::<NodeId, GlobalHome>::new(),
-    );
-    let mut net = Net {
-        m,
-        load: vec![0; nodes],
-    };
-    let mut order: Vec<u64> = (0..files).collect();
-    shuffle(&mut order, 1);
-    let epoch = |order: &[u64], skip: &HashSet<NodeId>| -> Reads {
-        order
-            .iter()
-            .enumerate()
-            .map(|(i, &f)| ((i as u64 / per_node) as NodeId, f))
-            .filter(|(n, _)| !skip.contains(n))
-            .collect()
-    };
-    let first = epoch(&order, &HashSet::new());
-    round_hier(
-        &mut net,
-        &mut held,
-        &mut racks,
-        &mut globals,
-        &first,
-        &Faults::default(),
-        &mut Count::default(),
-    );
+    let mut t = TwoEpochs::after_first(m, per_node);
+    let TwoEpochs {
+        held,
+        racks,
+        globals,
+        ..
+    } = &mut t;
     let down: HashSet<NodeId> = dead.iter().copied().collect();
     for &d in dead {
         held[d as usize].clear();
@@ -348,73 +386,18 @@ fn failure_round(
             msgs += batches.len() as u64;
         }
     }
-    // The second epoch: shards shifted by one node, dead nodes read nothing.
-    order.rotate_left(per_node as usize);
-    let second = epoch(&order, &down);
-    let mut c = Count::default();
-    round_hier(
-        &mut net,
-        &mut held,
-        &mut racks,
-        &mut globals,
-        &second,
-        &Faults {
-            down,
-            ..Faults::default()
-        },
-        &mut c,
-    );
+    // The second epoch: dead nodes read nothing.
+    let c = t.second(&Faults {
+        down,
+        ..Faults::default()
+    });
     (msgs, entries, c)
 }
 
 /// A healthy first epoch, then a second (shards shifted by one node) with `faults`: nodes
 /// whose cache disk is full, or slow. Returns the second epoch's counts.
 fn fault_round(m: &Membership, per_node: u64, faults: &Faults) -> Count {
-    let nodes = m.members().count();
-    let files = nodes as u64 * per_node;
-    let (mut held, mut racks, mut globals) = (
-        vec![HashSet::new(); nodes],
-        HashMap::<NodeId, RackHome>::new(),
-        HashMap::<NodeId, GlobalHome>::new(),
-    );
-    let mut net = Net {
-        m,
-        load: vec![0; nodes],
-    };
-    let mut order: Vec<u64> = (0..files).collect();
-    shuffle(&mut order, 1);
-    let epoch = |order: &[u64]| -> Reads {
-        order
-            .iter()
-            .enumerate()
-            .map(|(i, &f)| ((i as u64 / per_node) as NodeId, f))
-            .collect()
-    };
-    let mut c = Count::default();
-    let first = epoch(&order);
-    let healthy = Faults::default();
-    round_hier(
-        &mut net,
-        &mut held,
-        &mut racks,
-        &mut globals,
-        &first,
-        &healthy,
-        &mut c,
-    );
-    order.rotate_left(per_node as usize);
-    let mut c = Count::default();
-    let second = epoch(&order);
-    round_hier(
-        &mut net,
-        &mut held,
-        &mut racks,
-        &mut globals,
-        &second,
-        faults,
-        &mut c,
-    );
-    c
+    TwoEpochs::after_first(m, per_node).second(faults)
 }
 
 fn main() {
