@@ -408,15 +408,8 @@ fn a_plain_user_mounts_and_the_daemon_serves_reads_itself() {
     };
     let f = Fixture::new("plainuser");
     f.write("a.txt", b"a plain user's read");
-    let as_user = |args: &[&std::ffi::OsStr]| {
-        Command::new("setpriv")
-            .arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg("--clear-groups")
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let as_user =
+        |args: &[&std::ffi::OsStr]| common::as_user(uid, gid).args(args).output().unwrap();
     let result = std::panic::catch_unwind(|| {
         for d in [&f.ssd, &f.mnt] {
             std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();

@@ -172,8 +172,7 @@ print("ok")
 fn prefetch_as_nobody(m: &Mounted, lines: &str) -> String {
     use std::io::Write;
     use std::process::Stdio;
-    let mut child = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+    let mut child = common::as_user(65534, 65534)
         .arg(env!("CARGO_BIN_EXE_dyadfs"))
         .arg("prefetch")
         .arg(&m.mnt)

@@ -132,10 +132,7 @@ try:
 except OSError as e:
     print(e.errno, flush=True)
 "#;
-    std::process::Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .arg("--clear-groups")
+    as_user(uid, uid)
         // Debian's (scripts/install-deps.sh): a python3 found first on root's PATH may live
         // where the other uid cannot reach it.
         .args(["/usr/bin/python3", "-c", SCRIPT])

@@ -274,15 +274,8 @@ fn a_name_lookup_with_an_absurd_wait_is_answered() {
 
 /// Runs `script` with sh as the unprivileged user nobody (uid and gid 65534).
 fn as_nobody(script: &str) -> bool {
-    std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
+    as_user(65534, 65534)
+        .args(["sh", "-c", script])
         .status()
         .unwrap()
         .success()

@@ -396,6 +396,16 @@ pub fn venv_python() -> Command {
     Command::new(py)
 }
 
+/// A command that runs as user `uid` and group `gid`, with no supplementary groups (the
+/// program and its arguments follow).
+pub fn as_user(uid: u32, gid: u32) -> Command {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups");
+    c
+}
+
 /// Panics with `what` and the program's output unless it succeeded; returns its stdout.
 pub fn succeeded(what: &str, out: Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
