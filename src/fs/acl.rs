@@ -6,7 +6,7 @@
 //! less (a user whom a named entry grants more than the mode bits reads as the mode bits say).
 
 /// The attribute holding a file's access ACL.
-pub const ACL_XATTR: &str = "system.posix_acl_access";
+pub const ACL_XATTR: &std::ffi::CStr = c"system.posix_acl_access";
 
 const VERSION: u32 = 2;
 const USER_OBJ: u16 = 0x01;

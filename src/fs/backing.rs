@@ -202,31 +202,39 @@ impl std::ops::Deref for BackingStat {
 
 /// The bits `file` (opened `O_PATH`, `rel` in the dataset) may present, from its access ACL.
 fn acl_bits(file: &File, rel: &str) -> u16 {
+    // (Every backing stat asks: the path and a first buffer stay on the stack; a fd's xattrs
+    // are not readable through an O_PATH descriptor itself.)
     let path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
-    let name = CString::new(super::acl::ACL_XATTR).expect("no NUL");
-    let mut buf = vec![0u8; 1024];
-    let got = |buf: &mut Vec<u8>| {
+    let got = |buf: &mut [u8]| {
         // SAFETY: NUL-terminated path and name and a buffer of the length passed, for the call
         // only; the result is checked.
-        unsafe {
+        let n = unsafe {
             libc::getxattr(
                 path.as_ptr(),
-                name.as_ptr(),
+                super::acl::ACL_XATTR.as_ptr(),
                 buf.as_mut_ptr().cast(),
                 buf.len(),
             )
-        }
+        };
+        (n >= 0)
+            .then_some(n as usize)
+            .ok_or_else(io::Error::last_os_error)
     };
-    let mut n = got(&mut buf);
-    if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
-        buf.resize(64 << 10, 0);
-        n = got(&mut buf);
-    }
-    if n < 0 {
+    let mut small = [0u8; 1024];
+    let mut large = Vec::new();
+    let acl = match got(&mut small) {
+        Ok(n) => &small[..n],
+        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
+            large.resize(64 << 10, 0);
+            match got(&mut large) {
+                Ok(n) => &large[..n],
+                Err(_) => return 0o7777,
+            }
+        }
         // ENODATA (no ACL) or EOPNOTSUPP (none on this file system): the mode bits are all.
-        return 0o7777;
-    }
-    let allowed = super::acl::allowed_bits(&buf[..n as usize]).unwrap_or(0o7700);
+        Err(_) => return 0o7777,
+    };
+    let allowed = super::acl::allowed_bits(acl).unwrap_or(0o7700);
     static TOLD: std::sync::Once = std::sync::Once::new();
     TOLD.call_once(|| {
         tracing::warn!(
