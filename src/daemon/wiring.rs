@@ -10,6 +10,7 @@ use super::UserError;
 use super::config::MountConfig;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::names::ClusterNames;
+use crate::cluster::peers::{Handler, RpcPeers};
 use crate::cluster::replicate::start_replicator;
 use crate::cluster::source::{CacheStore, ClusterSource, Fetcher, ServiceLink, start_publisher};
 use crate::core::Version;
@@ -22,7 +23,7 @@ use crate::fs::write::Producer;
 use crate::fs::{BackingStore, DyadFs, FsConfig};
 use crate::locator::Membership;
 use crate::locator::gossip::{self, GossipConfig, Peer};
-use crate::locator::service::{Handler, LocatorService};
+use crate::locator::service::{Hooks, LocatorService};
 use crate::stats::Stats;
 use crate::transport::auth::Secret;
 use crate::transport::plane::DataPlane;
@@ -201,11 +202,32 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     // Background copies (`--replicate`, ours or a peer's) go through a data plane of their own
     // whose UCX progress thread has the lowest CPU priority.
     let background = plane(4, true)?;
+    let producer = producer(&b, args, id)?;
+    // What the locator does for this node: release objects it is told to, re-announce copies,
+    // check a chunk a peer found bad.
+    let (p, c, cc) = (producer.clone(), b.cache.clone(), b.cache.clone());
+    let hooks = Hooks {
+        on_release: Box::new(move |object, size, mtime_ns, drop| {
+            p.released(object, Version { size, mtime_ns }, drop)
+        }),
+        holdings: Box::new(move || c.complete_entries()),
+        on_bad_chunk: Box::new(move |path, version, offset| {
+            if let Some(e) = cc.lookup(path, version) {
+                match e.recheck(&cc, e.chunks_for(offset, 1)) {
+                    Ok((_, dropped)) => {
+                        tracing::warn!(%path, offset, dropped, "a peer received a bad chunk")
+                    }
+                    Err(err) => tracing::warn!(%path, error = %err, "rechecking a chunk failed"),
+                }
+            }
+        }),
+    };
     let locator = LocatorService::new(
         members,
         args.cluster.peer_timeout,
         b.stats.clone(),
-        secret.clone(),
+        RpcPeers::new(id, secret.clone()),
+        hooks,
     );
     let server = Server {
         worker: worker.clone(),
@@ -243,29 +265,6 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
             tracing::error!(error = %e, "control server stopped");
         }
     });
-    let producer = producer(&b, args, id)?;
-    // What the locator does for this node: release objects it is told to, re-announce copies.
-    let p = producer.clone();
-    let _ = locator
-        .on_release
-        .set(Box::new(move |object, size, mtime_ns, drop| {
-            p.released(object, Version { size, mtime_ns }, drop)
-        }));
-    let c = b.cache.clone();
-    let _ = locator.holdings.set(Box::new(move || c.complete_entries()));
-    let c = b.cache.clone();
-    let _ = locator
-        .on_bad_chunk
-        .set(Box::new(move |path, version, offset| {
-            if let Some(e) = c.lookup(path, version) {
-                match e.recheck(&c, e.chunks_for(offset, 1)) {
-                    Ok((_, dropped)) => {
-                        tracing::warn!(%path, offset, dropped, "a peer received a bad chunk")
-                    }
-                    Err(err) => tracing::warn!(%path, error = %err, "rechecking a chunk failed"),
-                }
-            }
-        }));
     start_publisher(&b.cache, locator.clone(), runtime.handle());
     // This node's tables start empty: the others re-announce what they held before it serves.
     let answered =

@@ -234,7 +234,16 @@ mod tests {
     fn service(own: NodeId) -> Arc<LocatorService> {
         let peers = "0 127.0.0.1:1 r\n1 127.0.0.1:2 r\n2 127.0.0.1:3 r\n";
         let m = Membership::parse(peers, own).unwrap();
-        LocatorService::new(m, Duration::from_secs(1), Default::default(), None)
+        let net = crate::locator::loopback::Net::new();
+        let s = LocatorService::new(
+            m,
+            Duration::from_secs(1),
+            Default::default(),
+            net.port(own),
+            Default::default(),
+        );
+        net.join(&s);
+        s
     }
 
     fn v() -> Version {

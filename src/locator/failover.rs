@@ -24,10 +24,10 @@ impl LocatorService {
             if m.id == self.me() {
                 continue;
             }
-            let (me, addr) = (self.clone(), m.addr);
+            let (me, to, addr) = (self.clone(), m.id, m.addr);
             calls.spawn(async move {
                 let msg = Msg::Rejoined { node: me.me() };
-                me.rpc(addr, &msg, timeout).await
+                me.rpc(to, addr, &msg, timeout).await
             });
         }
         let mut answered = 0;
@@ -61,11 +61,7 @@ impl LocatorService {
             tracing::info!(node, names = sent, acked, "gave names back to their home");
         }
         let rack = self.membership.rack_of(self.me());
-        let mine: Vec<Msg> = self
-            .holdings
-            .get()
-            .map(|f| f())
-            .unwrap_or_default()
+        let mine: Vec<Msg> = (self.hooks.holdings)()
             .into_iter()
             .filter(|(path, _)| self.rack_home(path, rack) == node)
             .map(|(path, version)| Msg::Publish {
@@ -114,11 +110,7 @@ impl LocatorService {
             return;
         }
         let rack = self.membership.rack_of(self.me()).to_string();
-        let mine: Vec<(String, Version, bool)> = self
-            .holdings
-            .get()
-            .map(|f| f())
-            .unwrap_or_default()
+        let mine: Vec<(String, Version, bool)> = (self.hooks.holdings)()
             .into_iter()
             .filter(|(path, _)| self.membership.rack_home(path, &rack) == node)
             .map(|(path, version)| (path, version, true))

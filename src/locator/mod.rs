@@ -3,8 +3,9 @@
 //! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
 //! cache; `tiers` holds the rack and global tables and their coordination rules; `names` is
 //! the namespace of produced files. `proto` is what the tiers say to one another (an RPC
-//! payload of the transport), `pages` how large one may grow, `check` what a message from the wire must satisfy, and `service`
-//! one daemon's locator answering and asking them. It knows no file system or cache: what
+//! payload of the transport), `pages` how large one may grow, `check` what a message from the
+//! wire must satisfy, `peers` the port its messages leave by, and `service` one daemon's
+//! locator answering and asking them (unit-tested among in-process peers, `loopback`). It knows no file system or cache: what
 //! joins it to them (a read's fetch logic, replication, produced names over the wire) is the
 //! cluster module, above it.
 
@@ -13,13 +14,18 @@ pub mod error;
 mod failover;
 mod fetching;
 pub mod gossip;
+#[cfg(test)]
+mod loopback;
 pub mod membership;
 pub mod names;
 pub mod node;
 pub mod pages;
+pub mod peers;
 pub mod proto;
 pub mod rendezvous;
 pub mod service;
+#[cfg(test)]
+mod service_tests;
 mod status;
 mod table;
 pub mod tiers;

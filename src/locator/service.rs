@@ -16,14 +16,13 @@ use super::membership::{Membership, NodeId};
 use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
 use super::node::{Known, NodeTier};
 use super::pages::{self, PAGE_BYTES, batches};
-use super::proto::{self, Msg};
+use super::peers::Peers;
+use super::proto::Msg;
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
 use crate::core::sync::lock;
 use crate::stats::Stats;
 use crate::transport::TransportError;
-use crate::transport::rpc::Rpcs;
-use crate::transport::server::{RpcFuture, RpcHandler};
 
 #[derive(Default)]
 pub(super) struct RackState {
@@ -40,14 +39,8 @@ pub struct LocatorService {
     global: Mutex<GlobalHome>,
     /// Produced names of the directories this node is name home of.
     pub(super) names: Mutex<NameTable>,
-    /// What to do when told a produced object of ours is no longer named (set by the daemon).
-    pub on_release: std::sync::OnceLock<ReleaseFn>,
-    /// The complete copies this node holds (set by the daemon; re-announced to a home that
-    /// restarted).
-    pub holdings: std::sync::OnceLock<HoldingsFn>,
-    /// What to do when a puller reports a chunk of ours failed its checksum (set by the
-    /// daemon: check it again in the cache).
-    pub on_bad_chunk: std::sync::OnceLock<BadChunkFn>,
+    /// What the daemon does for the locator (release, holdings, bad chunks).
+    pub(super) hooks: Hooks,
     /// Bound on every RPC and on how long a fetch may hold off the others.
     pub timeout: Duration,
     /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
@@ -58,12 +51,36 @@ pub struct LocatorService {
     pub liveness: Arc<Liveness>,
     /// Files this node was told to fetch from the shared file system (see [`Fetching`]).
     fetching: Mutex<Fetching>,
-    pub(super) rpcs: Rpcs,
+    /// How messages reach the other members.
+    peers: Arc<dyn Peers>,
     pub(super) stats: Arc<Stats>,
 }
 
 /// Checks a chunk (path, version, offset) of this node's cache again.
 pub type BadChunkFn = Box<dyn Fn(&str, Version, u64) + Send + Sync>;
+
+/// What the daemon around the locator does when a peer's message concerns this node's own
+/// copies; given at construction (the locator knows no cache or file system).
+pub struct Hooks {
+    /// Told a produced object of ours is no longer named.
+    pub on_release: ReleaseFn,
+    /// The complete copies this node holds (re-announced to a home that restarted or took
+    /// over from a dead one).
+    pub holdings: HoldingsFn,
+    /// A puller reports a chunk of ours failed its checksum: check it again in the cache.
+    pub on_bad_chunk: BadChunkFn,
+}
+
+impl Default for Hooks {
+    /// A node that holds nothing and does nothing when told about its copies.
+    fn default() -> Hooks {
+        Hooks {
+            on_release: Box::new(|_, _, _, _| {}),
+            holdings: Box::new(Vec::new),
+            on_bad_chunk: Box::new(|_, _, _| {}),
+        }
+    }
+}
 
 /// How long a failed node stays suspect.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
@@ -73,23 +90,21 @@ impl LocatorService {
         membership: Membership,
         timeout: Duration,
         stats: Arc<Stats>,
-        secret: Option<Arc<crate::transport::auth::Secret>>,
+        peers: Arc<dyn Peers>,
+        hooks: Hooks,
     ) -> Arc<Self> {
-        let rpcs = Rpcs::new(secret.map(|k| (membership.own(), k)));
         Arc::new(LocatorService {
             membership,
             node: NodeTier::new(Duration::from_secs(30), Duration::from_millis(500), 1 << 20),
             rack: Mutex::default(),
             global: Mutex::default(),
             names: Mutex::default(),
-            on_release: std::sync::OnceLock::new(),
-            holdings: std::sync::OnceLock::new(),
-            on_bad_chunk: std::sync::OnceLock::new(),
+            hooks,
             timeout,
             suspects: Mutex::default(),
             liveness: Arc::default(),
             fetching: Mutex::default(),
-            rpcs,
+            peers,
             stats,
         })
     }
@@ -151,7 +166,7 @@ impl LocatorService {
             return Some(Box::pin(self.clone().answer(Some(self.me()), msg)).await);
         }
         let addr = self.reachable(to)?;
-        self.outcome(to, self.rpc(addr, &msg, timeout).await)
+        self.outcome(to, self.rpc(to, addr, &msg, timeout).await)
     }
 
     /// As [`LocatorService::call`], from a plain thread (a FUSE request's), with blocking I/O:
@@ -173,19 +188,19 @@ impl LocatorService {
                 .ok();
         }
         let addr = self.reachable(to)?;
-        let reply = self.rpcs.call_blocking(addr, &proto::encode(&msg), within);
-        self.outcome(to, reply.and_then(|r| decoded(addr, &r)))
+        let reply = self.peers.call_blocking(to, addr, &msg, within);
+        self.outcome(to, reply)
     }
 
-    /// One locator message to `addr` and its answer, over the transport's RPC.
+    /// One locator message to member `to` at `addr` and its answer, through the port.
     pub(super) async fn rpc(
         &self,
+        to: NodeId,
         addr: std::net::SocketAddr,
         msg: &Msg,
         timeout: Duration,
     ) -> Result<Msg, TransportError> {
-        let reply = self.rpcs.call(addr, &proto::encode(msg), timeout).await?;
-        decoded(addr, &reply)
+        self.peers.call(to, addr, msg, timeout).await
     }
 
     /// The address of `to`, unless it is down or suspect (then a call to it is a miss at once).
@@ -348,8 +363,8 @@ impl LocatorService {
     }
 
     /// Answers a locator message from `peer` (the authenticated sender; `None` with
-    /// `--insecure`).
-    async fn answer(self: Arc<Self>, peer: Option<NodeId>, msg: Msg) -> Msg {
+    /// `--insecure`), as the port delivered it.
+    pub async fn answer(self: Arc<Self>, peer: Option<NodeId>, msg: Msg) -> Msg {
         // Nothing from the wire is used before it is checked: a bad frame changes nothing.
         if let Err(why) = self.check(&msg, peer) {
             tracing::warn!(%why, "refused a locator message");
@@ -496,14 +511,14 @@ impl LocatorService {
                 let backup = self
                     .membership
                     .live_global_backup(&dir, |n| self.liveness.is_down(n));
-                if let Some(addr) = backup
+                if let Some((b, addr)) = backup
                     .filter(|&b| b != self.me())
-                    .and_then(|b| self.reachable(b))
+                    .and_then(|b| Some((b, self.reachable(b)?)))
                 {
                     let (me, timeout) = (self.clone(), self.timeout);
                     let msg = Msg::NameReplica { dir, name, entry };
                     tokio::spawn(async move {
-                        if let Err(e) = me.rpc(addr, &msg, timeout).await {
+                        if let Err(e) = me.rpc(b, addr, &msg, timeout).await {
                             tracing::debug!(error = %e, "a name's backup copy was not stored");
                         }
                     });
@@ -515,9 +530,7 @@ impl LocatorService {
                 version,
                 offset,
             } => {
-                if let Some(f) = self.on_bad_chunk.get() {
-                    f(&path, version, offset);
-                }
+                (self.hooks.on_bad_chunk)(&path, version, offset);
                 Msg::Ack
             }
             Msg::NameReplica { dir, name, entry } => {
@@ -529,13 +542,11 @@ impl LocatorService {
                 version,
                 drop,
             } => {
-                if let Some(f) = self.on_release.get() {
-                    f(&object, version.size, version.mtime_ns, drop);
-                }
+                (self.hooks.on_release)(&object, version.size, version.mtime_ns, drop);
                 Msg::Ack
             }
             Msg::CountHeld => {
-                let held = self.holdings.get().map(|f| f()).unwrap_or_default();
+                let held = (self.hooks.holdings)();
                 Msg::Held {
                     files: held.len() as u64,
                     bytes: held.iter().map(|(_, v)| v.size).sum(),
@@ -653,26 +664,6 @@ const GAINED_MAX: usize = 4096;
 
 /// The longest a name home holds a `NameGet` open, whatever the caller asks.
 const MAX_NAME_WAIT: Duration = Duration::from_secs(3600);
-
-/// A reply payload from `peer` as a message.
-fn decoded(peer: std::net::SocketAddr, payload: &[u8]) -> Result<Msg, TransportError> {
-    proto::decode(payload).map_err(|source| TransportError::Wire { peer, source })
-}
-
-/// The RPC handler registered on the control port (it needs the service's `Arc`). A payload
-/// that is no locator message closes the connection.
-pub struct Handler(pub Arc<LocatorService>);
-
-impl RpcHandler for Handler {
-    fn handle(&self, peer: Option<u32>, payload: Vec<u8>) -> RpcFuture {
-        let service = self.0.clone();
-        Box::pin(async move {
-            let msg = proto::decode(&payload)
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-            Ok(proto::encode(&service.answer(peer, msg).await))
-        })
-    }
-}
 
 impl LocatorService {
     /// Sends `msgs` to `to` as [`batches`], one after another; returns how many of the
