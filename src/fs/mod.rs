@@ -121,6 +121,15 @@ pub struct FsConfig {
     pub no_open: bool,
 }
 
+/// What the kernel agreed to at INIT, as the adapter tells the core ([`DyadFs::kernel_offers`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Opens may hand the kernel a cache file to read directly (FUSE passthrough).
+    pub passthrough: bool,
+    /// The kernel opens files without asking (`--no-open` in effect).
+    pub no_open: bool,
+}
+
 pub struct DyadFs<S: Source> {
     backing: BackingStore,
     names: Arc<dyn Namespace>,
@@ -137,6 +146,8 @@ pub struct DyadFs<S: Source> {
     prefetch: Arc<prefetch::Prefetcher>,
     /// What `dyadfs status` reports of the cluster (set by a cluster's wiring).
     status: std::sync::OnceLock<StatusFn>,
+    /// What the kernel agreed to (none until the session's INIT).
+    kernel: std::sync::OnceLock<Capabilities>,
 }
 
 /// The cluster as this node sees it, for `dyadfs status`.
@@ -233,6 +244,7 @@ impl<S: Source> DyadFs<S> {
             readahead: tx,
             prefetch: Arc::new(prefetch::Prefetcher::new(window)),
             status: std::sync::OnceLock::new(),
+            kernel: std::sync::OnceLock::new(),
         })
     }
 
@@ -273,6 +285,27 @@ impl<S: Source> DyadFs<S> {
 
     pub fn passthrough_enabled(&self) -> bool {
         self.config.passthrough
+    }
+
+    /// What the kernel agreed to at INIT, told once by the adapter; the stats report it.
+    pub fn kernel_offers(&self, caps: Capabilities) {
+        if self.kernel.set(caps).is_err() {
+            tracing::warn!("a second FUSE INIT: keeping what the first agreed to");
+            return;
+        }
+        let stats = self.stats();
+        stats.passthrough.store(caps.passthrough, Ordering::Relaxed);
+        stats.no_open.store(caps.no_open, Ordering::Relaxed);
+        let Capabilities {
+            passthrough,
+            no_open,
+        } = caps;
+        tracing::info!(passthrough, no_open, "FUSE session initialised");
+    }
+
+    /// What the kernel agreed to (nothing before INIT).
+    fn kernel(&self) -> Capabilities {
+        self.kernel.get().copied().unwrap_or_default()
     }
 
     /// The counters, shared (for threads outside the file system).
@@ -449,7 +482,7 @@ impl<S: Source> DyadFs<S> {
             .filter(|(v, _)| *v == attr.version)
             .map(|(_, keep_pages)| keep_pages);
         let keep_cache = before.is_some();
-        let may_pass = self.config.passthrough && self.stats().passthrough.load(Ordering::Relaxed);
+        let may_pass = self.config.passthrough && self.kernel().passthrough;
         let mut complete = entry.is_complete();
         let was_complete = complete;
         if complete {

@@ -24,7 +24,7 @@ use super::Opened;
 use super::caller;
 use super::io_modes::{IoModes, OpenMode};
 use super::listing::page;
-use super::{Attr, Changes, DyadFs, Error, Looked};
+use super::{Attr, Capabilities, Changes, DyadFs, Error, Looked};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -269,14 +269,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 );
             }
         }
-        let stats = self.fs.stats();
-        stats.passthrough.store(passthrough, Ordering::Relaxed);
-        stats.no_open.store(self.unasked, Ordering::Relaxed);
-        tracing::info!(
+        self.fs.kernel_offers(Capabilities {
             passthrough,
-            no_open = self.unasked,
-            "FUSE session initialised"
-        );
+            no_open: self.unasked,
+        });
         Ok(())
     }
 
