@@ -3,8 +3,8 @@
 //! [`DyadFs`] itself and the read side (lookups, opens, reads); [`attr`] the attributes,
 //! [`inodes`] the inode table, [`handles`] open handles, [`listing`] directory listings,
 //! [`read`] the cache-filling read path, [`readahead`] work off the request's thread,
-//! [`namespace`] the operations that change produced files, [`write`] staging and sealing them,
-//! [`error`] the one errno table.
+//! [`namespace`] the operations that change produced files, [`write`] staging them, [`close`]
+//! the close that finishes one (sealed, then published), [`error`] the one errno table.
 //!
 //! A path resolves, in order, to a file being written on this node ([`write`]), an entry of the
 //! backing tree (read-only: dyadfs never modifies it), or a produced name published by any node
@@ -14,6 +14,7 @@ mod acl;
 mod attr;
 mod backing;
 mod caller;
+mod close;
 mod control;
 mod dir_ahead;
 mod error;
@@ -544,7 +545,7 @@ impl<S: Source> DyadFs<S> {
             passthrough: verified.then_some(entry),
             keep_cache,
             keep_pages,
-            seals: false,
+            finishes: false,
         })
     }
 
@@ -654,7 +655,7 @@ impl<S: Source> DyadFs<S> {
 
     /// The last close of an open file (the kernel sends it once every descriptor of the open
     /// is closed, including dups and forked copies, shortly after the last close returns). The
-    /// last writable handle of a file seals and publishes it, unless a close (`flush`) did.
+    /// last writable handle of a file being written finishes it, unless a close (`flush`) did.
     pub fn release(&self, fh: u64) -> Result<(), Error> {
         let handle = lock(&self.handles).remove(&fh);
         match handle.as_deref() {
@@ -662,13 +663,7 @@ impl<S: Source> DyadFs<S> {
             Some(Handle::Staged {
                 staged,
                 writable: true,
-            }) => {
-                let _sealing = lock(&staged.sealing);
-                let last = staged.writers.fetch_sub(1, Ordering::Relaxed) == 1;
-                if last && !staged.sealed.load(Ordering::Relaxed) {
-                    return self.seal(staged);
-                }
-            }
+            }) => return self.writer_closed(staged, close::Close::Release),
             _ => {}
         }
         Ok(())
