@@ -91,6 +91,8 @@ pub struct Stats {
     /// Files this node's tables hold as a rack home and as a global home (their rows).
     pub home_rack_files: AtomicU64,
     pub home_global_files: AtomicU64,
+    /// Passthrough opens allowed. This and `no_open` are what the kernel agreed to at INIT,
+    /// reported only: `DyadFs::kernel_offers` sets them, the core decides from its own copy.
     pub passthrough: AtomicBool,
     /// `--no-open` in effect: the kernel opens files without asking.
     pub no_open: AtomicBool,

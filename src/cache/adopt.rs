@@ -26,10 +26,7 @@ impl Cache {
             self.forget(path, version);
         }
         let adopted = adopted?;
-        self.emit(CacheEvent::Complete {
-            path: path.to_string(),
-            version,
-        });
+        self.completed(&adopted);
         Ok(adopted)
     }
 

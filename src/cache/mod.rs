@@ -7,13 +7,14 @@
 //! reserved) chunks; least recently used entries that nobody holds open are evicted whole.
 //! [`entry`] is one cached file and its chunks' state machine (single-flight fills,
 //! verification); [`mapping`] hands cached bytes to readers; `direct` reads chunks for peers;
-//! [`files`] bounds the open data files.
+//! [`files`] bounds the open data files; `events` tells the node which copies it can serve.
 
 mod adopt;
 mod capacity;
 mod chunks;
 mod direct;
 pub mod entry;
+mod events;
 pub mod files;
 pub mod format;
 pub mod journal;
@@ -26,6 +27,7 @@ use chunks::Chunk;
 pub use chunks::Claim;
 pub use entry::Entry;
 use entry::Reloaded;
+pub use events::CacheEvent;
 pub use mapping::{Mapping, ReadBytes};
 
 use std::collections::HashMap;
@@ -169,7 +171,8 @@ pub struct Cache {
     kept_old_at: AtomicU64,
     next_id: AtomicU64,
     stats: Arc<Stats>,
-    /// Told when a file becomes complete or leaves the cache (the locator publishes these).
+    /// Told when a file becomes complete or leaves the cache (the locator publishes these):
+    /// set once, by [`Cache::take_events`].
     events: std::sync::OnceLock<crossbeam_channel::Sender<CacheEvent>>,
     /// When a failed write to the cache's file system was last logged (seconds since the
     /// epoch): at most one line a minute, every fill would say it.
@@ -179,15 +182,6 @@ pub struct Cache {
     refused_until: AtomicU64,
     opened: std::time::Instant,
     _lock: File,
-}
-
-/// What the rest of the node learns from the cache.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CacheEvent {
-    /// Every chunk of this version is present: this node can serve it to peers.
-    Complete { path: String, version: Version },
-    /// The copy is gone (evicted or replaced by another version).
-    Dropped { path: String, version: Version },
 }
 
 /// How long a reader waits for another reader's fill of the same chunk before giving up.
@@ -350,17 +344,6 @@ impl Cache {
             tracing::info!(removed, "deleted cache data files no entry owns");
         }
         Ok(removed)
-    }
-
-    /// Subscribes to [`CacheEvent`]s (once per cache).
-    pub fn subscribe(&self, tx: crossbeam_channel::Sender<CacheEvent>) {
-        let _ = self.events.set(tx);
-    }
-
-    pub fn emit(&self, event: CacheEvent) {
-        if let Some(tx) = self.events.get() {
-            let _ = tx.send(event);
-        }
     }
 
     /// The entry for `path` if cached at `version`; never creates one.

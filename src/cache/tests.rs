@@ -621,3 +621,35 @@ fn adopting_a_file_larger_than_the_capacity_fails_at_once() {
     assert!(cache.used_bytes() <= 8 << 20);
     assert!(cache.lookup("o", v(1 << 40)).is_none());
 }
+
+#[test]
+fn events_go_to_one_reader_complete_copies_first() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    let held = cache.entry("held", v(1 << 20)).unwrap();
+    fill(&cache, &held, 1);
+    let partial = cache.entry("partial", v(2 << 20)).unwrap();
+    let events = cache.take_events().expect("the first reader");
+    assert!(
+        cache.take_events().is_none(),
+        "a second reader gets nothing"
+    );
+    let complete = |path: &str, version| CacheEvent::Complete {
+        path: path.into(),
+        version,
+    };
+    assert_eq!(events.try_recv(), Ok(complete("held", v(1 << 20))));
+    assert!(events.try_recv().is_err(), "a partial copy is not told");
+    fill(&cache, &partial, 2);
+    cache.filled(&partial);
+    assert_eq!(events.try_recv(), Ok(complete("partial", v(2 << 20))));
+    cache.forget("held", v(1 << 20));
+    assert_eq!(
+        events.try_recv(),
+        Ok(CacheEvent::Dropped {
+            path: "held".into(),
+            version: v(1 << 20)
+        })
+    );
+    let _ = fs::remove_dir_all(dir);
+}

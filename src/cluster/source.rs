@@ -383,11 +383,12 @@ impl ChunkStore for CacheStore {
     }
 }
 
-/// Publishes every complete copy (those reloaded at start first), unpublishes dropped ones.
+/// Publishes every complete copy (`from_cache`: the cache's events, those held at start first),
+/// unpublishes dropped ones.
 /// Changes queued together go out together (one RPC per rack home). A change its home did not
 /// acknowledge (the home is down or not up yet) is retried every second for up to ten minutes.
 pub fn start_publisher(
-    cache: &Arc<Cache>,
+    from_cache: crossbeam_channel::Receiver<CacheEvent>,
     locator: Arc<LocatorService>,
     runtime: &tokio::runtime::Handle,
 ) {
@@ -397,11 +398,6 @@ pub fn start_publisher(
     const MAX_BATCH: usize = 512;
     /// How long a round waits for more changes after its first (the publish delay it adds).
     const LINGER: Duration = Duration::from_millis(10);
-    let (tx, rx) = crossbeam_channel::unbounded();
-    for (path, version) in cache.complete_entries() {
-        let _ = tx.send(CacheEvent::Complete { path, version });
-    }
-    cache.subscribe(tx);
     let rt = runtime.clone();
     std::thread::Builder::new()
         .name("publisher".into())
@@ -409,7 +405,7 @@ pub fn start_publisher(
             let mut retry: Vec<((String, Version, bool), Instant)> = Vec::new();
             let mut last_retry = Instant::now();
             loop {
-                let first = match rx.recv_timeout(RETRY_EVERY) {
+                let first = match from_cache.recv_timeout(RETRY_EVERY) {
                     Ok(ev) => Some(ev),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
@@ -422,7 +418,7 @@ pub fn start_publisher(
                 let mut events: Vec<CacheEvent> = first.into_iter().collect();
                 if !events.is_empty() {
                     std::thread::sleep(LINGER);
-                    events.extend(rx.try_iter().take(MAX_BATCH - 1));
+                    events.extend(from_cache.try_iter().take(MAX_BATCH - 1));
                 }
                 let mut round: Vec<((String, Version, bool), Instant)> = events
                     .into_iter()

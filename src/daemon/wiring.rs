@@ -265,7 +265,11 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
             tracing::error!(error = %e, "control server stopped");
         }
     });
-    start_publisher(&b.cache, locator.clone(), runtime.handle());
+    let events = b
+        .cache
+        .take_events()
+        .expect("the cache's events are taken here alone");
+    start_publisher(events, locator.clone(), runtime.handle());
     // This node's tables start empty: the others re-announce what they held before it serves.
     let answered =
         runtime.block_on(locator.rejoin(args.cluster.peer_timeout.min(Duration::from_secs(2))));

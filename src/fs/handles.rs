@@ -23,7 +23,7 @@ pub(super) struct CachedHandle {
 pub(super) enum Handle {
     /// A backing file or a sealed produced file: read through the cache.
     Cached(CachedHandle),
-    /// A file being written on this node. A writable handle seals it on its last close.
+    /// A file being written on this node. A writable handle's last close finishes it.
     Staged { staged: Arc<Staged>, writable: bool },
 }
 
@@ -38,9 +38,10 @@ pub struct Opened {
     /// `passthrough` may be offered (a small file whose bytes were not in memory at the inode's
     /// first open: see `--passthrough-min`).
     pub keep_pages: bool,
-    /// A writable handle of a file being written: its `close()` may seal it (FUSE flush).
+    /// A writable handle of a file being written: its `close()` may finish it (FUSE flush: see
+    /// `super::close`).
     /// The kernel is told not to flush any other handle (no round trip per close).
-    pub seals: bool,
+    pub finishes: bool,
 }
 
 impl<S: Source> DyadFs<S> {
@@ -65,7 +66,7 @@ impl<S: Source> DyadFs<S> {
             passthrough: None,
             keep_cache: false,
             keep_pages: false,
-            seals: writable,
+            finishes: writable,
         }
     }
 }

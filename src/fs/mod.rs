@@ -3,8 +3,8 @@
 //! [`DyadFs`] itself and the read side (lookups, opens, reads); [`attr`] the attributes,
 //! [`inodes`] the inode table, [`handles`] open handles, [`listing`] directory listings,
 //! [`read`] the cache-filling read path, [`readahead`] work off the request's thread,
-//! [`namespace`] the operations that change produced files, [`write`] staging and sealing them,
-//! [`error`] the one errno table.
+//! [`namespace`] the operations that change produced files, [`write`] staging them, [`close`]
+//! the close that finishes one (sealed, then published), [`error`] the one errno table.
 //!
 //! A path resolves, in order, to a file being written on this node ([`write`]), an entry of the
 //! backing tree (read-only: dyadfs never modifies it), or a produced name published by any node
@@ -14,6 +14,7 @@ mod acl;
 mod attr;
 mod backing;
 mod caller;
+mod close;
 mod control;
 mod dir_ahead;
 mod error;
@@ -121,6 +122,15 @@ pub struct FsConfig {
     pub no_open: bool,
 }
 
+/// What the kernel agreed to at INIT, as the adapter tells the core ([`DyadFs::kernel_offers`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Opens may hand the kernel a cache file to read directly (FUSE passthrough).
+    pub passthrough: bool,
+    /// The kernel opens files without asking (`--no-open` in effect).
+    pub no_open: bool,
+}
+
 pub struct DyadFs<S: Source> {
     backing: BackingStore,
     names: Arc<dyn Namespace>,
@@ -137,6 +147,8 @@ pub struct DyadFs<S: Source> {
     prefetch: Arc<prefetch::Prefetcher>,
     /// What `dyadfs status` reports of the cluster (set by a cluster's wiring).
     status: std::sync::OnceLock<StatusFn>,
+    /// What the kernel agreed to (none until the session's INIT).
+    kernel: std::sync::OnceLock<Capabilities>,
 }
 
 /// The cluster as this node sees it, for `dyadfs status`.
@@ -233,6 +245,7 @@ impl<S: Source> DyadFs<S> {
             readahead: tx,
             prefetch: Arc::new(prefetch::Prefetcher::new(window)),
             status: std::sync::OnceLock::new(),
+            kernel: std::sync::OnceLock::new(),
         })
     }
 
@@ -273,6 +286,27 @@ impl<S: Source> DyadFs<S> {
 
     pub fn passthrough_enabled(&self) -> bool {
         self.config.passthrough
+    }
+
+    /// What the kernel agreed to at INIT, told once by the adapter; the stats report it.
+    pub fn kernel_offers(&self, caps: Capabilities) {
+        if self.kernel.set(caps).is_err() {
+            tracing::warn!("a second FUSE INIT: keeping what the first agreed to");
+            return;
+        }
+        let stats = self.stats();
+        stats.passthrough.store(caps.passthrough, Ordering::Relaxed);
+        stats.no_open.store(caps.no_open, Ordering::Relaxed);
+        let Capabilities {
+            passthrough,
+            no_open,
+        } = caps;
+        tracing::info!(passthrough, no_open, "FUSE session initialised");
+    }
+
+    /// What the kernel agreed to (nothing before INIT).
+    fn kernel(&self) -> Capabilities {
+        self.kernel.get().copied().unwrap_or_default()
     }
 
     /// The counters, shared (for threads outside the file system).
@@ -449,7 +483,7 @@ impl<S: Source> DyadFs<S> {
             .filter(|(v, _)| *v == attr.version)
             .map(|(_, keep_pages)| keep_pages);
         let keep_cache = before.is_some();
-        let may_pass = self.config.passthrough && self.stats().passthrough.load(Ordering::Relaxed);
+        let may_pass = self.config.passthrough && self.kernel().passthrough;
         let mut complete = entry.is_complete();
         let was_complete = complete;
         if complete {
@@ -511,7 +545,7 @@ impl<S: Source> DyadFs<S> {
             passthrough: verified.then_some(entry),
             keep_cache,
             keep_pages,
-            seals: false,
+            finishes: false,
         })
     }
 
@@ -621,7 +655,7 @@ impl<S: Source> DyadFs<S> {
 
     /// The last close of an open file (the kernel sends it once every descriptor of the open
     /// is closed, including dups and forked copies, shortly after the last close returns). The
-    /// last writable handle of a file seals and publishes it, unless a close (`flush`) did.
+    /// last writable handle of a file being written finishes it, unless a close (`flush`) did.
     pub fn release(&self, fh: u64) -> Result<(), Error> {
         let handle = lock(&self.handles).remove(&fh);
         match handle.as_deref() {
@@ -629,13 +663,7 @@ impl<S: Source> DyadFs<S> {
             Some(Handle::Staged {
                 staged,
                 writable: true,
-            }) => {
-                let _sealing = lock(&staged.sealing);
-                let last = staged.writers.fetch_sub(1, Ordering::Relaxed) == 1;
-                if last && !staged.sealed.load(Ordering::Relaxed) {
-                    return self.seal(staged);
-                }
-            }
+            }) => return self.writer_closed(staged, close::Close::Release),
             _ => {}
         }
         Ok(())

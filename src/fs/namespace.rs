@@ -1,6 +1,6 @@
-//! Operations that change the produced namespace: create, write, seal and publish, mkdir,
-//! symlink, mknod, setattr and fsync (remove and rename: [`super::rename`]). The backing tree is
-//! never modified.
+//! Operations that change the produced namespace: create, write, mkdir, symlink, mknod, link,
+//! setattr and fsync (the close that finishes a written file: [`super::close`]; remove and
+//! rename: [`super::rename`]). The backing tree is never modified.
 //!
 //! Times follow POSIX: a name's ctime changes with its attributes, a directory's mtime and
 //! ctime with its entries (a produced directory's; the backing tree's stay as they are).
@@ -107,7 +107,7 @@ impl<S: Source> DyadFs<S> {
                 staged,
                 writable: true,
                 ..
-            } if !staged.sealed.load(Ordering::Relaxed) => {
+            } if !staged.finished_at_flush.load(Ordering::Relaxed) => {
                 self.stage(staged, data, offset)?;
                 staged.dirty.store(true, Ordering::Relaxed);
                 // A write is a modification: a time set before it no longer holds.
@@ -149,116 +149,6 @@ impl<S: Source> DyadFs<S> {
     fn staging_failed(&self, staged: &Staged, e: std::io::Error) -> Error {
         self.reader.cache.write_failed(&lock(&staged.path), &e);
         Error::Write(staged.failed(e))
-    }
-
-    /// A `close()` by the process that opened handle `fh`, which holds the file no more (see
-    /// `caller::held_elsewhere`): a file being written whose only writable handle this is, and
-    /// that was written to, is sealed and published now, so a failure reaches `close()` (and
-    /// the name is published when `close()` returns, not a few ms after). The handle then
-    /// takes no more writes: a write through a descriptor of it that escaped the check (passed
-    /// to an unrelated process) fails with EBADF. Other handles have nothing to do.
-    pub fn flush(&self, fh: u64) -> Result<(), Error> {
-        let handle = self.handle(fh)?;
-        let Handle::Staged {
-            staged,
-            writable: true,
-        } = &*handle
-        else {
-            return Ok(());
-        };
-        let _sealing = lock(&staged.sealing);
-        if staged.writers.load(Ordering::Relaxed) != 1
-            || staged.sealed.load(Ordering::Relaxed)
-            || !staged.dirty.load(Ordering::Relaxed)
-        {
-            // Another writer still has it open (the last release seals it), sealed already,
-            // or nothing written yet (a shell's redirection closes its first descriptor
-            // before the command writes through the dup).
-            return Ok(());
-        }
-        staged.sealed.store(true, Ordering::Relaxed);
-        self.seal(staged)
-    }
-
-    /// Makes a staged file immutable and publishes it (unless it was unlinked meanwhile). It
-    /// stays staged (visible here) until its name is published, so no reader on this node
-    /// falls between the two and finds the previous version.
-    pub(super) fn seal(&self, staged: &Arc<Staged>) -> Result<(), Error> {
-        let r = self.publish(staged);
-        self.producer.unstage(staged);
-        r
-    }
-
-    pub(super) fn publish(&self, staged: &Arc<Staged>) -> Result<(), Error> {
-        if staged.unlinked.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        if let Some(e) = staged.write_error() {
-            // A write failed: a consumer would read less (or other) than the producer wrote.
-            // Its bytes go now rather than at the last release: the disk may be full.
-            let _ = staged.file.set_len(0);
-            return Err(Error::Write(e));
-        }
-        let path = lock(&staged.path).clone();
-        let object = self.producer.new_object();
-        // The staged file's descriptor holds its bytes (moved into the cache or not) until the
-        // last release: a file that is not published gives them back now.
-        let version = self.producer.seal(staged, &object).map_err(|e| {
-            let _ = staged.file.set_len(0);
-            Error::Write(e)
-        })?;
-        // Until its name is set, a failure releases the object: kept with nothing naming it, it
-        // would hold its bytes for good.
-        let not_named = |e: Error| {
-            self.producer.released(&object, version, true);
-            let _ = staged.file.set_len(0);
-            e
-        };
-        let set = *lock(&staged.set);
-        let name = Name {
-            dir: false,
-            object: object.clone(),
-            size: version.size,
-            mtime_ns: version.mtime_ns,
-            mode: set.mode,
-            holder: self.names.me(),
-            uid: set.owner.0,
-            gid: set.owner.1,
-            meta: NameMeta {
-                atime_ns: set.atime_ns,
-                mtime_ns: set.mtime_ns,
-                ctime_ns: set.ctime_ns,
-                ..NameMeta::default()
-            },
-        };
-        if let Some(key) = staged.inode.get()
-            && let Some(mut r) = self.record(key).map_err(not_named)?
-        {
-            // A new version of a hard-linked file: every name of it sees the new bytes.
-            let old = r.clone();
-            (r.object, r.size, r.mtime_ns) = (name.object, name.size, name.mtime_ns);
-            (r.mode, r.uid, r.gid) = (name.mode, name.uid, name.gid);
-            r.meta.mtime_ns = set.mtime_ns;
-            r.meta.ctime_ns = Some(set.ctime_ns.unwrap_or_else(now_ns));
-            self.set_record(key, Some(r.clone())).map_err(not_named)?;
-            self.release_object(&old, false);
-            self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
-            self.upsert(path, &Found::Produced(r), 0)?;
-            return Ok(());
-        }
-        let (dir, file) = split(&path);
-        let old = self
-            .names
-            .set(dir, file, Some(name.clone()))
-            .map_err(|e| not_named(Error::Names(e)))?;
-        if let Some(old) = old.filter(|o| o.object != name.object) {
-            // The old version stays readable by whoever has it open, then may be evicted.
-            self.unname(&old, false)?;
-        }
-        self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(%path, object = %name.object, size = version.size, "published");
-        self.upsert(path, &Found::Produced(name), 0)?;
-        Ok(())
     }
 
     /// A name went away (`drop`: unlinked) or was replaced by a new version: a hard link's
@@ -304,7 +194,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     /// Publishes (or removes) a hard-linked file's record.
-    fn set_record(&self, key: &str, r: Option<Name>) -> Result<(), Error> {
+    pub(super) fn set_record(&self, key: &str, r: Option<Name>) -> Result<(), Error> {
         self.names
             .set(&links_dir(key), key, r)
             .map_err(Error::Names)?;
@@ -325,11 +215,11 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    /// What `path` is, once a file whose last writer just closed is sealed and published.
+    /// What `path` is, once a file whose last writer just closed is finished.
     pub(super) fn settled(&self, path: &str) -> Result<Found, Error> {
         match self.resolve(path, Duration::ZERO)? {
             Found::Staged(s) if s.closed() => {
-                drop(lock(&s.sealing));
+                drop(lock(&s.finishing));
                 self.resolve(path, Duration::ZERO)
             }
             found => Ok(found),
@@ -563,7 +453,7 @@ impl<S: Source> DyadFs<S> {
                     return Err(e);
                 }
                 self.setattr_staged(&staged, changes, now);
-                self.seal(&staged)?;
+                self.finish_write(&staged)?;
                 self.getattr(ino)
             }
             Found::Produced(mut n) => {

@@ -189,16 +189,7 @@ impl<S: Source + ?Sized> Reader<S> {
                     fill.complete(idx, crc);
                 }
             }
-            if let Err(e) = entry.persist() {
-                // The chunks are there for this daemon's lifetime; the next start refetches them.
-                self.cache.write_failed(&entry.path, &e.into());
-            }
-            if entry.is_complete() {
-                self.cache.emit(crate::cache::CacheEvent::Complete {
-                    path: entry.path.to_string(),
-                    version: entry.version,
-                });
-            }
+            self.cache.filled(entry);
         }
         if claim.others && wait {
             entry.wait_fills(range)?;

@@ -23,11 +23,11 @@ impl<S: Source> DyadFs<S> {
                 if dir {
                     return Err(Error::NotDir);
                 }
-                // Under the sealing lock, so its last release either saw it unlinked (and
+                // Under the finishing lock, so its last close either saw it unlinked (and
                 // publishes nothing) or has published it (then that name is removed).
-                let sealing = lock(&s.sealing);
+                let finishing = lock(&s.finishing);
                 if s.closed() {
-                    drop(sealing);
+                    drop(finishing);
                     return self.remove(parent_ino, name, dir);
                 }
                 s.unlinked.store(true, Ordering::Relaxed);
@@ -95,10 +95,10 @@ impl<S: Source> DyadFs<S> {
         match src {
             Found::Backing(_) => return Err(Error::ReadOnly),
             Found::Staged(s) => {
-                // Under the sealing lock, so its last release publishes it at the new name.
-                let sealing = lock(&s.sealing);
+                // Under the finishing lock, so its last close publishes it at the new name.
+                let finishing = lock(&s.finishing);
                 if s.closed() {
-                    drop(sealing);
+                    drop(finishing);
                     return self.rename(parent, name, new_parent, new_name, no_replace);
                 }
                 if let Some(Found::Staged(d)) = &dst {

@@ -35,19 +35,20 @@ pub struct Staged {
     pub staging_path: PathBuf,
     /// What users set on it (chmod, chown, utimes), published with it.
     pub set: Mutex<SetAttrs>,
-    /// Open writable handles; the last one to close seals the file.
+    /// Open writable handles; the last one to close finishes the file (see `super::close`).
     pub writers: AtomicUsize,
     /// Unlinked before it was sealed: it is never published.
     pub unlinked: AtomicBool,
     /// A new version of a hard-linked file: the key of the record it is published to.
     pub inode: std::sync::OnceLock<String>,
-    /// Held while the last writable handle's release seals it: a change of attributes that
-    /// finds no writer left waits for the seal, then changes the published name.
-    pub sealing: Mutex<()>,
-    /// Sealed at a `close()` (FUSE flush) of its only writable handle, before that handle's
+    /// Held while a close decides whether it ends the writing and, if so, finishes the file
+    /// (seals and publishes it): a rename, unlink or change of attributes that finds no writer
+    /// left waits for it, then changes the published name.
+    pub finishing: Mutex<()>,
+    /// Finished at a `close()` (FUSE flush) of its only writable handle, before that handle's
     /// release: the handle takes no more writes.
-    pub sealed: AtomicBool,
-    /// Written to (or truncated) since it was staged. A close before any write seals nothing:
+    pub finished_at_flush: AtomicBool,
+    /// Written to (or truncated) since it was staged. A close before any write finishes nothing:
     /// a shell's `> file` opens the file, `dup2`s it onto stdout and closes the original
     /// before the command writes a byte.
     pub dirty: AtomicBool,
@@ -88,9 +89,9 @@ impl Staged {
     }
 
     /// Whether no more writes will come to it: its writable handles are all released, or it
-    /// was sealed at a close (it is being or has been published; wait for `sealing`).
+    /// was finished at a close (it is being or has been published; wait for `finishing`).
     pub fn closed(&self) -> bool {
-        self.writers.load(Ordering::Relaxed) == 0 || self.sealed.load(Ordering::Relaxed)
+        self.writers.load(Ordering::Relaxed) == 0 || self.finished_at_flush.load(Ordering::Relaxed)
     }
 }
 
@@ -270,8 +271,8 @@ impl Producer {
             writers: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
             inode: std::sync::OnceLock::new(),
-            sealing: Mutex::new(()),
-            sealed: AtomicBool::new(false),
+            finishing: Mutex::new(()),
+            finished_at_flush: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
             write_error: AtomicI32::new(0),
             charge: self.quota.charge(owner.0),

@@ -24,7 +24,7 @@ use super::Opened;
 use super::caller;
 use super::io_modes::{IoModes, OpenMode};
 use super::listing::page;
-use super::{Attr, Changes, DyadFs, Error, Looked};
+use super::{Attr, Capabilities, Changes, DyadFs, Error, Looked};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -41,9 +41,9 @@ pub struct FuseAdapter<S: Source> {
     /// registration (an ioctl) and its reply stay atomic for the inode without making every
     /// other open and release of the mount wait behind those syscalls.
     modes: Box<[Mutex<IoModes<BackingId>>]>,
-    /// The process that opened each handle whose close may seal a file being written: only
-    /// its own `close()` seals at flush (a forked child closing an inherited descriptor must
-    /// not publish the parent's half-written file; the last release still seals it).
+    /// The process that opened each handle whose close may finish a file being written: only
+    /// its own `close()` finishes it at flush (a forked child closing an inherited descriptor
+    /// must not publish the parent's half-written file; the last release still finishes it).
     openers: Mutex<std::collections::HashMap<u64, Option<u32>>>,
     /// Where it is mounted, and the device number of the mount once known: a file of this
     /// mount is (device, inode) for `caller::held_elsewhere`.
@@ -83,7 +83,7 @@ impl<S: Source> FuseAdapter<S> {
 
     /// Whether process `opener` (or its children) holds inode `ino` of this mount otherwise
     /// than through the descriptor being closed; if the mount's device cannot be told, it is
-    /// taken as held (the seal then waits for the last release).
+    /// taken as held (finishing the file then waits for the last release).
     fn held_elsewhere(&self, opener: u32, ino: u64) -> bool {
         let device = self
             .device
@@ -186,9 +186,9 @@ fn reply_empty(r: Result<(), Error>, reply: ReplyEmpty) {
 
 impl<S: Source> FuseAdapter<S> {
     /// The flags of an open reply for `opened`, made by thread `tid`: a handle whose close
-    /// cannot seal anything is never flushed (no round trip per `close()`).
+    /// cannot finish anything is never flushed (no round trip per `close()`).
     fn open_flags(&self, opened: &Opened, tid: u32, flags: FopenFlags) -> FopenFlags {
-        if opened.seals {
+        if opened.finishes {
             lock(&self.openers).insert(opened.fh, caller::process_of(tid));
             flags
         } else {
@@ -269,14 +269,10 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 );
             }
         }
-        let stats = self.fs.stats();
-        stats.passthrough.store(passthrough, Ordering::Relaxed);
-        stats.no_open.store(self.unasked, Ordering::Relaxed);
-        tracing::info!(
+        self.fs.kernel_offers(Capabilities {
             passthrough,
-            no_open = self.unasked,
-            "FUSE session initialised"
-        );
+            no_open: self.unasked,
+        });
         Ok(())
     }
 

@@ -1,0 +1,61 @@
+//! What the rest of the node learns from the cache: a copy became complete (servable to
+//! peers) or left. One channel, made when its one reader takes it ([`Cache::take_events`]);
+//! until then nothing is queued, so a node without a publisher keeps no backlog.
+
+use super::*;
+
+/// A change of what this node can serve to its peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheEvent {
+    /// Every chunk of this version is present: this node can serve it to peers.
+    Complete { path: String, version: Version },
+    /// The copy is gone (evicted or replaced by another version).
+    Dropped { path: String, version: Version },
+}
+
+impl Cache {
+    /// The cache's events, for their one reader (the locator's publisher): a `Complete` for
+    /// each complete copy held now, then every change as it happens. Handed out once: a second
+    /// call gets `None` (a second reader would silently see nothing).
+    pub fn take_events(&self) -> Option<crossbeam_channel::Receiver<CacheEvent>> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        // Under the index's lock, which every drop holds: no copy leaves between the listing
+        // and the channel being in place. The channel goes first, so a copy completing during
+        // the listing is either listed or told (perhaps both: a repeated `Complete` is harmless).
+        let index = lock(&self.index);
+        self.events.set(tx.clone()).ok()?;
+        for e in index.entries().filter(|e| e.is_complete()) {
+            let _ = tx.send(CacheEvent::Complete {
+                path: e.path.to_string(),
+                version: e.version,
+            });
+        }
+        Some(rx)
+    }
+
+    /// A fill of `entry` put its chunks in place: their checksums go to the log, and a copy
+    /// this fill completed is told as complete.
+    pub fn filled(&self, entry: &Entry) {
+        if let Err(e) = entry.persist() {
+            // The chunks are there for this daemon's lifetime; the next start refetches them.
+            self.write_failed(&entry.path, &e.into());
+        }
+        if entry.is_complete() {
+            self.completed(entry);
+        }
+    }
+
+    /// The one place a copy is told as complete (filled, or adopted whole).
+    pub(super) fn completed(&self, entry: &Entry) {
+        self.emit(CacheEvent::Complete {
+            path: entry.path.to_string(),
+            version: entry.version,
+        });
+    }
+
+    pub(super) fn emit(&self, event: CacheEvent) {
+        if let Some(tx) = self.events.get() {
+            let _ = tx.send(event);
+        }
+    }
+}
