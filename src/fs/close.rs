@@ -59,7 +59,13 @@ impl<S: Source> DyadFs<S> {
             // anything was written (a shell's redirection closes its first descriptor before
             // the command writes through the dup).
             Close::Flush => {
-                staged.writers.load(Ordering::Relaxed) == 1 && staged.dirty.load(Ordering::Relaxed)
+                let only = staged.writers.load(Ordering::Relaxed) == 1;
+                let dirty = staged.dirty.load(Ordering::Relaxed);
+                if only && !dirty {
+                    // Its release finishes it: requests that need it finished wait for that.
+                    staged.release_expected.store(true, Ordering::Relaxed);
+                }
+                only && dirty
             }
             Close::Release => staged.writers.fetch_sub(1, Ordering::Relaxed) == 1,
         };

@@ -59,6 +59,8 @@ impl<S: Source> DyadFs<S> {
     pub(super) fn staged_handle(&self, staged: Arc<Staged>, writable: bool) -> Opened {
         if writable {
             staged.writers.fetch_add(1, Ordering::Relaxed);
+            // A release still on its way will not be the last: nothing waits for it.
+            staged.release_expected.store(false, Ordering::Relaxed);
         }
         let fh = self.add_handle(Handle::Staged { staged, writable });
         Opened {

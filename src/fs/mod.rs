@@ -365,8 +365,14 @@ impl<S: Source> DyadFs<S> {
     fn refreshed(&self, node: &Node, exact: bool) -> Result<Attr, Error> {
         let (attr, at) = *lock(&node.attr);
         let path = Self::path_of(node);
-        if at.elapsed() < self.ttl(&attr) && self.producer.staged(&path).is_none() {
-            return Ok(attr);
+        match self.producer.staged(&path) {
+            None if at.elapsed() < self.ttl(&attr) => return Ok(attr),
+            // Closed by its writer, finished by the release on its way: attributes of the
+            // file as published, not of its staging copy a moment before.
+            Some(s) => {
+                s.await_release(write::RELEASE_WAIT);
+            }
+            None => {}
         }
         let (path, found) = if exact {
             let found = self.resolve(&path, Duration::ZERO)?;

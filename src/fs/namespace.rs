@@ -215,11 +215,16 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    /// What `path` is, once a file whose last writer just closed is finished.
+    /// What `path` is, once a file whose last writer just closed is finished (or whose
+    /// release, sent after its opener's `close()`, finished it: see
+    /// [`super::write::Staged::release_expected`]).
     pub(super) fn settled(&self, path: &str) -> Result<Found, Error> {
         match self.resolve(path, Duration::ZERO)? {
             Found::Staged(s) if s.closed() => {
                 drop(lock(&s.finishing));
+                self.resolve(path, Duration::ZERO)
+            }
+            Found::Staged(s) if s.await_release(super::write::RELEASE_WAIT) => {
                 self.resolve(path, Duration::ZERO)
             }
             found => Ok(found),

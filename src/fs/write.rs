@@ -52,6 +52,13 @@ pub struct Staged {
     /// a shell's `> file` opens the file, `dup2`s it onto stdout and closes the original
     /// before the command writes a byte.
     pub dirty: AtomicBool,
+    /// Its opener closed its only writable handle before writing (FUSE flush) and nobody else
+    /// holds it: the kernel's release, which finishes it, is on its way (it is sent after
+    /// `close()` returns, and may be handled after the caller's next request).
+    pub release_expected: AtomicBool,
+    /// Set (and `ended_cv` notified) once it is staged no more: finished, or given up.
+    pub ended: Mutex<bool>,
+    pub ended_cv: std::sync::Condvar,
     /// The errno of a write (or sync) that failed since it was last emptied, 0 if none: its
     /// bytes are not what the producer wrote, so it is never published (see
     /// [`Staged::failed`]).
@@ -93,7 +100,25 @@ impl Staged {
     pub fn closed(&self) -> bool {
         self.writers.load(Ordering::Relaxed) == 0 || self.finished_at_flush.load(Ordering::Relaxed)
     }
+
+    /// Waits (at most `within`) for a release the kernel is sending (see
+    /// [`Staged::release_expected`]) to finish the file; `true` if it ended.
+    pub fn await_release(&self, within: std::time::Duration) -> bool {
+        if !self.release_expected.load(Ordering::Relaxed) {
+            return *lock(&self.ended);
+        }
+        let ended = lock(&self.ended);
+        let (ended, _) = self
+            .ended_cv
+            .wait_timeout_while(ended, within, |e| !*e)
+            .unwrap_or_else(|e| e.into_inner());
+        *ended
+    }
 }
+
+/// How long a request waits for the release the kernel sends after a writer's `close()`
+/// (see [`Staged::release_expected`]).
+pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The attributes of a file being written that are not its bytes'.
 #[derive(Debug, Clone, Copy)]
@@ -274,6 +299,9 @@ impl Producer {
             finishing: Mutex::new(()),
             finished_at_flush: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
+            release_expected: AtomicBool::new(false),
+            ended: Mutex::new(false),
+            ended_cv: std::sync::Condvar::new(),
             write_error: AtomicI32::new(0),
             charge: self.quota.charge(owner.0),
         });
@@ -286,10 +314,14 @@ impl Producer {
     /// Forgets a staged file (unlinked, or sealed) if `path` still names it.
     pub fn unstage(&self, s: &Arc<Staged>) {
         let path = lock(&s.path).clone();
-        let mut staged = lock(&self.staged);
-        if staged.get(&path).is_some_and(|x| Arc::ptr_eq(x, s)) {
-            staged.remove(&path);
+        {
+            let mut staged = lock(&self.staged);
+            if staged.get(&path).is_some_and(|x| Arc::ptr_eq(x, s)) {
+                staged.remove(&path);
+            }
         }
+        *lock(&s.ended) = true;
+        s.ended_cv.notify_all();
     }
 
     pub fn rename_staged(&self, from: &str, to: &str) {
