@@ -10,6 +10,7 @@ use crate::daemon::config::{
     ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PullToolConfig, ServeConfig, UcxConfig,
 };
 use crate::fs::FsConfig;
+use crate::fs::fuse::FuseTransport;
 
 mod units;
 use units::parse_chunk_size;
@@ -79,6 +80,17 @@ pub struct DataPlaneArgs {
     pub slot_size: usize,
     #[arg(long)]
     pub background: bool,
+}
+
+/// How FUSE requests reach the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FuseTransportArg {
+    /// The ring where the kernel offers it, /dev/fuse otherwise (one log line says which)
+    Auto,
+    /// The kernel's io_uring queues, or no mount
+    Uring,
+    /// /dev/fuse
+    Dev,
 }
 
 /// How chunks move between nodes.
@@ -274,6 +286,21 @@ pub struct MountArgs {
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Performance")]
     pub threads: u16,
+
+    /// How FUSE requests reach the daemon. `uring`: through the kernel's FUSE-over-io_uring
+    /// queues, one per CPU: a reply and the fetch of the next request are one system call,
+    /// answered on the request's CPU (Linux 6.14 or later, with
+    /// /sys/module/fuse/parameters/enable_uring set to Y; --threads is then spread over the
+    /// CPUs). `dev`: by reading and writing /dev/fuse. `auto`: the ring where the kernel offers
+    /// it
+    #[arg(
+        long,
+        value_enum,
+        value_name = "KIND",
+        default_value = "auto",
+        help_heading = "Performance"
+    )]
+    pub fuse_transport: FuseTransportArg,
 
     /// Threads filling readahead chunks in the background: each pulls (or reads) one chunk at
     /// a time, so this is the number of chunks of a large file in flight (the readahead window
@@ -541,6 +568,11 @@ impl From<MountArgs> for MountConfig {
                 no_open: a.no_open,
             },
             threads: a.threads,
+            fuse_transport: match a.fuse_transport {
+                FuseTransportArg::Auto => FuseTransport::Auto,
+                FuseTransportArg::Uring => FuseTransport::Uring,
+                FuseTransportArg::Dev => FuseTransport::Dev,
+            },
             read_only: a.read_only || a.no_open,
             options: a.options,
             metrics_listen: a.metrics_listen,

@@ -100,6 +100,8 @@ pub struct Stats {
     pub managed: AtomicBool,
     /// How chunks move between nodes: 0 single node, 1 the sealed stream, 2 UCX.
     pub data_plane: AtomicU64,
+    /// How FUSE requests arrive: 0 /dev/fuse, 1 the kernel's io_uring queues.
+    pub fuse_transport: AtomicU64,
     /// Latency histograms (`mount --metrics-listen`).
     pub latency: Latencies,
 }
@@ -126,6 +128,10 @@ pub struct Snapshot {
     /// How chunks move between nodes: "none" (single node), "stream" or "ucx".
     #[serde(default)]
     pub data_plane: String,
+    /// How FUSE requests arrive: "dev" (/dev/fuse) or "uring" (the kernel's io_uring queues).
+    /// (Absent from older daemons: "".)
+    #[serde(default)]
+    pub fuse_transport: String,
     pub passthrough_opens: u64,
     /// (Absent from a daemon older than the key: 0.)
     #[serde(default)]
@@ -339,6 +345,11 @@ impl Stats {
                 _ => "none",
             }
             .into(),
+            fuse_transport: match get(&self.fuse_transport) {
+                1 => "uring",
+                _ => "dev",
+            }
+            .into(),
             passthrough_opens: get(&self.passthrough_opens),
             attr_requests: get(&self.attr_requests),
             uncached_reads: get(&self.uncached_reads),
@@ -382,9 +393,10 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 47] = [
+        let rows: [(&str, String); 48] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
+            ("fuse transport", self.fuse_transport.clone()),
             ("local hits", self.local_hits.to_string()),
             ("passthrough opens", self.passthrough_opens.to_string()),
             ("backing fetches", self.backing_fetches.to_string()),

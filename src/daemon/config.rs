@@ -38,6 +38,8 @@ pub struct MountConfig {
     pub fs: FsConfig,
     /// Threads serving FUSE requests.
     pub threads: u16,
+    /// How FUSE requests arrive.
+    pub fuse_transport: crate::fs::fuse::FuseTransport,
     /// Mount read-only (also asked by `-o ro`).
     pub read_only: bool,
     /// FUSE mount options (`-o`).

@@ -24,7 +24,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::fs::DyadFs;
-use crate::fs::fuse::FuseAdapter;
+use crate::fs::fuse::ops::Ops;
+use crate::fs::fuse::{FuseAdapter, FuseTransport, ring};
 use crate::locator::Membership;
 use crate::transport::auth::Secret;
 use config::MountConfig;
@@ -338,10 +339,14 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     config.clone_fd = true;
 
     let shedder = fs.shedder();
-    let adapter = FuseAdapter::new(fs, &args.mountpoint).map_err(|source| UserError::Start {
-        what: "prefetch threads",
-        source,
-    })?;
+    let adapter =
+        FuseAdapter::new(fs, &args.mountpoint, args.fuse_transport).map_err(|source| {
+            UserError::Start {
+                what: "prefetch threads",
+                source,
+            }
+        })?;
+    let ops = adapter.ops();
     let mut session =
         fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| {
             UserError::Mount {
@@ -349,6 +354,7 @@ pub(super) fn run_session<S: crate::core::source::Source>(
                 source,
             }
         })?;
+    start_transport(args, &ops, &mut session)?;
     let notifier = session.notifier();
     std::thread::Builder::new()
         .name("inode-shed".into())
@@ -405,6 +411,64 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     report("ready");
     session.run().map_err(UserError::Session)?;
     tracing::info!("unmounted; exiting");
+    Ok(())
+}
+
+/// Finds the session's device (passthrough backing ids are registered on it) and, where the
+/// kernel took the ring at INIT, starts the ring's threads; with `--fuse-transport uring` a
+/// kernel that did not take it is a failed mount.
+fn start_transport<S: crate::core::source::Source>(
+    args: &MountConfig,
+    ops: &std::sync::Arc<Ops<S>>,
+    session: &mut fuser::Session<FuseAdapter<S>>,
+) -> Result<(), UserError> {
+    let dev = match ring::find_device() {
+        Ok(d) => Some(std::sync::Arc::new(d)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the session's /dev/fuse not found: no passthrough, no ring");
+            None
+        }
+    };
+    if let Some(d) = &dev {
+        ops.attach_device(d.clone());
+    }
+    let why_not = match (args.fuse_transport, ops.ring_taken(), &dev) {
+        (FuseTransport::Dev, _, _) => "--fuse-transport dev",
+        (_, false, _) => {
+            "the kernel does not offer it (Linux 6.14+ with \
+             /sys/module/fuse/parameters/enable_uring set to Y)"
+        }
+        (_, true, None) => "the session's device was not found",
+        (_, true, Some(d)) => {
+            let per_queue = (usize::from(args.threads) / ring::queues().unwrap_or(1)).max(1);
+            let stats = ops.clone();
+            let started = ring::start(ops.clone(), d.clone(), per_queue, move || {
+                stats
+                    .stats()
+                    .fuse_transport
+                    .store(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!("FUSE requests now come by io_uring");
+            });
+            match started {
+                Ok(()) => {
+                    tracing::info!(per_queue, "FUSE transport: io_uring (ring threads per CPU)");
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the ring's threads did not start");
+                    "its threads did not start"
+                }
+            }
+        }
+    };
+    if args.fuse_transport == FuseTransport::Uring {
+        let _ = session.unmount();
+        return Err(UserError::Mount {
+            path: args.mountpoint.clone(),
+            source: std::io::Error::other(format!("no FUSE io_uring: {why_not}")),
+        });
+    }
+    tracing::info!(why = why_not, "FUSE transport: /dev/fuse");
     Ok(())
 }
 

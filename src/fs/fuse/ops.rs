@@ -1,0 +1,592 @@
+//! The FUSE request handlers, once for both transports: each opens a span, calls the core and
+//! answers through a reply trait ([`super::reply`]) that fuser's replies (`dev.rs`) and a ring
+//! entry's (`ring/`) implement. What an open of the kernel's becomes ([`super::super::io_modes`]),
+//! who may finish a write at flush, and which requests wait on threads of their own are decided
+//! here; the kernel resources of the session (its device, backing ids) are held here too.
+
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::admission::{ListReaders, Waiters};
+use super::backing::Backing;
+use super::reply::{
+    AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, OpenReply,
+    StatfsReply, WriteReply, XattrReply,
+};
+use crate::core::source::Source;
+use crate::core::sync::lock;
+use crate::fs::caller;
+use crate::fs::io_modes::{IoModes, OpenMode};
+use crate::fs::listing::page;
+use crate::fs::{Attr, Changes, DyadFs, Error, Looked, Opened};
+
+/// Open reply flags (FOPEN_*).
+pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+pub const FOPEN_CACHE_DIR: u32 = 1 << 3;
+pub const FOPEN_NOFLUSH: u32 = 1 << 5;
+
+/// Shards of the I/O-mode table (see [`Ops::modes_of`]): enough that the request threads
+/// rarely meet on one.
+const MODE_SHARDS: usize = 64;
+
+/// A waiting lookup's stack: it resolves a name (an RPC to its home) and sleeps.
+const WAITER_STACK: usize = 256 << 10;
+
+/// Who sent a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+pub struct Ops<S: Source> {
+    pub(super) fs: Arc<DyadFs<S>>,
+    /// The I/O modes of open inodes, in shards by inode: an open's decision, its backing-file
+    /// registration (an ioctl) and its reply stay atomic for the inode without making every
+    /// other open and release of the mount wait behind those syscalls.
+    modes: Box<[Mutex<IoModes<Backing>>]>,
+    /// The process that opened each handle whose close may finish a file being written: only
+    /// its own `close()` finishes it at flush (a forked child closing an inherited descriptor
+    /// must not publish the parent's half-written file; the last release still does).
+    openers: Mutex<std::collections::HashMap<u64, Option<u32>>>,
+    /// Where it is mounted, and the device number of the mount once known: a file of this
+    /// mount is (device, inode) for `caller::held_elsewhere`.
+    mountpoint: std::path::PathBuf,
+    device: OnceLock<Option<(u32, u32)>>,
+    /// The session's /dev/fuse descriptor (backing ids are registered on it; the ring
+    /// submits on it), once the mount is made.
+    dev: OnceLock<Arc<OwnedFd>>,
+    /// `--no-open` in effect (the kernel offered zero-message opens at INIT): opens and
+    /// flushes are answered ENOSYS, reads come by inode.
+    pub(super) unasked: AtomicBool,
+    /// The kernel took the ring at INIT: ring threads may register entries.
+    pub(super) ring_taken: AtomicBool,
+    list_readers: Arc<ListReaders>,
+    waiters: Arc<Waiters>,
+}
+
+fn errno(e: &Error) -> i32 {
+    e.errno()
+}
+
+fn entry_or_error<S: Source>(fs: &DyadFs<S>, r: Result<Attr, Error>, reply: impl EntryReply) {
+    match r {
+        Ok(a) => reply.entry(&a, fs.ttl(&a)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn empty_or_error(r: Result<(), Error>, reply: impl EmptyReply) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn xattr_or_error(r: Result<Vec<u8>, Error>, size: u32, reply: impl XattrReply) {
+    match r {
+        Ok(v) if size == 0 => reply.xattr_size(v.len() as u32),
+        Ok(v) if v.len() <= size as usize => reply.xattr_data(&v),
+        Ok(_) => reply.error(errno(&Error::Range)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+impl<S: Source> Ops<S> {
+    /// Wraps the file system mounted at `mountpoint` and starts its prefetch and directory
+    /// read-ahead threads.
+    pub fn new(fs: DyadFs<S>, mountpoint: &std::path::Path) -> std::io::Result<Self> {
+        let fs = Arc::new(fs);
+        DyadFs::start_prefetch(&fs)?;
+        DyadFs::start_dir_ahead(&fs)?;
+        DyadFs::start_stat_ahead(&fs)?;
+        Ok(Ops {
+            fs,
+            modes: (0..MODE_SHARDS).map(|_| Mutex::default()).collect(),
+            openers: Mutex::default(),
+            mountpoint: mountpoint.to_path_buf(),
+            device: OnceLock::new(),
+            dev: OnceLock::new(),
+            unasked: AtomicBool::new(false),
+            ring_taken: AtomicBool::new(false),
+            list_readers: Arc::default(),
+            waiters: Arc::default(),
+        })
+    }
+
+    /// The session's /dev/fuse descriptor, found once the mount is made.
+    pub fn attach_device(&self, dev: Arc<OwnedFd>) {
+        let _ = self.dev.set(dev);
+    }
+
+    pub fn device_fd(&self) -> Option<&Arc<OwnedFd>> {
+        self.dev.get()
+    }
+
+    /// Whether the kernel took the ring at INIT.
+    pub fn ring_taken(&self) -> bool {
+        self.ring_taken.load(Ordering::Relaxed)
+    }
+
+    /// The core's counters.
+    pub fn stats(&self) -> &crate::stats::Stats {
+        self.fs.stats()
+    }
+
+    fn unasked(&self) -> bool {
+        self.unasked.load(Ordering::Relaxed)
+    }
+
+    /// The shard of the I/O-mode table that holds inode `ino`.
+    fn modes_of(&self, ino: u64) -> std::sync::MutexGuard<'_, IoModes<Backing>> {
+        lock(&self.modes[(ino % MODE_SHARDS as u64) as usize])
+    }
+
+    /// Whether process `opener` (or its children) holds inode `ino` of this mount otherwise
+    /// than through the descriptor being closed; if the mount's device cannot be told, it is
+    /// taken as held (the write then finishes at the last release).
+    fn held_elsewhere(&self, opener: u32, ino: u64) -> bool {
+        let device = self
+            .device
+            .get_or_init(|| caller::device_of(&self.mountpoint));
+        match device {
+            Some(dev) => caller::held_elsewhere(opener, (*dev, ino)),
+            None => true,
+        }
+    }
+
+    /// The flags of an open reply for `opened`, made by thread `tid`: a handle whose close
+    /// cannot finish anything is never flushed (no round trip per `close()`).
+    fn open_flags(&self, opened: &Opened, tid: u32, flags: u32) -> u32 {
+        if opened.finishes {
+            lock(&self.openers).insert(opened.fh, caller::process_of(tid));
+            flags
+        } else {
+            flags | FOPEN_NOFLUSH
+        }
+    }
+
+    pub fn lookup(&self, c: Caller, parent: u64, name: &OsStr, reply: impl EntryReply) {
+        let _span = tracing::debug_span!("lookup", parent, ?name).entered();
+        match self.fs.lookup_at_once(parent, name, c.pid) {
+            Ok(Looked::Wait) => self.wait_elsewhere(c.uid, parent, name, reply),
+            Ok(Looked::Found(a)) => entry_or_error(&self.fs, Ok(a), reply),
+            Err(e) => entry_or_error(&self.fs, Err(e), reply),
+        }
+    }
+
+    /// Waits (`--wait`) for a name of `parent` on a thread of its own and replies from there:
+    /// a request thread held by each waiting consumer would stop every other request of the
+    /// mount once there are as many consumers as threads. Past [`Waiters::PER_USER`] waits of
+    /// caller `uid`, the lookup answers at once, as without `--wait`.
+    fn wait_elsewhere(&self, uid: u32, parent: u64, name: &OsStr, reply: impl EntryReply) {
+        let Some(place) = Waiters::take(&self.waiters, uid) else {
+            self.fs
+                .stats()
+                .name_waits_refused
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(uid, "too many waiting lookups of this user: not waiting");
+            return reply.error(errno(&Error::NotFound));
+        };
+        let (fs, name) = (self.fs.clone(), name.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("name-wait".into())
+            .stack_size(WAITER_STACK)
+            .spawn(move || {
+                let _place = place;
+                entry_or_error(&fs, fs.lookup_waiting(parent, &name), reply);
+            });
+        if let Err(e) = spawned {
+            // (The reply went with the closure: a reply never sent is answered EIO.)
+            tracing::warn!(error = %e, "cannot start a thread to wait for a name");
+        }
+    }
+
+    pub fn forget(&self, ino: u64, nlookup: u64) {
+        self.fs.forget(ino, nlookup);
+    }
+
+    pub fn getattr(&self, ino: u64, reply: impl AttrReply) {
+        let _span = tracing::debug_span!("getattr", ino).entered();
+        let stats = self.fs.stats();
+        stats.attr_requests.fetch_add(1, Ordering::Relaxed);
+        match self.fs.getattr(ino) {
+            Ok(a) => reply.attr(&a, self.fs.ttl(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub fn readlink(&self, ino: u64, reply: impl DataReply) {
+        match self.fs.readlink(ino) {
+            Ok(target) => reply.data(target.as_os_str().as_encoded_bytes()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// `flags`: the open(2) flags.
+    pub fn open(&self, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
+        let _span = tracing::debug_span!("open", ino).entered();
+        if self.unasked() {
+            // The first open answered so is the last one sent: reads then come by inode.
+            return reply.error(errno(&Error::OpensUnasked));
+        }
+        let truncate = flags & libc::O_TRUNC != 0;
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY || truncate;
+        let started = std::time::Instant::now();
+        let opened = self.fs.open(ino, write, truncate);
+        let latency = &self.fs.stats().latency.open;
+        latency.observe(started.elapsed().as_secs_f64());
+        let opened = match opened {
+            Ok(o) => o,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let mut modes = self.modes_of(ino);
+        let offered = opened.passthrough.as_ref().map(|e| e.version);
+        let passthrough = match (
+            modes.decide(ino, offered, opened.keep_pages),
+            &opened.passthrough,
+        ) {
+            (OpenMode::Passthrough, _) => true,
+            (OpenMode::Bind, Some(entry)) => {
+                let dev = self
+                    .dev
+                    .get()
+                    .ok_or_else(|| std::io::Error::other("the session's device was not found"));
+                match dev.and_then(|d| entry.data_file().and_then(|f| Backing::open(d, &*f))) {
+                    Ok(id) => {
+                        modes.bind(ino, id, entry.version);
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "passthrough open failed; serving from the daemon");
+                        false
+                    }
+                }
+            }
+            (OpenMode::Refuse, _) => {
+                drop(modes);
+                tracing::warn!(
+                    ino,
+                    "open refused: another version is open in passthrough mode"
+                );
+                let _ = self.fs.release(opened.fh);
+                return reply.error(libc::EBUSY);
+            }
+            _ => false,
+        };
+        if passthrough {
+            // Counted before the reply, so the opener sees it counted once its open returns.
+            self.fs
+                .stats()
+                .passthrough_opens
+                .fetch_add(1, Ordering::Relaxed);
+            let flags = self.open_flags(&opened, c.pid, 0);
+            let id = modes.passthrough(opened.fh, ino);
+            reply.opened_passthrough(opened.fh, flags, id);
+            return;
+        }
+        modes.served_by_daemon(opened.fh, ino);
+        drop(modes);
+        let flags = if opened.keep_cache {
+            FOPEN_KEEP_CACHE
+        } else {
+            0
+        };
+        reply.opened(opened.fh, self.open_flags(&opened, c.pid, flags));
+    }
+
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32, reply: impl DataReply) {
+        let _span = tracing::debug_span!("read", fh, offset, size).entered();
+        let data = if self.unasked() {
+            self.fs.read_unopened(ino, offset, size)
+        } else {
+            self.fs.read(fh, offset, size)
+        };
+        match data {
+            Ok(data) => reply.data(&data),
+            Err(e) => {
+                tracing::warn!(error = %e, "read failed");
+                reply.error(errno(&e))
+            }
+        }
+    }
+
+    pub fn release(&self, ino: u64, fh: u64, reply: impl EmptyReply) {
+        // A backing id let go is closed in the kernel (an ioctl) after the shard is unlocked.
+        let unbound = self.modes_of(ino).released(fh);
+        drop(unbound);
+        lock(&self.openers).remove(&fh);
+        empty_or_error(self.fs.release(fh), reply);
+    }
+
+    pub fn flush(&self, c: Caller, ino: u64, fh: u64, reply: impl EmptyReply) {
+        if self.unasked() {
+            // Files opened unasked have nothing to flush: the kernel stops sending flushes.
+            return reply.error(errno(&Error::OpensUnasked));
+        }
+        let opener = lock(&self.openers).get(&fh).copied().flatten();
+        if let Some(p) = opener
+            && Some(p) == caller::process_of(c.pid)
+            && !self.held_elsewhere(p, ino)
+        {
+            let _span = tracing::debug_span!("flush", fh).entered();
+            empty_or_error(self.fs.flush(fh), reply);
+        } else {
+            reply.ok();
+        }
+    }
+
+    /// `flags`: the open(2) flags.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &self,
+        c: Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: impl CreateReply,
+    ) {
+        let _span = tracing::debug_span!("create", parent, ?name).entered();
+        let exclusive = flags & libc::O_EXCL != 0;
+        let truncate = flags & libc::O_TRUNC != 0;
+        let owner = (c.uid, c.gid);
+        match self
+            .fs
+            .create(parent, name, mode & !umask, (exclusive, truncate), owner)
+        {
+            Ok((a, o)) => {
+                self.modes_of(a.ino).served_by_daemon(o.fh, a.ino);
+                let flags = self.open_flags(&o, c.pid, 0);
+                reply.created(&a, self.fs.ttl(&a), o.fh, flags)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], reply: impl WriteReply) {
+        match self.fs.write(fh, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub fn fsync(&self, fh: u64, reply: impl EmptyReply) {
+        if self.unasked() {
+            // A file opened unasked has no handle, and a read-only mount nothing to sync.
+            return reply.ok();
+        }
+        empty_or_error(self.fs.fsync(fh), reply);
+    }
+
+    pub fn setattr(&self, ino: u64, changes: &Changes, reply: impl AttrReply) {
+        let _span = tracing::debug_span!("setattr", ino).entered();
+        // The kernel checked the caller's right to each change (default_permissions).
+        match self.fs.setattr(ino, changes) {
+            Ok(a) => reply.attr(&a, self.fs.ttl(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub fn mkdir(
+        &self,
+        c: Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: impl EntryReply,
+    ) {
+        let _span = tracing::debug_span!("mkdir", parent, ?name).entered();
+        let made = self.fs.mkdir(parent, name, mode & !umask, (c.uid, c.gid));
+        entry_or_error(&self.fs, made, reply);
+    }
+
+    pub fn symlink(
+        &self,
+        c: Caller,
+        parent: u64,
+        name: &OsStr,
+        target: &std::path::Path,
+        reply: impl EntryReply,
+    ) {
+        let _span = tracing::debug_span!("symlink", parent, ?name).entered();
+        let made = self.fs.symlink(parent, name, target, (c.uid, c.gid));
+        entry_or_error(&self.fs, made, reply);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &self,
+        c: Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: impl EntryReply,
+    ) {
+        let _span = tracing::debug_span!("mknod", parent, ?name).entered();
+        let mode = mode & !(umask & 0o7777);
+        let made = self.fs.mknod(parent, name, mode, rdev, (c.uid, c.gid));
+        entry_or_error(&self.fs, made, reply);
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr, reply: impl EntryReply) {
+        let _span = tracing::debug_span!("link", ino, ?newname).entered();
+        entry_or_error(&self.fs, self.fs.link(ino, newparent, newname), reply);
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr, reply: impl EmptyReply) {
+        let _span = tracing::debug_span!("unlink", parent, ?name).entered();
+        empty_or_error(self.fs.remove(parent, name, false), reply);
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr, reply: impl EmptyReply) {
+        let _span = tracing::debug_span!("rmdir", parent, ?name).entered();
+        empty_or_error(self.fs.remove(parent, name, true), reply);
+    }
+
+    /// `flags`: renameat2(2)'s.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: impl EmptyReply,
+    ) {
+        let _span = tracing::debug_span!("rename", ?name, ?newname).entered();
+        if flags & (libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT) != 0 {
+            return reply.error(libc::EINVAL);
+        }
+        let no_replace = flags & libc::RENAME_NOREPLACE != 0;
+        let renamed = self.fs.rename(parent, name, newparent, newname, no_replace);
+        empty_or_error(renamed, reply);
+    }
+
+    pub fn opendir(&self, ino: u64, reply: impl OpenReply) {
+        let _span = tracing::debug_span!("opendir", ino).entered();
+        match self.fs.opendir(ino) {
+            Ok(fh) => reply.opened(fh, FOPEN_CACHE_DIR),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub fn readdir(&self, ino: u64, fh: u64, offset: u64, mut reply: impl DirReply) {
+        let listing = match self.fs.listing(fh) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        for (next, e) in page(ino, &listing, offset) {
+            if reply.add(e.ino, next, e.kind, &e.name) {
+                break;
+            }
+        }
+        reply.done();
+    }
+
+    // The kernel (AUTO mode) asks for attributes with a directory's first page, and with a
+    // later page when it looked up an entry of the directory since the page before: a scan
+    // that stats what it lists. Attributes for every entry of a first page made `find` over a
+    // million files 3x slower (a stat per entry on the shared file system, an inode per entry
+    // in the kernel; `find` stats none), so the first page is "." alone (the kernel links
+    // neither "." nor ".."), after which a walk that does not stat gets plain READDIRs and a
+    // scan that does gets its pages with attributes: one request per page, not one LOOKUP
+    // per entry.
+    pub fn readdirplus(&self, ino: u64, fh: u64, offset: u64, mut reply: impl DirPlusReply) {
+        let _span = tracing::debug_span!("readdirplus", ino, offset).entered();
+        let listing = match self.fs.listing(fh) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        if offset > 0 {
+            self.fs.listing_with_attrs(ino, fh, &listing, offset);
+        }
+        for (next, e) in page(ino, &listing, offset) {
+            let dots = next <= 2;
+            // ("." and "..", which come first, carry the directory's own attributes.)
+            let attr = if dots {
+                match self.fs.getattr(ino) {
+                    Ok(a) => a,
+                    Err(e) => return reply.error(errno(&e)),
+                }
+            } else {
+                match self.fs.lookup_listed(ino, &e.name) {
+                    Ok(a) => a,
+                    // Gone since the listing: as if listed a moment later.
+                    Err(Error::NotFound) => continue,
+                    Err(err) => {
+                        tracing::warn!(name = ?e.name, error = %err, "a listed entry has no attributes");
+                        continue;
+                    }
+                }
+            };
+            let ttl = self.fs.ttl(&attr);
+            if reply.add_plus(&attr, ttl, next, &e.name) {
+                // Not sent: the reference counted for it is not the kernel's.
+                if !dots {
+                    self.fs.forget(attr.ino, 1);
+                }
+                break;
+            }
+            if offset == 0 {
+                break;
+            }
+        }
+        reply.done_plus();
+    }
+
+    pub fn releasedir(&self, fh: u64, reply: impl EmptyReply) {
+        self.fs.releasedir(fh);
+        reply.ok();
+    }
+
+    pub fn statfs(&self, reply: impl StatfsReply) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(&s),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub fn getxattr(&self, c: Caller, ino: u64, name: &OsStr, size: u32, reply: impl XattrReply) {
+        let caller = (c.uid, c.gid, c.pid);
+        let is_prefetch = name
+            .to_str()
+            .and_then(super::super::prefetch::request)
+            .is_some();
+        if !is_prefetch {
+            return xattr_or_error(self.fs.getxattr(ino, name, caller), size, reply);
+        }
+        // A prefetch list is read on a thread of its own: a list stored on this very mount is
+        // read through the request threads, and with each of them waiting on such a read the
+        // mount would stop. A few at once: they are one request per rank and epoch.
+        let Some(permit) = ListReaders::take(&self.list_readers) else {
+            return reply.error(errno(&Error::PrefetchFull));
+        };
+        let (fs, name) = (self.fs.clone(), name.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("prefetch-list".into())
+            .spawn(move || {
+                let _permit = permit;
+                xattr_or_error(fs.getxattr(ino, &name, caller), size, reply);
+            });
+        if let Err(e) = spawned {
+            // (The reply went with the closure: a reply never sent is answered EIO.)
+            tracing::warn!(error = %e, "cannot start a thread to read a prefetch list");
+        }
+    }
+
+    pub fn listxattr(&self, size: u32, reply: impl XattrReply) {
+        if size == 0 {
+            reply.xattr_size(0)
+        } else {
+            reply.xattr_data(&[])
+        }
+    }
+}
