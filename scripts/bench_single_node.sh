@@ -2,15 +2,22 @@
 # Single-node read benchmark, side by side in one run (medians of RUNS runs):
 #   (a) a cached 1 GiB file read sequentially (dd bs=1M)
 #   (b) 4096 cached files of 128 KiB read in random order by 4 processes
-# each through dyadfs (passthrough, passthrough with --read-only, --no-passthrough, --no-open),
-# directly on the same disk, and through
+# each through dyadfs (passthrough, passthrough with --read-only, --no-passthrough, --no-open,
+# each with FUSE requests by /dev/fuse; passthrough and --read-only again with them by the
+# kernel's io_uring queues, "-uring"), directly on the same disk, and through
 # bindfs -o kernel_cache over the same tree; "cold" drops the page cache before each run,
-# "warm" does not. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, BASE_BIN,
-# BASE_ARGS)
+# "warm" does not. Then the daemons' CPU per small file read (all runs), and a FUSE round trip:
+# stat of one file on mounts that never cache attributes (--metadata-ttl 0), by each transport.
+# The ring needs /sys/module/fuse/parameters/enable_uring set: the script sets it and puts it
+# back. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, BASE_BIN,
+# BASE_ARGS, ONLY="config ..." to run some configurations only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-5}
+URING=/sys/module/fuse/parameters/enable_uring
+was_uring=$(cat "$URING" 2>/dev/null || true)
+[ -z "$was_uring" ] || echo Y > "$URING"
 scripts/install-deps.sh
 dpkg -s bindfs >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null
 cargo build --release --quiet
@@ -18,7 +25,9 @@ BIN=$PWD/target/release/dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench.XXXX)}
 mkdir -p "$W"/{backing/small,ssd,mnt,bind}
 cleanup() {
-  unmount_mounted "$W/mnt" "$W/mnt2" "$W/mnt3" "$W/mnt4" "$W/mnt5" "$W/bind"
+  unmount_mounted "$W/mnt" "$W/mnt2" "$W/mnt3" "$W/mnt4" "$W/mnt5" "$W/mnt6" "$W/mnt7" \
+    "$W/rt-dev" "$W/rt-uring" "$W/bind"
+  [ -z "$was_uring" ] || echo "$was_uring" > "$URING"
   [ -n "${KEEP:-}" ] || rm -rf "$W"
 }
 trap cleanup EXIT
@@ -54,30 +63,49 @@ command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 # an A/B in the same run.
 declare -A R
 CONFIGS=(direct dyadfs-passthrough dyadfs-read-only dyadfs-no-passthrough dyadfs-no-open
-  bindfs-kernel_cache)
+  dyadfs-passthrough-uring dyadfs-read-only-uring bindfs-kernel_cache)
+if [ -n "${ONLY:-}" ]; then read -r -a CONFIGS <<< "direct ${ONLY/direct/}"; fi
 declare -A DIR=([direct]="$W/backing" [dyadfs-passthrough]="$W/mnt" [dyadfs-no-passthrough]="$W/mnt2"
   [bindfs-kernel_cache]="$W/bind" [base]="$W/mnt3" [dyadfs-read-only]="$W/mnt4"
-  [dyadfs-no-open]="$W/mnt5")
-mkdir -p "$W"/{mnt2,mnt3,mnt4,mnt5,ssd2,ssd3,ssd4,ssd5}
-rm -rf "$W"/ssd/* "$W"/ssd2/* "$W"/ssd3/* "$W"/ssd4/* "$W"/ssd5/*
-"$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing"
-"$BIN" mount "$W/mnt2" --ssd "$W/ssd2" --backing "$W/backing" --no-passthrough
-"$BIN" mount "$W/mnt4" --ssd "$W/ssd4" --backing "$W/backing" --read-only
-"$BIN" mount "$W/mnt5" --ssd "$W/ssd5" --backing "$W/backing" --no-open
+  [dyadfs-no-open]="$W/mnt5" [dyadfs-passthrough-uring]="$W/mnt6"
+  [dyadfs-read-only-uring]="$W/mnt7")
+declare -A OPTS=([dyadfs-passthrough]="" [dyadfs-no-passthrough]="--no-passthrough"
+  [dyadfs-read-only]="--read-only" [dyadfs-no-open]="--no-open"
+  [dyadfs-passthrough-uring]="" [dyadfs-read-only-uring]="--read-only")
+mkdir -p "$W"/{mnt2,mnt3,mnt4,mnt5,mnt6,mnt7,ssd2,ssd3,ssd4,ssd5,ssd6,ssd7,rt-dev,rt-uring,rt-ssd-dev,rt-ssd-uring}
+rm -rf "$W"/ssd/* "$W"/ssd[2-7]/* "$W"/rt-ssd-*/*
+for c in "${CONFIGS[@]}"; do
+  case $c in
+    *-uring) transport=uring ;;
+    dyadfs-*) transport=dev ;;
+    *) continue ;;
+  esac
+  m=${DIR[$c]}; ssd=$W/ssd${m#"$W"/mnt}
+  # shellcheck disable=SC2086 # OPTS holds a list of options, split into words
+  "$BIN" mount "$m" --ssd "$ssd" --backing "$W/backing" --fuse-transport $transport ${OPTS[$c]}
+done
 if [ -n "${BASE_BIN:-}" ]; then
   # shellcheck disable=SC2086 # BASE_ARGS is a list of options, split into words
   "$BASE_BIN" mount "$W/mnt3" --ssd "$W/ssd3" --backing "$W/backing" ${BASE_ARGS:-}
   CONFIGS+=(base)
 fi
-bindfs -o kernel_cache "$W/backing" "$W/bind"
+[[ " ${CONFIGS[*]} " != *" bindfs-kernel_cache "* ]] || bindfs -o kernel_cache "$W/backing" "$W/bind"
 for c in "${CONFIGS[@]}"; do big "${DIR[$c]}"; small "${DIR[$c]}"; done   # fill the caches
+# A daemon's CPU time so far (user + system, in clock ticks).
+cpu_ticks() {
+  local pid; pid=$(pgrep -f -- "dyadfs mount $1 " | head -1)
+  [ -n "$pid" ] && awk '{print $14 + $15}' "/proc/$pid/stat" || echo 0
+}
+declare -A CPU   # the daemons' CPU ticks in the timed small-file runs
 for temp in cold warm; do
   for w in big small; do
     for r in $(seq "$RUNS"); do
       for c in "${CONFIGS[@]}"; do
         [ "$temp" = cold ] && drop
         [ "$temp" = warm ] && $w "${DIR[$c]}"   # this config's own pages in the page cache
+        c0=$(cpu_ticks "${DIR[$c]}")
         t0=$(now); $w "${DIR[$c]}"; t=$(echo "$(now) - $t0" | bc -l)
+        [ "$w" = small ] && CPU[$c]=$(( ${CPU[$c]:-0} + $(cpu_ticks "${DIR[$c]}") - c0 ))
         echo "$t" >> "$W/t.$c.$w.$temp"
         printf '%s %s %s run %d: %.3f s\n' "$c" "$w" "$temp" "$r" "$t" >&2
       done
@@ -85,8 +113,24 @@ for temp in cold warm; do
     for c in "${CONFIGS[@]}"; do R[$c,$w,$temp]=$(median < "$W/t.$c.$w.$temp"); done
   done
 done
-"$BIN" stats "$W/mnt" --json > "$W/stats-passthrough.json"
-"$BIN" stats "$W/mnt2" --json > "$W/stats-no-passthrough.json"
+for c in "${CONFIGS[@]}"; do
+  [[ $c == dyadfs-* ]] && "$BIN" stats "${DIR[$c]}" --json > "$W/stats-$c.json"
+done
+
+# The FUSE round trip: stat of one file, attributes never cached, by each transport (20000
+# stats a run, interleaved).
+"$BIN" mount "$W/rt-dev" --ssd "$W/rt-ssd-dev" --backing "$W/backing" --metadata-ttl 0s --fuse-transport dev
+"$BIN" mount "$W/rt-uring" --ssd "$W/rt-ssd-uring" --backing "$W/backing" --metadata-ttl 0s --fuse-transport uring
+stat_loop() { python3 -c 'import os,sys,time
+p=sys.argv[1]; t=time.perf_counter()
+for _ in range(20000): os.stat(p)
+print((time.perf_counter()-t)/20000*1e6)' "$1/small/0.bin"; }
+for r in $(seq "$RUNS"); do
+  for t in dev uring; do
+    us=$(stat_loop "$W/rt-$t"); echo "$us" >> "$W/rt.$t"
+    printf 'stat round trip %s run %d: %.2f us\n' "$t" "$r" "$us" >&2
+  done
+done
 
 printf '\n%-24s %14s %14s %16s %16s\n' config "1GiB cold MB/s" "1GiB warm MB/s" "small cold f/s" "small warm f/s"
 for c in "${CONFIGS[@]}"; do
@@ -102,3 +146,11 @@ for c in "${CONFIGS[@]:1}"; do
   echo
 done
 echo "(columns: 1GiB cold, 1GiB warm, small cold, small warm; medians of $RUNS interleaved runs)"
+printf '\ndaemon CPU per small file read (the %d timed small runs, cold and warm):\n' $((2 * RUNS))
+hz=$(getconf CLK_TCK)
+for c in "${CONFIGS[@]}"; do
+  [[ $c == dyadfs-* ]] || continue
+  printf '%-24s %8.1f us\n' "$c" "$(echo "${CPU[$c]} / $hz * 1000000 / (4096 * 2 * $RUNS)" | bc -l)"
+done
+printf '\nFUSE round trip (stat, attributes uncached), median of %d runs of 20000:\n' "$RUNS"
+for t in dev uring; do printf '%-8s %8.2f us\n' "$t" "$(median < "$W/rt.$t")"; done

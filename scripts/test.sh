@@ -4,8 +4,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The mounts' FUSE transport (`--fuse-transport auto`): /dev/fuse for the first run, then the
+# kernel's io_uring queues where the kernel has them (auto takes the ring when
+# /sys/module/fuse/parameters/enable_uring is Y). The suite sets the parameter for each run and
+# puts it back as it found it.
+URING=/sys/module/fuse/parameters/enable_uring
+was=$(cat "$URING" 2>/dev/null || true)
+restore() { if [ -n "$was" ]; then echo "$was" > "$URING"; fi; }
+trap restore EXIT
+if [ -n "$was" ]; then echo N > "$URING"; fi
 # fuse-tests: the integration tests that mount and run daemons (all of them, here).
 cargo test --all-targets --features fuse-tests "$@"
+if [ -n "$was" ]; then
+  echo Y > "$URING"
+  echo "== the integration tests again, FUSE requests by io_uring"
+  cargo test --features fuse-tests --test '*' "$@"
+  restore
+else
+  echo "== this kernel has no FUSE over io_uring: the ring run is skipped"
+fi
 # The cache's chunk claims under shuttle's randomized scheduler (a build of their own: shuttle's
 # primitives replace std's there, so only these tests run in it).
 cargo test --features shuttle --lib cache::chunks::shuttle_tests
