@@ -6,7 +6,7 @@ mod common;
 
 use std::fs;
 
-use common::{Fixture, is_mounted, pattern};
+use common::{Fixture, as_user, is_mounted, pattern};
 
 const URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -79,4 +79,23 @@ fn the_transport_asked_for_serves_the_mount_or_the_mount_says_why_not() {
         assert!(m.stats()["passthrough_opens"].as_u64().unwrap() > 0);
         m.unmount();
     }
+}
+
+/// `-o allow_root`: the kernel lets every user through (it sets `allow_other`), and the daemon
+/// turns away all but root and the mount's owner, by either transport.
+#[test]
+fn allow_root_admits_root_and_the_owner_alone() {
+    let f = Fixture::new("allow-root");
+    f.write("x", b"not yours");
+    let m = f.mount(&["-o", "allow_root"]);
+    assert_eq!(fs::read(m.path("x")).unwrap(), b"not yours");
+    let out = as_user(65534, 65534)
+        .arg("/bin/cat")
+        .arg(m.path("x"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "another user read the file");
+    assert!(err.contains("Permission denied"), "{err}");
+    m.unmount();
 }

@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::fs::DyadFs;
-use crate::fs::fuse::ops::Ops;
+use crate::fs::fuse::ops::{Access, Ops};
 use crate::fs::fuse::{FuseAdapter, FuseTransport, ring};
 use crate::locator::Membership;
 use crate::transport::auth::Secret;
@@ -347,6 +347,12 @@ pub(super) fn run_session<S: crate::core::source::Source>(
             }
         })?;
     let ops = adapter.ops();
+    let owner = crate::sys::euid();
+    ops.set_access(match config.acl {
+        fuser::SessionACL::All => Access::All,
+        fuser::SessionACL::RootAndOwner => Access::RootAndOwner(owner),
+        fuser::SessionACL::Owner => Access::Owner(owner),
+    });
     let mut session =
         fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| {
             UserError::Mount {

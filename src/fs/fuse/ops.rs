@@ -34,6 +34,27 @@ const MODE_SHARDS: usize = 64;
 /// A waiting lookup's stack: it resolves a name (an RPC to its home) and sleeps.
 const WAITER_STACK: usize = 256 << 10;
 
+/// Who may make requests of the mount (`-o allow_other`, `-o allow_root`, or its owner
+/// alone). The kernel lets every user through once `allow_other` is set, which `allow_root`
+/// also sets: the daemon turns away the users it does not name (fuser does for /dev/fuse; the
+/// ring's dispatcher asks [`Access::permits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    All,
+    RootAndOwner(u32),
+    Owner(u32),
+}
+
+impl Access {
+    pub fn permits(self, uid: u32) -> bool {
+        match self {
+            Access::All => true,
+            Access::RootAndOwner(owner) => uid == owner || uid == 0,
+            Access::Owner(owner) => uid == owner,
+        }
+    }
+}
+
 /// Who sent a request.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller {
@@ -64,6 +85,8 @@ pub struct Ops<S: Source> {
     pub(super) unasked: AtomicBool,
     /// The kernel took the ring at INIT: ring threads may register entries.
     pub(super) ring_taken: AtomicBool,
+    /// Who may make requests (unset: the mount's owner alone).
+    access: OnceLock<Access>,
     list_readers: Arc<ListReaders>,
     waiters: Arc<Waiters>,
 }
@@ -112,6 +135,7 @@ impl<S: Source> Ops<S> {
             dev: OnceLock::new(),
             unasked: AtomicBool::new(false),
             ring_taken: AtomicBool::new(false),
+            access: OnceLock::new(),
             list_readers: Arc::default(),
             waiters: Arc::default(),
         })
@@ -124,6 +148,17 @@ impl<S: Source> Ops<S> {
 
     pub fn device_fd(&self) -> Option<&Arc<OwnedFd>> {
         self.dev.get()
+    }
+
+    /// Who may make requests: set once, from the mount's options, before the ring starts.
+    pub fn set_access(&self, access: Access) {
+        let _ = self.access.set(access);
+    }
+
+    pub fn access(&self) -> Access {
+        *self
+            .access
+            .get_or_init(|| Access::Owner(crate::sys::euid()))
     }
 
     /// Whether the kernel took the ring at INIT.

@@ -31,6 +31,7 @@ pub const FLUSH: u32 = 25;
 pub const OPENDIR: u32 = 27;
 pub const READDIR: u32 = 28;
 pub const RELEASEDIR: u32 = 29;
+pub const FSYNCDIR: u32 = 30;
 pub const CREATE: u32 = 35;
 pub const DESTROY: u32 = 38;
 pub const READDIRPLUS: u32 = 44;

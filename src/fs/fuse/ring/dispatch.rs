@@ -32,6 +32,23 @@ pub fn handle<S: Source>(ops: &Ops<S>, a: Arrived<'_>, buffers: Arc<Buffers>, do
         pid: h.pid,
     };
     let ino = h.nodeid;
+    // As fuser on /dev/fuse: a user the mount's options do not name is turned away, but for the
+    // requests the kernel may send without the caller's uid (on a file already open).
+    let uid_free = matches!(
+        h.opcode,
+        abi::READ
+            | abi::READDIR
+            | abi::READDIRPLUS
+            | abi::WRITE
+            | abi::FSYNC
+            | abi::FSYNCDIR
+            | abi::RELEASE
+            | abi::RELEASEDIR
+            | abi::DESTROY
+    );
+    if !uid_free && !ops.access().permits(h.uid) {
+        return reply(true, limit).error(libc::EACCES);
+    }
     let mut op = Reader(a.op_in);
     let mut names = Reader(payload);
     let mut name = || names.name().map(|n| OsStr::from_bytes(n).to_os_string());
