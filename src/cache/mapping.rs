@@ -158,6 +158,10 @@ impl Entry {
     /// Maps the whole data file for reading (`None` if the system refuses): readers that keep
     /// it (an open handle of a large file) are then served without copying.
     pub fn map(&self) -> Option<Arc<Mapping>> {
+        if self.packed() {
+            // A packed object is one chunk, read whole: nothing to keep mapped.
+            return None;
+        }
         let data = self.file(Mode::ReadWrite).ok()?;
         Mapping::new(&data, self.version.size as usize).map(Arc::new)
     }

@@ -12,6 +12,7 @@ fn setup(capacity: u64) -> (PathBuf, CacheConfig, Arc<Stats>) {
         chunk_size: 1 << 20,
         capacity: Some(capacity),
         open_files: 4,
+        pack_max: 0,
     };
     (dir, config, Arc::new(Stats::default()))
 }
@@ -621,3 +622,6 @@ fn adopting_a_file_larger_than_the_capacity_fails_at_once() {
     assert!(cache.used_bytes() <= 8 << 20);
     assert!(cache.lookup("o", v(1 << 40)).is_none());
 }
+
+#[path = "segment_tests.rs"]
+mod segments;

@@ -25,6 +25,7 @@ fn reader(source: MemSource, capacity: u64) -> (Reader<MemSource>, std::path::Pa
             chunk_size: 1 << 20,
             capacity: Some(capacity),
             open_files: 4,
+            pack_max: 0,
         },
         stats.clone(),
     )
@@ -219,6 +220,7 @@ mod model {
             chunk_size: 1 << 20,
             capacity: Some(capacity),
             open_files: 4,
+            pack_max: 0,
         };
         Arc::new(Cache::open(&config, stats).unwrap())
     }
