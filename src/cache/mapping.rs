@@ -105,9 +105,10 @@ impl PartialEq<Vec<u8>> for ReadBytes {
     }
 }
 
-/// A read-only shared mapping of a whole data file. Data files are never truncated while an
-/// entry uses them (a new version or a dropped entry gets a new file; the old one is only
-/// unlinked), so reading any byte of the mapping is safe.
+/// A read-only shared mapping of a whole data file (or segment). Data files are never
+/// truncated while an entry uses them (a new version or a dropped entry gets a new file; the
+/// old one is only unlinked; a segment keeps its size), so reading any byte of the mapping is
+/// safe.
 pub struct Mapping {
     ptr: *const u8,
     len: usize,
@@ -119,7 +120,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn new(file: &File, len: usize) -> Option<Mapping> {
+    pub(super) fn new(file: &File, len: usize) -> Option<Mapping> {
         if len == 0 {
             return None;
         }
@@ -179,6 +180,17 @@ impl Entry {
                 m.clone(),
                 offset as usize..offset as usize + len,
             ));
+        }
+        if let Some(place) = self.place() {
+            // A packed object: from its segment's mapping (kept by the cache).
+            let at = (self.base() + offset) as usize;
+            let segments = &self.shared.segments;
+            if let Some(m) = segments
+                .map(&self.shared.files, place)
+                .filter(|m| at + len <= m.len)
+            {
+                return Ok(ReadBytes::Mapped(m, at..at + len));
+            }
         }
         let mut buf = Aligned::zeroed(len);
         self.read_avoiding_page_cache(offset, buf.room(), len)?;
