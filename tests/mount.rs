@@ -285,49 +285,6 @@ fn small_files_are_served_with_their_pages_kept_under_passthrough_min() {
     }
 }
 
-/// A small file is packed into a segment of the cache (`--pack-max`, default 1M): no cache
-/// file of its own. The kernel cannot be handed it, so the daemon serves it with its pages
-/// kept: of three reads the first crosses the daemon, the others read the kernel's pages; after
-/// a restart it comes back from its segment, nothing read from the shared file system.
-#[test]
-fn packed_small_files_are_served_by_the_daemon_with_their_pages_kept() {
-    let f = Fixture::new("packed");
-    let files: Vec<_> = (0..5)
-        .map(|k| (format!("{k}.bin"), pattern(200 * 1024 + k, k as u64)))
-        .collect();
-    for (p, d) in &files {
-        f.write(p, d);
-    }
-    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
-    let count = |dir: &str| walk_files(&f.ssd.join(dir));
-    for restart in [false, true] {
-        if restart {
-            drop_cached_pages(&f.ssd);
-        }
-        let m = f.mount(&[]);
-        for _ in 0..3 {
-            for (p, d) in &files {
-                assert!(fs::read(m.path(p)).unwrap() == *d, "{p}");
-            }
-        }
-        assert_eq!(m.stat("passthrough_opens"), 0);
-        assert_eq!(m.stat("bytes_from_local"), total, "restart {restart}");
-        let from_backing = if restart { 0 } else { total };
-        assert_eq!(m.stat("bytes_from_backing"), from_backing);
-        m.unmount();
-        assert_eq!(count("data"), 0, "no cache file per sample");
-        assert_eq!(count("segments"), 1);
-    }
-}
-
-/// Files under `dir` and its subdirectories.
-fn walk_files(dir: &std::path::Path) -> usize {
-    let Ok(rd) = fs::read_dir(dir) else { return 0 };
-    rd.map(|e| e.unwrap().path())
-        .map(|p| if p.is_dir() { walk_files(&p) } else { 1 })
-        .sum()
-}
-
 /// `--read-only` (`-o ro`): nothing can be made under the mount, and a cached file read again
 /// costs no attribute round trip; on a writable mount a passthrough read makes the kernel ask
 /// for the attributes again at the next stat (its atime), on a read-only one it does not.
