@@ -301,7 +301,7 @@ impl Cache {
         });
         let mut index = Index::default();
         index.slots.reserve(by_slot.len(), |e| place(e.slot()));
-        let mut used = 0;
+        let mut used = shared.segments.count_dead();
         let mut next_id = 0;
         for header in by_slot.into_values() {
             next_id += 1;

@@ -107,6 +107,8 @@ struct Segment {
     live: u32,
     /// Bytes the capacity counts for objects that left it (given back with the segment).
     dead: u64,
+    /// Bytes of the regions of its reloaded objects (a reload's count of dead space).
+    reloaded: u64,
 }
 
 impl Segments {
@@ -188,7 +190,7 @@ impl Segments {
             Segment {
                 tail: need,
                 live: 1,
-                dead: 0,
+                ..Segment::default()
             },
         );
         t.open = Some(id);
@@ -298,8 +300,24 @@ impl Segments {
         let mut t = lock(&self.table);
         t.next = t.next.max(place.segment + 1);
         let seg = t.segs.entry(place.segment).or_default();
+        let region = len.next_multiple_of(PAGE).max(PAGE);
         seg.live += 1;
-        seg.tail = seg.tail.max(place.offset() + len.next_multiple_of(PAGE));
+        seg.reloaded += region;
+        seg.tail = seg.tail.max(place.offset() + region);
+    }
+
+    /// After every object is reloaded: the regions between them belong to objects that left
+    /// before the restart (or were never recorded), counted as dead until their segment goes;
+    /// returns their bytes.
+    pub(super) fn count_dead(&self) -> u64 {
+        let mut t = lock(&self.table);
+        t.segs
+            .values_mut()
+            .map(|seg| {
+                seg.dead = seg.tail.saturating_sub(seg.reloaded);
+                seg.dead
+            })
+            .sum()
     }
 
     /// The reloaded segments whose file is missing or shorter than what lives in it (changed
