@@ -73,6 +73,9 @@ pub struct Stats {
     /// Files (and their bytes) prefetch lists brought into the cache.
     pub prefetched_files: AtomicU64,
     pub prefetched_bytes: AtomicU64,
+    /// Files pulled from a peer in a batch with others of the same holder (one connection,
+    /// the requests in one write).
+    pub batched_pulls: AtomicU64,
     /// Listed files a prefetch left alone because its caller may not read them.
     pub prefetch_denied: AtomicU64,
     /// Directory listings served from a read-ahead of a walk.
@@ -195,6 +198,9 @@ pub struct Snapshot {
     pub prefetched_files: u64,
     #[serde(default)]
     pub prefetched_bytes: u64,
+    /// Files pulled from a peer in a batch (see `Stats::batched_pulls`).
+    #[serde(default)]
+    pub batched_pulls: u64,
     #[serde(default)]
     pub prefetch_pending: u64,
     /// Listed files left alone because the list's owner may not read them.
@@ -367,6 +373,7 @@ impl Stats {
             members: get(&self.members).max(1),
             prefetched_files: get(&self.prefetched_files),
             prefetched_bytes: get(&self.prefetched_bytes),
+            batched_pulls: get(&self.batched_pulls),
             prefetch_pending,
             prefetch_denied: get(&self.prefetch_denied),
             dirs_read_ahead: get(&self.dirs_read_ahead),
@@ -380,7 +387,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 47] = [
+        let rows: [(&str, String); 48] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
@@ -404,6 +411,7 @@ impl Snapshot {
             ("bytes replicated", human(self.bytes_replicated)),
             ("prefetched files", self.prefetched_files.to_string()),
             ("prefetched bytes", human(self.prefetched_bytes)),
+            ("batched pulls", self.batched_pulls.to_string()),
             ("prefetch pending", self.prefetch_pending.to_string()),
             ("prefetch denied", self.prefetch_denied.to_string()),
             ("dirs read ahead", self.dirs_read_ahead.to_string()),
