@@ -114,6 +114,9 @@ pub struct Snapshot {
     pub bytes_from_local: u64,
     pub cached_bytes: u64,
     pub cached_files: u64,
+    /// Segment files holding the packed ones (absent from a daemon older than the key: 0).
+    #[serde(default)]
+    pub cache_segments: u64,
     pub capacity_bytes: u64,
     pub evictions: u64,
     pub passthrough: bool,
@@ -303,6 +306,8 @@ pub fn short(bytes: u64) -> String {
 pub struct Gauges {
     pub cached_bytes: u64,
     pub cached_files: u64,
+    /// Segment files the cache's packed objects live in (see `cache::segments`).
+    pub cache_segments: u64,
     pub capacity_bytes: u64,
     pub inodes: u64,
     pub open_files: u64,
@@ -315,6 +320,7 @@ impl Stats {
         let Gauges {
             cached_bytes,
             cached_files,
+            cache_segments,
             capacity_bytes,
             inodes,
             open_files,
@@ -327,6 +333,7 @@ impl Stats {
             bytes_from_local: get(&self.bytes_from_local),
             cached_bytes,
             cached_files,
+            cache_segments,
             capacity_bytes,
             evictions: get(&self.evictions),
             passthrough: self.passthrough.load(Ordering::Relaxed),
@@ -387,7 +394,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 48] = [
+        let rows: [(&str, String); 49] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("local hits", self.local_hits.to_string()),
@@ -420,6 +427,7 @@ impl Snapshot {
             ("attribute requests", self.attr_requests.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),
+            ("cache segments", self.cache_segments.to_string()),
             ("capacity", human(self.capacity_bytes)),
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),

@@ -66,6 +66,7 @@ fn packed_small_files_are_served_by_the_daemon_with_their_pages_kept() {
         assert_eq!(m.stat("bytes_from_local"), total, "restart {restart}");
         let from_backing = if restart { 0 } else { total };
         assert_eq!(m.stat("bytes_from_backing"), from_backing);
+        assert_eq!(m.stat("cache_segments"), 1);
         m.unmount();
         assert_eq!(
             walk_files(&f.ssd.join("data")),

@@ -436,6 +436,11 @@ impl Cache {
         self.shared.files.clone()
     }
 
+    /// Segment files of packed objects (see [`segments`]).
+    pub fn segment_files(&self) -> u64 {
+        self.shared.segments.count().0
+    }
+
     /// Number of entries holding at least one present chunk.
     pub fn cached_files(&self) -> u64 {
         let index = lock(&self.index);

@@ -363,7 +363,6 @@ impl Segments {
     }
 
     /// (segments, bytes of their files).
-    #[cfg(test)]
     pub(super) fn count(&self) -> (u64, u64) {
         let t = lock(&self.table);
         (t.segs.len() as u64, t.segs.len() as u64 * self.size)

@@ -258,6 +258,7 @@ impl<S: Source> DyadFs<S> {
             stats.snapshot(crate::stats::Gauges {
                 cached_bytes: cache.used_bytes(),
                 cached_files: cache.cached_files(),
+                cache_segments: cache.segment_files(),
                 capacity_bytes: cache.capacity(),
                 inodes: inodes as u64,
                 open_files: cache.open_files(),
