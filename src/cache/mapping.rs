@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
@@ -18,6 +19,45 @@ pub enum ReadBytes {
     /// Read into block-aligned memory (see [`Aligned`]).
     Aligned(Aligned),
     Mapped(Arc<Mapping>, Range<usize>),
+    /// Read into the thread's kept buffer (see [`Pooled`]).
+    Pooled(Pooled),
+}
+
+/// Bytes read into a buffer the thread keeps between reads (given back when dropped): a packed
+/// object's read is a copy from the page cache into warm memory, with no allocation, zeroing or
+/// page fault per read, and no mapping whose pages would count in the daemon's RSS.
+pub struct Pooled {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// A kept buffer is at most this large (the largest packed object is one chunk).
+const POOLED_MAX: usize = 4 << 20;
+
+thread_local! {
+    static POOL: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Pooled {
+    /// `len` bytes of the thread's buffer (grown if need be), for `fill` to overwrite.
+    fn fill(len: usize, fill: impl FnOnce(&mut [u8]) -> io::Result<()>) -> io::Result<Pooled> {
+        let mut buf = POOL.take();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let r = fill(&mut buf[..len]);
+        let pooled = Pooled { buf, len };
+        r.map(|()| pooled)
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        if buf.len() <= POOLED_MAX {
+            POOL.set(buf);
+        }
+    }
 }
 
 /// Bytes read for a reader into memory aligned for O_DIRECT: those not in the page cache are
@@ -83,6 +123,7 @@ impl std::ops::Deref for ReadBytes {
             ReadBytes::Owned(v) => v,
             ReadBytes::Aligned(a) => a,
             ReadBytes::Mapped(m, r) => &m.bytes()[r.clone()],
+            ReadBytes::Pooled(p) => &p.buf[..p.len],
         }
     }
 }
@@ -105,10 +146,9 @@ impl PartialEq<Vec<u8>> for ReadBytes {
     }
 }
 
-/// A read-only shared mapping of a whole data file (or segment). Data files are never
-/// truncated while an entry uses them (a new version or a dropped entry gets a new file; the
-/// old one is only unlinked; a segment keeps its size), so reading any byte of the mapping is
-/// safe.
+/// A read-only shared mapping of a whole data file. Data files are never truncated while an
+/// entry uses them (a new version or a dropped entry gets a new file; the old one is only
+/// unlinked), so reading any byte of the mapping is safe.
 pub struct Mapping {
     ptr: *const u8,
     len: usize,
@@ -120,7 +160,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    pub(super) fn new(file: &File, len: usize) -> Option<Mapping> {
+    fn new(file: &File, len: usize) -> Option<Mapping> {
         if len == 0 {
             return None;
         }
@@ -181,16 +221,11 @@ impl Entry {
                 offset as usize..offset as usize + len,
             ));
         }
-        if let Some(place) = self.place() {
-            // A packed object: from its segment's mapping (kept by the cache).
-            let at = (self.base() + offset) as usize;
-            let segments = &self.shared.segments;
-            if let Some(m) = segments
-                .map(&self.shared.files, place)
-                .filter(|m| at + len <= m.len)
-            {
-                return Ok(ReadBytes::Mapped(m, at..at + len));
-            }
+        if self.packed() {
+            // A packed object: copied into the thread's kept buffer.
+            let data = self.file(Mode::ReadWrite)?;
+            let at = self.base() + offset;
+            return Pooled::fill(len, |b| data.read_exact_at(b, at)).map(ReadBytes::Pooled);
         }
         let mut buf = Aligned::zeroed(len);
         self.read_avoiding_page_cache(offset, buf.room(), len)?;

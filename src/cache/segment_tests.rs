@@ -72,9 +72,17 @@ fn small_objects_are_appended_to_one_segment_and_read_back_exact() {
     let big = cache.entry("big", v(65 << 10)).unwrap();
     assert!(!big.packed());
     assert_eq!(files_under(&dir.join("data")), 1);
+    // A smaller object read after larger ones on this thread (its kept buffer is larger).
+    let tiny = cache.entry("tiny", v(100)).unwrap();
+    fill_with(&cache, &tiny, &data(7, 100));
+    assert_eq!(read_back(&cache, &tiny), data(7, 100));
+    assert_eq!(
+        tiny.read_bytes(10, 20, None).unwrap().to_vec(),
+        data(7, 100)[10..30]
+    );
     // A write past the object's region is refused.
     assert!(e.write_at(OBJ - 1, &[1, 2]).is_err());
-    assert_eq!(cache.used_bytes(), 4 * OBJ);
+    assert_eq!(cache.used_bytes(), 4 * OBJ + 100);
     let _ = fs::remove_dir_all(dir);
 }
 

@@ -30,7 +30,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::files::{DataFiles, Mode};
-use super::mapping::Mapping;
 use crate::core::sync::lock;
 
 /// Bit 63 of an entry's id: the entry is packed, the rest of the id is its [`Place`].
@@ -94,9 +93,6 @@ struct Table {
     /// The segment appends go to.
     open: Option<u32>,
     segs: HashMap<u32, Segment>,
-    /// A read-only mapping of each segment read so far, made once: readers are served from
-    /// it (the FUSE reply written from the page cache, no buffer of ours, no mapping per read).
-    maps: HashMap<u32, Arc<Mapping>>,
 }
 
 #[derive(Default, Debug)]
@@ -236,23 +232,6 @@ impl Segments {
         Ok(file)
     }
 
-    /// The mapping of `place`'s segment, made at its first use (`None` if the system refuses).
-    /// A segment is never truncated (its file keeps its preallocated size until deleted), so
-    /// every byte of the mapping stays readable.
-    pub(super) fn map(&self, files: &DataFiles, place: Place) -> Option<Arc<Mapping>> {
-        let mut t = lock(&self.table);
-        if let Some(m) = t.maps.get(&place.segment) {
-            return Some(m.clone());
-        }
-        if !t.segs.contains_key(&place.segment) {
-            return None;
-        }
-        let file = self.file(files, place, Mode::ReadWrite).ok()?;
-        let map = Arc::new(Mapping::new(&file, self.size as usize)?);
-        t.maps.insert(place.segment, map.clone());
-        Some(map)
-    }
-
     /// An object at `place` holding `bytes` (counted by the capacity) left the cache; returns
     /// the bytes to give back now (its segment's, if it was the last object of a segment that
     /// takes no more appends, whose file is then deleted).
@@ -283,7 +262,6 @@ impl Segments {
             return 0;
         }
         let seg = t.segs.remove(&id).expect("checked");
-        t.maps.remove(&id);
         files.close(
             Place {
                 segment: id,
