@@ -230,6 +230,14 @@ pub struct MountArgs {
           help_heading = "Storage")]
     pub chunk_size: u64,
 
+    /// Cached files of at most this size (at most --chunk-size) are appended to large
+    /// preallocated segment files instead of getting a cache file each: no file to create,
+    /// close and delete per training sample. Such a file is served by the daemon with its pages
+    /// kept by the kernel, never by passthrough. 0 gives every file its own cache file
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size,
+          help_heading = "Storage")]
+    pub pack_max: u64,
+
     /// How long names and attributes are trusted (kernel and daemon); a changed backing file
     /// is noticed once this has passed. Accepts 500ms, 30s, 5m, 1h
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
@@ -554,6 +562,7 @@ impl From<MountArgs> for MountConfig {
             max_staged_per_user: a.max_staged_per_user,
             open_files: a.open_files,
             chunk_size: a.chunk_size,
+            pack_max: a.pack_max,
             scrub_interval: a.scrub_interval,
             scrub_rate: a.scrub_rate,
             fs: FsConfig {

@@ -18,9 +18,10 @@ use crate::stats::{Latencies, Snapshot};
 type Labels = Vec<(String, String)>;
 
 /// Keys of `dyadfs stats` that are levels, not counts.
-const GAUGES: [&str; 14] = [
+const GAUGES: [&str; 15] = [
     "cached_bytes",
     "cached_files",
+    "cache_segments",
     "capacity_bytes",
     "inodes",
     "open_files",
@@ -145,6 +146,7 @@ mod tests {
         let snap = stats.snapshot(crate::stats::Gauges {
             cached_bytes: 7,
             cached_files: 1,
+            cache_segments: 1,
             capacity_bytes: 100,
             inodes: 2,
             open_files: 0,

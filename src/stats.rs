@@ -73,6 +73,9 @@ pub struct Stats {
     /// Files (and their bytes) prefetch lists brought into the cache.
     pub prefetched_files: AtomicU64,
     pub prefetched_bytes: AtomicU64,
+    /// Files pulled from a peer in a batch with others of the same holder (one connection,
+    /// the requests in one write).
+    pub batched_pulls: AtomicU64,
     /// Listed files a prefetch left alone because its caller may not read them.
     pub prefetch_denied: AtomicU64,
     /// Directory listings served from a read-ahead of a walk.
@@ -115,6 +118,9 @@ pub struct Snapshot {
     pub bytes_from_local: u64,
     pub cached_bytes: u64,
     pub cached_files: u64,
+    /// Segment files holding the packed ones (absent from a daemon older than the key: 0).
+    #[serde(default)]
+    pub cache_segments: u64,
     pub capacity_bytes: u64,
     pub evictions: u64,
     pub passthrough: bool,
@@ -203,6 +209,9 @@ pub struct Snapshot {
     pub prefetched_files: u64,
     #[serde(default)]
     pub prefetched_bytes: u64,
+    /// Files pulled from a peer in a batch (see `Stats::batched_pulls`).
+    #[serde(default)]
+    pub batched_pulls: u64,
     #[serde(default)]
     pub prefetch_pending: u64,
     /// Listed files left alone because the list's owner may not read them.
@@ -305,6 +314,8 @@ pub fn short(bytes: u64) -> String {
 pub struct Gauges {
     pub cached_bytes: u64,
     pub cached_files: u64,
+    /// Segment files the cache's packed objects live in (see `cache::segments`).
+    pub cache_segments: u64,
     pub capacity_bytes: u64,
     pub inodes: u64,
     pub open_files: u64,
@@ -317,6 +328,7 @@ impl Stats {
         let Gauges {
             cached_bytes,
             cached_files,
+            cache_segments,
             capacity_bytes,
             inodes,
             open_files,
@@ -329,6 +341,7 @@ impl Stats {
             bytes_from_local: get(&self.bytes_from_local),
             cached_bytes,
             cached_files,
+            cache_segments,
             capacity_bytes,
             evictions: get(&self.evictions),
             passthrough: self.passthrough.load(Ordering::Relaxed),
@@ -380,6 +393,7 @@ impl Stats {
             members: get(&self.members).max(1),
             prefetched_files: get(&self.prefetched_files),
             prefetched_bytes: get(&self.prefetched_bytes),
+            batched_pulls: get(&self.batched_pulls),
             prefetch_pending,
             prefetch_denied: get(&self.prefetch_denied),
             dirs_read_ahead: get(&self.dirs_read_ahead),
@@ -393,7 +407,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 48] = [
+        let rows: [(&str, String); 50] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -418,6 +432,7 @@ impl Snapshot {
             ("bytes replicated", human(self.bytes_replicated)),
             ("prefetched files", self.prefetched_files.to_string()),
             ("prefetched bytes", human(self.prefetched_bytes)),
+            ("batched pulls", self.batched_pulls.to_string()),
             ("prefetch pending", self.prefetch_pending.to_string()),
             ("prefetch denied", self.prefetch_denied.to_string()),
             ("dirs read ahead", self.dirs_read_ahead.to_string()),
@@ -426,6 +441,7 @@ impl Snapshot {
             ("attribute requests", self.attr_requests.to_string()),
             ("cached bytes", human(self.cached_bytes)),
             ("cached files", self.cached_files.to_string()),
+            ("cache segments", self.cache_segments.to_string()),
             ("capacity", human(self.capacity_bytes)),
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),

@@ -243,14 +243,15 @@ fn drop_cached_pages(dir: &std::path::Path) {
 /// opens it is served by the daemon with its pages kept: of three reads, one crosses the daemon
 /// and the others read nothing. One fetched by its open passes through (the daemon would copy
 /// its bytes once more), and so do the inode's later opens (after a passthrough open the kernel
-/// holds no pages). At 0, the default, every open passes through.
+/// holds no pages). At 0, the default, every open passes through. (Files with a cache file of
+/// their own: `--pack-max 0`; packed ones are never passed through, see below.)
 #[test]
 fn small_files_are_served_with_their_pages_kept_under_passthrough_min() {
     let f = Fixture::new("ptmin");
     let data = pattern(200 * 1024, 6);
     f.write("s.bin", &data);
     for min in ["1M", "0"] {
-        let m = f.mount(&["--passthrough-min", min]);
+        let m = f.mount(&["--passthrough-min", min, "--pack-max", "0"]);
         // Fetched by its first open (or, at 0, whatever happened before): passthrough.
         for _ in 0..3 {
             assert!(fs::read(m.path("s.bin")).unwrap() == data);
@@ -264,7 +265,7 @@ fn small_files_are_served_with_their_pages_kept_under_passthrough_min() {
 
         // Cached, its bytes on disk only, and a kernel that has not seen it (a new mount).
         drop_cached_pages(&f.ssd);
-        let m = f.mount(&["--passthrough-min", min]);
+        let m = f.mount(&["--passthrough-min", min, "--pack-max", "0"]);
         for _ in 0..3 {
             assert!(fs::read(m.path("s.bin")).unwrap() == data);
         }
@@ -287,15 +288,16 @@ fn small_files_are_served_with_their_pages_kept_under_passthrough_min() {
 /// `--read-only` (`-o ro`): nothing can be made under the mount, and a cached file read again
 /// costs no attribute round trip; on a writable mount a passthrough read makes the kernel ask
 /// for the attributes again at the next stat (its atime), on a read-only one it does not.
+/// (A file with a cache file of its own, `--pack-max 0`: packed ones never pass through.)
 #[test]
 fn a_read_only_mount_refuses_writes_and_keeps_attributes_across_reads() {
     let f = Fixture::new("readonly");
     let data = pattern(300 * 1024, 5);
     f.write("s.bin", &data);
     for (args, read_only) in [
-        (&[][..], false),
-        (&["--read-only"][..], true),
-        (&["-o", "ro"][..], true),
+        (&["--pack-max", "0"][..], false),
+        (&["--read-only", "--pack-max", "0"][..], true),
+        (&["-o", "ro", "--pack-max", "0"][..], true),
     ] {
         let m = f.mount(args);
         assert!(fs::read(m.path("s.bin")).unwrap() == data);

@@ -166,6 +166,8 @@ print("ok")
     assert_eq!(s["bytes_from_peers"], total, "{s}");
     assert_eq!(s["bytes_from_backing"], 0, "{s}");
     assert_eq!(s["local_hits"], n as u64, "every read was local: {s}");
+    // Most came in batches from their one holder (a thread's last file may come alone).
+    assert!(s["batched_pulls"].as_u64().unwrap() >= n as u64 / 2, "{s}");
 }
 
 /// Runs `dyadfs prefetch MNT --list -` as the unprivileged user nobody, the list on stdin.

@@ -18,7 +18,8 @@ impl Cache {
             // Refused before anything is allocated for it or a byte of it read.
             return Err(io::Error::from_raw_os_error(libc::ENOSPC).into());
         }
-        let entry = self.entry(path, version)?;
+        // A file of its own, whatever its size: it is renamed in.
+        let entry = self.entry_packed_if(path, version, false)?;
         let adopted = self.adopt_into(&entry, file);
         if adopted.is_err() {
             // The empty entry, or the adopted one with the file's bytes: neither may stay (a

@@ -44,19 +44,41 @@ impl Cache {
     }
 
     /// Evicts least recently used entries, never `sparing`, nor entries that are open, kept or
-    /// being filled, until the cache holds at most `target` bytes; how many it evicted.
+    /// being filled, until the cache holds at most `target` bytes; how many it evicted. Packed
+    /// objects go by segment (see [`super::segments`]): a segment is as old as its most
+    /// recently used object, and goes whole (its objects dropped) unless one of them may not.
     fn evict_down_to(&self, index: &mut Index, target: u64, sparing: Option<&Entry>) -> usize {
         let now = self.tick.load(Ordering::Relaxed);
-        let mut victims: Vec<(u32, Arc<Entry>)> = index
-            .entries()
-            .filter(|e| sparing.is_none_or(|s| !std::ptr::eq(e.as_ref(), s)))
-            .filter(|e| !e.pinned() && !e.kept())
-            .filter(|e| {
-                let st = e.state.lock();
-                st.present_bytes > 0 && !st.chunks.contains(&Chunk::Filling)
-            })
-            .map(|e| (e.age(now), e.clone()))
-            .collect();
+        let spared = |e: &Arc<Entry>| sparing.is_some_and(|s| std::ptr::eq(e.as_ref(), s));
+        let held = |e: &Arc<Entry>| e.pinned() || e.kept() || spared(e);
+        let mut victims: Vec<(u32, Victim)> = Vec::new();
+        // segment -> (its age, its objects, whether one may not go)
+        let mut segments: HashMap<u32, (u32, Vec<Arc<Entry>>, bool)> = HashMap::new();
+        for e in index.entries() {
+            let filling = e.state.lock().chunks.contains(&Chunk::Filling);
+            match e.place() {
+                Some(place) => {
+                    let seg =
+                        segments
+                            .entry(place.segment)
+                            .or_insert((u32::MAX, Vec::new(), false));
+                    seg.0 = seg.0.min(e.age(now));
+                    seg.1.push(e.clone());
+                    seg.2 |= held(e) || filling;
+                }
+                None => {
+                    if !held(e) && !filling && e.state.lock().present_bytes > 0 {
+                        victims.push((e.age(now), Victim::File(e.clone())));
+                    }
+                }
+            }
+        }
+        victims.extend(
+            segments
+                .into_iter()
+                .filter(|(_, (_, _, blocked))| !blocked)
+                .map(|(id, (age, entries, _))| (age, Victim::Segment(id, entries))),
+        );
         // The least recently used first.
         victims.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
         let mut evicted = 0;
@@ -64,11 +86,21 @@ impl Cache {
             if self.shared.used.load(Ordering::Relaxed) <= target {
                 break;
             }
-            tracing::debug!(path = %victim.path, "evicting");
-            index.remove(&victim.path);
-            self.drop_entry(&victim);
-            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
-            evicted += 1;
+            let entries = match victim {
+                Victim::File(e) => vec![e],
+                Victim::Segment(id, entries) => {
+                    // No more appends to it: its last object leaving deletes it.
+                    self.shared.segments.seal(id);
+                    entries
+                }
+            };
+            for victim in entries {
+                tracing::debug!(path = %victim.path, "evicting");
+                index.remove(&victim.path);
+                self.drop_entry(&victim);
+                self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+                evicted += 1;
+            }
         }
         evicted
     }
@@ -77,4 +109,10 @@ impl Cache {
     pub fn release(&self, bytes: u64) {
         self.shared.used.fetch_sub(bytes, Ordering::Relaxed);
     }
+}
+
+/// What eviction may take: a file with its own data file, or a segment with its objects.
+enum Victim {
+    File(Arc<Entry>),
+    Segment(u32, Vec<Arc<Entry>>),
 }

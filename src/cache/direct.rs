@@ -41,20 +41,23 @@ impl Entry {
         len: usize,
     ) -> io::Result<()> {
         let data = self.file(Mode::ReadWrite)?;
-        if all_cached(&data, offset, len) == Some(false) && self.read_direct(offset, room, len) {
+        // Where the bytes are in the data file (its region of a segment, if packed).
+        let at = self.base() + offset;
+        if all_cached(&data, at, len) == Some(false) && self.read_direct(at, room, len) {
             return Ok(());
         }
-        data.read_exact_at(&mut room[..len], offset)
+        data.read_exact_at(&mut room[..len], at)
     }
 
     /// Whether every byte of the data file is in the page cache (`None` where that cannot be
     /// told, see [`all_cached`]).
     pub fn pages_cached(&self) -> Option<bool> {
         let data = self.file(Mode::ReadWrite).ok()?;
-        all_cached(&data, 0, self.version.size as usize)
+        all_cached(&data, self.base(), self.version.size as usize)
     }
 
-    /// Reads at least `room[..len]` at `offset` with O_DIRECT, rounded up to whole blocks;
+    /// Reads at least `room[..len]` at `offset` of the data file with O_DIRECT, rounded up to
+    /// whole blocks;
     /// `false` where that is impossible (unaligned, refused) or failed: read another way.
     fn read_direct(&self, offset: u64, room: &mut [u8], len: usize) -> bool {
         const BLOCK: usize = 4096;

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::chunks::{Chunk, ChunkStates, Chunks, Claim, State};
 use super::files::Mode;
 use super::format::{ChunkRecord, Header};
+use super::journal::Record;
+use super::segments::Place;
 use super::{Cache, CacheError, FILL_WAIT, Shared};
 use crate::core::{Version, path_hash};
 
@@ -81,6 +83,22 @@ impl Entry {
         self.shared.data_path(self.slot())
     }
 
+    /// Where its bytes live in a segment, if packed (see [`super::segments`]).
+    pub(super) fn place(&self) -> Option<Place> {
+        Place::of(self.id)
+    }
+
+    /// Whether its bytes live in a segment: the kernel cannot be handed them (passthrough maps
+    /// a backing file whole, from offset 0), the daemon serves them.
+    pub fn packed(&self) -> bool {
+        self.place().is_some()
+    }
+
+    /// Where byte 0 of the file is in its data file (its segment's, if packed).
+    pub(super) fn base(&self) -> u64 {
+        self.place().map_or(0, Place::offset)
+    }
+
     /// The entry's data file opened as `mode`, from the cache's LRU or opened now. An entry
     /// that left the cache never reopens its path (another entry's file may be there now): the
     /// open happens under the entry's lock, and leaving the cache sets `evicted` under it before
@@ -89,6 +107,12 @@ impl Entry {
     /// fetched again.
     pub(super) fn file(&self, mode: Mode) -> io::Result<Arc<File>> {
         let files = &self.shared.files;
+        if let Some(place) = self.place() {
+            // A segment's name is never reused, so the file is this entry's segment whenever
+            // it opens; one that is gone (its objects all left) fails the read, which falls
+            // back to the source.
+            return self.shared.segments.file(files, place, mode);
+        }
         // A file in the LRU was opened while the entry was live: it is this entry's.
         if let Some(f) = files.cached(self.id, mode) {
             return Ok(f);
@@ -137,6 +161,8 @@ impl Entry {
 /// list between them on the heap (RSS kept those, about 40 bytes an entry).
 pub(super) struct Reloaded {
     pub(super) path: Box<str>,
+    /// Where it lives, if packed.
+    pub(super) place: Option<Place>,
     version: Version,
     chunk_size: u32,
     /// Present as logged but unverified, or absent.
@@ -158,6 +184,7 @@ impl From<Header> for Reloaded {
             .collect();
         Reloaded {
             path: h.path.into_boxed_str(),
+            place: None,
             version: h.version,
             chunk_size: h.chunk_size,
             chunks: chunks.into(),
@@ -166,6 +193,18 @@ impl From<Header> for Reloaded {
 }
 
 impl Reloaded {
+    /// A packed object's logged header.
+    pub(super) fn packed(place: Place, h: Header) -> Reloaded {
+        Reloaded {
+            place: Some(place),
+            ..Reloaded::from(h)
+        }
+    }
+
+    pub(super) fn size(&self) -> u64 {
+        self.version.size
+    }
+
     /// Whether it fits a cache of `chunk_size` chunks.
     pub(super) fn check(&self, chunk_size: u64) -> Result<(), CacheError> {
         if u64::from(self.chunk_size) != chunk_size {
@@ -179,12 +218,15 @@ impl Reloaded {
                 "chunk count does not match size".into(),
             ));
         }
+        if self.place.is_some() && self.chunks.len() != 1 {
+            return Err(CacheError::Corrupt("a packed object is one chunk".into()));
+        }
         Ok(())
     }
 
-    /// The header it was read from (the log is rewritten from these).
-    pub(super) fn header(&self) -> Header {
-        Header {
+    /// The record it was read from (the log is rewritten from these).
+    pub(super) fn record(&self) -> Record {
+        let header = Header {
             chunk_size: self.chunk_size,
             version: self.version,
             path: self.path.to_string(),
@@ -196,13 +238,20 @@ impl Reloaded {
                     _ => None,
                 })
                 .collect(),
+        };
+        match self.place {
+            Some(place) => Record::Packed(place, header),
+            None => Record::Put(header),
         }
     }
 
-    /// The entry, its data file unchecked until first opened.
+    /// The entry, its data file unchecked until first opened (a packed object's segment was
+    /// checked at load); `id` is used unless it is packed (its place is its id).
     pub(super) fn into_entry(self, id: u64, shared: Arc<Shared>) -> Entry {
+        let id = self.place.map_or(id, Place::id);
+        let packed = self.place.is_some();
         let entry = Entry::new(self.path, self.version, id, shared, self.chunks, 0);
-        entry.state.lock().unchecked = true;
+        entry.state.lock().unchecked = !packed;
         entry
     }
 }
@@ -340,6 +389,10 @@ impl Entry {
         if !all(&self.state.lock()) {
             return false;
         }
+        if self.packed() {
+            // Its segment changes with every append: its chunks are checked, not the file.
+            return true;
+        }
         // A later open that finds another ctime knows someone changed the file behind the
         // daemon, and checks it again before the kernel reads it directly.
         let seen = self.state.lock().verified_ctime;
@@ -374,9 +427,14 @@ impl Entry {
         Some(print.max(1))
     }
 
-    /// Writes chunk bytes at their offset in the data file.
+    /// Writes chunk bytes at their offset in the data file (in its region of a segment, if
+    /// packed: never past it).
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
-        self.file(Mode::ReadWrite)?.write_all_at(bytes, offset)
+        if self.packed() && offset + bytes.len() as u64 > self.version.size {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        self.file(Mode::ReadWrite)?
+            .write_all_at(bytes, self.base() + offset)
     }
 
     /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
@@ -428,7 +486,7 @@ impl Entry {
                 data = Some(self.file(Mode::ReadWrite)?);
             }
             let data = data.as_ref().expect("opened above");
-            data.read_exact_at(&mut buf, idx * self.shared.chunk_size)?;
+            data.read_exact_at(&mut buf, self.base() + idx * self.shared.chunk_size)?;
             if !self.judge(cache, idx, crc, &buf) {
                 all_good = false;
                 dropped = true;
@@ -440,7 +498,7 @@ impl Entry {
             self.persist_or_report(cache);
         }
         // Every chunk verified now: remember the file as it is (see `is_verified`).
-        if all_good && self.state.lock().verified_ctime == 0 {
+        if all_good && !self.packed() && self.state.lock().verified_ctime == 0 {
             let print = self.ctime_print();
             let mut st = self.state.lock();
             if st
@@ -513,7 +571,7 @@ impl Entry {
                 return Ok(false);
             }
             self.file(Mode::ReadWrite)?
-                .read_exact_at(&mut room[..len], offset)?;
+                .read_exact_at(&mut room[..len], self.base() + offset)?;
             return Ok(true);
         }
         let expected: Vec<Chunk> = {
@@ -549,16 +607,19 @@ impl Entry {
     /// The data file, for the kernel to read directly (passthrough): the kernel keeps its own
     /// reference, so the descriptor may close once the open is answered.
     pub fn data_file(&self) -> io::Result<Arc<File>> {
+        if self.packed() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
         self.file(Mode::ReadWrite)
     }
 
-    /// The header recording this entry's present chunks; `None` once it left the cache.
-    pub(super) fn header(&self) -> Option<Header> {
+    /// The record of this entry's present chunks (and place); `None` once it left the cache.
+    pub(super) fn record(&self) -> Option<Record> {
         let st = self.state.lock();
         if st.evicted {
             return None;
         }
-        Some(Header {
+        let header = Header {
             chunk_size: self.shared.chunk_size as u32,
             version: self.version,
             path: self.path.to_string(),
@@ -570,11 +631,15 @@ impl Entry {
                     _ => None,
                 })
                 .collect::<Vec<ChunkRecord>>(),
+        };
+        Some(match self.place() {
+            Some(place) => Record::Packed(place, header),
+            None => Record::Put(header),
         })
     }
 
     /// Records the present chunks in the cache's log, unless the entry left the cache.
     pub fn persist(&self) -> Result<(), CacheError> {
-        Ok(self.shared.journal.put(|| self.header())?)
+        Ok(self.shared.journal.put(|| self.record())?)
     }
 }

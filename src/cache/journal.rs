@@ -17,7 +17,11 @@
 //!
 //! Layout (little endian): magic `"DYADFSJ\0"` | format u32, then records
 //! `len u32 | kind u8 | payload | crc32c(kind, payload) u32` with `len` counting kind, payload
-//! and crc; kind 1 = a [`Header`] (its own encoding), kind 2 = a dropped path (UTF-8).
+//! and crc; kind 1 = a [`Header`] (its own encoding), kind 2 = a dropped path (UTF-8), kind 3 =
+//! a packed object: `segment u32 | page u32 |` its [`Header`] (golden:
+//! `fixtures/cache/packed-record-v1.bin`; see [`super::segments`]). A daemon older than kind 3
+//! skips those records as corrupt: it forgets the packed objects and its sweep leaves their
+//! segments alone.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -26,18 +30,39 @@ use std::sync::Mutex;
 
 use super::CacheError;
 use super::format::{FORMAT_VERSION, Header};
+use super::segments::Place;
 use crate::core::sync::lock;
 
 pub const MAGIC: &[u8; 8] = b"DYADFSJ\0";
 const PUT: u8 = 1;
 const DROP: u8 = 2;
+const PACKED: u8 = 3;
 /// The log is rewritten once it exceeds twice its size after the last rewrite plus this.
 const SLACK: u64 = 16 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Put(Header),
+    /// An object packed in a segment (see [`super::segments`]).
+    Packed(Place, Header),
     Drop(String),
+}
+
+impl Record {
+    /// The record's bytes in the log.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Record::Put(h) => encode(PUT, &h.encode()),
+            Record::Packed(place, h) => {
+                let mut payload = Vec::with_capacity(64 + h.path.len());
+                payload.extend_from_slice(&place.segment.to_le_bytes());
+                payload.extend_from_slice(&place.page.to_le_bytes());
+                payload.extend_from_slice(&h.encode());
+                encode(PACKED, &payload)
+            }
+            Record::Drop(path) => encode(DROP, path.as_bytes()),
+        }
+    }
 }
 
 pub struct Journal {
@@ -135,6 +160,15 @@ fn record_at(bytes: &[u8]) -> Option<(Record, usize)> {
     let record = match body[0] {
         PUT => Header::decode(&body[1..]).ok().map(Record::Put),
         DROP => String::from_utf8(body[1..].to_vec()).ok().map(Record::Drop),
+        PACKED if body.len() >= 9 => {
+            let place = Place {
+                segment: u32::from_le_bytes(body[1..5].try_into().unwrap()),
+                page: u32::from_le_bytes(body[5..9].try_into().unwrap()),
+            };
+            Header::decode(&body[9..])
+                .ok()
+                .map(|h| Record::Packed(place, h))
+        }
         _ => None,
     }?;
     Some((record, 4 + len))
@@ -145,7 +179,7 @@ impl Journal {
     /// log, so a crash leaves one or the other).
     pub fn create(
         path: &Path,
-        headers: impl IntoIterator<Item = Header>,
+        headers: impl IntoIterator<Item = Record>,
     ) -> Result<Journal, CacheError> {
         let log = write_log(path, headers, SLACK)?;
         Ok(Journal {
@@ -154,13 +188,13 @@ impl Journal {
         })
     }
 
-    /// Appends the header `make` returns (`None`: the entry left the cache, record nothing).
-    /// `make` runs under the log's lock, so an entry's records are appended in the order its
-    /// states were taken, and a tombstone is never followed by a stale header.
-    pub fn put(&self, make: impl FnOnce() -> Option<Header>) -> io::Result<()> {
+    /// Appends the header record `make` returns (`None`: the entry left the cache, record
+    /// nothing). `make` runs under the log's lock, so an entry's records are appended in the
+    /// order its states were taken, and a tombstone is never followed by a stale header.
+    pub fn put(&self, make: impl FnOnce() -> Option<Record>) -> io::Result<()> {
         let mut log = lock(&self.log);
-        let Some(header) = make() else { return Ok(()) };
-        log.append(&encode(PUT, &header.encode()))
+        let Some(record) = make() else { return Ok(()) };
+        log.append(&record.encode())
     }
 
     /// Records that `path` left the cache (before its data file is deleted).
@@ -177,7 +211,7 @@ impl Journal {
     /// lock, so nothing is appended to the old log meanwhile). They are written as they come:
     /// a million headers collected first were 40 MiB of small allocations, freed at once into
     /// one thread's heap, which held them (RSS) ever after.
-    pub fn rewrite<I: IntoIterator<Item = Header>>(
+    pub fn rewrite<I: IntoIterator<Item = Record>>(
         &self,
         live: impl FnOnce() -> I,
     ) -> Result<(), CacheError> {
@@ -220,7 +254,7 @@ impl Journal {
 
 fn write_log(
     path: &Path,
-    headers: impl IntoIterator<Item = Header>,
+    headers: impl IntoIterator<Item = Record>,
     slack: u64,
 ) -> Result<Log, CacheError> {
     let tmp = path.with_extension("log.tmp");
@@ -231,7 +265,7 @@ fn write_log(
         out.write_all(&FORMAT_VERSION.to_le_bytes())?;
         let mut len = (MAGIC.len() + 4) as u64;
         for h in headers {
-            let record = encode(PUT, &h.encode());
+            let record = h.encode();
             out.write_all(&record)?;
             len += record.len() as u64;
         }
@@ -274,11 +308,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dyadfs-journal-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("index.log");
-        let j = Journal::create(&path, [header("a", 1)]).unwrap();
-        j.put(|| Some(header("b", 2))).unwrap();
+        let j = Journal::create(&path, [Record::Put(header("a", 1))]).unwrap();
+        j.put(|| Some(Record::Put(header("b", 2)))).unwrap();
         j.put(|| None).unwrap();
         j.drop_path("a").unwrap();
-        j.put(|| Some(header("b", 3))).unwrap();
+        j.put(|| Some(Record::Put(header("b", 3)))).unwrap();
         let want = vec![
             Record::Put(header("a", 1)),
             Record::Put(header("b", 2)),
@@ -307,7 +341,7 @@ mod tests {
             decode(&bad),
             [want[0].clone(), want[2].clone(), want[3].clone()]
         );
-        j.rewrite(|| vec![header("b", 3)]).unwrap();
+        j.rewrite(|| vec![Record::Put(header("b", 3))]).unwrap();
         j.drop_path("b").unwrap();
         assert_eq!(
             read(&path).unwrap(),
@@ -315,5 +349,38 @@ mod tests {
         );
         assert_eq!(read(&dir.join("missing")).unwrap(), vec![]);
         let _ = fs::remove_dir_all(dir);
+    }
+
+    fn packed() -> Record {
+        Record::Packed(
+            Place {
+                segment: 0x0102_0304,
+                page: 0x0a0b_0c0d,
+            },
+            header("train/00001.bin", 0xdead_beef),
+        )
+    }
+
+    #[test]
+    fn packed_record_golden_bytes() {
+        let path = "fixtures/cache/packed-record-v1.bin";
+        let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
+            fs::write(&golden_file, packed().encode()).unwrap();
+        }
+        let golden = include_bytes!("../../fixtures/cache/packed-record-v1.bin");
+        assert_eq!(
+            packed().encode(),
+            golden.as_slice(),
+            "the journal's packed record changed: bump FORMAT_VERSION and regenerate the fixture"
+        );
+        let mut log = MAGIC.to_vec();
+        log.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        log.extend_from_slice(golden);
+        assert_eq!(decode(&log), vec![packed()]);
+        // Torn anywhere, it is never taken.
+        for cut in 1..golden.len() {
+            assert_eq!(decode(&log[..log.len() - cut]), vec![]);
+        }
     }
 }

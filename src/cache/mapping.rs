@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
@@ -18,6 +19,45 @@ pub enum ReadBytes {
     /// Read into block-aligned memory (see [`Aligned`]).
     Aligned(Aligned),
     Mapped(Arc<Mapping>, Range<usize>),
+    /// Read into the thread's kept buffer (see [`Pooled`]).
+    Pooled(Pooled),
+}
+
+/// Bytes read into a buffer the thread keeps between reads (given back when dropped): a packed
+/// object's read is a copy from the page cache into warm memory, with no allocation, zeroing or
+/// page fault per read, and no mapping whose pages would count in the daemon's RSS.
+pub struct Pooled {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// A kept buffer is at most this large (the largest packed object is one chunk).
+const POOLED_MAX: usize = 4 << 20;
+
+thread_local! {
+    static POOL: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Pooled {
+    /// `len` bytes of the thread's buffer (grown if need be), for `fill` to overwrite.
+    fn fill(len: usize, fill: impl FnOnce(&mut [u8]) -> io::Result<()>) -> io::Result<Pooled> {
+        let mut buf = POOL.take();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let r = fill(&mut buf[..len]);
+        let pooled = Pooled { buf, len };
+        r.map(|()| pooled)
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        if buf.len() <= POOLED_MAX {
+            POOL.set(buf);
+        }
+    }
 }
 
 /// Bytes read for a reader into memory aligned for O_DIRECT: those not in the page cache are
@@ -83,6 +123,7 @@ impl std::ops::Deref for ReadBytes {
             ReadBytes::Owned(v) => v,
             ReadBytes::Aligned(a) => a,
             ReadBytes::Mapped(m, r) => &m.bytes()[r.clone()],
+            ReadBytes::Pooled(p) => &p.buf[..p.len],
         }
     }
 }
@@ -158,6 +199,10 @@ impl Entry {
     /// Maps the whole data file for reading (`None` if the system refuses): readers that keep
     /// it (an open handle of a large file) are then served without copying.
     pub fn map(&self) -> Option<Arc<Mapping>> {
+        if self.packed() {
+            // A packed object is one chunk, read whole: nothing to keep mapped.
+            return None;
+        }
         let data = self.file(Mode::ReadWrite).ok()?;
         Mapping::new(&data, self.version.size as usize).map(Arc::new)
     }
@@ -175,6 +220,12 @@ impl Entry {
                 m.clone(),
                 offset as usize..offset as usize + len,
             ));
+        }
+        if self.packed() {
+            // A packed object: copied into the thread's kept buffer.
+            let data = self.file(Mode::ReadWrite)?;
+            let at = self.base() + offset;
+            return Pooled::fill(len, |b| data.read_exact_at(b, at)).map(ReadBytes::Pooled);
         }
         let mut buf = Aligned::zeroed(len);
         self.read_avoiding_page_cache(offset, buf.room(), len)?;

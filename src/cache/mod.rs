@@ -1,7 +1,8 @@
 //! The node-local NVMe cache: one sparse `.dat` file per cached source file (same size, same
-//! offsets, so the kernel can read it directly in passthrough mode) plus a checksummed header
-//! saying which chunks are present (see [`format`]), recorded in one log for the whole cache
-//! (see [`journal`]).
+//! offsets, so the kernel can read it directly in passthrough mode), or, for small objects (at
+//! most `--pack-max`, a training sample), a region of a large preallocated segment file (see
+//! [`segments`]), plus a checksummed header saying which chunks are present (see [`format`]),
+//! recorded in one log for the whole cache (see [`journal`]).
 //!
 //! This file is the index and its eviction: capacity is accounted in bytes of present (or
 //! reserved) chunks; least recently used entries that nobody holds open are evicted whole.
@@ -20,6 +21,7 @@ pub mod format;
 pub mod journal;
 pub mod mapping;
 mod scrub;
+pub mod segments;
 pub use scrub::ScrubReport;
 mod write_errors;
 
@@ -78,6 +80,9 @@ pub struct CacheConfig {
     pub capacity: Option<u64>,
     /// Data files kept open while idle (see [`files`]).
     pub open_files: u64,
+    /// Objects of at most this many bytes are packed into segments (see [`segments`]); 0: none.
+    /// At most one chunk.
+    pub pack_max: u64,
 }
 
 /// What every entry of one cache shares.
@@ -86,8 +91,10 @@ pub(super) struct Shared {
     pub(super) chunk_size: u64,
     pub(super) journal: Journal,
     pub(super) files: Arc<DataFiles>,
-    /// Bytes of present chunks plus reservations of fills in flight.
+    /// Bytes of present chunks plus reservations of fills in flight, plus the bytes of packed
+    /// objects that left segments not freed yet.
     pub(super) used: AtomicU64,
+    pub(super) segments: segments::Segments,
 }
 
 impl Shared {
@@ -229,6 +236,15 @@ impl Cache {
         }
         let chunk_size = u64::from(config.chunk_size);
         let log_path = config.dir.join("index.log");
+        let segment_size = segments::Segments::size_for(match config.capacity {
+            Some(c) => c,
+            None => fs_space(&config.dir)?.0 / 10 * 9,
+        });
+        let segments = segments::Segments::new(
+            config.dir.join("segments"),
+            segment_size,
+            config.pack_max.min(chunk_size),
+        )?;
         // The live header of each data file (slot): records are replayed in order, a header
         // takes its slot (a colliding path's newer header wins, as the running cache did), a
         // tombstone empties its path's slot.
@@ -237,6 +253,9 @@ impl Cache {
         journal::replay(&log_path, |record| match record {
             Record::Put(h) => {
                 by_slot.insert(path_hash(&h.path), Reloaded::from(h));
+            }
+            Record::Packed(place, h) => {
+                by_slot.insert(path_hash(&h.path), Reloaded::packed(place, h));
             }
             Record::Drop(path) => {
                 let hash = path_hash(&path);
@@ -253,17 +272,30 @@ impl Cache {
                 false
             }
         });
-        let journal = Journal::create(&log_path, by_slot.values().map(Reloaded::header))?;
+        // Packed objects whose segment is missing or cut short are not loaded.
+        for r in by_slot.values() {
+            if let Some(place) = r.place {
+                segments.reloaded(place, r.size());
+            }
+        }
+        let unusable = segments.unusable();
+        if !unusable.is_empty() {
+            tracing::warn!(segments = ?unusable, "cache segments missing or cut short: their objects are fetched again");
+            by_slot.retain(|_, r| r.place.is_none_or(|p| !unusable.contains(&p.segment)));
+            segments.forget(&unusable);
+        }
+        let journal = Journal::create(&log_path, by_slot.values().map(Reloaded::record))?;
         let shared = Arc::new(Shared {
             dir: config.dir.clone(),
             chunk_size,
             journal,
             files: Arc::new(DataFiles::new(config.open_files)),
             used: AtomicU64::new(0),
+            segments,
         });
         let mut index = Index::default();
         index.slots.reserve(by_slot.len(), |e| place(e.slot()));
-        let mut used = 0;
+        let mut used = shared.segments.count_dead();
         let mut next_id = 0;
         for header in by_slot.into_values() {
             next_id += 1;
@@ -334,16 +366,18 @@ impl Cache {
                     .filter(|hash| self.shared.data_path(*hash) == file);
                 let _creating = slot.map(|hash| self.creating_of(hash));
                 let index = lock(&self.index);
-                if slot.is_none_or(|hash| index.in_slot(hash).is_none()) {
+                // A packed entry has no data file: one in its slot is a leftover.
+                if slot.is_none_or(|hash| index.in_slot(hash).is_none_or(|e| e.packed())) {
                     let _ = fs::remove_file(&file);
                     removed += 1;
                 }
             }
         }
-        if removed > 0 {
-            tracing::info!(removed, "deleted cache data files no entry owns");
+        let segments = self.shared.segments.sweep()?;
+        if removed + segments > 0 {
+            tracing::info!(removed, segments, "deleted cache files no entry owns");
         }
-        Ok(removed)
+        Ok(removed + segments)
     }
 
     /// The entry for `path` if cached at `version`; never creates one.
@@ -385,6 +419,11 @@ impl Cache {
         self.shared.files.clone()
     }
 
+    /// Segment files of packed objects (see [`segments`]).
+    pub fn segment_files(&self) -> u64 {
+        self.shared.segments.count().0
+    }
+
     /// Number of entries holding at least one present chunk.
     pub fn cached_files(&self) -> u64 {
         let index = lock(&self.index);
@@ -397,10 +436,22 @@ impl Cache {
     /// The entry for `path` at `version`, created empty if absent. A cached copy of another
     /// version is dropped (its open handles keep reading their own, now unlinked, copy).
     pub fn entry(&self, path: &str, version: Version) -> Result<Arc<Entry>, CacheError> {
+        self.entry_packed_if(path, version, self.shared.segments.packs(version.size))
+    }
+
+    /// [`Cache::entry`], packed into a segment if `pack` (else with a data file of its own,
+    /// replacing a packed one).
+    fn entry_packed_if(
+        &self,
+        path: &str,
+        version: Version,
+        pack: bool,
+    ) -> Result<Arc<Entry>, CacheError> {
+        let fits = |e: &Arc<Entry>| pack || !e.packed();
         {
             let index = lock(&self.index);
             self.keep_old(&index);
-            if let Some(e) = self.found(&index, path, version) {
+            if let Some(e) = self.found(&index, path, version).filter(fits) {
                 return Ok(e);
             }
         }
@@ -409,7 +460,7 @@ impl Cache {
         {
             // Looked up again: another creation of this slot may have ended meanwhile.
             let mut index = lock(&self.index);
-            if let Some(e) = self.found(&index, path, version) {
+            if let Some(e) = self.found(&index, path, version).filter(fits) {
                 return Ok(e);
             }
             if let Some(old) = index.remove(path) {
@@ -426,6 +477,24 @@ impl Cache {
         }
         // The slot stays empty until the entry is inserted below: only a creation (which waits
         // for this one) fills a slot.
+        if pack {
+            // A region of the open segment: no file is made.
+            let (place, freed) = self
+                .shared
+                .segments
+                .alloc(&self.shared.files, version.size)?;
+            self.release(freed);
+            let entry = Arc::new(Entry::new(
+                path.into(),
+                version,
+                place.id(),
+                self.shared.clone(),
+                vec![Chunk::Absent].into(),
+                self.next_tick(),
+            ));
+            lock(&self.index).insert(entry.clone());
+            return Ok(entry);
+        }
         let data_path = self.shared.data_path(hash);
         // A new file, never one an old copy's open handles may still read: a leftover is
         // unlinked first. Usually there is none, so one name lookup, not two.
@@ -547,7 +616,7 @@ impl Cache {
         let r = self
             .shared
             .journal
-            .rewrite(|| entries.iter().filter_map(|e| e.header()));
+            .rewrite(|| entries.iter().filter_map(|e| e.record()));
         if let Err(e) = r {
             // Appending goes on; the rewrite is tried again once the log has grown further.
             self.write_failed("index.log (rewrite)", &e.into());
@@ -564,16 +633,23 @@ impl Cache {
                 version: entry.version,
             });
         }
-        self.shared
-            .used
-            .fetch_sub(st.present_bytes, Ordering::Relaxed);
-        st.present_bytes = 0;
+        let present = std::mem::take(&mut st.present_bytes);
         for c in st.chunks.iter_mut() {
             if matches!(c, Chunk::Present { .. }) {
                 *c = Chunk::Absent;
             }
         }
         drop(st);
+        if let Some(place) = entry.place() {
+            // Its bytes are counted until its whole segment goes.
+            let segments = &self.shared.segments;
+            self.release(segments.dropped(&self.shared.files, place, present));
+            if let Err(e) = self.shared.journal.drop_path(&entry.path) {
+                self.write_failed(&entry.path, &e);
+            }
+            return;
+        }
+        self.shared.used.fetch_sub(present, Ordering::Relaxed);
         self.shared.files.close(entry.id);
         // The tombstone goes first: a crash in between leaves data without a header (deleted
         // by the orphan sweep), never a header for deleted or replaced data.

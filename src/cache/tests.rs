@@ -12,6 +12,7 @@ fn setup(capacity: u64) -> (PathBuf, CacheConfig, Arc<Stats>) {
         chunk_size: 1 << 20,
         capacity: Some(capacity),
         open_files: 4,
+        pack_max: 0,
     };
     (dir, config, Arc::new(Stats::default()))
 }
@@ -653,3 +654,6 @@ fn events_go_to_one_reader_complete_copies_first() {
     );
     let _ = fs::remove_dir_all(dir);
 }
+
+#[path = "segment_tests.rs"]
+mod segments;

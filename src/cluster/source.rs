@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{Cache, CacheEvent};
 use crate::core::Version;
-use crate::core::source::{FillSink, Origin, Source};
+use crate::core::source::{BatchSink, FillSink, Origin, Piece, Source};
 use crate::fs::BackingStore;
 use crate::fs::read::Reader;
 use crate::locator::error::LocatorError;
@@ -26,7 +26,7 @@ use crate::locator::service::LocatorService;
 use crate::locator::tiers::{Reply, pick_holder};
 use crate::stats::Stats;
 use crate::transport::TransportError;
-use crate::transport::pull::{Puller, Sink, Want};
+use crate::transport::pull::{self, Puller, Sink, Want};
 use crate::transport::server::ChunkStore;
 
 /// What the fetch logic asks of the locator.
@@ -58,6 +58,18 @@ pub trait Pull: Send + Sync + 'static {
         sink: Sink<'_>,
         within: Duration,
     ) -> Result<u64, TransportError>;
+
+    /// Pulls several whole small files from one holder at once (see [`Puller::pull_batch`]);
+    /// by default it cannot, and the caller pulls them one by one.
+    fn pull_batch(
+        &self,
+        _peer: SocketAddr,
+        _wants: &[Want],
+        _sink: pull::BatchSink<'_>,
+        _within: Duration,
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        Err(TransportError::Local("no batched pulls".into()))
+    }
 }
 
 impl Pull for Puller {
@@ -69,6 +81,16 @@ impl Pull for Puller {
         within: Duration,
     ) -> Result<u64, TransportError> {
         Puller::pull_within(self, peer, want, sink, within)
+    }
+
+    fn pull_batch(
+        &self,
+        peer: SocketAddr,
+        wants: &[Want],
+        sink: pull::BatchSink<'_>,
+        within: Duration,
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        Puller::pull_batch(self, peer, wants, sink, within)
     }
 }
 
@@ -170,6 +192,19 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
             };
         }
         self.backing.read_into(path, version, offset, len, sink)
+    }
+
+    /// The holder [`ClusterSource::pull_with`] would try first for `path` (not this node).
+    fn first_holder(&self, path: &str, holders: &[NodeId]) -> Option<NodeId> {
+        let live: Vec<NodeId> = holders
+            .iter()
+            .copied()
+            .filter(|&h| !self.locator.is_down(h))
+            .collect();
+        let salt = crate::core::path_hash(path) ^ u64::from(self.locator.me());
+        let avoid = self.locator.suspects();
+        pick_holder(self.locator.membership(), &live, &avoid, salt)
+            .filter(|&h| h != self.locator.me())
     }
 
     /// Tries the holders in preference order with `puller` (the replicator has a background
@@ -279,6 +314,100 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
         len: u64,
         sink: FillSink<'_>,
     ) -> io::Result<Origin> {
+        self.read_located(path, version, (offset, len), None, sink)
+    }
+
+    /// Moves files by holder: each is located, those whose first holder holds others of the
+    /// batch too come in one pull from it ([`Pull::pull_batch`]); the rest, and any a batch
+    /// did not bring, are read one by one (with the answer they had).
+    fn read_batch(&self, files: &[Piece<'_>], sink: BatchSink<'_>) -> Vec<io::Result<Origin>> {
+        let deadline = Instant::now() + self.locator.timeout();
+        let mut replies: Vec<Option<Reply>> = Vec::with_capacity(files.len());
+        let mut out: Vec<Option<io::Result<Origin>>> = (0..files.len()).map(|_| None).collect();
+        let mut by_holder: std::collections::BTreeMap<NodeId, Vec<usize>> = Default::default();
+        for (i, f) in files.iter().enumerate() {
+            let within = deadline.saturating_duration_since(Instant::now());
+            let reply = self.locator.locate(f.path, f.version, within);
+            if let Reply::Holders(h) = &reply
+                && let Some(first) = self.first_holder(f.path, h)
+            {
+                by_holder.entry(first).or_default().push(i);
+            }
+            replies.push(Some(reply));
+        }
+        for (holder, batch) in by_holder.into_iter().filter(|(_, b)| b.len() > 1) {
+            let within = deadline.saturating_duration_since(Instant::now());
+            let Some(addr) = self.locator.membership().member(holder).map(|m| m.addr) else {
+                continue;
+            };
+            let wants: Vec<Want> = batch
+                .iter()
+                .map(|&i| Want {
+                    path: files[i].path.to_string(),
+                    version: files[i].version,
+                    offset: 0,
+                    len: files[i].len,
+                })
+                .collect();
+            let mut each = |k: usize, bytes: &[u8], crc: u32| sink(batch[k], 0, bytes, Some(crc));
+            let span = tracing::debug_span!("pull_batch", holder, files = batch.len());
+            let r = span.in_scope(|| self.puller.pull_batch(addr, &wants, &mut each, within));
+            match r {
+                Ok(outcomes) => {
+                    for (k, r) in outcomes.into_iter().enumerate() {
+                        let (i, f) = (batch[k], &files[batch[k]]);
+                        match r {
+                            Ok(()) => {
+                                self.stats.batched_pulls.fetch_add(1, Ordering::Relaxed);
+                                out[i] = Some(Ok(Origin::Peer));
+                            }
+                            Err(TransportError::Sink(e)) => out[i] = Some(Err(e)),
+                            // Pulled one by one below, located again (the holder is reported).
+                            Err(e) => {
+                                self.locator.pull_failed(f.path, f.version, holder, &e);
+                                replies[i] = None;
+                            }
+                        }
+                    }
+                }
+                Err(e @ (TransportError::Local(_) | TransportError::NoSlot(_))) => {
+                    tracing::debug!(holder, error = %e, "no batch here; one by one");
+                }
+                Err(e) => {
+                    tracing::info!(holder, error = %e, "batched pull failed; one by one");
+                    let f = &files[batch[0]];
+                    self.locator.pull_failed(f.path, f.version, holder, &e);
+                    for &i in &batch {
+                        replies[i] = None;
+                    }
+                }
+            }
+        }
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match out[i].take() {
+                Some(r) => r,
+                None => {
+                    let mut one =
+                        |off: u64, bytes: &[u8], crc: Option<u32>| sink(i, off, bytes, crc);
+                    self.read_located(f.path, f.version, (0, f.len), replies[i].take(), &mut one)
+                }
+            })
+            .collect()
+    }
+}
+
+impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
+    /// [`Source::read_into`], acting first on `reply` if the file was located already.
+    fn read_located(
+        &self,
+        path: &str,
+        version: Version,
+        (offset, len): (u64, u64),
+        mut reply: Option<Reply>,
+        sink: FillSink<'_>,
+    ) -> io::Result<Origin> {
         // One peer timeout for the whole read: locating, pulling from each holder in turn and
         // waiting for another node's fetch all come out of it, so peers that stopped answering
         // (and are not known to be down yet) cost a read at most that before the shared file
@@ -292,7 +421,11 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
             if within.is_zero() {
                 return self.read_backing(path, version, offset, len, sink);
             }
-            match self.locator.locate(path, version, within) {
+            let reply = match reply.take() {
+                Some(r) => r,
+                None => self.locator.locate(path, version, within),
+            };
+            match reply {
                 Reply::Holders(h) => {
                     if self.pull_with(&self.puller, path, version, &h, range, sink)? {
                         return Ok(Origin::Peer);

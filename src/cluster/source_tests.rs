@@ -90,6 +90,8 @@ struct Peers {
     tried: Mutex<Vec<NodeId>>,
     /// The time each pull was given.
     given: Mutex<Vec<Duration>>,
+    /// Each batched pull: its holder and how many files.
+    batches: Mutex<Vec<(NodeId, usize)>>,
 }
 
 impl Pull for Peers {
@@ -120,6 +122,41 @@ impl Pull for Peers {
         let bytes = &DATA[want.offset as usize..(want.offset + want.len) as usize];
         sink(want.offset, bytes, crc32c::crc32c(bytes)).map_err(TransportError::Sink)?;
         Ok(want.len)
+    }
+
+    /// Serves `DATA` for each file but those named `missing*`, which the holder says it has
+    /// not got; a broken holder refuses every file, a frozen one the whole batch.
+    fn pull_batch(
+        &self,
+        peer: SocketAddr,
+        wants: &[Want],
+        sink: crate::transport::pull::BatchSink<'_>,
+        within: Duration,
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        let node = NodeId::from(peer.port() - 7000);
+        self.batches.lock().unwrap().push((node, wants.len()));
+        if self.frozen.contains(&node) {
+            return Err(TransportError::Timeout {
+                peer,
+                what: "a batch's file",
+                timeout: within,
+            });
+        }
+        let refused = || TransportError::Remote {
+            peer,
+            message: "not here".into(),
+        };
+        Ok(wants
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                if self.broken.contains(&node) || w.path.starts_with("missing") {
+                    return Err(refused());
+                }
+                let bytes = &DATA[..w.len as usize];
+                sink(i, bytes, crc32c::crc32c(bytes)).map_err(TransportError::Sink)
+            })
+            .collect())
     }
 }
 
@@ -403,4 +440,76 @@ fn a_sink_that_cannot_store_the_bytes_blames_no_holder() {
     assert_eq!(tried(&s), [1]);
     assert!(s.locator.pull_failed.lock().unwrap().is_empty());
     assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+/// Reads `paths` as one batch; every file's bytes must be `DATA` whatever served them.
+fn read_batch(s: &ClusterSource<Script, Peers, Shared>, paths: &[&str]) -> Vec<Origin> {
+    let pieces: Vec<Piece> = paths
+        .iter()
+        .map(|p| Piece {
+            path: p,
+            version: version(),
+            len: DATA.len() as u64,
+        })
+        .collect();
+    let mut got: Vec<Vec<u8>> = vec![Vec::new(); paths.len()];
+    let mut sink = |i: usize, off: u64, bytes: &[u8], _: Option<u32>| {
+        assert_eq!(off, 0);
+        got[i] = bytes.to_vec();
+        Ok(())
+    };
+    let origins = s.read_batch(&pieces, &mut sink);
+    assert!(got.iter().all(|g| g == DATA));
+    origins.into_iter().map(|o| o.unwrap()).collect()
+}
+
+#[test]
+fn a_batch_moves_by_holder_and_what_it_did_not_bring_comes_one_by_one() {
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![2])]),
+        Peers::default(),
+        Shared::default(),
+    );
+    let origins = read_batch(&s, &["a", "b", "missing", "c"]);
+    assert_eq!(origins, [Origin::Peer; 4]);
+    // One batch of all four from their holder; the file it refused, located again and pulled
+    // alone (it is served then), its holder reported.
+    assert_eq!(*s.puller.batches.lock().unwrap(), [(2, 4)]);
+    assert_eq!(tried(&s), [2]);
+    assert_eq!(*s.locator.pull_failed.lock().unwrap(), [2]);
+    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 5);
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+
+    // A lone file of its holder is pulled alone; a broken holder refuses the batch's files,
+    // which the shared file system serves; a frozen one fails the batch as a whole.
+    let s = cluster(
+        Script::new(vec![
+            Reply::Holders(vec![3]),
+            Reply::Holders(vec![2]),
+            Reply::Holders(vec![2]),
+            Reply::Holders(vec![2]),
+        ]),
+        Peers {
+            broken: [2].into(),
+            ..Peers::default()
+        },
+        Shared::default(),
+    );
+    let origins = read_batch(&s, &["a", "b", "c"]);
+    assert_eq!(origins, [Origin::Peer, Origin::Backing, Origin::Backing]);
+    assert_eq!(*s.puller.batches.lock().unwrap(), [(2, 2)]);
+    assert_eq!(tried(&s), [3, 2, 2]);
+    let mut script = Script::new(vec![Reply::Holders(vec![2])]);
+    script.timeout = Duration::from_millis(50);
+    let s = cluster(
+        script,
+        Peers {
+            frozen: [2].into(),
+            ..Peers::default()
+        },
+        Shared::default(),
+    );
+    let origins = read_batch(&s, &["a", "b"]);
+    assert_eq!(origins, [Origin::Backing; 2]);
+    assert_eq!(*s.puller.batches.lock().unwrap(), [(2, 2)]);
 }

@@ -18,6 +18,18 @@ pub enum Origin {
 /// chunk boundaries, `crc` the crc32c of `bytes` when the source already checked it (a peer's).
 pub type FillSink<'a> = &'a mut (dyn FnMut(u64, &[u8], Option<u32>) -> io::Result<()> + Send);
 
+/// One file of a batch ([`Source::read_batch`]), read whole: `len` is its size.
+pub struct Piece<'a> {
+    pub path: &'a str,
+    pub version: Version,
+    pub len: u64,
+}
+
+/// Where a batch's bytes go: `sink(i, offset, bytes, crc)` for file `i` of the batch, as
+/// [`FillSink`] for one file.
+pub type BatchSink<'a> =
+    &'a mut (dyn FnMut(usize, u64, &[u8], Option<u32>) -> io::Result<()> + Send);
+
 /// Where missing chunks come from.
 pub trait Source: Send + Sync + 'static {
     /// Reads exactly `buf.len()` bytes of `path` at `offset`, overwriting every byte of `buf`
@@ -46,6 +58,20 @@ pub trait Source: Send + Sync + 'static {
             sink(offset, buf, None)?;
             Ok(origin)
         })
+    }
+
+    /// Hands every file of `files` whole to `sink`; each file's outcome, in order. The order
+    /// is known (a prefetch list), so a source that can move several files at once (peers)
+    /// overrides this; by default each is one [`Source::read_into`].
+    fn read_batch(&self, files: &[Piece<'_>], sink: BatchSink<'_>) -> Vec<io::Result<Origin>> {
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut one = |off: u64, bytes: &[u8], crc: Option<u32>| sink(i, off, bytes, crc);
+                self.read_into(f.path, f.version, 0, f.len, &mut one)
+            })
+            .collect()
     }
 }
 

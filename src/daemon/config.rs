@@ -31,6 +31,8 @@ pub struct MountConfig {
     /// Idle cache data files kept open (`None`: half the descriptor limit, at most 65536).
     pub open_files: Option<u64>,
     pub chunk_size: u64,
+    /// Cached objects of at most this many bytes are packed into segments (0: none).
+    pub pack_max: u64,
     /// How often the background scrub re-checks the cache (zero: never), and its read rate.
     pub scrub_interval: Duration,
     pub scrub_rate: u64,

@@ -271,6 +271,7 @@ impl<S: Source> DyadFs<S> {
             stats.snapshot(crate::stats::Gauges {
                 cached_bytes: cache.used_bytes(),
                 cached_files: cache.cached_files(),
+                cache_segments: cache.segment_files(),
                 capacity_bytes: cache.capacity(),
                 inodes: inodes as u64,
                 open_files: cache.open_files(),
@@ -515,11 +516,15 @@ impl<S: Source> DyadFs<S> {
         // decides for the inode's later ones: after a passthrough open the kernel holds no
         // pages, and the next daemon-served open would read every byte again. (Asked before the
         // verification below, which reads the file.)
+        // A packed file (in a segment of the cache, see `cache::segments`) cannot be handed
+        // to the kernel: the daemon serves it, the kernel keeping its pages.
+        let packed = entry.packed();
         let keep_pages = before.unwrap_or_else(|| {
-            may_pass
-                && entry.version.size < self.config.passthrough_min
-                && was_complete
-                && entry.pages_cached() == Some(false)
+            packed
+                || may_pass
+                    && entry.version.size < self.config.passthrough_min
+                    && was_complete
+                    && entry.pages_cached() == Some(false)
         });
         *lock(&node.kernel_version) = Some((attr.version, keep_pages));
         // The kernel reads a passthrough file without us, so it must be verified first. A
@@ -529,6 +534,7 @@ impl<S: Source> DyadFs<S> {
         // (A file that cannot be read back now is served by the daemon, whose reads fall back to
         // the source.)
         let verified = may_pass
+            && !packed
             && complete
             && !entry.is_evicted()
             && (entry.is_verified()

@@ -100,6 +100,8 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
         chunk_size: 256 << 10,
         capacity: Some(64 << 20),
         open_files: 8,
+        // Files of a quarter chunk or less are packed in segments, the rest have files.
+        pack_max: 64 << 10,
     };
     let cache = Arc::new(Cache::open(&config, stats.clone()).unwrap());
     let quota = quota::Quota::new(max_staged_per_user, stats.clone());

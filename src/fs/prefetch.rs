@@ -24,6 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// Files a prefetch thread takes at once from a list, moved as one batch where they can be.
+const BATCH: usize = 16;
+
 use super::caller::Credentials;
 use super::{Attr, DyadFs, Error, Found, spawn_worker};
 use crate::core::source::Source;
@@ -206,6 +209,12 @@ impl Prefetcher {
 
     /// Blocks until some plan has a file inside its window; takes it.
     pub fn take(&self) -> Item {
+        self.take_batch(1).pop().expect("one at least")
+    }
+
+    /// Blocks until some plan has a file inside its window; takes it and up to `max - 1` more
+    /// that follow it in the same list, inside the window too (a batch moved together).
+    pub fn take_batch(&self, max: usize) -> Vec<Item> {
         let mut st = lock(&self.state);
         loop {
             let n = st.plans.len();
@@ -218,16 +227,20 @@ impl Prefetcher {
             if let Some(key) = found {
                 st.turn = st.turn.wrapping_add(1);
                 let plan = st.plans.get_mut(&key).expect("found above");
-                let pos = plan.next;
-                plan.next += 1;
-                plan.in_flight += 1;
-                return Item {
-                    id: plan.id,
-                    who: plan.who.clone(),
-                    pos,
-                    path: plan.paths[pos].clone(),
-                    key,
-                };
+                let mut items = Vec::new();
+                while items.len() < max.max(1) && (items.is_empty() || plan.runnable(self.window)) {
+                    let pos = plan.next;
+                    plan.next += 1;
+                    plan.in_flight += 1;
+                    items.push(Item {
+                        id: plan.id,
+                        who: plan.who.clone(),
+                        pos,
+                        path: plan.paths[pos].clone(),
+                        key: key.clone(),
+                    });
+                }
+                return items;
             }
             st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
         }
@@ -261,13 +274,12 @@ impl<S: Source> DyadFs<S> {
             spawn_worker(
                 fs,
                 format!("prefetch-{i}"),
-                move |_| Some(queue.take()),
-                move |fs, item: Item| {
-                    let size = fs.prefetch_one(&item.path, &item.who).unwrap_or_else(|e| {
-                        tracing::debug!(path = %item.path, error = %e, "prefetch failed");
-                        0
-                    });
-                    prefetcher.done(item, size);
+                move |_| Some(queue.take_batch(BATCH)),
+                move |fs, items: Vec<Item>| {
+                    let sizes = fs.prefetch_batch(&items);
+                    for (item, size) in items.into_iter().zip(sizes) {
+                        prefetcher.done(item, size);
+                    }
                 },
             )?;
         }
@@ -288,11 +300,50 @@ impl<S: Source> DyadFs<S> {
         Ok(format!("{{\"files\":{files},\"skipped\":{skipped}}}").into_bytes())
     }
 
-    /// Fills one listed file into the cache for `who`, the way its first read would (never
-    /// waiting for a producer, never making an inode), if `who` may read it. Files being
-    /// written, directories and the like are left alone. Returns the bytes the file holds in
-    /// the cache.
-    fn prefetch_one(&self, path: &str, who: &Credentials) -> Result<u64, Error> {
+    /// Fills listed files into the cache for their owner, the way their first reads would
+    /// (never waiting for a producer, never making an inode), each only if its owner may read
+    /// it (files being written, directories and the like are left alone): the whole one-chunk
+    /// ones nobody is filling move as one batch (by holder, from peers), the others one by
+    /// one. Returns the bytes each holds in the cache.
+    fn prefetch_batch(&self, items: &[Item]) -> Vec<u64> {
+        let cache = &self.reader.cache;
+        let mut sizes = vec![0; items.len()];
+        // (item, its entry) of the files a batch may fill.
+        let mut batch: Vec<(usize, Arc<crate::cache::Entry>)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match self.prefetch_entry(&item.path, &item.who) {
+                Ok(Some(entry)) if entry.is_complete() => sizes[i] = entry.version.size,
+                Ok(Some(entry)) if entry.chunk_count() == 1 && items.len() > 1 => {
+                    entry.pin(cache);
+                    batch.push((i, entry));
+                }
+                Ok(Some(entry)) => sizes[i] = self.prefetch_fill(&entry),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(path = %item.path, error = %e, "prefetch failed"),
+            }
+        }
+        let entries: Vec<_> = batch.iter().map(|(_, e)| e.clone()).collect();
+        self.reader.fill_batch(&entries);
+        for (i, entry) in batch {
+            // Those the batch did not bring (another filler had them, or it failed): alone.
+            sizes[i] = if entry.is_complete() {
+                self.count_prefetched(entry.version.size);
+                entry.version.size
+            } else {
+                self.prefetch_fill(&entry)
+            };
+            entry.unpin();
+        }
+        sizes
+    }
+
+    /// The cache entry of a listed file if `who` may read it and it is a file (`None`: nothing
+    /// to fill, or the cache's file system cannot take it).
+    fn prefetch_entry(
+        &self,
+        path: &str,
+        who: &Credentials,
+    ) -> Result<Option<Arc<crate::cache::Entry>>, Error> {
         let found = self.resolve(path, Duration::ZERO)?;
         if let Err(e) = self.readable_by(path, &found, who) {
             self.stats().prefetch_denied.fetch_add(1, Ordering::Relaxed);
@@ -304,25 +355,27 @@ impl<S: Source> DyadFs<S> {
                 let version = Attr::from_name(0, &n).version;
                 (n.object, version)
             }
-            _ => return Ok(0),
+            _ => return Ok(None),
         };
-        let cache = &self.reader.cache;
-        let entry = cache.entry_or_uncached(&key, version);
-        if entry.is_evicted() {
-            // The cache's file system cannot take it (counted and logged).
-            return Ok(0);
+        let entry = self.reader.cache.entry_or_uncached(&key, version);
+        // Evicted: the cache's file system cannot take it (counted and logged).
+        Ok((!entry.is_evicted()).then_some(entry))
+    }
+
+    /// Fills one entry of a list alone; the bytes it holds in the cache.
+    fn prefetch_fill(&self, entry: &Arc<crate::cache::Entry>) -> u64 {
+        match self.reader.fill_ahead(entry, 0..entry.chunk_count()) {
+            Ok(true) if entry.is_complete() => self.count_prefetched(entry.version.size),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(path = %entry.path, error = %e, "prefetch failed"),
         }
-        if entry.is_complete() {
-            return Ok(version.size);
-        }
-        if self.reader.fill_ahead(&entry, 0..entry.chunk_count())? && entry.is_complete() {
-            let stats = self.stats();
-            stats.prefetched_files.fetch_add(1, Ordering::Relaxed);
-            stats
-                .prefetched_bytes
-                .fetch_add(version.size, Ordering::Relaxed);
-        }
-        Ok(version.size)
+        entry.version.size
+    }
+
+    fn count_prefetched(&self, size: u64) {
+        let stats = self.stats();
+        stats.prefetched_files.fetch_add(1, Ordering::Relaxed);
+        stats.prefetched_bytes.fetch_add(size, Ordering::Relaxed);
     }
 }
 
@@ -457,6 +510,26 @@ mod tests {
             p.done(i, 1);
         }
         assert_eq!(p.pending(), 4);
+    }
+
+    #[test]
+    fn a_batch_is_the_next_files_of_one_list_within_its_window() {
+        let p = Prefetcher::new(Window {
+            files: 5,
+            bytes: u64::MAX,
+        });
+        assert_eq!(p.set(user(0), "a", paths(10)).unwrap(), 10);
+        let names = |items: &[Item]| items.iter().map(|i| i.path.to_string()).collect::<Vec<_>>();
+        let first = p.take_batch(3);
+        assert_eq!(names(&first), ["f0", "f1", "f2"]);
+        // The window ends the next batch early.
+        let second = p.take_batch(3);
+        assert_eq!(names(&second), ["f3", "f4"]);
+        p.opened("f1");
+        assert_eq!(names(&p.take_batch(16)), ["f5", "f6"]);
+        for i in first.into_iter().chain(second) {
+            p.done(i, 1);
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use super::Error;
 use crate::cache::{Cache, Entry, Mapping, ReadBytes};
-use crate::core::source::{Origin, Source};
+use crate::core::source::{Origin, Piece, Source};
 use crate::stats::Stats;
 
 /// Files up to this size are fetched whole on their first read: a training sample is read
@@ -118,6 +118,88 @@ impl<S: Source + ?Sized> Reader<S> {
     /// for the others (a reader that needs them waits; the readahead thread moves on).
     pub fn fill_ahead(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
         self.fill_claimed(entry, range, false)
+    }
+
+    /// Readahead of several whole one-chunk files whose order is known (a prefetch list): the
+    /// ones nobody is filling are claimed, their room reserved, and the source moves them as
+    /// one batch ([`Source::read_batch`]); the others are left to their fillers. Returns how
+    /// many it filled.
+    pub fn fill_batch(&self, entries: &[Arc<Entry>]) -> usize {
+        let mut fills: Vec<Fill> = Vec::new();
+        for entry in entries {
+            if entry.chunk_count() != 1 || entry.is_evicted() || !self.cache.takes_writes() {
+                continue;
+            }
+            let mut fill = Fill {
+                entry,
+                cache: &self.cache,
+                pending: entry.claim(0..1).mine,
+                reserved: 0,
+            };
+            let size = entry.version.size;
+            if fill.pending.is_empty() || !self.cache.reserve(entry, size) {
+                continue;
+            }
+            fill.reserved = size;
+            fills.push(fill);
+        }
+        if fills.is_empty() {
+            return 0;
+        }
+        let pieces: Vec<Piece> = fills
+            .iter()
+            .map(|f| Piece {
+                path: &f.entry.path,
+                version: f.entry.version,
+                len: f.entry.version.size,
+            })
+            .collect();
+        let mut crcs: Vec<Option<u32>> = vec![None; fills.len()];
+        let mut write_errors: Vec<Option<io::Error>> = (0..fills.len()).map(|_| None).collect();
+        let entries: Vec<&Entry> = fills.iter().map(|f| f.entry).collect();
+        let mut sink = |i: usize, off: u64, bytes: &[u8], crc: Option<u32>| {
+            let entry = entries[i];
+            if off != 0 || bytes.len() as u64 != entry.version.size {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a batch's file is not whole",
+                ));
+            }
+            if let Err(e) = entry.write_at(0, bytes) {
+                let stop = same_error(&e);
+                write_errors[i] = Some(e);
+                return Err(stop);
+            }
+            crcs[i] = Some(crc.unwrap_or_else(|| crc32c::crc32c(bytes)));
+            Ok(())
+        };
+        let started = std::time::Instant::now();
+        let results = self.source.read_batch(&pieces, &mut sink);
+        let mut filled = 0;
+        for (i, (fill, read)) in fills.iter_mut().zip(results).enumerate() {
+            let entry = fill.entry;
+            if let Some(e) = write_errors[i].take() {
+                self.cache.fill_failed(entry, &e);
+                continue;
+            }
+            let (Ok(origin), Some(crc)) = (read, crcs[i]) else {
+                // Given back when `fill` is dropped: its next reader fills it.
+                continue;
+            };
+            let source = match origin {
+                Origin::Peer => "peer",
+                Origin::Backing => "shared_fs",
+            };
+            self.stats.latency.fill(source, started);
+            self.count(entry, origin, entry.version.size);
+            fill.complete(0, crc);
+            // Saved, and told to the publisher if it completed the copy.
+            self.cache.filled(entry);
+            if entry.is_complete() {
+                filled += 1;
+            }
+        }
+        filled
     }
 
     fn fill_claimed(

@@ -25,6 +25,7 @@ fn reader(source: MemSource, capacity: u64) -> (Reader<MemSource>, std::path::Pa
             chunk_size: 1 << 20,
             capacity: Some(capacity),
             open_files: 4,
+            pack_max: 0,
         },
         stats.clone(),
     )
@@ -219,6 +220,7 @@ mod model {
             chunk_size: 1 << 20,
             capacity: Some(capacity),
             open_files: 4,
+            pack_max: 0,
         };
         Arc::new(Cache::open(&config, stats).unwrap())
     }
@@ -290,4 +292,40 @@ mod model {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+#[test]
+fn a_batch_fills_the_files_nobody_else_fills_and_a_failed_one_is_given_back() {
+    let (r, dir) = reader(MemSource::default(), 64 << 20);
+    let files: Vec<(Vec<u8>, Version)> = (0..5u8)
+        .map(|k| {
+            let data = pattern(1000 + usize::from(k), k);
+            let v = r.source.add(&format!("f{k}"), data.clone());
+            (data, v)
+        })
+        .collect();
+    let entries: Vec<Arc<Entry>> = (0..5)
+        .map(|k| r.cache.entry(&format!("f{k}"), files[k].1).unwrap())
+        .collect();
+    // f1 is being filled by another reader; f3 is cached already; the next read fails (f0's).
+    let other = entries[1].claim(0..1);
+    assert_eq!(other.mine, [0]);
+    assert_eq!(r.read(&entries[3], 0, 10).unwrap(), files[3].0[..10]);
+    r.source.fail_next.store(1, Ordering::Relaxed);
+    let before = r.source.reads.load(Ordering::Relaxed);
+    assert_eq!(r.fill_batch(&entries), 2);
+    assert_eq!(r.source.reads.load(Ordering::Relaxed) - before, 2);
+    for k in [2, 4] {
+        assert!(entries[k].is_complete());
+        assert_eq!(r.read(&entries[k], 0, 4096).unwrap(), files[k].0);
+    }
+    // The failed one is absent again (its reservation given back), the other filler's untouched.
+    assert!(!entries[0].is_complete());
+    assert_eq!(entries[0].claim(0..1).mine, [0]);
+    entries[0].abandon(0);
+    assert!(!entries[1].is_complete());
+    entries[1].abandon(0);
+    let held: u64 = [2, 3, 4].iter().map(|&k| files[k].1.size).sum();
+    assert_eq!(r.cache.used_bytes(), held);
+    let _ = std::fs::remove_dir_all(dir);
 }

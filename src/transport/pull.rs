@@ -155,6 +155,116 @@ impl Puller {
     }
 }
 
+/// Where the files of a batch go: `sink(i, bytes, crc32c)` for `wants[i]`, its checksum checked.
+pub type BatchSink<'a> = &'a mut (dyn FnMut(usize, &[u8], u32) -> io::Result<()> + Send);
+
+impl Puller {
+    /// Pulls several small files (each one whole chunk of at most the eager size, so it comes
+    /// inline) from the holder at `peer` on one connection: every request goes out in one
+    /// write (up to the window), the replies stream back in order, each waiting at most
+    /// `within`. Returns each file's outcome (the holder refusing one does not stop the
+    /// others); an error is the connection's, after which the caller pulls what is left
+    /// another way.
+    pub fn pull_batch(
+        &self,
+        peer: SocketAddr,
+        wants: &[Want],
+        sink: BatchSink<'_>,
+        within: Duration,
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        let t = within.min(self.cfg.timeout);
+        let limit = u64::from(self.cfg.chunk.min(self.cfg.eager_max.max(1)));
+        if wants.iter().any(|w| w.len == 0 || w.len > limit) {
+            return Err(TransportError::Local(
+                "a batch of whole small files only".into(),
+            ));
+        }
+        let mut conn = match self.idle.take(peer) {
+            Some(c) => c,
+            None => connect(&self.worker, &self.cfg, peer, t)?,
+        };
+        let r = conn
+            .frames
+            .bound(t)
+            .map_err(|e| stream_error(peer, e, "a batch", t))
+            .and_then(|()| pull_files(&self.worker, &self.cfg, peer, &mut conn, wants, sink, t));
+        match r {
+            Ok(_) => self.idle.put(peer, conn),
+            Err(_) => {
+                if let Some(p) = conn.ucx_peer {
+                    self.worker.disconnect(p);
+                }
+            }
+        }
+        r
+    }
+}
+
+/// [`Puller::pull_batch`] on one connection: requests `id = i` for `wants[i]`, at most the
+/// window in flight, their replies read in order into one slot.
+fn pull_files(
+    worker: &Arc<DataPlane>,
+    cfg: &PullConfig,
+    peer: SocketAddr,
+    conn: &mut Conn,
+    wants: &[Want],
+    sink: BatchSink<'_>,
+    t: Duration,
+) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+    let err = |what| move |e| stream_error(peer, e, what, t);
+    let n = wants.len();
+    let mut outcomes = Vec::with_capacity(n);
+    let mut slot = worker.slab().take(t).ok_or(TransportError::NoSlot(t))?;
+    let mut outgoing: Vec<u8> = Vec::new();
+    let mut sent = 0;
+    while outcomes.len() < n {
+        while sent < n && sent - outcomes.len() < cfg.window.max(1) {
+            let w = &wants[sent];
+            outgoing.extend(conn.frames.encode(&Message::Request {
+                id: sent as u64,
+                path: w.path.clone(),
+                version: w.version,
+                offset: w.offset,
+                len: w.len as u32,
+            }));
+            sent += 1;
+        }
+        conn.send(&mut outgoing)
+            .map_err(err("a batch's requests to be sent"))?;
+        let i = outcomes.len();
+        let want = &wants[i];
+        match conn.frames.next(true).map_err(err("a batch's file"))? {
+            Some(Message::Data { id, len, crc32c })
+                if id == i as u64 && u64::from(len) == want.len =>
+            {
+                let bytes = slot.bytes_mut(len as usize);
+                conn.frames
+                    .read_raw(bytes)
+                    .map_err(err("an inline chunk"))?;
+                let bytes = slot.bytes(len as usize);
+                outcomes.push(if crc32c::crc32c(bytes) != crc32c {
+                    Err(TransportError::Checksum {
+                        peer,
+                        offset: want.offset,
+                    })
+                } else {
+                    sink(i, bytes, crc32c).map_err(TransportError::Sink)
+                });
+            }
+            Some(Message::Error { id, message }) if id == i as u64 => {
+                outcomes.push(Err(TransportError::Remote { peer, message }));
+            }
+            other => {
+                return Err(TransportError::Protocol {
+                    peer,
+                    what: format!("expected Data or Error {i}, got {other:?}"),
+                });
+            }
+        }
+    }
+    Ok(outcomes)
+}
+
 /// Opens a control stream to a holder, exchanges hellos and creates the UCX endpoint, each
 /// step waiting at most `t`.
 fn connect(
