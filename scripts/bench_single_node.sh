@@ -2,8 +2,10 @@
 # Single-node read benchmark, side by side in one run (medians of RUNS runs):
 #   (a) a cached 1 GiB file read sequentially (dd bs=1M)
 #   (b) 4096 cached files of 128 KiB read in random order by 4 processes
-# each through dyadfs (passthrough, passthrough with --read-only, --no-passthrough, --no-open,
-# each with FUSE requests by /dev/fuse; passthrough and --read-only again with them by the
+# each through dyadfs (the default mode, "passthrough": the 1 GiB file passed through, the small
+# files packed into segments and served by the daemon with their pages kept; --read-only;
+# --no-passthrough; --no-open; "pack0": --pack-max 0, small files passed through too; each with
+# FUSE requests by /dev/fuse, and the default, --read-only and pack0 again with them by the
 # kernel's io_uring queues, "-uring"), directly on the same disk, and through
 # bindfs -o kernel_cache over the same tree; "cold" drops the page cache before each run,
 # "warm" does not. Then the daemons' CPU per small file read (all runs), and a FUSE round trip:
@@ -26,6 +28,7 @@ W=${1:-$(mktemp -d /var/tmp/dyadfs-bench.XXXX)}
 mkdir -p "$W"/{backing/small,ssd,mnt,bind}
 cleanup() {
   unmount_mounted "$W/mnt" "$W/mnt2" "$W/mnt3" "$W/mnt4" "$W/mnt5" "$W/mnt6" "$W/mnt7" \
+    "$W/mnt8" "$W/mnt9" \
     "$W/rt-dev" "$W/rt-uring" "$W/bind"
   [ -z "$was_uring" ] || echo "$was_uring" > "$URING"
   [ -n "${KEEP:-}" ] || rm -rf "$W"
@@ -63,17 +66,20 @@ command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 # an A/B in the same run.
 declare -A R
 CONFIGS=(direct dyadfs-passthrough dyadfs-read-only dyadfs-no-passthrough dyadfs-no-open
-  dyadfs-passthrough-uring dyadfs-read-only-uring bindfs-kernel_cache)
+  dyadfs-pack0 dyadfs-passthrough-uring dyadfs-read-only-uring dyadfs-pack0-uring
+  bindfs-kernel_cache)
 if [ -n "${ONLY:-}" ]; then read -r -a CONFIGS <<< "direct ${ONLY/direct/}"; fi
 declare -A DIR=([direct]="$W/backing" [dyadfs-passthrough]="$W/mnt" [dyadfs-no-passthrough]="$W/mnt2"
   [bindfs-kernel_cache]="$W/bind" [base]="$W/mnt3" [dyadfs-read-only]="$W/mnt4"
   [dyadfs-no-open]="$W/mnt5" [dyadfs-passthrough-uring]="$W/mnt6"
-  [dyadfs-read-only-uring]="$W/mnt7")
+  [dyadfs-read-only-uring]="$W/mnt7" [dyadfs-pack0]="$W/mnt8" [dyadfs-pack0-uring]="$W/mnt9")
 declare -A OPTS=([dyadfs-passthrough]="" [dyadfs-no-passthrough]="--no-passthrough"
   [dyadfs-read-only]="--read-only" [dyadfs-no-open]="--no-open"
-  [dyadfs-passthrough-uring]="" [dyadfs-read-only-uring]="--read-only")
-mkdir -p "$W"/{mnt2,mnt3,mnt4,mnt5,mnt6,mnt7,ssd2,ssd3,ssd4,ssd5,ssd6,ssd7,rt-dev,rt-uring,rt-ssd-dev,rt-ssd-uring}
-rm -rf "$W"/ssd/* "$W"/ssd[2-7]/* "$W"/rt-ssd-*/*
+  [dyadfs-passthrough-uring]="" [dyadfs-read-only-uring]="--read-only"
+  [dyadfs-pack0]="--pack-max 0" [dyadfs-pack0-uring]="--pack-max 0")
+mkdir -p "$W"/{mnt2,mnt3,mnt4,mnt5,mnt6,mnt7,mnt8,mnt9,ssd2,ssd3,ssd4,ssd5,ssd6,ssd7,ssd8,ssd9} \
+  "$W"/{rt-dev,rt-uring,rt-ssd-dev,rt-ssd-uring}
+rm -rf "$W"/ssd/* "$W"/ssd[2-9]/* "$W"/rt-ssd-*/*
 for c in "${CONFIGS[@]}"; do
   case $c in
     *-uring) transport=uring ;;
