@@ -78,8 +78,9 @@ pub fn start<S: Source>(
                 .spawn(move || {
                     pin_to(qid);
                     let first = || {
-                        let before = registered[qid].fetch_add(1, Ordering::AcqRel);
-                        let all = registered.iter().all(|r| r.load(Ordering::Acquire) > 0);
+                        // (SeqCst: of two queues registering at once, one sees the other.)
+                        let before = registered[qid].fetch_add(1, Ordering::SeqCst);
+                        let all = registered.iter().all(|r| r.load(Ordering::SeqCst) > 0);
                         if before == 0 && all {
                             on_ready();
                         }
