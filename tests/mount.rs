@@ -223,22 +223,6 @@ fn the_first_open_of_a_small_file_is_passthrough() {
     }
 }
 
-/// Writes back and drops from the page cache every file under `dir` (a cache's data files), as
-/// after a reboot or memory pressure, without touching the rest of the machine's page cache.
-fn drop_cached_pages(dir: &std::path::Path) {
-    for entry in fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            drop_cached_pages(&path);
-        } else if let Ok(f) = File::open(&path) {
-            f.sync_data().unwrap();
-            // SAFETY: advice on a descriptor we hold open, for the call only.
-            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            assert_eq!(r, 0, "fadvise {path:?}");
-        }
-    }
-}
-
 /// Under `--passthrough-min`, a cached file whose bytes are not in memory when the kernel first
 /// opens it is served by the daemon with its pages kept: of three reads, one crosses the daemon
 /// and the others read nothing. One fetched by its open passes through (the daemon would copy

@@ -4,9 +4,8 @@
 
 mod common;
 
-use std::fs::{self, File};
+use std::fs;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 use common::*;
@@ -17,21 +16,6 @@ fn walk_files(dir: &Path) -> usize {
     rd.map(|e| e.unwrap().path())
         .map(|p| if p.is_dir() { walk_files(&p) } else { 1 })
         .sum()
-}
-
-/// Writes back and drops from the page cache every file under `dir`.
-fn drop_cached_pages(dir: &Path) {
-    for entry in fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            drop_cached_pages(&path);
-        } else if let Ok(f) = File::open(&path) {
-            f.sync_data().unwrap();
-            // SAFETY: advice on a descriptor we hold open, for the call only.
-            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            assert_eq!(r, 0, "fadvise {path:?}");
-        }
-    }
 }
 
 fn dataset(f: &Fixture, n: usize, size: usize) -> Vec<(String, Vec<u8>)> {

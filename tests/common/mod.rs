@@ -416,3 +416,20 @@ pub fn succeeded(what: &str, out: Output) -> String {
     );
     stdout
 }
+
+/// Writes back and drops from the page cache every file under `dir` (a cache's data files), as
+/// after a reboot or memory pressure, without touching the rest of the machine's page cache.
+pub fn drop_cached_pages(dir: &Path) {
+    use std::os::unix::io::AsRawFd;
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            drop_cached_pages(&path);
+        } else if let Ok(f) = fs::File::open(&path) {
+            f.sync_data().unwrap();
+            // SAFETY: advice on a descriptor we hold open, for the call only.
+            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(r, 0, "fadvise {path:?}");
+        }
+    }
+}
