@@ -496,26 +496,10 @@ impl Cache {
             return Ok(entry);
         }
         let data_path = self.shared.data_path(hash);
-        // A new file, never one an old copy's open handles may still read: a leftover is
-        // unlinked first. Usually there is none, so one name lookup, not two.
         let files = &self.shared.files;
-        let create = || {
-            files.open_retrying(|| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&data_path)
-            })
-        };
-        let data = match create() {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                fs::remove_file(&data_path)?;
-                create()?
-            }
-            r => r?,
-        };
+        let data = create_fresh(&data_path, || {
+            files.open_retrying(|| private_file(&data_path))
+        })?;
         if let Err(e) = data.set_len(version.size) {
             let _ = fs::remove_file(&data_path);
             return Err(e.into());
@@ -667,6 +651,29 @@ impl Cache {
             let e = index.remove(path).expect("present");
             self.drop_entry(&e);
         }
+    }
+}
+
+/// A new file for this daemon alone (0600), read and written.
+fn private_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// A new file at `path` made by `create` (a `create_new` open), never one an old copy's open
+/// handles may still read: a leftover of another run is unlinked first and `create` tried
+/// again. Usually there is none, so one name lookup, not two.
+fn create_fresh(path: &Path, create: impl Fn() -> io::Result<File>) -> io::Result<File> {
+    match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path)?;
+            create()
+        }
+        r => r,
     }
 }
 

@@ -22,9 +22,8 @@
 //! used segment nobody holds goes whole.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -202,22 +201,8 @@ impl Segments {
     /// A new segment file of `size` bytes, its blocks allocated now (so appends allocate none).
     fn create(&self, id: u32) -> io::Result<File> {
         let path = self.path(id);
-        let create = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-        };
-        let file = match create() {
-            // A leftover of another run no journal record names.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                fs::remove_file(&path)?;
-                create()?
-            }
-            r => r?,
-        };
+        // (A leftover of another run no journal record names is unlinked first.)
+        let file = super::create_fresh(&path, || super::private_file(&path))?;
         // SAFETY: fallocate on a descriptor we own; no memory is involved.
         let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, self.size as libc::off_t) };
         if r != 0 {
