@@ -88,7 +88,6 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
                 tracing::warn!("kernel does not offer zero-message opens: --no-open ignored");
             }
         }
-        self.ops.unasked.store(unasked, Ordering::Relaxed);
         let mut passthrough = false;
         if fs.passthrough_enabled() {
             if !crate::sys::has_cap_sys_admin() {

@@ -80,9 +80,6 @@ pub struct Ops<S: Source> {
     /// The session's /dev/fuse descriptor (backing ids are registered on it; the ring
     /// submits on it), once the mount is made.
     dev: OnceLock<Arc<OwnedFd>>,
-    /// `--no-open` in effect (the kernel offered zero-message opens at INIT): opens and
-    /// flushes are answered ENOSYS, reads come by inode.
-    pub(super) unasked: AtomicBool,
     /// The kernel took the ring at INIT: ring threads may register entries.
     pub(super) ring_taken: AtomicBool,
     /// Who may make requests (unset: the mount's owner alone).
@@ -133,7 +130,6 @@ impl<S: Source> Ops<S> {
             mountpoint: mountpoint.to_path_buf(),
             device: OnceLock::new(),
             dev: OnceLock::new(),
-            unasked: AtomicBool::new(false),
             ring_taken: AtomicBool::new(false),
             access: OnceLock::new(),
             list_readers: Arc::default(),
@@ -171,8 +167,10 @@ impl<S: Source> Ops<S> {
         self.fs.stats()
     }
 
+    /// `--no-open` in effect (the kernel agreed to zero-message opens at INIT): opens and
+    /// flushes are answered ENOSYS, reads come by inode.
     fn unasked(&self) -> bool {
-        self.unasked.load(Ordering::Relaxed)
+        self.fs.kernel().no_open
     }
 
     /// The shard of the I/O-mode table that holds inode `ino`.
