@@ -102,7 +102,7 @@ cpu_ticks() {
   local pid; pid=$(pgrep -f -- "dyadfs mount $1 " | head -1)
   [ -n "$pid" ] && awk '{print $14 + $15}' "/proc/$pid/stat" || echo 0
 }
-declare -A CPU   # the daemons' CPU ticks in the timed small-file runs
+declare -A CPU   # the daemons' CPU ticks in the timed small-file runs, by config and temperature
 for temp in cold warm; do
   for w in big small; do
     for r in $(seq "$RUNS"); do
@@ -111,7 +111,7 @@ for temp in cold warm; do
         [ "$temp" = warm ] && $w "${DIR[$c]}"   # this config's own pages in the page cache
         c0=$(cpu_ticks "${DIR[$c]}")
         t0=$(now); $w "${DIR[$c]}"; t=$(echo "$(now) - $t0" | bc -l)
-        [ "$w" = small ] && CPU[$c]=$(( ${CPU[$c]:-0} + $(cpu_ticks "${DIR[$c]}") - c0 ))
+        [ "$w" = small ] && CPU[$c,$temp]=$(( ${CPU[$c,$temp]:-0} + $(cpu_ticks "${DIR[$c]}") - c0 ))
         echo "$t" >> "$W/t.$c.$w.$temp"
         printf '%s %s %s run %d: %.3f s\n' "$c" "$w" "$temp" "$r" "$t" >&2
       done
@@ -152,11 +152,16 @@ for c in "${CONFIGS[@]:1}"; do
   echo
 done
 echo "(columns: 1GiB cold, 1GiB warm, small cold, small warm; medians of $RUNS interleaved runs)"
-printf '\ndaemon CPU per small file read (the %d timed small runs, cold and warm):\n' $((2 * RUNS))
+printf '\ndaemon CPU per small file read (the %d timed small runs of each; warm: every request of an\nopen-read-close whose bytes the kernel keeps):\n' "$RUNS"
+printf '%-24s %10s %10s\n' config cold warm
 hz=$(getconf CLK_TCK)
 for c in "${CONFIGS[@]}"; do
   [[ $c == dyadfs-* ]] || continue
-  printf '%-24s %8.1f us\n' "$c" "$(echo "${CPU[$c]} / $hz * 1000000 / (4096 * 2 * $RUNS)" | bc -l)"
+  printf '%-24s' "$c"
+  for temp in cold warm; do
+    printf ' %7.1f us' "$(echo "${CPU[$c,$temp]} / $hz * 1000000 / (4096 * $RUNS)" | bc -l)"
+  done
+  echo
 done
 printf '\nFUSE round trip (stat, attributes uncached), median of %d runs of 20000:\n' "$RUNS"
 for t in dev uring; do printf '%-8s %8.2f us\n' "$t" "$(median < "$W/rt.$t")"; done

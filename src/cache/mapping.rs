@@ -51,6 +51,18 @@ impl Pooled {
     }
 }
 
+impl Pooled {
+    /// `len` bytes of the thread's kept buffer, their content whatever it held: for a caller
+    /// that overwrites them all before serving them.
+    pub fn with_len(len: usize) -> Pooled {
+        Pooled::fill(len, |_| Ok(())).expect("a fill that cannot fail")
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+}
+
 impl Drop for Pooled {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.buf);

@@ -30,7 +30,7 @@ pub use chunks::Claim;
 pub use entry::Entry;
 use entry::Reloaded;
 pub use events::CacheEvent;
-pub use mapping::{Mapping, ReadBytes};
+pub use mapping::{Mapping, Pooled, ReadBytes};
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Error;
-use crate::cache::{Cache, Entry, Mapping, ReadBytes};
+use crate::cache::{Cache, Entry, Mapping, Pooled, ReadBytes};
 use crate::core::source::{Origin, Piece, Source};
 use crate::stats::Stats;
 
@@ -65,7 +65,16 @@ impl<S: Source + ?Sized> Reader<S> {
             want.clone()
         };
         for _ in 0..VERIFY_ATTEMPTS {
-            self.fill(entry, demand.clone())?;
+            // The bytes this read fills itself are served from the fill's own buffer: reading
+            // them back from the cache file would copy them once more.
+            let mut kept = Kept::new(offset, end);
+            self.fill_claimed(entry, demand.clone(), true, Some(&mut kept))?;
+            if let Some(buf) = kept.whole() {
+                self.stats
+                    .bytes_from_local
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                return Ok(buf);
+            }
             // Not cached: the cache is full of open files, or its file system could not take
             // the bytes (here or in another reader's fill of them, which gave up).
             if !entry.all_present(want.clone()) {
@@ -111,13 +120,13 @@ impl<S: Source + ?Sized> Reader<S> {
     /// cache is full of open files, or its file system failed a write: the entry is then
     /// dropped).
     pub fn fill(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
-        self.fill_claimed(entry, range, true)
+        self.fill_claimed(entry, range, true, None)
     }
 
     /// Readahead: fills the absent chunks of `range` nobody else is filling, without waiting
     /// for the others (a reader that needs them waits; the readahead thread moves on).
     pub fn fill_ahead(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
-        self.fill_claimed(entry, range, false)
+        self.fill_claimed(entry, range, false, None)
     }
 
     /// Readahead of several whole one-chunk files whose order is known (a prefetch list): the
@@ -202,11 +211,14 @@ impl<S: Source + ?Sized> Reader<S> {
         filled
     }
 
+    /// Fills the absent chunks of `range` nobody else is filling (waiting for the others if
+    /// `wait`), copying the bytes of them that `kept` asks for as they are cached.
     fn fill_claimed(
         &self,
         entry: &Arc<Entry>,
         range: Range<u64>,
         wait: bool,
+        mut kept: Option<&mut Kept>,
     ) -> Result<bool, Error> {
         let claim = entry.claim(range.clone());
         let mut fill = Fill {
@@ -234,6 +246,9 @@ impl<S: Source + ?Sized> Reader<S> {
                         let stop = same_error(&e);
                         write_error = Some(e);
                         return Err(stop);
+                    }
+                    if let Some(k) = kept.as_deref_mut() {
+                        k.take(off, bytes);
                     }
                     record_crcs(entry, run.clone(), &mut crcs, off, bytes, crc)
                 };
@@ -310,6 +325,51 @@ impl<S: Source + ?Sized> Reader<S> {
                     .fetch_add(bytes, Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// The bytes `[offset, end)` of a read, copied from the pieces of a fill as they go by (in
+/// order; a piece out of order or a range filled by someone else leaves them unwhole, and the
+/// read then reads the cache).
+struct Kept {
+    offset: u64,
+    end: u64,
+    /// Bytes from `offset` copied so far.
+    got: u64,
+    buf: Option<Pooled>,
+}
+
+impl Kept {
+    fn new(offset: u64, end: u64) -> Kept {
+        Kept {
+            offset,
+            end,
+            got: 0,
+            buf: None,
+        }
+    }
+
+    /// Copies what piece `bytes` (at file offset `off`) holds of the wanted range, if it
+    /// continues what was copied so far.
+    fn take(&mut self, off: u64, bytes: &[u8]) {
+        let at = self.offset + self.got;
+        let piece_end = off + bytes.len() as u64;
+        if off > at || piece_end <= at || at >= self.end {
+            return;
+        }
+        let until = piece_end.min(self.end);
+        let len = (self.end - self.offset) as usize;
+        let buf = self.buf.get_or_insert_with(|| Pooled::with_len(len));
+        let (from, to) = ((at - off) as usize, (until - off) as usize);
+        let dst = (at - self.offset) as usize;
+        buf.bytes_mut()[dst..dst + (to - from)].copy_from_slice(&bytes[from..to]);
+        self.got = until - self.offset;
+    }
+
+    /// The bytes, if every one of them was copied.
+    fn whole(self) -> Option<ReadBytes> {
+        let done = self.got == self.end - self.offset;
+        self.buf.filter(|_| done).map(ReadBytes::Pooled)
     }
 }
 

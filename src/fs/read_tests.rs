@@ -329,3 +329,65 @@ fn a_batch_fills_the_files_nobody_else_fills_and_a_failed_one_is_given_back() {
     assert_eq!(r.cache.used_bytes(), held);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_read_that_fills_is_served_from_the_fill_byte_exact() {
+    // Whole-file fills of a 3-chunk file, each read asking for another range of it: the
+    // filling read's bytes are the fill's own, then the cache's.
+    let data = pattern(3 * (1 << 20) + 17, 7);
+    let ranges = [
+        (0, 4096),
+        (10, 100),
+        ((1 << 20) - 5, 10),
+        (2 << 20, 1 << 20),
+        (3 << 20, 17),
+        ((3 << 20) + 10, 4096),
+    ];
+    for (offset, len) in ranges {
+        let (r, dir) = reader(MemSource::default(), 64 << 20);
+        let v = r.source.add("f", data.clone());
+        let e = r.cache.entry("f", v).unwrap();
+        let end = (offset + len as usize).min(data.len());
+        assert_eq!(r.read(&e, offset as u64, len).unwrap(), data[offset..end]);
+        assert!(e.is_complete());
+        assert_eq!(
+            r.stats.bytes_from_local.load(Ordering::Relaxed),
+            (end - offset) as u64
+        );
+        assert_eq!(r.read(&e, offset as u64, len).unwrap(), data[offset..end]);
+        assert_eq!(r.source.reads.load(Ordering::Relaxed), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn kept_bytes_are_whole_only_when_pieces_cover_the_range_in_order() {
+    let data = pattern(300, 3);
+    // In order, in pieces straddling the range's ends.
+    let mut k = Kept::new(50, 250);
+    k.take(0, &data[0..100]);
+    k.take(100, &data[100..200]);
+    k.take(200, &data[200..300]);
+    assert_eq!(k.whole().unwrap(), data[50..250]);
+    // A piece missing in the middle.
+    let mut k = Kept::new(50, 250);
+    k.take(0, &data[0..100]);
+    k.take(200, &data[200..300]);
+    assert!(k.whole().is_none());
+    // Out of order: the later piece first is not taken, so the range stays unwhole.
+    let mut k = Kept::new(0, 200);
+    k.take(100, &data[100..200]);
+    k.take(0, &data[0..100]);
+    assert!(k.whole().is_none());
+    // A piece handed twice (a retried one) copies nothing new.
+    let mut k = Kept::new(0, 200);
+    k.take(0, &data[0..100]);
+    k.take(0, &data[0..100]);
+    k.take(100, &data[100..200]);
+    assert_eq!(k.whole().unwrap(), data[0..200]);
+    // Pieces outside the range.
+    let mut k = Kept::new(100, 150);
+    k.take(0, &data[0..100]);
+    k.take(150, &data[150..300]);
+    assert!(k.whole().is_none());
+}
