@@ -496,7 +496,7 @@ impl<S: Source> DyadFs<S> {
         if complete {
             self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
         } else if may_pass
-            && !(entry.packed() && !keep_cache)
+            && (!entry.packed() || keep_cache)
             && entry.version.size <= WHOLE_FILE_MAX
             && !names::is_object(&key)
         {
