@@ -495,21 +495,23 @@ impl<S: Source> DyadFs<S> {
         let was_complete = complete;
         if complete {
             self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
-        } else if may_pass
-            && (!entry.packed() || keep_cache)
-            && entry.version.size <= WHOLE_FILE_MAX
-            && !names::is_object(&key)
+        } else if entry.version.size <= WHOLE_FILE_MAX
+            && if entry.packed() {
+                keep_cache
+            } else {
+                may_pass && !names::is_object(&key)
+            }
         {
             // The first read fetches a small file whole anyway. Fetching it now lets this very
             // open be a passthrough open, so the reader's many small reads (np.load parses a
             // zip directory, then headers) never come to the daemon. A failed fetch is left to
             // the first read, which retries it and reports the error. Not for produced files:
             // the kernel binds one passthrough file per inode, so a reader holding one version
-            // open in passthrough would keep the next version from being opened (EBUSY). Nor
-            // for a packed one the kernel holds no pages of, which is never passed through: its
-            // first read fetches it and is served from the fetch's own buffer. (One whose pages
-            // the kernel keeps is fetched now: no read may come to fill the place its entry
-            // took in a segment.)
+            // open in passthrough would keep the next version from being opened (EBUSY).
+            // A packed file is never passed through: its first read fetches it and is served
+            // from the fetch's own bytes, unless the kernel keeps its pages from an earlier open
+            // (no read may come then, and the region its entry took in a segment would stay
+            // unwritten and uncounted by the capacity): then it is fetched now.
             if let Err(e) = self.reader.fill(&entry, 0..entry.chunk_count()) {
                 tracing::debug!(path = %entry.path, error = %e, "fetch at open failed");
             }
