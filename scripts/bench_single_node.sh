@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Single-node read benchmark, side by side in one run (medians of RUNS runs):
 #   (a) a cached 1 GiB file read sequentially (dd bs=1M)
-#   (b) 4096 cached files of 128 KiB read in random order by 4 processes
+#   (b) 4096 cached files of 128 KiB read in random order by 4 processes ("small": `cat`s
+#       started by xargs; "loop": 4 Python processes each reading its quarter, as a training
+#       loop's workers do)
 # each through dyadfs (the default mode, "passthrough": the 1 GiB file passed through, the small
 # files packed into segments and served by the daemon with their pages kept; --read-only;
 # --no-passthrough; --no-open; "pack0": --pack-max 0, small files passed through too; each with
@@ -48,6 +50,32 @@ ls "$W/backing/small" | shuf --random-source=<(yes) > "$W/order"
 
 big() { dd if="$1/big.bin" of=/dev/null bs=1M 2>/dev/null; }
 small() { (cd "$1/small" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
+# A training loop's reads: 4 Python processes, each opening and reading its quarter of the
+# shuffled files whole (no process started per file); the time from their start signal until
+# the last is done.
+cat > "$W/loop.py" <<'PY'
+import os, sys
+root, names = sys.argv[1], open(sys.argv[2]).read().split()
+go_r, go_w = os.pipe()
+kids = []
+for q in range(4):
+    pid = os.fork()
+    if pid == 0:
+        os.read(go_r, 1)
+        for n in names[q::4]:
+            with open(os.path.join(root, n), "rb", buffering=0) as f:
+                while f.read(1 << 20):
+                    pass
+        os._exit(0)
+    kids.append(pid)
+import time
+t = time.perf_counter()
+os.write(go_w, b"xxxx")
+for k in kids:
+    os.waitpid(k, 0)
+print(time.perf_counter() - t)
+PY
+loop() { python3 "$W/loop.py" "$1/small" "$W/order" > "$W/loop.t"; }
 # median of RUNS timings of "$@" (cold: drop caches first)
 measure() {
   local temp=$1; shift
@@ -104,13 +132,14 @@ cpu_ticks() {
 }
 declare -A CPU   # the daemons' CPU ticks in the timed small-file runs, by config and temperature
 for temp in cold warm; do
-  for w in big small; do
+  for w in big small loop; do
     for r in $(seq "$RUNS"); do
       for c in "${CONFIGS[@]}"; do
         [ "$temp" = cold ] && drop
         [ "$temp" = warm ] && $w "${DIR[$c]}"   # this config's own pages in the page cache
         c0=$(cpu_ticks "${DIR[$c]}")
         t0=$(now); $w "${DIR[$c]}"; t=$(echo "$(now) - $t0" | bc -l)
+        [ "$w" = loop ] && t=$(cat "$W/loop.t")
         [ "$w" = small ] && CPU[$c,$temp]=$(( ${CPU[$c,$temp]:-0} + $(cpu_ticks "${DIR[$c]}") - c0 ))
         echo "$t" >> "$W/t.$c.$w.$temp"
         printf '%s %s %s run %d: %.3f s\n' "$c" "$w" "$temp" "$r" "$t" >&2
@@ -138,20 +167,25 @@ for r in $(seq "$RUNS"); do
   done
 done
 
-printf '\n%-24s %14s %14s %16s %16s\n' config "1GiB cold MB/s" "1GiB warm MB/s" "small cold f/s" "small warm f/s"
+printf '\n%-24s %14s %14s %16s %16s %16s %16s\n' config "1GiB cold MB/s" "1GiB warm MB/s" \
+  "small cold f/s" "small warm f/s" "loop cold f/s" "loop warm f/s"
 for c in "${CONFIGS[@]}"; do
   printf '%-24s' $c
   for k in big,cold big,warm; do printf ' %14.0f' "$(echo "1073.741824 / ${R[$c,$k]}" | bc -l)"; done
-  for k in small,cold small,warm; do printf ' %16.0f' "$(echo "4096 / ${R[$c,$k]}" | bc -l)"; done
+  for k in small,cold small,warm loop,cold loop,warm; do
+    printf ' %16.0f' "$(echo "4096 / ${R[$c,$k]}" | bc -l)"
+  done
   echo
 done
 printf '\nratio to direct (higher is better, 1.00 = as fast as the disk):\n'
 for c in "${CONFIGS[@]:1}"; do
   printf '%-24s' $c
-  for k in big,cold big,warm small,cold small,warm; do printf ' %8.2f' "$(echo "${R[direct,$k]} / ${R[$c,$k]}" | bc -l)"; done
+  for k in big,cold big,warm small,cold small,warm loop,cold loop,warm; do
+    printf ' %8.2f' "$(echo "${R[direct,$k]} / ${R[$c,$k]}" | bc -l)"
+  done
   echo
 done
-echo "(columns: 1GiB cold, 1GiB warm, small cold, small warm; medians of $RUNS interleaved runs)"
+echo "(columns: 1GiB cold, 1GiB warm, small cold, small warm, loop cold, loop warm; medians of $RUNS interleaved runs)"
 printf '\ndaemon CPU per small file read (the %d timed small runs of each; warm: every request of an\nopen-read-close whose bytes the kernel keeps):\n' "$RUNS"
 printf '%-24s %10s %10s\n' config cold warm
 hz=$(getconf CLK_TCK)

@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::daemon::config::{
-    ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PullToolConfig, ServeConfig, UcxConfig,
+    ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PackMax, PullToolConfig, ServeConfig,
+    UcxConfig,
 };
 use crate::fs::FsConfig;
 use crate::fs::fuse::FuseTransport;
@@ -15,6 +16,15 @@ use crate::fs::fuse::FuseTransport;
 mod units;
 use units::parse_chunk_size;
 pub use units::{parse_duration, parse_size};
+
+/// `--pack-max`: a size, or `auto`.
+fn parse_pack_max(s: &str) -> Result<PackMax, String> {
+    if s == "auto" {
+        Ok(PackMax::Auto)
+    } else {
+        parse_size(s).map(PackMax::Bytes)
+    }
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -233,10 +243,13 @@ pub struct MountArgs {
     /// Cached files of at most this size (at most --chunk-size) are appended to large
     /// preallocated segment files instead of getting a cache file each: no file to create,
     /// close and delete per training sample. Such a file is served by the daemon with its pages
-    /// kept by the kernel, never by passthrough. 0 gives every file its own cache file
-    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size,
+    /// kept by the kernel, never by passthrough. 0 gives every file its own cache file. auto:
+    /// 1M where cached files cannot be handed to the kernel (no FUSE passthrough, or
+    /// --no-passthrough, --no-open), 0 where they can (a cold cached read then costs the daemon
+    /// no READ)
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_pack_max,
           help_heading = "Storage")]
-    pub pack_max: u64,
+    pub pack_max: PackMax,
 
     /// How long names and attributes are trusted (kernel and daemon); a changed backing file
     /// is noticed once this has passed. Accepts 500ms, 30s, 5m, 1h
@@ -568,6 +581,7 @@ impl From<MountArgs> for MountConfig {
             fs: FsConfig {
                 metadata_ttl: a.metadata_ttl,
                 passthrough: !a.no_passthrough && !a.no_open,
+                pack_auto: a.pack_max == PackMax::Auto,
                 passthrough_min: a.passthrough_min,
                 readahead_threads: a.readahead_threads.into(),
                 wait: a.wait,

@@ -40,7 +40,7 @@ fn packed_small_files_are_served_by_the_daemon_with_their_pages_kept() {
         if restart {
             drop_cached_pages(&f.ssd);
         }
-        let m = f.mount(&[]);
+        let m = f.mount(&["--pack-max", "1M"]);
         for _ in 0..3 {
             for (p, d) in &files {
                 assert!(fs::read(m.path(p)).unwrap() == *d, "{p}");
@@ -69,7 +69,7 @@ fn packed_small_files_are_served_by_the_daemon_with_their_pages_kept() {
 fn after_a_crash_torn_or_rotten_packed_objects_are_never_served() {
     let f = Fixture::new("packcrash");
     let files = dataset(&f, 6, 100 * 1024);
-    let m = f.mount(&[]);
+    let m = f.mount(&["--pack-max", "1M"]);
     // One reader, in order: 0.bin is the first object of the first segment.
     for (p, d) in &files {
         assert!(fs::read(m.path(p)).unwrap() == *d, "{p}");
@@ -94,7 +94,7 @@ fn after_a_crash_torn_or_rotten_packed_objects_are_never_served() {
     let stray = f.ssd.join("segments").join("000000ff.seg");
     fs::write(&stray, b"left by a crash").unwrap();
 
-    let m = f.mount(&[]);
+    let m = f.mount(&["--pack-max", "1M"]);
     for (p, d) in &files {
         assert!(fs::read(m.path(p)).unwrap() == *d, "{p}");
     }
@@ -110,13 +110,13 @@ fn after_a_crash_torn_or_rotten_packed_objects_are_never_served() {
 }
 
 /// A cache much smaller than the dataset: reads stay byte-exact while whole segments are
-/// evicted, and the cache holds at most its capacity plus the open segment; also on a kernel
-/// without passthrough (`--no-passthrough`), where the second round's opens find files whose
-/// pages the kernel kept but the cache evicted (each such open takes a region of a segment,
-/// which must be filled and counted, not left empty beside the capacity).
+/// evicted, and the cache holds at most its capacity plus the open segment; also without
+/// passthrough (`--no-passthrough`, where `--pack-max auto` packs), where the second round's
+/// opens find files whose pages the kernel kept but the cache evicted (each such open takes a
+/// region of a segment, which must be filled and counted, not left empty beside the capacity).
 #[test]
 fn a_small_cache_evicts_whole_segments_and_stays_byte_exact() {
-    for mode in [&[][..], &["--no-passthrough"][..]] {
+    for mode in [&["--pack-max", "1M"][..], &["--no-passthrough"][..]] {
         let f = Fixture::new("packevict");
         let files = dataset(&f, 64, 200 * 1024);
         let m = f.mount(&[&["--capacity", "4M"][..], mode].concat());
@@ -135,6 +135,35 @@ fn a_small_cache_evicts_whole_segments_and_stays_byte_exact() {
         assert!((1..=5).contains(&segments), "{mode:?}: {segments} segments");
         assert_eq!(m.stat("cache_segments"), segments as u64, "{mode:?}");
         assert_eq!(walk_files(&f.ssd.join("data")), 0);
+        m.unmount();
+    }
+}
+
+/// `--pack-max auto` (the default) packs small files only where the kernel cannot be handed
+/// cache files: with passthrough each gets a file of its own and is passed through (a cold
+/// cached read costs the daemon nothing); without it (`--no-passthrough`, or a kernel without
+/// FUSE passthrough) they are packed and served by the daemon.
+#[test]
+fn auto_packs_small_files_only_where_they_cannot_be_passed_through() {
+    for mode in [&[][..], &["--no-passthrough"][..]] {
+        let f = Fixture::new("packauto");
+        let files = dataset(&f, 6, 100 * 1024);
+        let m = f.mount(mode);
+        for _ in 0..2 {
+            for (p, d) in &files {
+                assert!(fs::read(m.path(p)).unwrap() == *d, "{mode:?}: {p}");
+            }
+        }
+        let passes = m.stats()["passthrough"] == true;
+        let segments = walk_files(&f.ssd.join("segments"));
+        let own_files = walk_files(&f.ssd.join("data"));
+        if passes {
+            assert_eq!((segments, own_files), (0, files.len()), "{mode:?}");
+            assert!(m.stat("passthrough_opens") > 0, "{mode:?}");
+        } else {
+            assert_eq!((segments, own_files), (1, 0), "{mode:?}");
+            assert_eq!(m.stat("passthrough_opens"), 0, "{mode:?}");
+        }
         m.unmount();
     }
 }

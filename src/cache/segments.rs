@@ -26,6 +26,7 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::files::{DataFiles, Mode};
@@ -82,7 +83,7 @@ pub struct Segments {
     /// Bytes a segment file holds (preallocated at its creation).
     size: u64,
     /// Objects of at most this many bytes are packed (0: none).
-    max: u64,
+    max: AtomicU64,
     table: Mutex<Table>,
 }
 
@@ -116,9 +117,16 @@ impl Segments {
         Ok(Segments {
             dir,
             size: size.max(max).next_multiple_of(PAGE).max(PAGE),
-            max,
+            max: AtomicU64::new(max),
             table: Mutex::new(Table::default()),
         })
+    }
+
+    /// Packs objects of at most `max` bytes from now on (0: none); the objects packed so far
+    /// stay where they are. Never above the size this was made with.
+    pub(super) fn set_max(&self, max: u64) {
+        let max = max.min(self.size);
+        self.max.store(max, Ordering::Relaxed);
     }
 
     /// The size of a cache of `capacity` bytes' segments.
@@ -128,7 +136,7 @@ impl Segments {
 
     /// Whether an object of `size` bytes is packed.
     pub(super) fn packs(&self, size: u64) -> bool {
-        size > 0 && size <= self.max
+        size > 0 && size <= self.max.load(Ordering::Relaxed)
     }
 
     pub(super) fn path(&self, segment: u32) -> PathBuf {

@@ -31,8 +31,8 @@ pub struct MountConfig {
     /// Idle cache data files kept open (`None`: half the descriptor limit, at most 65536).
     pub open_files: Option<u64>,
     pub chunk_size: u64,
-    /// Cached objects of at most this many bytes are packed into segments (0: none).
-    pub pack_max: u64,
+    /// Which cached objects are packed into segments.
+    pub pack_max: PackMax,
     /// How often the background scrub re-checks the cache (zero: never), and its read rate.
     pub scrub_interval: Duration,
     pub scrub_rate: u64,
@@ -151,4 +151,27 @@ pub struct UcxConfig {
     pub slot_size: u64,
     pub timeout: Duration,
     pub node_id: u32,
+}
+
+/// Which cached objects are packed into segments (`--pack-max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackMax {
+    /// Those of at most [`PackMax::AUTO_BYTES`] where the kernel cannot be handed cache files
+    /// (no FUSE passthrough, or it is turned off), none where it can (decided at FUSE INIT).
+    Auto,
+    /// Those of at most this many bytes (0: none).
+    Bytes(u64),
+}
+
+impl PackMax {
+    /// What `Auto` packs where it packs.
+    pub const AUTO_BYTES: u64 = 1 << 20;
+
+    /// The largest object packed until the kernel's answer is known.
+    pub fn until_init(self) -> u64 {
+        match self {
+            PackMax::Auto => Self::AUTO_BYTES,
+            PackMax::Bytes(n) => n,
+        }
+    }
 }

@@ -71,7 +71,7 @@ fn open_cache(args: &MountConfig, limit: u64, stats: &Arc<Stats>) -> Result<Arc<
         dir: args.ssd.clone(),
         chunk_size: args.chunk_size as u32,
         capacity: args.capacity,
-        pack_max: args.pack_max,
+        pack_max: args.pack_max.until_init(),
         open_files: args
             .open_files
             .unwrap_or((limit / 2).clamp(8, MAX_OPEN_FILES)),

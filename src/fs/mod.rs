@@ -102,6 +102,9 @@ pub struct FsConfig {
     pub metadata_ttl: Duration,
     /// Reply to opens of complete cached files with kernel passthrough when possible.
     pub passthrough: bool,
+    /// `--pack-max auto`: small files are packed into segments only where the kernel offers
+    /// no passthrough (decided at INIT, [`DyadFs::kernel_offers`]).
+    pub pack_auto: bool,
     /// Files smaller than this are served by the daemon even when passthrough is on (their
     /// pages kept by the kernel), unless their bytes are in memory at the inode's first open:
     /// see `--passthrough-min`.
@@ -303,6 +306,12 @@ impl<S: Source> DyadFs<S> {
             no_open,
         } = caps;
         tracing::info!(passthrough, no_open, "FUSE session initialised");
+        if self.config.pack_auto && self.config.passthrough && passthrough {
+            // Cached files can be handed to the kernel: a file of its own each, passed through
+            // (a cold read of it costs the daemon no READ request and no copy of its bytes).
+            self.reader.cache.set_pack_max(0);
+            tracing::info!("small files get cache files of their own (--pack-max auto)");
+        }
     }
 
     /// What the kernel agreed to (nothing before INIT).

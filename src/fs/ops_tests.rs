@@ -108,6 +108,7 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
     let producer = Arc::new(Producer::open(&ssd, cache.clone(), 0, quota).unwrap());
     let fs_config = FsConfig {
         metadata_ttl: Duration::from_secs(1),
+        pack_auto: false,
         passthrough: false,
         passthrough_min: 0,
         readahead_threads: 1,
