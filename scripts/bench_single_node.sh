@@ -4,10 +4,11 @@
 #   (b) 4096 cached files of 128 KiB read in random order by 4 processes ("small": `cat`s
 #       started by xargs; "loop": 4 Python processes each reading its quarter, as a training
 #       loop's workers do)
-# each through dyadfs (the default mode, "passthrough": the 1 GiB file passed through, the small
-# files packed into segments and served by the daemon with their pages kept; --read-only;
-# --no-passthrough; --no-open; "pack0": --pack-max 0, small files passed through too; each with
-# FUSE requests by /dev/fuse, and the default, --read-only and pack0 again with them by the
+# each through dyadfs (the default mode, "passthrough": every cached file passed through where
+# the kernel offers passthrough (--pack-max auto); --read-only; --no-passthrough (small files
+# then packed into segments and served by the daemon with their pages kept); --no-open;
+# "packed": --pack-max 1M, small files packed though the kernel could be handed them; each with
+# FUSE requests by /dev/fuse, and the default, --read-only and packed again with them by the
 # kernel's io_uring queues, "-uring"), directly on the same disk, and through
 # bindfs -o kernel_cache over the same tree; "cold" drops the page cache before each run,
 # "warm" does not. Then the daemons' CPU per small file read (all runs), and a FUSE round trip:
@@ -94,17 +95,17 @@ command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 # an A/B in the same run.
 declare -A R
 CONFIGS=(direct dyadfs-passthrough dyadfs-read-only dyadfs-no-passthrough dyadfs-no-open
-  dyadfs-pack0 dyadfs-passthrough-uring dyadfs-read-only-uring dyadfs-pack0-uring
+  dyadfs-packed dyadfs-passthrough-uring dyadfs-read-only-uring dyadfs-packed-uring
   bindfs-kernel_cache)
 if [ -n "${ONLY:-}" ]; then read -r -a CONFIGS <<< "direct ${ONLY/direct/}"; fi
 declare -A DIR=([direct]="$W/backing" [dyadfs-passthrough]="$W/mnt" [dyadfs-no-passthrough]="$W/mnt2"
   [bindfs-kernel_cache]="$W/bind" [base]="$W/mnt3" [dyadfs-read-only]="$W/mnt4"
   [dyadfs-no-open]="$W/mnt5" [dyadfs-passthrough-uring]="$W/mnt6"
-  [dyadfs-read-only-uring]="$W/mnt7" [dyadfs-pack0]="$W/mnt8" [dyadfs-pack0-uring]="$W/mnt9")
+  [dyadfs-read-only-uring]="$W/mnt7" [dyadfs-packed]="$W/mnt8" [dyadfs-packed-uring]="$W/mnt9")
 declare -A OPTS=([dyadfs-passthrough]="" [dyadfs-no-passthrough]="--no-passthrough"
   [dyadfs-read-only]="--read-only" [dyadfs-no-open]="--no-open"
   [dyadfs-passthrough-uring]="" [dyadfs-read-only-uring]="--read-only"
-  [dyadfs-pack0]="--pack-max 0" [dyadfs-pack0-uring]="--pack-max 0")
+  [dyadfs-packed]="--pack-max 1M" [dyadfs-packed-uring]="--pack-max 1M")
 mkdir -p "$W"/{mnt2,mnt3,mnt4,mnt5,mnt6,mnt7,mnt8,mnt9,ssd2,ssd3,ssd4,ssd5,ssd6,ssd7,ssd8,ssd9} \
   "$W"/{rt-dev,rt-uring,rt-ssd-dev,rt-ssd-uring}
 rm -rf "$W"/ssd/* "$W"/ssd[2-9]/* "$W"/rt-ssd-*/*

@@ -49,9 +49,7 @@ impl Pooled {
         let pooled = Pooled { buf, len };
         r.map(|()| pooled)
     }
-}
 
-impl Pooled {
     /// `len` bytes of the thread's kept buffer, their content whatever it held: for a caller
     /// that overwrites them all before serving them.
     pub fn with_len(len: usize) -> Pooled {
