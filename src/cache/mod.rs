@@ -424,10 +424,12 @@ impl Cache {
         self.shared.segments.count().0
     }
 
-    /// Packs new cached objects of at most `max` bytes from now on (0: none; at most what the
-    /// cache was opened with); objects packed already stay packed.
+    /// Packs new cached objects of at most `max` bytes from now on (0: none; at most a chunk,
+    /// as at [`Cache::open`]); objects packed already stay packed.
     pub fn set_pack_max(&self, max: u64) {
-        self.shared.segments.set_max(max);
+        self.shared
+            .segments
+            .set_max(max.min(self.shared.chunk_size));
     }
 
     /// Number of entries holding at least one present chunk.

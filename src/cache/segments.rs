@@ -122,11 +122,10 @@ impl Segments {
         })
     }
 
-    /// Packs objects of at most `max` bytes from now on (0: none); the objects packed so far
-    /// stay where they are. Never above the size this was made with.
+    /// Packs objects of at most `max` bytes from now on (0: none; never more than a segment
+    /// holds); the objects packed so far stay where they are.
     pub(super) fn set_max(&self, max: u64) {
-        let max = max.min(self.size);
-        self.max.store(max, Ordering::Relaxed);
+        self.max.store(max.min(self.size), Ordering::Relaxed);
     }
 
     /// The size of a cache of `capacity` bytes' segments.

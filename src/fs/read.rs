@@ -70,10 +70,7 @@ impl<S: Source + ?Sized> Reader<S> {
             let mut kept = Kept::new(offset, end);
             self.fill_claimed(entry, demand.clone(), true, Some(&mut kept))?;
             if let Some(buf) = kept.whole() {
-                self.stats
-                    .bytes_from_local
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-                return Ok(buf);
+                return Ok(self.served_locally(buf));
             }
             // Not cached: the cache is full of open files, or its file system could not take
             // the bytes (here or in another reader's fill of them, which gave up).
@@ -109,10 +106,15 @@ impl<S: Source + ?Sized> Reader<S> {
             return Ok(None);
         }
         let buf = entry.read_bytes(offset, (end - offset) as usize, map)?;
+        Ok(Some(self.served_locally(buf)))
+    }
+
+    /// `buf`, counted as bytes this node's cache served (read back, or kept from their fill).
+    fn served_locally(&self, buf: ReadBytes) -> ReadBytes {
         self.stats
             .bytes_from_local
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        Ok(Some(buf))
+        buf
     }
 
     /// Makes chunks `range` present, filling the absent ones from the source and waiting for
