@@ -73,6 +73,9 @@ pub enum Error {
     PrefetchFull,
     #[error("prefetch list: {0}")]
     PrefetchList(io::Error),
+    /// An open for writing kept finding the file finished by other writers as it got to it.
+    #[error("the file was finished by other writers each time this open reached it")]
+    Contended,
 }
 
 impl Error {
@@ -119,6 +122,8 @@ impl Error {
             Error::OverQuota { .. } => libc::EDQUOT,
             Error::PrefetchFull => libc::EBUSY,
             Error::PrefetchList(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            // Busy with writers: the opener may try again.
+            Error::Contended => libc::EBUSY,
         }
     }
 }

@@ -91,7 +91,14 @@ impl Found {
 enum ToOpen {
     Handle(Opened),
     Cached(String, Attr),
+    /// The file being written that the path named was finished (published, or unlinked) after
+    /// it was resolved: resolve again.
+    Finished,
 }
+
+/// How many times an open resolves its path again when the file it found being written was
+/// finished meanwhile; each time another writer opened, wrote and finished it in between.
+const OPEN_RETRIES: usize = 8;
 
 /// How long a produced name's attributes are trusted: another node may rename or replace it.
 const PRODUCED_TTL: Duration = Duration::from_secs(1);
@@ -470,13 +477,18 @@ impl<S: Source> DyadFs<S> {
                 (path, attr)
             }
             None => {
-                let (path, found) = self.resolve_node(&node)?;
-                if !write {
-                    self.prefetch.opened(&path);
-                }
-                match self.open_found(path, found, write, truncate)? {
-                    ToOpen::Handle(opened) => return Ok(opened),
-                    ToOpen::Cached(key, attr) => (key, attr),
+                let mut tries = 0;
+                loop {
+                    let (path, found) = self.resolve_node(&node)?;
+                    if !write {
+                        self.prefetch.opened(&path);
+                    }
+                    match self.open_found(path, found, write, truncate)? {
+                        ToOpen::Handle(opened) => return Ok(opened),
+                        ToOpen::Cached(key, attr) => break (key, attr),
+                        ToOpen::Finished if tries < OPEN_RETRIES => tries += 1,
+                        ToOpen::Finished => return Err(Error::Contended),
+                    }
                 }
             }
         };
@@ -601,12 +613,23 @@ impl<S: Source> DyadFs<S> {
         truncate: bool,
     ) -> Result<ToOpen, Error> {
         let (key, attr) = match found {
+            Found::Staged(s) if !write => return Ok(ToOpen::Handle(self.staged_handle(s, false))),
             Found::Staged(s) => {
+                // Under the finishing lock, which the close that finishes a file holds
+                // throughout: either that close has not begun (this handle is one writer more,
+                // and the last release finishes the file), or it is over and the file was
+                // unstaged, its bytes sealed; a handle on it would write into the sealed
+                // object and finish it again.
+                let held = s.clone();
+                let _finishing = lock(&held.finishing);
+                if *lock(&s.ended) {
+                    return Ok(ToOpen::Finished);
+                }
                 if truncate {
                     s.set_len(0)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
-                return Ok(ToOpen::Handle(self.staged_handle(s, write)));
+                return Ok(ToOpen::Handle(self.staged_handle(s, true)));
             }
             Found::Backing(meta) => {
                 if write {

@@ -328,6 +328,40 @@ fn a_close_seals_and_reports_what_publishing_met() {
     w.fs.release(c.fh).unwrap();
 }
 
+/// An open for writing that resolved a file being written just before its last close finished
+/// it must not join it: its writes would land in the sealed object, and its release would
+/// finish the file a second time. It opens the published version instead.
+#[test]
+fn an_open_that_reaches_a_finished_file_opens_its_published_version() {
+    let (w, _) = world();
+    let (attr, a) =
+        w.fs.create(ROOT_INO, OsStr::new("f"), 0o644, (false, true), (0, 0))
+            .unwrap();
+    w.fs.write(a.fh, 0, b"first").unwrap();
+    // The open resolves the name while the file is being written ...
+    let (path, found) = w.fs.resolve_node(&w.fs.node(attr.ino).unwrap()).unwrap();
+    assert!(matches!(found, Found::Staged(_)));
+    // ... and the writer's last release finishes it before the open gets further.
+    w.fs.release(a.fh).unwrap();
+    assert!(w.fs.producer.staged("f").is_none());
+    let handles = lock(&w.fs.handles).len();
+    assert!(matches!(
+        w.fs.open_found(path, found, true, false).unwrap(),
+        ToOpen::Finished
+    ));
+    assert_eq!(
+        lock(&w.fs.handles).len(),
+        handles,
+        "no handle on the sealed file"
+    );
+    // The whole open resolves again: a new version, started from the published bytes.
+    let b = w.fs.open(attr.ino, true, false).unwrap();
+    w.fs.write(b.fh, 0, b"FIRST, then more").unwrap();
+    w.fs.release(b.fh).unwrap();
+    assert_eq!(read_whole(&w.fs, "f").unwrap(), b"FIRST, then more");
+    assert_eq!(w.fs.stats().files_produced.load(Ordering::Relaxed), 2);
+}
+
 /// `--max-staged-per-user`: the write that would take a uid past its cap fails with EDQUOT
 /// there, the file keeps what it held and publishes it; what that uid published here counts
 /// until it is removed; another uid writes on.
