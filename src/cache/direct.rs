@@ -2,10 +2,8 @@
 //! daemon-served reads: bytes that are not in the page cache are read with O_DIRECT, so that
 //! serving them neither costs a page-cache copy nor pushes this node's own working set out.
 
-use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 
 use super::Entry;
 use super::chunks::Chunk;
@@ -43,17 +41,19 @@ impl Entry {
         let data = self.file(Mode::ReadWrite)?;
         // Where the bytes are in the data file (its region of a segment, if packed).
         let at = self.base() + offset;
-        if all_cached(&data, at, len) == Some(false) && self.read_direct(at, room, len) {
+        if crate::sys::pages_cached(&data, at, len) == Some(false)
+            && self.read_direct(at, room, len)
+        {
             return Ok(());
         }
         data.read_exact_at(&mut room[..len], at)
     }
 
     /// Whether every byte of the data file is in the page cache (`None` where that cannot be
-    /// told, see [`all_cached`]).
+    /// told, see [`crate::sys::pages_cached`]).
     pub fn pages_cached(&self) -> Option<bool> {
         let data = self.file(Mode::ReadWrite).ok()?;
-        all_cached(&data, self.base(), self.version.size as usize)
+        crate::sys::pages_cached(&data, self.base(), self.version.size as usize)
     }
 
     /// Reads at least `room[..len]` at `offset` of the data file with O_DIRECT, rounded up to
@@ -84,44 +84,4 @@ impl Entry {
         }
         done >= len
     }
-}
-
-/// Whether every page of `[offset, offset + len)` of `file` is in the page cache, asked without
-/// reading anything (`cachestat(2)`, Linux >= 6.5; `None` where unsupported). A probing read
-/// would start readahead into the page cache, the very copy to avoid.
-fn all_cached(file: &File, offset: u64, len: usize) -> Option<bool> {
-    /// cachestat's number on every architecture (numbers from 424 on are shared).
-    const SYS_CACHESTAT: libc::c_long = 451;
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Stat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    let range = Range {
-        off: offset,
-        len: len as u64,
-    };
-    let mut stat = Stat::default();
-    // SAFETY: both pointers are to live structs with the kernel's layout, for the call only.
-    let r = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            file.as_raw_fd(),
-            &range as *const Range,
-            &mut stat as *mut Stat,
-            0,
-        )
-    };
-    // SAFETY: sysconf has no memory effects.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-    (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
 }

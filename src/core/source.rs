@@ -77,7 +77,10 @@ pub trait Source: Send + Sync + 'static {
 
 /// Reads of at most this many bytes use the thread's scratch buffer (the largest chunk size);
 /// larger ones get a buffer of their own.
-const SCRATCH_MAX: usize = 4 << 20;
+const SCRATCH_MAX: usize = (4 << 20) + DIRECT_ALIGN;
+
+/// O_DIRECT's alignment of memory, offsets and lengths (a page: what every file system takes).
+pub const DIRECT_ALIGN: usize = 4096;
 
 thread_local! {
     /// The buffer a thread reads chunks into, kept between reads: a new zeroed allocation per
@@ -90,7 +93,7 @@ thread_local! {
 /// Runs `f` on `len` bytes of initialised memory: the thread's scratch buffer, taken for the
 /// call (a read nested in it finds none and starts its own), or one of its own if `len` is
 /// over [`SCRATCH_MAX`].
-fn with_scratch<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+pub fn with_scratch<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
     let kept = len <= SCRATCH_MAX;
     let mut buf = if kept { SCRATCH.take() } else { Vec::new() };
     if buf.len() < len {
@@ -101,6 +104,15 @@ fn with_scratch<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
         SCRATCH.set(buf);
     }
     r
+}
+
+/// Runs `f` on `len` bytes of scratch memory (as [`with_scratch`]) whose first byte is
+/// aligned to [`DIRECT_ALIGN`], for O_DIRECT reads.
+pub fn with_aligned_scratch<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    with_scratch(len + DIRECT_ALIGN, |buf| {
+        let skip = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        f(&mut buf[skip..skip + len])
+    })
 }
 
 #[cfg(test)]
@@ -126,5 +138,15 @@ mod tests {
         // Reused: the same memory, not zeroed again (its bytes are overwritten by each read).
         with_scratch(16, |a| assert!(a.iter().all(|&x| x == 1)));
         assert_eq!(with_scratch(SCRATCH_MAX + 1, |b| b.len()), SCRATCH_MAX + 1);
+    }
+
+    #[test]
+    fn aligned_scratch_starts_on_a_block() {
+        for len in [1, 4096, 256 << 10, 4 << 20] {
+            with_aligned_scratch(len, |b| {
+                assert_eq!(b.len(), len);
+                assert!((b.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN));
+            });
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! The process's own calls into the system that no layer owns: file system space, the
-//! descriptor limit, thread priority, signals, returning freed memory. Each wraps one libc
+//! descriptor limit, thread priority, signals, returning freed memory, which pages the page
+//! cache holds and O_DIRECT. Each wraps one libc
 //! call so the rest of the code calls Rust. (Calls that are a module's whole purpose stay in
 //! it: UCX in `transport::ucx`, mappings in `cache::mapping`, `openat2` in `fs::backing`.)
 //! [`private`]: paths root must not be redirected through.
@@ -168,4 +169,67 @@ pub fn has_cap_sys_admin() -> bool {
             u64::from_str_radix(hex, 16).ok()
         })
         .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// Whether every page of `[offset, offset + len)` of `file` is in the page cache, asked without
+/// reading anything (`cachestat(2)`, Linux >= 6.5; `None` where unsupported). A probing read
+/// would start readahead into the page cache, the very copy to avoid.
+pub fn pages_cached(file: &std::fs::File, offset: u64, len: usize) -> Option<bool> {
+    use std::os::fd::AsRawFd;
+    /// cachestat's number on every architecture (numbers from 424 on are shared).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    let range = Range {
+        off: offset,
+        len: len as u64,
+    };
+    let mut stat = Stat::default();
+    // SAFETY: both pointers are to live structs with the kernel's layout, for the call only.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0,
+        )
+    };
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
+}
+
+/// Sets or clears O_DIRECT on an open file (`fcntl(F_SETFL)`); a file system that cannot read
+/// around its page cache refuses it (EINVAL).
+pub fn set_direct(file: &std::fs::File, on: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we hold open; no memory is involved.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = if on {
+        flags | libc::O_DIRECT
+    } else {
+        flags & !libc::O_DIRECT
+    };
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
