@@ -24,7 +24,6 @@
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -210,16 +209,9 @@ impl Segments {
         let path = self.path(id);
         // (A leftover of another run no journal record names is unlinked first.)
         let file = super::create_fresh(&path, || super::private_file(&path))?;
-        // SAFETY: fallocate on a descriptor we own; no memory is involved.
-        let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, self.size as libc::off_t) };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                let _ = fs::remove_file(&path);
-                return Err(e);
-            }
-            // A file system without preallocation: sparse, allocated by the appends.
-            file.set_len(self.size)?;
+        if let Err(e) = crate::sys::preallocate(&file, self.size) {
+            let _ = fs::remove_file(&path);
+            return Err(e);
         }
         Ok(file)
     }

@@ -233,3 +233,23 @@ pub fn set_direct(file: &std::fs::File, on: bool) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Makes `file` `len` bytes long with its blocks allocated now (`fallocate(2)`), so that writes
+/// into it allocate none; sparse (`ftruncate`) on a file system that cannot preallocate.
+pub fn preallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        // (fallocate refuses an empty range.)
+        return file.set_len(0);
+    }
+    // SAFETY: fallocate on a descriptor we hold open; no memory is involved.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(e);
+    }
+    file.set_len(len)
+}
