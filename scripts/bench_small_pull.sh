@@ -13,8 +13,8 @@
 # PTMIN lists values of `mount --passthrough-min` for the pulled reads, likewise (default "0",
 # the mount's default: a pulled small file is fetched whole at open and handed to the kernel by
 # passthrough; "1M": served by B's daemon, pages kept).
-# CACHE_FS=ext4 puts B's cache on a fresh journaled ext4 image on a loop device instead of the
-# directory's own file system (where that is ext4 without a journal, as on the 2-vCPU VM, every
+# CACHE_FS=ext4 puts B's cache (and the fills' node's) on a fresh journaled ext4 image on a
+# loop device instead of the directory's own file system (where that is ext4 without a journal, as on the 2-vCPU VM, every
 # new cache file's inode allocation scans for recently deleted inodes: a cost of that machine).
 # HINT lists whether B is handed the readers' order first (`dyadfs prefetch --list`, timed with
 # the reads): default "0"; "0 1" compares demand pulls with pulls ahead of the readers.
@@ -93,14 +93,16 @@ for _ in $(seq "$RUNS"); do
   if [ "${FILLS:-0}" = 1 ]; then
     for i in "${!BINS[@]}"; do
       # A node of its own, mounted empty: every file is read from the shared FS and cached.
-      rm -rf "$W/c"; mkdir -p "$W/c/mnt" "$W/c/ssd"
-      "$(bin_of "${BINS[$i]}")" mount "$W/c/mnt" --ssd "$W/c/ssd" --backing "$W/backing"
+      # (On B's cache file system, whose daemon is not mounted now, where CACHE_FS says.)
+      CSSD=$W/c/ssd; [ -z "${CACHE_FS:-}" ] || CSSD=$W/b/ssd/fill
+      rm -rf "$W/c" "$CSSD"; mkdir -p "$W/c/mnt" "$CSSD"
+      "$(bin_of "${BINS[$i]}")" mount "$W/c/mnt" --ssd "$CSSD" --backing "$W/backing"
       drop
       C=$(daemon_of c) a0=0 a1=0 sa0=0 sa1=0
       b0=$(cpu_ms "$C") sb0=$(switches "$C")
       t0=$(now); read_all "$W/c/mnt"; t1=$(now)
       b1=$(cpu_ms "$C") sb1=$(switches "$C")
-      fusermount3 -u "$W/c/mnt"
+      fusermount3 -u "$W/c/mnt"; rm -rf "$CSSD"
       k="fill-$i"
       [ -n "${LABEL[$k]:-}" ] || { LABEL[$k]="filled from the shared FS${BINS[1]:+, B$i}"; KEYS+=("$k"); }
       record "$k" "$t0" "$t1"
