@@ -19,7 +19,8 @@
 #      CAPACITY (e.g. 2G: a cache capacity smaller than the data, to force eviction churn),
 #      KEEP (keep WORKDIR; a later run with the same WORKDIR reuses the generated files),
 #      MALLOC_STATS (print glibc's per-arena heap totals of the daemon, through gdb),
-#      DYADFS_BIN (a dyadfs binary to measure instead of this tree's release build)
+#      DYADFS_BIN (a dyadfs binary to measure instead of this tree's release build),
+#      MOUNT_ARGS (more options for the mount, e.g. "--pack-max 1M")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -66,7 +67,8 @@ stats() { "$BIN" stats "$W/mnt" --json > "$1" 2>/dev/null || echo '{}' > "$1"; }
 mount_fs() {
   local args=()
   [ -z "$CAPACITY" ] || args=(--capacity "$CAPACITY")
-  "$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing" --log-file "$W/dyadfs.log" "${args[@]}"
+  # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options
+  "$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing" --log-file "$W/dyadfs.log" "${args[@]}" ${MOUNT_ARGS:-}
 }
 # The daemon of the mount: its pid from `stats --json`, else the newest process started with
 # `mount $W/mnt`; checked against /proc/PID/cmdline.
@@ -233,7 +235,7 @@ ulimit -n "$NOFILE"   # soft and hard; the readers, find and the daemon inherit 
 
 say "dyadfs scale benchmark, $(date -Is) on $(hostname) (Linux $(uname -r), $(nproc) CPUs)"
 say "binary: $BIN ($("$BIN" --version 2>/dev/null || echo '?'))$( [ -n "${DYADFS_BIN:-}" ] || echo ", tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || echo ' with uncommitted changes')")"
-say "config: N=$N files in DIRS=$DIRS directories, PROCS=$PROCS readers, ulimit -n $(ulimit -Sn)/$(ulimit -Hn) (soft/hard), CAPACITY=${CAPACITY:-default}, SCANDIR=$SCANDIR, SAMPLE=$(wc -l < "$W/sample"), workdir $W"
+say "config: N=$N files in DIRS=$DIRS directories, PROCS=$PROCS readers, mount options '${MOUNT_ARGS:-}', ulimit -n $(ulimit -Sn)/$(ulimit -Hn) (soft/hard), CAPACITY=${CAPACITY:-default}, SCANDIR=$SCANDIR, SAMPLE=$(wc -l < "$W/sample"), workdir $W"
 
 # --- 3. direct, pass 1, pass 2 ---------------------------------------------------------------
 declare -A F E T B H M
@@ -290,7 +292,7 @@ if [ -e "$W/ssd/index.log" ]; then
 else
   say "cache index: no $W/ssd/index.log"
 fi
-say "cache dir $W/ssd: $(du -sh "$W/ssd" | cut -f1)"
+say "cache dir $W/ssd: $(du -sh "$W/ssd" | cut -f1), $(find "$W/ssd/data" -type f 2>/dev/null | wc -l) data files, $(find "$W/ssd/segments" -type f 2>/dev/null | wc -l) segment files"
 
 # --- 5. metadata: find, scandir --------------------------------------------------------------
 # find_count LABEL DIR: prints the count; records the seconds in FT and errors in FE
