@@ -508,16 +508,7 @@ impl Cache {
         let data = create_fresh(&data_path, || {
             files.open_retrying(|| private_file(&data_path))
         })?;
-        // A file filled in one piece gets its blocks now: the fill's write then finds them
-        // allocated, where in a sparse file it reserves each block itself (ext4's delayed
-        // allocation, a tenth of a fill's CPU by `perf`). A larger file stays sparse: only the
-        // chunks read are cached, and the capacity counts those.
-        let sized = if version.size <= self.shared.chunk_size {
-            crate::sys::preallocate(&data, version.size)
-        } else {
-            data.set_len(version.size)
-        };
-        if let Err(e) = sized {
+        if let Err(e) = data.set_len(version.size) {
             let _ = fs::remove_file(&data_path);
             return Err(e.into());
         }
@@ -545,7 +536,10 @@ impl Cache {
     /// cannot be made (the cache's file system is full, read-only or failing), an entry outside
     /// the cache that never caches a byte, so its reads are served uncached instead of failing.
     pub fn entry_or_uncached(&self, path: &str, version: Version) -> Arc<Entry> {
-        if !self.takes_writes() {
+        // A cache of no capacity (its file system was over 90% full at the start, and no
+        // --capacity was given) takes no bytes: it makes no file either, where it used to make
+        // an empty one, and an entry, per file read.
+        if !self.takes_writes() || self.capacity == 0 {
             if let Some(e) = self.found(&lock(&self.index), path, version) {
                 return e;
             }

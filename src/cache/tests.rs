@@ -657,3 +657,25 @@ fn events_go_to_one_reader_complete_copies_first() {
 
 #[path = "segment_tests.rs"]
 mod segments;
+
+/// A cache of no capacity (a nearly full file system, no --capacity) makes nothing per file
+/// read: no data file, no entry; reads through such an entry are served uncached.
+#[test]
+fn a_cache_of_no_capacity_makes_no_file_per_read() {
+    let (dir, config, stats) = setup(0);
+    let cache = Cache::open(&config, stats).unwrap();
+    for i in 0..8 {
+        let e = cache.entry_or_uncached(&format!("f{i}"), v(4096));
+        assert!(e.is_evicted(), "an entry outside the cache");
+        assert!(!cache.reserve(&e, 4096));
+    }
+    assert_eq!(lock(&cache.index).entries().count(), 0, "entries made");
+    let files = fs::read_dir(dir.join("data"))
+        .map(|d| {
+            d.flat_map(|e| fs::read_dir(e.unwrap().path()).unwrap())
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(files, 0, "data files made");
+    let _ = fs::remove_dir_all(&dir);
+}
