@@ -62,6 +62,15 @@ mount_node() {
   # shellcheck disable=SC2086 # MOUNT_ARGS and BIN_ARGS are lists of options, split into words
   "$BIN" mount "$W/$1/mnt" --ssd "$W/$1/ssd" --backing "$W/backing" --node-id "$2" \
     --peers "$W/peers" ${MOUNT_ARGS:-} ${BIN_ARGS:-}
+  # A cache file system over 90% full at the mount gives the default capacity nothing: the run
+  # would measure a node that caches nothing (and serves its peers nothing).
+  if [ "$(dyadfs_stat "$W/$1/mnt" capacity_bytes 2>/dev/null)" = 0 ]; then
+    local avail used
+    read -r avail used < <(df -h --output=avail,pcent "$W/$1/ssd" | tail -1)
+    echo "node $1's cache has no capacity (its file system: $avail available, $used used);" \
+      "free space or give --capacity in MOUNT_ARGS" >&2
+    exit 1
+  fi
 }
 
 # A BINS entry is a binary, optionally with mount options after a colon
