@@ -60,7 +60,7 @@ impl Entry {
     /// whole blocks;
     /// `false` where that is impossible (unaligned, refused) or failed: read another way.
     fn read_direct(&self, offset: u64, room: &mut [u8], len: usize) -> bool {
-        const BLOCK: usize = 4096;
+        const BLOCK: usize = crate::core::source::DIRECT_ALIGN;
         let padded = len.next_multiple_of(BLOCK);
         let aligned = offset.is_multiple_of(BLOCK as u64)
             && (room.as_ptr() as usize).is_multiple_of(BLOCK)
@@ -73,15 +73,9 @@ impl Entry {
             return false;
         };
         // A short count only at the end of the file, past `len`.
-        let mut done = 0;
-        while done < len {
-            match direct.read_at(&mut room[done..padded], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        done >= len
+        matches!(
+            crate::sys::read_at_least(&direct, &mut room[..padded], offset, len),
+            Ok(n) if n >= len
+        )
     }
 }

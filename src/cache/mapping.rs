@@ -81,7 +81,7 @@ pub struct Aligned {
 }
 
 /// O_DIRECT's alignment of memory, offsets and lengths.
-const BLOCK: usize = 4096;
+const BLOCK: usize = crate::core::source::DIRECT_ALIGN;
 
 // SAFETY: `Aligned` owns its allocation outright (like a `Vec<u8>`): moving it to another thread
 // or sharing `&Aligned` hands out nothing but the bytes.

@@ -239,17 +239,12 @@ impl Source for BackingStore {
 /// short read left the next one unaligned): read it another way. A file shorter than `len` is
 /// an error, as `read_exact_at` says.
 fn read_direct(file: &File, buf: &mut [u8], offset: u64, len: usize) -> io::Result<bool> {
-    let mut done = 0;
-    while done < len {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(false),
-            Err(e) => return Err(e),
-        }
+    match crate::sys::read_at_least(file, buf, offset, len) {
+        Ok(n) if n >= len => Ok(true),
+        Ok(_) => Err(io::ErrorKind::UnexpectedEof.into()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+        Err(e) => Err(e),
     }
-    Ok(true)
 }
 
 /// A backing entry's attributes.

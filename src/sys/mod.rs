@@ -234,6 +234,28 @@ pub fn set_direct(file: &std::fs::File, on: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Reads into `buf` at `offset` of `file` until at least `len` bytes are in or the file ends,
+/// and returns how many: for O_DIRECT reads, whose `buf` holds whole blocks (past `len`) and
+/// whose only short count is at the end of the file. Interrupted reads are retried.
+pub fn read_at_least(
+    file: &std::fs::File,
+    buf: &mut [u8],
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < len {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
 /// Makes `file` `len` bytes long with its blocks allocated now (`fallocate(2)`), so that writes
 /// into it allocate none; sparse (`ftruncate`) on a file system that cannot preallocate.
 pub fn preallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
