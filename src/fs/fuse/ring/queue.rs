@@ -3,8 +3,8 @@
 //! taken from each completion and handled on this thread; its reply is committed with the
 //! fetch of the next request in one submission. A reply made later on another thread (a
 //! waiting lookup, a prefetch list) comes back through a channel and an eventfd: only this
-//! thread submits to its ring. While such a reply is out its entry is held, so the thread
-//! registers another to go on serving.
+//! thread submits to its ring. While such a reply is out its entry is held, so before each
+//! request is handled the thread makes sure another of its entries is registered and free.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -344,8 +344,8 @@ impl Ring<'_> {
         }
     }
 
-    /// Hands the request that arrived in entry `i` to the handler. If its reply is made
-    /// elsewhere and this thread has no other entry to serve with, it registers one more.
+    /// Hands the request that arrived in entry `i` to the handler, with another entry of this
+    /// thread registered first if none is free (its reply may be made elsewhere).
     fn arrived(&mut self, i: usize) -> io::Result<()> {
         let buffers = self.entries[i].buffers.clone();
         // SAFETY: the completion gave this entry to this thread; nothing else holds it yet,
@@ -360,6 +360,12 @@ impl Ring<'_> {
             sent: false,
         };
         self.entries[i].holds = Some(commit_id);
+        // Another entry is made free to the kernel before the handler runs: a request the
+        // kernel queues while none is free waits for a commit, not for a registration, so a
+        // reply made on another thread that needs a request of its own first (a prefetch list
+        // stored on this mount, read on a thread of its own) would wait on itself.
+        self.keep_serving()?;
+        self.uring.submit()?;
         let Some(h) = InHeader::parse(&header[IN_OUT..]) else {
             drop(completion); // answered EIO
             return self.commit_done();
@@ -374,8 +380,7 @@ impl Ring<'_> {
         };
         (self.handle)(request, buffers.clone(), completion);
         // Replies made on this thread are in the channel already; the others hold entries.
-        self.commit_done()?;
-        self.keep_serving()
+        self.commit_done()
     }
 
     /// Registers one more entry if none of this thread's is free to take a request.
