@@ -24,7 +24,7 @@
 //! segments alone.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -97,14 +97,16 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
 }
 
 /// Hands each whole record of the log at `path` to `each`, in order, without holding them all
-/// (a million headers would be hundreds of MiB at once).
+/// (a million headers would be hundreds of MiB at once) nor the log's bytes (71 MiB for a
+/// million samples, which were the peak of a restart's memory): it is read a window at a time.
 pub fn replay(path: &Path, each: impl FnMut(Record)) -> io::Result<()> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
+    let file = match File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    let skipped = decode_each(&bytes, each);
+    let len = file.metadata()?.len();
+    let skipped = decode_each(Window::new(file, len), each)?;
     if skipped > 0 {
         tracing::warn!(
             log = %path.display(),
@@ -118,33 +120,112 @@ pub fn replay(path: &Path, each: impl FnMut(Record)) -> io::Result<()> {
 /// The whole records of a log's bytes (what [`replay`] reads).
 pub fn decode(bytes: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
-    decode_each(bytes, |r| out.push(r));
+    decode_each(Window::new(bytes, bytes.len() as u64), |r| out.push(r))
+        .expect("reading a slice cannot fail");
     out
 }
 
 /// Hands each whole record to `each`; returns how many bytes it skipped (corrupt records, a
 /// torn tail).
-fn decode_each(bytes: &[u8], mut each: impl FnMut(Record)) -> usize {
-    if bytes.len() < 12 || &bytes[..8] != MAGIC || bytes[8..12] != FORMAT_VERSION.to_le_bytes() {
-        return 0;
+fn decode_each(mut log: Window<impl Read>, mut each: impl FnMut(Record)) -> io::Result<usize> {
+    log.want(12)?;
+    let start = log.rest();
+    if start.len() < 12 || &start[..8] != MAGIC || start[8..12] != FORMAT_VERSION.to_le_bytes() {
+        return Ok(0);
     }
-    let mut rest = &bytes[12..];
+    log.consume(12);
     let mut skipped = 0;
-    while !rest.is_empty() {
-        match record_at(rest) {
+    loop {
+        log.want(4)?;
+        let rest = log.rest();
+        if rest.is_empty() {
+            return Ok(skipped);
+        }
+        // The whole record the length claims, if the log holds that many bytes.
+        if let Some(len) = rest.get(..4) {
+            let len = u32::from_le_bytes(len.try_into().unwrap()) as u64;
+            if 4 + len <= log.left() {
+                log.want(4 + len as usize)?;
+            }
+        }
+        match record_at(log.rest()) {
             Some((record, used)) => {
                 each(record);
-                rest = &rest[used..];
+                log.consume(used);
             }
             // Not a whole record here: resynchronise on the next byte where one starts (a
             // record's crc32c makes a false start about a 1-in-4-billion chance).
             None => {
-                rest = &rest[1..];
+                log.consume(1);
                 skipped += 1;
             }
         }
     }
-    skipped
+}
+
+/// How much of the log is read at a time (a record longer than this is read whole).
+const WINDOW: usize = 1 << 20;
+
+/// The unconsumed bytes of a log of known length, read from `input` a window at a time.
+struct Window<R> {
+    input: R,
+    buf: Vec<u8>,
+    /// The first unconsumed byte of `buf`.
+    at: usize,
+    /// Bytes of the log not yet in `buf`.
+    unread: u64,
+}
+
+impl<R: Read> Window<R> {
+    fn new(input: R, len: u64) -> Window<R> {
+        Window {
+            input,
+            buf: Vec::new(),
+            at: 0,
+            unread: len,
+        }
+    }
+
+    fn rest(&self) -> &[u8] {
+        &self.buf[self.at..]
+    }
+
+    /// Bytes of the log not consumed yet.
+    fn left(&self) -> u64 {
+        (self.buf.len() - self.at) as u64 + self.unread
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.at += n;
+    }
+
+    /// Makes `rest()` at least `n` bytes long, or all that is left of the log.
+    fn want(&mut self, n: usize) -> io::Result<()> {
+        if self.buf.len() - self.at >= n || self.unread == 0 {
+            return Ok(());
+        }
+        self.buf.drain(..self.at);
+        self.at = 0;
+        let take = (n.max(WINDOW) - self.buf.len()).min(self.unread as usize);
+        let old = self.buf.len();
+        self.buf.resize(old + take, 0);
+        let mut filled = old;
+        while filled < self.buf.len() {
+            match self.input.read(&mut self.buf[filled..]) {
+                // The log is shorter than it was: what was read is all there is.
+                Ok(0) => {
+                    self.buf.truncate(filled);
+                    self.unread = 0;
+                    return Ok(());
+                }
+                Ok(k) => filled += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.unread -= take as u64;
+        Ok(())
+    }
 }
 
 /// The record at the start of `bytes` and its length, if a whole valid one starts there.
@@ -348,6 +429,42 @@ mod tests {
             vec![Record::Put(header("b", 3)), Record::Drop("b".into())]
         );
         assert_eq!(read(&dir.join("missing")).unwrap(), vec![]);
+        let _ = fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_log_longer_than_the_window_is_replayed_whole_across_its_boundaries() {
+        let dir = std::env::temp_dir().join(format!("dyadfs-journal-w-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("index.log");
+        // Small records that straddle every window boundary, and one record longer than a
+        // window (a file of 400,000 chunks).
+        let mut want: Vec<Record> = (0..40_000)
+            .map(|i| Record::Put(header(&format!("dir/{i:06}.bin"), i)))
+            .collect();
+        let mut big = header("big", 0);
+        big.chunks = (0..400_000).map(Some).collect();
+        want.insert(20_000, Record::Put(big));
+        Journal::create(&path, want.clone()).unwrap();
+        assert!(fs::metadata(&path).unwrap().len() > 3 * WINDOW as u64);
+        assert_eq!(read(&path).unwrap(), want);
+        // A corrupt byte just before the second window loses only its record.
+        let mut bytes = fs::read(&path).unwrap();
+        let (i, at) = want
+            .iter()
+            .scan(12usize, |at, r| {
+                let start = *at;
+                *at += r.encode().len();
+                Some(start)
+            })
+            .enumerate()
+            .find(|(_, start)| *start + 60 > WINDOW)
+            .unwrap();
+        bytes[at + 8] ^= 0x41;
+        fs::write(&path, &bytes).unwrap();
+        let mut lost = want.clone();
+        lost.remove(i);
+        assert_eq!(read(&path).unwrap(), lost);
         let _ = fs::remove_dir_all(dir);
     }
 
