@@ -20,6 +20,7 @@ pub mod files;
 pub mod format;
 pub mod journal;
 pub mod mapping;
+mod reload;
 mod scrub;
 pub mod segments;
 pub use scrub::ScrubReport;
@@ -43,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use files::{DataFiles, Mode};
-use journal::{Journal, Record};
+use journal::Journal;
 
 use crate::core::sync::lock;
 use crate::core::{Version, path_hash};
@@ -245,26 +246,8 @@ impl Cache {
             segment_size,
             config.pack_max.min(chunk_size),
         )?;
-        // The live header of each data file (slot): records are replayed in order, a header
-        // takes its slot (a colliding path's newer header wins, as the running cache did), a
-        // tombstone empties its path's slot.
-        // Headers are kept in the form their entries will hold (see `Reloaded`).
-        let mut by_slot: HashMap<u64, Reloaded> = HashMap::new();
-        journal::replay(&log_path, |record| match record {
-            Record::Put(h) => {
-                by_slot.insert(path_hash(&h.path), Reloaded::from(h));
-            }
-            Record::Packed(place, h) => {
-                by_slot.insert(path_hash(&h.path), Reloaded::packed(place, h));
-            }
-            Record::Drop(path) => {
-                let hash = path_hash(&path);
-                if by_slot.get(&hash).is_some_and(|h| *h.path == *path) {
-                    by_slot.remove(&hash);
-                }
-            }
-        })?;
-        by_slot.retain(|_, header| match header.check(chunk_size) {
+        let mut live = reload::Live::replay(&log_path)?;
+        live.retain(|header| match header.check(chunk_size) {
             Ok(()) => true,
             Err(e) => {
                 // Its data file is left to the orphan sweep.
@@ -273,7 +256,7 @@ impl Cache {
             }
         });
         // Packed objects whose segment is missing or cut short are not loaded.
-        for r in by_slot.values() {
+        for r in live.iter() {
             if let Some(place) = r.place {
                 segments.reloaded(place, r.size());
             }
@@ -281,10 +264,10 @@ impl Cache {
         let unusable = segments.unusable();
         if !unusable.is_empty() {
             tracing::warn!(segments = ?unusable, "cache segments missing or cut short: their objects are fetched again");
-            by_slot.retain(|_, r| r.place.is_none_or(|p| !unusable.contains(&p.segment)));
+            live.retain(|r| r.place.is_none_or(|p| !unusable.contains(&p.segment)));
             segments.forget(&unusable);
         }
-        let journal = Journal::create(&log_path, by_slot.values().map(Reloaded::record))?;
+        let journal = Journal::create(&log_path, live.iter().map(Reloaded::record))?;
         let shared = Arc::new(Shared {
             dir: config.dir.clone(),
             chunk_size,
@@ -294,10 +277,10 @@ impl Cache {
             segments,
         });
         let mut index = Index::default();
-        index.slots.reserve(by_slot.len(), |e| place(e.slot()));
+        index.slots.reserve(live.len(), |e| place(e.slot()));
         let mut used = shared.segments.count_dead();
         let mut next_id = 0;
-        for header in by_slot.into_values() {
+        for header in live.into_headers() {
             next_id += 1;
             let entry = header.into_entry(next_id, shared.clone());
             used += entry.state.lock().present_bytes;
