@@ -401,6 +401,50 @@ fn files_opened_without_asking_are_read_by_inode() {
     assert_eq!(m.stat("uncached_reads"), 0);
 }
 
+/// Once INIT is done the daemon raises its mount's readahead to the largest request it takes
+/// (1 MiB): a file it serves itself is read in requests of 1 MiB, not in the kernel's 128 KiB
+/// (a 256 KiB packed sample took two READs, a large file eight per MiB).
+#[test]
+fn daemon_served_reads_come_in_requests_of_a_mebibyte() {
+    use std::os::unix::fs::MetadataExt;
+    let f = Fixture::new("readahead");
+    let data = pattern(8 * MIB, 5);
+    f.write("big.bin", &data);
+    let trace = f.root.join("trace.json");
+    let m = f.mount(&["--no-open", "--trace", trace.to_str().unwrap()]);
+    let dev = fs::metadata(m.path("")).unwrap().dev();
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    wait_until(
+        "the mount's readahead raised",
+        Duration::from_secs(10),
+        || fs::read_to_string(&knob).is_ok_and(|kib| kib.trim() == "1024"),
+    );
+    assert!(fs::read(m.path("big.bin")).unwrap() == data);
+    m.unmount();
+    let text = fs::read_to_string(&trace).unwrap();
+    let text = format!("{}]", text.trim_end().trim_end_matches(','));
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let sizes: Vec<u64> = events
+        .iter()
+        .filter(|e| e["name"] == "read")
+        .map(|e| e["args"]["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        sizes.iter().max(),
+        Some(&(MIB as u64)),
+        "READ sizes {sizes:?}"
+    );
+    assert!(
+        sizes.len() <= 16,
+        "{} READs for 8 MiB: {sizes:?}",
+        sizes.len()
+    );
+}
+
 #[test]
 fn random_reads_and_mmap_are_byte_exact() {
     for (i, mode) in MODES.iter().enumerate() {

@@ -112,6 +112,19 @@ pub fn detach(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the readahead of the file system mounted at `path` to `kib` KiB, through its
+/// backing device's `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb` (root only). The stat waits
+/// for a FUSE mount's INIT, which lowers the readahead to what the daemon asked at most.
+pub fn set_readahead(path: &Path, kib: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path)?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    std::fs::write(
+        format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"),
+        kib.to_string(),
+    )
+}
+
 /// The signals that unmount a daemon.
 pub struct StopSignals(libc::sigset_t);
 
