@@ -27,7 +27,8 @@
 # ("new/dyadfs:--data-plane=ucx"); A, the holder, is remounted with the entry B runs (builds of
 # other protocol versions cannot talk to each other).
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, HINT, BOPTS, FILLS, REPLICATE=0 to leave out (c))
+# CACHE_FS, BINS, HINT, BOPTS, FILLS, READER=python for Python readers instead of `cat`s,
+# REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -70,8 +71,29 @@ daemon_of() { pgrep -f -- " mount $W/$1/mnt "; }
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
 # Context switches of all of a process's threads (each costs CPU: on this VM, a lot).
 switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
-# Reads every file in $W/order under $1 whole, 4 processes.
-read_all() { (cd "$1" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
+# Reads every file in $W/order under $1 whole, 4 processes: `cat`s, or (READER=python) 4 Python
+# processes each reading its quarter with `open(path, "rb").read()`, as a DataLoader's workers do.
+if [ "${READER:-cat}" = python ]; then
+  read_all() {
+    python3 - "$1" "$W/order" <<'PY'
+import os, sys
+root, names = sys.argv[1], open(sys.argv[2]).read().split()
+kids = []
+for q in range(4):
+    pid = os.fork()
+    if pid == 0:
+        for n in names[q::4]:
+            with open(os.path.join(root, n), "rb") as f:
+                f.read()
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+PY
+  }
+else
+  read_all() { (cd "$1" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
+fi
 
 remount_holder "${BINS[0]}"
 read_all "$W/a/mnt"    # node A fetches everything from the shared FS
