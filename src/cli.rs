@@ -323,6 +323,16 @@ pub struct MountArgs {
     )]
     pub fuse_transport: FuseTransportArg,
 
+    /// How far the kernel reads ahead of a reader in a file the daemon serves itself (packed
+    /// samples, large files not passed through, --no-open), in READs of at most 1 MiB: the
+    /// daemon sets its mount's /sys/class/bdi/MAJOR:MINOR/read_ahead_kb once the mount is up
+    /// (INIT caps it at the kernel's 128 KiB; root only). 0 (the default) leaves the kernel's:
+    /// 1M reads a large cached file with --no-open faster, but a large file pulled from a peer
+    /// slower (fewer, larger READs served one after another)
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size,
+          help_heading = "Performance")]
+    pub kernel_readahead: u64,
+
     /// Threads filling readahead chunks in the background: each pulls (or reads) one chunk at
     /// a time, so this is the number of chunks of a large file in flight (the readahead window
     /// is at most 8 chunks)
@@ -591,6 +601,7 @@ impl From<MountArgs> for MountConfig {
                 no_open: a.no_open,
             },
             threads: a.threads,
+            kernel_readahead: a.kernel_readahead,
             fuse_transport: match a.fuse_transport {
                 FuseTransportArg::Auto => FuseTransport::Auto,
                 FuseTransportArg::Uring => FuseTransport::Uring,

@@ -401,9 +401,9 @@ fn files_opened_without_asking_are_read_by_inode() {
     assert_eq!(m.stat("uncached_reads"), 0);
 }
 
-/// Once INIT is done the daemon raises its mount's readahead to the largest request it takes
-/// (1 MiB): a file it serves itself is read in requests of 1 MiB, not in the kernel's 128 KiB
-/// (a 256 KiB packed sample took two READs, a large file eight per MiB).
+/// Once INIT is done the daemon sets its mount's readahead (`--kernel-readahead`, which INIT
+/// caps at the kernel's 128 KiB): a file it serves itself is read in requests of up to 1 MiB,
+/// not 128 KiB (a 256 KiB packed sample took two READs, a large file eight per MiB).
 #[test]
 fn daemon_served_reads_come_in_requests_of_a_mebibyte() {
     use std::os::unix::fs::MetadataExt;
@@ -411,7 +411,13 @@ fn daemon_served_reads_come_in_requests_of_a_mebibyte() {
     let data = pattern(8 * MIB, 5);
     f.write("big.bin", &data);
     let trace = f.root.join("trace.json");
-    let m = f.mount(&["--no-open", "--trace", trace.to_str().unwrap()]);
+    let m = f.mount(&[
+        "--no-open",
+        "--kernel-readahead",
+        "2M",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
     let dev = fs::metadata(m.path("")).unwrap().dev();
     let knob = format!(
         "/sys/class/bdi/{}:{}/read_ahead_kb",
@@ -421,7 +427,7 @@ fn daemon_served_reads_come_in_requests_of_a_mebibyte() {
     wait_until(
         "the mount's readahead raised",
         Duration::from_secs(10),
-        || fs::read_to_string(&knob).is_ok_and(|kib| kib.trim() == "1024"),
+        || fs::read_to_string(&knob).is_ok_and(|kib| kib.trim() == "2048"),
     );
     assert!(fs::read(m.path("big.bin")).unwrap() == data);
     m.unmount();

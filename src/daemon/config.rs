@@ -40,6 +40,8 @@ pub struct MountConfig {
     pub fs: FsConfig,
     /// Threads serving FUSE requests.
     pub threads: u16,
+    /// The mount's readahead in bytes, set once it is up (0: the kernel's).
+    pub kernel_readahead: u64,
     /// How FUSE requests arrive.
     pub fuse_transport: crate::fs::fuse::FuseTransport,
     /// Mount read-only (also asked by `-o ro`).

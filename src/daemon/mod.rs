@@ -409,22 +409,24 @@ pub(super) fn run_session<S: crate::core::source::Source>(
             source,
         })?;
     // The kernel reads ahead of a daemon-served file (a packed sample, a large file not passed
-    // through, `--no-open`) in requests no larger than its readahead, which INIT sets to at most
-    // 128 KiB: a 256 KiB sample took two READs, a large file one per 128 KiB. Raised to
-    // MAX_REQUEST once INIT is done (the stat waits for it).
-    let mountpoint = args.mountpoint.clone();
-    let kib = crate::fs::fuse::dev::MAX_REQUEST / 1024;
-    std::thread::Builder::new()
-        .name("readahead".into())
-        .spawn(move || match crate::sys::set_readahead(&mountpoint, kib) {
-            Ok(()) => tracing::debug!(kib, "readahead of the mount raised"),
-            // Not root (mounted through fusermount3): reads keep the kernel's 128 KiB.
-            Err(e) => tracing::info!(error = %e, "the mount's readahead stays the kernel's"),
-        })
-        .map_err(|source| UserError::Start {
-            what: "readahead thread",
-            source,
-        })?;
+    // through, `--no-open`) as far as its readahead, which INIT sets to at most 128 KiB, in
+    // READs of at most MAX_REQUEST: a 256 KiB sample takes two READs. Set to
+    // --kernel-readahead once INIT is done (the stat waits for it).
+    if args.kernel_readahead > 0 {
+        let mountpoint = args.mountpoint.clone();
+        let kib = u32::try_from(args.kernel_readahead.div_ceil(1024)).unwrap_or(u32::MAX);
+        std::thread::Builder::new()
+            .name("readahead".into())
+            .spawn(move || match crate::sys::set_readahead(&mountpoint, kib) {
+                Ok(()) => tracing::debug!(kib, "readahead of the mount set"),
+                // Not root (mounted through fusermount3): reads keep the kernel's 128 KiB.
+                Err(e) => tracing::info!(error = %e, "the mount's readahead stays the kernel's"),
+            })
+            .map_err(|source| UserError::Start {
+                what: "readahead thread",
+                source,
+            })?;
+    }
     tracing::info!(
         mountpoint = %args.mountpoint.display(),
         backing = %args.backing.display(),

@@ -27,7 +27,7 @@ use crate::core::source::Source;
 use crate::fs::{Attr, Capabilities, Changes, DyadFs, Kind};
 
 /// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB (reads
-/// that large once the daemon has raised the mount's readahead, `sys::set_readahead`).
+/// no larger than the mount's readahead: 128 KiB unless `mount --kernel-readahead` raises it).
 pub const MAX_REQUEST: u32 = 1 << 20;
 
 pub struct FuseAdapter<S: Source> {
