@@ -14,7 +14,7 @@ use crate::fs::FsConfig;
 use crate::fs::fuse::FuseTransport;
 
 mod units;
-use units::parse_chunk_size;
+use units::{parse_chunk_size, parse_readahead};
 pub use units::{parse_duration, parse_size};
 
 /// `--pack-max`: a size, or `auto`.
@@ -329,7 +329,7 @@ pub struct MountArgs {
     /// (INIT caps it at the kernel's 128 KiB; root only). 0 (the default) leaves the kernel's:
     /// 1M reads a large cached file with --no-open faster, but a large file pulled from a peer
     /// slower (fewer, larger READs served one after another)
-    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size,
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_readahead,
           help_heading = "Performance")]
     pub kernel_readahead: u64,
 

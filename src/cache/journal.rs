@@ -98,7 +98,7 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
 
 /// Hands each whole record of the log at `path` to `each`, in order, without holding them all
 /// (a million headers would be hundreds of MiB at once) nor the log's bytes (71 MiB for a
-/// million samples, which were the peak of a restart's memory): it is read a window at a time.
+/// million samples, held beside the headers replayed from them): it is read a window at a time.
 pub fn replay(path: &Path, each: impl FnMut(Record)) -> io::Result<()> {
     let file = match File::open(path) {
         Ok(f) => f,

@@ -40,6 +40,16 @@ pub(super) fn parse_chunk_size(s: &str) -> Result<u64, String> {
     Ok(v)
 }
 
+/// A kernel readahead for the mount: at most 1G (the kernel takes any number, and would read
+/// that far ahead of every sequential reader).
+pub(super) fn parse_readahead(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if v > 1 << 30 {
+        return Err(format!("the kernel's readahead is at most 1G, not {s}"));
+    }
+    Ok(v)
+}
+
 /// Parses a duration: a number with an optional ms, s, m or h suffix (seconds by default).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
@@ -84,6 +94,8 @@ mod tests {
         assert!(parse_size("-1G").is_err());
         assert!(parse_chunk_size("3M").is_err());
         assert_eq!(parse_chunk_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_readahead("1M"), Ok(1 << 20));
+        assert!(parse_readahead("2G").is_err());
     }
 
     #[test]
