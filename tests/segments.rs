@@ -61,6 +61,35 @@ fn packed_small_files_are_served_by_the_daemon_with_their_pages_kept() {
     }
 }
 
+/// A packed file the kernel holds no pages of is handed to its page cache whole at its open:
+/// reads that seek about in it (as `np.load` does in an `.npz`: the directory at the end, then
+/// the member) send no READ, at its first open (fetched then) and after a restart alike.
+#[test]
+fn a_packed_file_is_stored_in_the_kernels_page_cache_at_its_first_open() {
+    let f = Fixture::new("packed-store");
+    let files = dataset(&f, 4, 256 * 1024);
+    for restart in [false, true] {
+        let trace = f.root.join(format!("trace-{restart}.json"));
+        let m = f.mount(&["--pack-max", "1M", "--trace", trace.to_str().unwrap()]);
+        for (p, d) in &files {
+            let file = fs::File::open(m.path(p)).unwrap();
+            for (at, len) in [(d.len() - 22, 22), (0, 30), (4096, 100_000), (0, d.len())] {
+                let mut buf = vec![0; len];
+                file.read_exact_at(&mut buf, at as u64).unwrap();
+                assert!(buf == d[at..at + len], "{p} at {at}");
+            }
+        }
+        m.unmount();
+        let text = fs::read_to_string(&trace).unwrap();
+        let text = format!("{}]", text.trim_end().trim_end_matches(','));
+        let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        let opens = events.iter().filter(|e| e["name"] == "open").count();
+        let reads = events.iter().filter(|e| e["name"] == "read").count();
+        assert_eq!(opens, files.len(), "restart {restart}");
+        assert_eq!(reads, 0, "restart {restart}: READs reached the daemon");
+    }
+}
+
 /// The daemon dies mid-epoch; a packed object's bytes rot on the disk, the log's last record
 /// is torn and a stray segment is left. The next mount serves every file byte-exact: the rotten
 /// one fails its checksum and is fetched again, the torn record's file is fetched again, and

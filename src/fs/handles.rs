@@ -42,6 +42,9 @@ pub struct Opened {
     /// `super::close`).
     /// The kernel is told not to flush any other handle (no round trip per close).
     pub finishes: bool,
+    /// The whole file, to hand the kernel's page cache with the open (a packed file the
+    /// kernel holds no pages of: its reads then never come to the daemon).
+    pub store: Option<crate::cache::ReadBytes>,
 }
 
 impl<S: Source> DyadFs<S> {
@@ -69,6 +72,7 @@ impl<S: Source> DyadFs<S> {
             keep_cache: false,
             keep_pages: false,
             finishes: writable,
+            store: None,
         }
     }
 }

@@ -577,6 +577,24 @@ impl<S: Source> DyadFs<S> {
                     self.verify_in_background(entry.clone());
                     false
                 });
+        // A packed file the kernel holds no pages of is handed to its page cache whole with
+        // this open (fetched now if it is not cached): the reads of a program that seeks
+        // about in it (np.load: six READs for a 256 KiB .npz) then never reach the daemon.
+        // Not when the kernel may hold pages of this version already (an earlier open of the
+        // inode): they would be copied again; its reads the page cache misses still come.
+        let store =
+            if packed && before.is_none() && (1..=WHOLE_FILE_MAX).contains(&attr.version.size) {
+                match self.reader.read(&entry, 0, attr.version.size as u32) {
+                    Ok(bytes) if bytes.len() as u64 == attr.version.size => Some(bytes),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(path = %entry.path, error = %e, "fetch at open failed");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
         let fh = self.add_handle(Handle::Cached(CachedHandle {
             entry: entry.clone(),
             next_offset: AtomicU64::new(0),
@@ -586,9 +604,10 @@ impl<S: Source> DyadFs<S> {
         Ok(Opened {
             fh,
             passthrough: verified.then_some(entry),
-            keep_cache,
+            keep_cache: keep_cache || store.is_some(),
             keep_pages,
             finishes: false,
+            store,
         })
     }
 

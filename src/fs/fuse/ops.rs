@@ -323,6 +323,13 @@ impl<S: Source> Ops<S> {
         }
         modes.served_by_daemon(opened.fh, ino);
         drop(modes);
+        if let (Some(bytes), Some(dev)) = (&opened.store, self.dev.get()) {
+            // Before the reply, which keeps the pages (FOPEN_KEEP_CACHE): the opener's first
+            // read finds them. A store that fails leaves the reads to come as before.
+            if let Err(e) = super::store::store(dev, ino, 0, bytes) {
+                tracing::debug!(ino, error = %e, "storing a file in the kernel's page cache failed");
+            }
+        }
         let flags = if opened.keep_cache {
             FOPEN_KEEP_CACHE
         } else {
