@@ -360,6 +360,7 @@ pub(super) fn run_session<S: crate::core::source::Source>(
                 source,
             }
         })?;
+    ops.set_notifier(session.notifier());
     start_transport(args, &ops, &mut session)?;
     let notifier = session.notifier();
     std::thread::Builder::new()

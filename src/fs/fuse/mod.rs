@@ -12,7 +12,6 @@ pub mod dev;
 pub mod ops;
 pub mod reply;
 pub mod ring;
-mod store;
 
 pub use dev::FuseAdapter;
 

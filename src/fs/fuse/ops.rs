@@ -82,6 +82,9 @@ pub struct Ops<S: Source> {
     dev: OnceLock<Arc<OwnedFd>>,
     /// The kernel took the ring at INIT: ring threads may register entries.
     pub(super) ring_taken: AtomicBool,
+    /// The session's notifications (on /dev/fuse under either transport), once the mount is
+    /// made: a packed file is handed to the kernel's page cache at its open with them.
+    notifier: OnceLock<fuser::Notifier>,
     /// Who may make requests (unset: the mount's owner alone).
     access: OnceLock<Access>,
     list_readers: Arc<ListReaders>,
@@ -131,6 +134,7 @@ impl<S: Source> Ops<S> {
             device: OnceLock::new(),
             dev: OnceLock::new(),
             ring_taken: AtomicBool::new(false),
+            notifier: OnceLock::new(),
             access: OnceLock::new(),
             list_readers: Arc::default(),
             waiters: Arc::default(),
@@ -144,6 +148,11 @@ impl<S: Source> Ops<S> {
 
     pub fn device_fd(&self) -> Option<&Arc<OwnedFd>> {
         self.dev.get()
+    }
+
+    /// The session's notifier: set once the mount is made, before requests are served.
+    pub fn set_notifier(&self, notifier: fuser::Notifier) {
+        let _ = self.notifier.set(notifier);
     }
 
     /// Who may make requests: set once, from the mount's options, before the ring starts.
@@ -323,10 +332,11 @@ impl<S: Source> Ops<S> {
         }
         modes.served_by_daemon(opened.fh, ino);
         drop(modes);
-        if let (Some(bytes), Some(dev)) = (&opened.store, self.dev.get()) {
-            // Before the reply, which keeps the pages (FOPEN_KEEP_CACHE): the opener's first
-            // read finds them. A store that fails leaves the reads to come as before.
-            if let Err(e) = super::store::store(dev, ino, 0, bytes) {
+        if let (Some(bytes), Some(notifier)) = (&opened.store, self.notifier.get()) {
+            // FUSE_NOTIFY_STORE before the reply, which keeps the pages (FOPEN_KEEP_CACHE): a
+            // reader that seeks about in the file (np.load: six READs for a 256 KiB .npz) finds
+            // every byte. A store that fails leaves the reads to come as before.
+            if let Err(e) = notifier.store(fuser::INodeNo(ino), 0, bytes) {
                 tracing::debug!(ino, error = %e, "storing a file in the kernel's page cache failed");
             }
         }
