@@ -364,8 +364,11 @@ impl Ring<'_> {
         // kernel queues while none is free waits for a commit, not for a registration, so a
         // reply made on another thread that needs a request of its own first (a prefetch list
         // stored on this mount, read on a thread of its own) would wait on itself.
+        // (Submitted only if it did register one: an empty submit is a syscall for nothing.)
         self.keep_serving()?;
-        self.uring.submit()?;
+        if !self.uring.submission().is_empty() {
+            self.uring.submit()?;
+        }
         let Some(h) = InHeader::parse(&header[IN_OUT..]) else {
             drop(completion); // answered EIO
             return self.commit_done();
