@@ -364,7 +364,8 @@ impl Ring<'_> {
         // kernel queues while none is free waits for a commit, not for a registration, so a
         // reply made on another thread that needs a request of its own first (a prefetch list
         // stored on this mount, read on a thread of its own) would wait on itself.
-        // (Submitted only if it did register one: an empty submit is a syscall for nothing.)
+        // (Submitted only when something is queued, that registration or the wake's re-arm:
+        // an empty submit is a syscall for nothing.)
         self.keep_serving()?;
         if !self.uring.submission().is_empty() {
             self.uring.submit()?;
