@@ -255,7 +255,11 @@ impl LocatorService {
         };
         let started = Instant::now();
         let span = tracing::debug_span!("locate", path, tier = "rack").entered();
-        let answer = self.call_from_thread(runtime, rack_home, msg, within);
+        let answer = if rack_home == self.me() && self.check(&msg, Some(rack_home)).is_ok() {
+            Some(self.rack_lookup_from_thread(runtime, key.clone(), rack_home, within))
+        } else {
+            self.call_from_thread(runtime, rack_home, msg, within)
+        };
         drop(span);
         self.stats.latency.lookup("rack", started);
         match answer {
@@ -591,44 +595,91 @@ impl LocatorService {
         })
     }
 
+    /// The rack home's answer to a lookup of `key` by `requester`: from its table, after the
+    /// lookup queued before it is answered, or from the global home.
     async fn rack_lookup(self: &Arc<Self>, key: Key, requester: NodeId) -> Msg {
-        let queued = {
-            let mut rack = lock(&self.rack);
-            match rack.table.lookup(&key, requester) {
-                RackLookup::Reply(r) => return Msg::Located(r),
-                RackLookup::Queued => {
-                    let (tx, rx) = oneshot::channel();
-                    rack.waiters
-                        .entry((key.clone(), requester))
-                        .or_default()
-                        .push(tx);
-                    Some(rx)
-                }
-                RackLookup::AskGlobal => None,
+        match self.rack_step(&key, requester) {
+            RackStep::Answer(r) => Msg::Located(r),
+            RackStep::Queued(rx) => {
+                let r = tokio::time::timeout(self.timeout, rx).await;
+                Msg::Located(r.ok().and_then(Result::ok).unwrap_or(Reply::Fetch))
             }
-        };
-        if let Some(rx) = queued {
-            let r = tokio::time::timeout(self.timeout, rx).await;
-            return Msg::Located(match r {
-                Ok(Ok(r)) => r,
-                // The question went unanswered in time: fall back to the backing store.
-                _ => Reply::Fetch,
-            });
+            RackStep::AskGlobal(home) => {
+                let msg = Self::global_lookup(&key, requester);
+                let started = Instant::now();
+                // Within half a peer timeout: a frozen global home then costs this rack
+                // home's askers (who wait a whole one for it) an answer, "read it yourself",
+                // not a timeout that makes this live node look frozen to them.
+                let reply = self.call_within(home, msg, self.timeout / 2).await;
+                self.stats.latency.lookup("global", started);
+                self.rack_told(key, requester, reply)
+            }
         }
-        self.stats.lookups_global.fetch_add(1, Ordering::Relaxed);
-        let msg = Msg::Lookup {
+    }
+
+    /// As [`LocatorService::rack_lookup`], on this node from a plain thread (a FUSE request's,
+    /// when this node is the path's rack home), the global home asked with blocking I/O: from
+    /// inside the runtime its reply would wake a runtime thread that then wakes this one, two
+    /// context switches more per miss. Waits at most `within` (and the peer timeout).
+    fn rack_lookup_from_thread(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        key: Key,
+        requester: NodeId,
+        within: Duration,
+    ) -> Msg {
+        let within = within.min(self.timeout);
+        match self.rack_step(&key, requester) {
+            RackStep::Answer(r) => Msg::Located(r),
+            RackStep::Queued(rx) => {
+                // (No I/O: the answer comes through the channel, which wakes this thread.)
+                let r = runtime.block_on(async move { tokio::time::timeout(within, rx).await });
+                Msg::Located(r.ok().and_then(Result::ok).unwrap_or(Reply::Fetch))
+            }
+            RackStep::AskGlobal(home) => {
+                let msg = Self::global_lookup(&key, requester);
+                let started = Instant::now();
+                let reply = self.call_from_thread(runtime, home, msg, within.min(self.timeout / 2));
+                self.stats.latency.lookup("global", started);
+                self.rack_told(key, requester, reply)
+            }
+        }
+    }
+
+    /// What the rack table says to a lookup of `key` by `requester`.
+    fn rack_step(&self, key: &Key, requester: NodeId) -> RackStep {
+        let mut rack = lock(&self.rack);
+        match rack.table.lookup(key, requester) {
+            RackLookup::Reply(r) => RackStep::Answer(r),
+            RackLookup::Queued => {
+                let (tx, rx) = oneshot::channel();
+                rack.waiters
+                    .entry((key.clone(), requester))
+                    .or_default()
+                    .push(tx);
+                RackStep::Queued(rx)
+            }
+            RackLookup::AskGlobal => {
+                self.stats.lookups_global.fetch_add(1, Ordering::Relaxed);
+                RackStep::AskGlobal(self.global_home(&key.0))
+            }
+        }
+    }
+
+    /// The question a rack home asks the global home of `key` for `requester`.
+    fn global_lookup(key: &Key, requester: NodeId) -> Msg {
+        Msg::Lookup {
             path: key.0.clone(),
             version: key.1,
             requester,
             global: true,
-        };
-        let started = Instant::now();
-        // Within half a peer timeout: a frozen global home then costs this rack home's askers
-        // (who wait a whole one for it) an answer, "read it yourself", not a timeout that
-        // makes this live node look frozen to them.
-        let home = self.global_home(&key.0);
-        let reply = self.call_within(home, msg, self.timeout / 2).await;
-        self.stats.latency.lookup("global", started);
+        }
+    }
+
+    /// The global home's `reply` (`None`: none came) to the lookup of `key` that `requester`
+    /// made, recorded in the rack table: the answer for `requester`, and one for each lookup
+    /// queued behind it.
+    fn rack_told(&self, key: Key, requester: NodeId, reply: Option<Msg>) -> Msg {
         let answer = match reply {
             Some(Msg::Located(l)) => Some(l),
             _ => None,
@@ -657,6 +708,15 @@ impl LocatorService {
         }
         Msg::Located(mine.unwrap_or(Reply::Fetch))
     }
+}
+
+/// What a rack home does about a lookup (see [`LocatorService::rack_step`]).
+enum RackStep {
+    Answer(Reply),
+    /// Another lookup of the same key asked the global home: wait for its answer.
+    Queued(oneshot::Receiver<Reply>),
+    /// Ask the global home, this node.
+    AskGlobal(NodeId),
 }
 
 /// The most copies one `Gained` is answered with, whatever it asks (then bounded by bytes).

@@ -203,6 +203,28 @@ fn a_frozen_global_home_costs_the_rack_home_half_a_timeout_not_its_liveness() {
 }
 
 #[test]
+fn a_rack_home_asks_the_global_home_about_its_own_misses_in_half_a_timeout() {
+    let job = Job::new();
+    // Node 0 is rack a's home; node 2 the global home.
+    let paths = job.paths_where(|a, _, g| a == 0 && g == 2);
+    let (p, q) = (&paths[0], &paths[1]);
+    assert_eq!(job.locate(3, p), Reply::Fetch);
+    assert_eq!(job.gained(3, p), vec![true]);
+    assert_eq!(
+        job.locate(0, p),
+        Reply::Holders(vec![3]),
+        "node 0 asked the global home for its own miss"
+    );
+    // A frozen global home: node 0 reads the file itself after half a timeout.
+    job.net.fault(2, Some(Fault::Frozen));
+    let started = Instant::now();
+    assert_eq!(job.locate(0, q), Reply::Fetch);
+    let waited = started.elapsed();
+    assert!(waited >= TIMEOUT / 2 && waited < TIMEOUT, "{waited:?}");
+    assert!(job.nodes[0].suspects().contains(&2));
+}
+
+#[test]
 fn a_dead_global_homes_files_move_to_the_next_home_with_what_the_racks_hold() {
     let job = Job::new();
     // Node 0 holds p; rack a's home is node 1; the global home, node 2, dies.
