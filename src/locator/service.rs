@@ -601,6 +601,7 @@ impl LocatorService {
         match self.rack_step(&key, requester) {
             RackStep::Answer(r) => Msg::Located(r),
             RackStep::Queued(rx) => {
+                // Unanswered in time: read it from the backing store.
                 let r = tokio::time::timeout(self.timeout, rx).await;
                 Msg::Located(r.ok().and_then(Result::ok).unwrap_or(Reply::Fetch))
             }
