@@ -24,7 +24,12 @@
 #        DYADFS_BIN (a dyadfs binary to use instead of building this tree; DYADFS_BIN_NOTE says
 #        what it is in the results), DYADFS_VENV (.venv), CONFIGS ("shared local dyadfs
 #        replicate", prefetch too if named: the configurations to run; fewer for a quick A/B),
-#        MOUNT_ARGS (more options for every dyadfs mount, e.g. "--eager-max 1M")
+#        MOUNT_ARGS (more options for every dyadfs mount, e.g. "--eager-max 1M"),
+#        CACHE_FS=ext4 (the nodes' caches and the local copy on a fresh journaled ext4 image on a
+#        loop device, not throttled, instead of the temp dir's file system: where that is ext4
+#        without a journal, as on the 2-vCPU VM, every new cache file's inode allocation scans
+#        for recently deleted inodes and cache-file creates cost more and vary more; the loop
+#        device's kernel threads then show as "other CPU", the local copy's reads included)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -75,6 +80,7 @@ cleanup() {
   set +e
   for i in $(seq 0 $((NODES - 1))); do unmount_mounted "$W/n$i/mnt"; done
   slow_fs_stop
+  if mountpoint -q "$W/disk"; then umount "$W/disk"; fi
   if [ -d "$CPUCG" ]; then
     echo $$ > /sys/fs/cgroup/cpuacct/cgroup.procs
     rmdir "$CPUCG"
@@ -82,7 +88,21 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-mkdir -p "$W/view" "$W/local" "$OUT"
+mkdir -p "$W/view" "$OUT"
+# Where the nodes' caches and the local copy live (see CACHE_FS).
+DISK=$W
+if [ "${CACHE_FS:-}" = ext4 ]; then
+  DISK=$W/disk
+  mkdir -p "$DISK"
+  truncate -s $(((NODES + 1) * (FILES * SIZE + 2 * DLIO_FILES * DLIO_SIZE) + (2 << 30))) "$W/cache.img"
+  mkfs.ext4 -q -F "$W/cache.img"
+  mount -o loop "$W/cache.img" "$DISK"
+  mkdir "$DISK/local"
+  ln -s disk/local "$W/local"
+  log "the nodes' caches and the local copy: a journaled ext4 image on a loop device"
+else
+  mkdir -p "$W/local"
+fi
 job_secret "$W/secret"
 
 log "the shared FS: ext4 on a loop device, reads throttled to $((THROTTLE_BPS >> 20)) MiB/s"
@@ -115,10 +135,10 @@ done > "$W/peers"
 is_cluster() { [ "$1" = dyadfs ] || [ "$1" = replicate ] || [ "$1" = prefetch ]; }
 start_cluster() {
   for i in $(seq 0 $((NODES - 1))); do
-    rm -rf "$W/n$i/ssd"
+    rm -rf "$DISK/n$i-ssd"
     mkdir -p "$W/n$i/mnt"
     # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options, split into words
-    "$BIN" mount "$W/n$i/mnt" --ssd "$W/n$i/ssd" --backing "$W/shared" --node-id "$i" \
+    "$BIN" mount "$W/n$i/mnt" --ssd "$DISK/n$i-ssd" --backing "$W/shared" --node-id "$i" \
       --peers "$W/peers" $([ "$1" = replicate ] && echo --replicate) ${MOUNT_ARGS:-}
   done
 }
