@@ -171,7 +171,7 @@ impl LocatorService {
 
     /// As [`LocatorService::call`], from a plain thread (a FUSE request's), with blocking I/O:
     /// the reply wakes the thread directly. `runtime` answers messages addressed to this node.
-    /// Waits at most `within` (and the peer timeout).
+    /// Waits at most `within` (and the peer timeout); with no time left, asks nobody.
     fn call_from_thread(
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
@@ -180,6 +180,10 @@ impl LocatorService {
         within: Duration,
     ) -> Option<Msg> {
         let within = within.min(self.timeout);
+        if within.is_zero() {
+            // (A socket refuses a zero timeout, an error that would make `to` suspect.)
+            return None;
+        }
         if to == self.me() {
             let answer = self.clone().answer(Some(self.me()), msg);
             // (The timer is made inside the runtime: block_on enters its context.)

@@ -225,6 +225,24 @@ fn a_rack_home_asks_the_global_home_about_its_own_misses_in_half_a_timeout() {
 }
 
 #[test]
+fn a_lookup_with_no_time_left_asks_nobody_and_suspects_nobody() {
+    let job = Job::new();
+    // Rack a's home elsewhere (node 1), then node 0 itself with the global home elsewhere.
+    let p = job.path_where(|a, _, g| a == 1 && g == 2);
+    let q = job.path_where(|a, _, g| a == 0 && g == 2);
+    for path in [&p, &q] {
+        let r = job.nodes[0].locate(job.net.handle(), path, v(), Duration::ZERO);
+        assert_eq!(r, Reply::Fetch);
+    }
+    assert_eq!((job.net.delivered(1), job.net.delivered(2)), (0, 0));
+    assert!(job.nodes[0].suspects().is_empty());
+    // The rack table is not left waiting on an answer that never came: with time, node 0's
+    // lookup of q asks the global home again and gets the holder.
+    assert_eq!(job.gained(3, &q), vec![true]);
+    assert_eq!(job.locate(0, &q), Reply::Holders(vec![3]));
+}
+
+#[test]
 fn a_dead_global_homes_files_move_to_the_next_home_with_what_the_racks_hold() {
     let job = Job::new();
     // Node 0 holds p; rack a's home is node 1; the global home, node 2, dies.
