@@ -431,9 +431,7 @@ fn daemon_served_reads_come_in_requests_of_a_mebibyte() {
     );
     assert!(fs::read(m.path("big.bin")).unwrap() == data);
     m.unmount();
-    let text = fs::read_to_string(&trace).unwrap();
-    let text = format!("{}]", text.trim_end().trim_end_matches(','));
-    let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let events = trace_events(&trace);
     let sizes: Vec<u64> = events
         .iter()
         .filter(|e| e["name"] == "read")

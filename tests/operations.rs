@@ -6,7 +6,7 @@ mod common;
 use std::fs;
 use std::process::Command;
 
-use common::{Cluster, Fixture, dyadfs, pattern, succeeded};
+use common::{Cluster, Fixture, dyadfs, pattern, succeeded, trace_events};
 
 fn warm(args: &[&std::ffi::OsStr]) -> std::process::Output {
     let mut c: Command = dyadfs();
@@ -463,10 +463,7 @@ fn a_read_leaves_trace_events() {
     let m = f.mount(&["--trace", trace.to_str().unwrap()]);
     assert_eq!(fs::read(m.path("t.bin")).unwrap(), pattern(300_000, 9));
     m.unmount();
-    // The array is left open (as the format allows): close it to parse it strictly.
-    let text = fs::read_to_string(&trace).unwrap();
-    let text = format!("{}]", text.trim_end().trim_end_matches(','));
-    let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let events = trace_events(&trace);
     let named = |n: &'static str| events.iter().filter(move |e| e["name"] == n);
     let fill = named("fill").next().expect("a fill event");
     assert_eq!(fill["ph"], "X");

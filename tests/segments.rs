@@ -80,9 +80,7 @@ fn a_packed_file_is_stored_in_the_kernels_page_cache_at_its_first_open() {
             }
         }
         m.unmount();
-        let text = fs::read_to_string(&trace).unwrap();
-        let text = format!("{}]", text.trim_end().trim_end_matches(','));
-        let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        let events = trace_events(&trace);
         let opens = events.iter().filter(|e| e["name"] == "open").count();
         let reads = events.iter().filter(|e| e["name"] == "read").count();
         assert_eq!(opens, files.len(), "restart {restart}");

@@ -1,8 +1,9 @@
 //! The process's own calls into the system that no layer owns: file system space, the
 //! descriptor limit, thread priority, signals, returning freed memory, which pages the page
 //! cache holds, O_DIRECT, preallocation and a mount's readahead (a sysfs knob). Each wraps one
-//! libc call or kernel file so the rest of the code calls Rust. (Calls that are a module's whole purpose stay in it: UCX in `transport::ucx`,
-//! mappings in `cache::mapping`, `openat2` in `fs::backing`.)
+//! libc call or kernel file so the rest of the code calls Rust. (Calls that are a module's whole
+//! purpose stay in it: UCX in `transport::ucx`, mappings in `cache::mapping`, `openat2` in
+//! `fs::backing`.)
 //! [`private`]: paths root must not be redirected through.
 
 pub mod elf;

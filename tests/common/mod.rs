@@ -211,6 +211,14 @@ pub fn is_mounted(path: &Path) -> bool {
         .any(|m| Path::new(m) == canonical)
 }
 
+/// The events of a `--trace` file (Chrome trace JSON): the daemon leaves the array open, as
+/// the format allows; it is closed here to parse it strictly.
+pub fn trace_events(path: &Path) -> Vec<Value> {
+    let text = fs::read_to_string(path).unwrap();
+    let text = format!("{}]", text.trim_end().trim_end_matches(','));
+    serde_json::from_str(&text).unwrap()
+}
+
 /// Deterministic, position-dependent bytes (so misplaced chunks are caught).
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
