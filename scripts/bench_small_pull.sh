@@ -26,8 +26,11 @@
 # options above, each entry a binary with optional mount options after a colon
 # ("new/dyadfs:--data-plane=ucx"); A, the holder, is remounted with the entry B runs (builds of
 # other protocol versions cannot talk to each other).
+# FLOOR=1 adds (e): examples/pull_floor.rs on B's cache file system each run, the same files'
+# bytes moved with no dyadfs in the way (loopback TCP, a thread pair per reader; see
+# scripts/bench_floor.sh), one cost added at a time: what the figures above cannot go below.
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, HINT, BOPTS, FILLS, READER=python for Python readers instead of `cat`s,
+# CACHE_FS, BINS, HINT, BOPTS, FILLS, FLOOR, READER=python for Python readers instead of `cat`s,
 # REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +44,7 @@ declare -A LABEL
 KEYS=()
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
+[ "${FLOOR:-0}" != 1 ] || cargo build --release --quiet --example pull_floor
 read -r -a BINS <<< "${BINS:-$BIN}"
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
 cleanup() {
@@ -51,12 +55,12 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$W"/{backing,local} "$W"/{a,b}/mnt "$W/b/ssd"
 if [ "${CACHE_FS:-}" = ext4 ]; then
-  truncate -s $((FILES * SIZE * 2 + (1 << 30))) "$W/cache.img"
+  truncate -s $((FILES * SIZE * 4 + (1 << 30))) "$W/cache.img"
   mkfs.ext4 -q -F "$W/cache.img"
   mount -o loop "$W/cache.img" "$W/b/ssd"
 fi
-# B starts each run with an empty cache.
-empty_b() { find "$W/b/ssd" -mindepth 1 -delete; }
+# B starts each run with an empty cache (the floor's files, on the same file system, stay).
+empty_b() { find "$W/b/ssd" -mindepth 1 -maxdepth 1 ! -name floor -exec rm -rf {} +; }
 job_secret "$W/secret"
 python3 - "$W/backing" "$FILES" "$SIZE" <<'PY'
 import os, sys
@@ -111,6 +115,20 @@ for _ in $(seq "$RUNS"); do
   drop
   t0=$(now); read_all "$W/local"; t1=$(now)
   echo "$(echo "$FILES / ($t1 - $t0)" | bc -l)" >> "$W/local.txt"
+
+  if [ "${FLOOR:-0}" = 1 ]; then
+    # One run of each of the floor's configurations: "run 1 NAME N files/s holder X us/file
+    # puller Y us/file".
+    n=0
+    while IFS='|' read -r name rate holder puller; do
+      n=$((n + 1)) k="floor-$n"
+      [ -n "${LABEL[$k]:-}" ] || { LABEL[$k]="floor: $name"; KEYS+=("$k"); }
+      echo "$rate" >> "$W/$k.txt"; echo "$holder" >> "$W/$k.cpu_a.txt"
+      echo "$puller" >> "$W/$k.cpu_b.txt"
+    done < <(target/release/examples/pull_floor "$W/b/ssd/floor" "$FILES" "$SIZE" 4 1 |
+      sed -nE 's#^run 1 (.*[^ ]) +([0-9]+) files/s +holder +([0-9.]+) us/file +puller +([0-9.]+) us/file$#\1|\2|\3|\4#p')
+    [ "$n" -gt 0 ] || { echo "pull_floor reported nothing" >&2; exit 1; }
+  fi
 
   if [ "${FILLS:-0}" = 1 ]; then
     for i in "${!BINS[@]}"; do
@@ -198,6 +216,7 @@ for k in "${KEYS[@]}"; do
   fi
   printf '    daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
     "$(median < "$W/$k.cpu_b.txt")" "$(median < "$W/$k.cpu_a.txt")" "$(runs "$W/$k.cpu_b.txt")"
+  [ "${k#floor-}" = "$k" ] || continue   # the floor counts no switches
   printf '    context switches per file: puller B %.1f, holder A %.1f\n' \
     "$(median < "$W/$k.sw_b.txt")" "$(median < "$W/$k.sw_a.txt")"
 done
