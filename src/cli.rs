@@ -271,6 +271,15 @@ pub struct MountArgs {
           value_parser = clap::value_parser!(u64).range(1024..), help_heading = "Metadata")]
     pub max_inodes: u64,
 
+    /// Memory for attributes read from the shared file system, remembered by path for
+    /// --metadata-ttl after the kernel forgets their inode (memory pressure, drop_caches, the
+    /// inode bound above), so that looking the name up again within the TTL asks the shared
+    /// file system nothing; a stat read ahead of a scan serves its lookups too. About 320 bytes
+    /// a name; 0 turns it off
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size,
+          help_heading = "Metadata")]
+    pub backing_stat_cache: u64,
+
     /// Serve every read from the daemon (page cache kept) instead of letting the kernel read
     /// complete cached files directly (FUSE passthrough, needs CAP_SYS_ADMIN and Linux >= 6.9)
     #[arg(long, help_heading = "Performance")]
@@ -596,6 +605,7 @@ impl From<MountArgs> for MountConfig {
                 readahead_threads: a.readahead_threads.into(),
                 wait: a.wait,
                 max_inodes: a.max_inodes as usize,
+                backing_stat_cache: a.backing_stat_cache,
                 prefetch_threads: a.prefetch_threads.into(),
                 prefetch_window: a.prefetch_window as usize,
                 no_open: a.no_open,

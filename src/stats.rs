@@ -82,6 +82,10 @@ pub struct Stats {
     pub dirs_read_ahead: AtomicU64,
     /// Listed entries handed to the kernel with their attributes (READDIRPLUS).
     pub listed_with_attrs: AtomicU64,
+    /// Stats of the shared file system made, and those answered from memory instead (read
+    /// within the metadata TTL, the kernel having forgotten the inode).
+    pub backing_stats: AtomicU64,
+    pub backing_stats_remembered: AtomicU64,
     /// Members the cluster declares down now (gossip), and how often this node re-homed what a
     /// dead member was home of.
     pub members_down: AtomicU64,
@@ -224,6 +228,13 @@ pub struct Snapshot {
     /// lists made no lookup for them.
     #[serde(default)]
     pub listed_with_attrs: u64,
+    /// Stats of the shared file system the daemon made (lookups, refreshes once the metadata
+    /// TTL passed, the stat read-ahead of a scan), and those answered from memory instead:
+    /// read less than the TTL before, their inode since forgotten by the kernel.
+    #[serde(default)]
+    pub backing_stats: u64,
+    #[serde(default)]
+    pub backing_stats_remembered: u64,
     /// Files this node keeps a row for as a rack home and as a global home (about 170 and 190
     /// bytes each; docs/BENCHMARKS.md, "What a locator row costs").
     #[serde(default)]
@@ -398,6 +409,8 @@ impl Stats {
             prefetch_denied: get(&self.prefetch_denied),
             dirs_read_ahead: get(&self.dirs_read_ahead),
             listed_with_attrs: get(&self.listed_with_attrs),
+            backing_stats: get(&self.backing_stats),
+            backing_stats_remembered: get(&self.backing_stats_remembered),
             home_rack_files: get(&self.home_rack_files),
             home_global_files: get(&self.home_global_files),
         }
@@ -407,7 +420,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 50] = [
+        let rows: [(&str, String); 52] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -437,6 +450,11 @@ impl Snapshot {
             ("prefetch denied", self.prefetch_denied.to_string()),
             ("dirs read ahead", self.dirs_read_ahead.to_string()),
             ("listed with attributes", self.listed_with_attrs.to_string()),
+            ("backing stats", self.backing_stats.to_string()),
+            (
+                "backing stats remembered",
+                self.backing_stats_remembered.to_string(),
+            ),
             ("uncached reads", self.uncached_reads.to_string()),
             ("attribute requests", self.attr_requests.to_string()),
             ("cached bytes", human(self.cached_bytes)),

@@ -633,6 +633,49 @@ fn opens_within_the_ttl_do_not_ask_the_shared_fs() {
     m.unmount();
 }
 
+/// Once the kernel forgets a file's inode (its dentries dropped here; memory pressure or the
+/// inode bound on a training node), looking the name up again within the metadata TTL asks the
+/// shared file system nothing: the daemon remembers the stats it made (`--backing-stat-cache`).
+/// With that off, the lookups ask again.
+#[test]
+fn a_name_the_kernel_forgot_is_looked_up_again_without_the_shared_fs() {
+    for (i, remember) in [true, false].into_iter().enumerate() {
+        let f = Fixture::new(&format!("forgot{i}"));
+        f.write("d/f.bin", &pattern(64 << 10, 7));
+        let m = f.mount(if remember {
+            &[]
+        } else {
+            &["--backing-stat-cache", "0"]
+        });
+        assert!(fs::read(m.path("d/f.bin")).unwrap() == pattern(64 << 10, 7));
+        let (inodes, asked) = (m.stat("inodes"), m.stat("backing_stats"));
+        assert!(inodes >= 3, "the root, d and d/f.bin: {inodes}");
+        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while m.stat("inodes") > 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the kernel kept {} inodes after its dentries were dropped",
+                m.stat("inodes")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(fs::read(m.path("d/f.bin")).unwrap() == pattern(64 << 10, 7));
+        let (asked_again, remembered) = (
+            m.stat("backing_stats") - asked,
+            m.stat("backing_stats_remembered"),
+        );
+        if remember {
+            assert_eq!(asked_again, 0, "the shared FS was asked again");
+            assert!(remembered >= 2, "d and d/f.bin remembered: {remembered}");
+        } else {
+            assert!(asked_again >= 2, "d and d/f.bin asked again: {asked_again}");
+            assert_eq!(remembered, 0);
+        }
+        m.unmount();
+    }
+}
+
 #[test]
 fn large_directory_lists_completely() {
     let f = Fixture::new("bigdir");

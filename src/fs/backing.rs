@@ -15,6 +15,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::Kind;
 use crate::cache::files::DataFiles;
@@ -123,7 +124,11 @@ impl BackingStore {
         } else {
             acl_bits(&file, rel)
         };
-        Ok(BackingStat { meta, allowed })
+        Ok(BackingStat {
+            meta,
+            allowed,
+            read: Instant::now(),
+        })
     }
 
     /// Every entry of a directory with its type, from the directory alone (no stat per entry
@@ -248,11 +253,14 @@ fn read_direct(file: &File, buf: &mut [u8], offset: u64, len: usize) -> io::Resu
 }
 
 /// A backing entry's attributes.
+#[derive(Clone)]
 pub struct BackingStat {
     pub meta: Metadata,
     /// The permission bits (of 0o7777) the mount may present: all but where an ACL narrows
     /// them (see [`super::acl`]).
     pub allowed: u16,
+    /// When it was read: what the metadata TTL counts from, however long it is kept.
+    pub read: Instant,
 }
 
 impl std::ops::Deref for BackingStat {

@@ -145,12 +145,13 @@ pub(super) fn link_id(inode: &str) -> String {
     format!("{LINKS_DIR}/{inode}")
 }
 
-pub(super) fn new_node(path: &str, attr: Attr, lookups: u64) -> Node {
+/// A node of `path` with attributes read at `read`.
+pub(super) fn new_node(path: &str, attr: Attr, read: Instant, lookups: u64) -> Node {
     Node {
         path: RwLock::new(path.to_string()),
         lookups: AtomicU64::new(lookups),
         last_use: AtomicU64::new(0),
-        attr: Mutex::new((attr, Instant::now())),
+        attr: Mutex::new((attr, read)),
         kernel_version: Mutex::new(None),
         aliases: Mutex::new(Vec::new()),
     }
@@ -200,14 +201,14 @@ impl<S: Source> DyadFs<S> {
                     lock(&node.aliases).push(key.clone());
                 }
             }
-            *lock(&node.attr) = (attr, Instant::now());
+            *lock(&node.attr) = (attr, found.read_at());
             inodes.referenced(&node, refs);
             return Ok(attr);
         }
         let ino = inodes.number_for(&path);
         let attr = attr_of(ino)?;
         inodes.by_path.insert(path.clone(), ino);
-        let node = new_node(&path, attr, refs);
+        let node = new_node(&path, attr, found.read_at(), refs);
         if let Some(id) = link_id {
             inodes.by_path.insert(id.clone(), ino);
             lock(&node.aliases).push(id);

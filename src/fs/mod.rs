@@ -29,6 +29,7 @@ pub mod prefetch;
 pub mod quota;
 pub mod read;
 mod readahead;
+mod remembered;
 mod rename;
 mod stat_ahead;
 pub mod write;
@@ -53,7 +54,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::core::source::Source;
 pub use backing::{BackingStat, BackingStore};
@@ -82,6 +83,15 @@ impl Found {
             Found::Staged(s) => Attr::from_staged(ino, s),
             Found::Backing(b) => Ok(Attr::from_backing(ino, b)),
             Found::Produced(n) => Ok(Attr::from_name(ino, n)),
+        }
+    }
+
+    /// When its attributes were read: what their TTL counts from (a stat of the shared file
+    /// system may be a remembered one, see [`remembered`]).
+    fn read_at(&self) -> Instant {
+        match self {
+            Found::Backing(b) => b.read,
+            Found::Staged(_) | Found::Produced(_) => Instant::now(),
         }
     }
 }
@@ -123,6 +133,9 @@ pub struct FsConfig {
     /// Inodes the daemon keeps for the kernel before asking it to forget the least recently
     /// used (see [`InodeShedder`]).
     pub max_inodes: usize,
+    /// Bytes of shared-file-system attributes remembered past the kernel's forgetting of their
+    /// inode, for the metadata TTL (see [`remembered`]); 0: none.
+    pub backing_stat_cache: u64,
     /// Threads filling the files of prefetch lists, and how many files they may be ahead of
     /// the reader (and a quarter of the cache's capacity in bytes).
     pub prefetch_threads: usize,
@@ -143,6 +156,7 @@ pub struct Capabilities {
 
 pub struct DyadFs<S: Source> {
     backing: BackingStore,
+    remembered: Option<remembered::RememberedStats>,
     names: Arc<dyn Namespace>,
     producer: Arc<Producer>,
     reader: Reader<S>,
@@ -222,7 +236,12 @@ impl<S: Source> DyadFs<S> {
         inodes.by_path.insert(String::new(), ROOT_INO);
         inodes.nodes.insert(
             ROOT_INO,
-            Arc::new(new_node("", Attr::from_backing(ROOT_INO, &root), 1)),
+            Arc::new(new_node(
+                "",
+                Attr::from_backing(ROOT_INO, &root),
+                root.read,
+                1,
+            )),
         );
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         for i in 0..config.readahead_threads.max(1) {
@@ -237,6 +256,10 @@ impl<S: Source> DyadFs<S> {
             bytes: (cache.capacity() / 4).max(1),
         };
         Ok(DyadFs {
+            remembered: remembered::RememberedStats::new(
+                config.metadata_ttl,
+                config.backing_stat_cache,
+            ),
             backing,
             names,
             producer,
@@ -341,7 +364,7 @@ impl<S: Source> DyadFs<S> {
         if let Some(s) = self.producer.staged(path) {
             return Ok(Found::Staged(s));
         }
-        match self.backing.stat(path) {
+        match self.backing_stat(path) {
             Ok(meta) => return Ok(Found::Backing(meta)),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
             Err(e) => return Err(Error::Backing(e)),
@@ -370,6 +393,24 @@ impl<S: Source> DyadFs<S> {
                 Err(Error::NotFound)
             }
         }
+    }
+
+    /// The shared file system's attributes of `path`: remembered ones while their TTL lasts,
+    /// else read (and remembered).
+    fn backing_stat(&self, path: &str) -> std::io::Result<BackingStat> {
+        let stats = self.stats();
+        if let Some(stat) = self.remembered.as_ref().and_then(|r| r.get(path)) {
+            stats
+                .backing_stats_remembered
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(stat);
+        }
+        let stat = self.backing.stat(path)?;
+        stats.backing_stats.fetch_add(1, Ordering::Relaxed);
+        if let Some(r) = &self.remembered {
+            r.keep(path, &stat);
+        }
+        Ok(stat)
     }
 
     /// A node's attributes, refreshed once their TTL has passed (at once while being written).

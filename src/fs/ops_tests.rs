@@ -114,6 +114,7 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
         readahead_threads: 1,
         wait: Duration::ZERO,
         max_inodes: 1024,
+        backing_stat_cache: 1 << 20,
         prefetch_threads: 1,
         prefetch_window: 16,
         no_open: false,
@@ -417,6 +418,44 @@ fn a_uid_past_its_cap_is_refused_at_the_crossing_write() {
     let cache = w.fs.reader.cache.clone();
     Producer::open(&w.dir.join("ssd"), cache, 0, again.clone()).unwrap();
     assert_eq!((again.held(1000), again.held(1001)), (1000, 1000));
+}
+
+/// The kernel forgetting an inode no longer costs a stat of the shared file system at the
+/// name's next lookup within the metadata TTL (a metadata server's round trip per sample and
+/// epoch on a parallel file system); once the TTL has passed, the lookup asks again.
+#[test]
+fn a_forgotten_name_is_looked_up_again_without_the_shared_fs_within_the_ttl() {
+    let (w, _) = world();
+    let stats = || {
+        let s = w.fs.stats();
+        (
+            s.backing_stats.load(Ordering::Relaxed),
+            s.backing_stats_remembered.load(Ordering::Relaxed),
+        )
+    };
+    let name = OsStr::new(DATASET[0].0);
+    let ttl = w.fs.config.metadata_ttl;
+    let first = w.fs.lookup(ROOT_INO, name, 0).unwrap();
+    let (asked, remembered) = stats();
+    std::thread::sleep(ttl * 6 / 10);
+    w.fs.forget(first.ino, 1);
+    assert_eq!(w.fs.inode_count(), 1, "only the root is left");
+    let again = w.fs.lookup(ROOT_INO, name, 0).unwrap();
+    assert_eq!((again.size, again.mtime), (first.size, first.mtime));
+    assert_eq!(
+        stats(),
+        (asked, remembered + 1),
+        "the shared FS was asked again"
+    );
+    // The node made from the remembered stat is trusted only as long as the stat was: its
+    // TTL counts from the read, not from the second lookup.
+    std::thread::sleep(ttl * 5 / 10);
+    w.fs.getattr(again.ino).unwrap();
+    assert_eq!(
+        stats(),
+        (asked + 1, remembered + 1),
+        "a stat past its TTL was trusted"
+    );
 }
 
 proptest! {

@@ -224,9 +224,10 @@ impl<S: Source> DyadFs<S> {
             move |wait| ahead.next(wait),
             |fs, r: Range| {
                 for e in &r.entries[r.from..r.to] {
-                    // Only the backing file system's caches are wanted; a name it does not
-                    // have (produced, or gone) is looked up when its page is asked for.
-                    let _ = fs.backing.stat(&join(&r.dir, &e.name));
+                    // Remembered for the scan's lookups (and warming the shared file
+                    // system's own caches); a name it does not have (produced, or gone) is
+                    // looked up when its page is asked for.
+                    let _ = fs.backing_stat(&join(&r.dir, &e.name));
                 }
             },
         )
