@@ -18,7 +18,7 @@ if [ -z "${BINS:-}" ]; then
   BINS=$PWD/target/release/dyadfs
 fi
 SSD=$(mktemp -d /var/tmp/dyadfs-listing-ssd.XXXX)
-cleanup() { unmount_mounted "$W/mnt"; rm -rf "$SSD"; }
+cleanup() { unmount_mounted "$W/mnt"; rm -rf "$SSD" "$SSD.log"; }
 trap cleanup EXIT
 secs() { local a; a=$(now); "$@" > /dev/null; echo "$(now) - $a" | bc; }
 # Three scans of the wide directory: names and types only (how os.walk and torchvision's
