@@ -10,7 +10,7 @@
 //! the TTL after it was read, so nothing is trusted longer than a live node's attributes are.
 //! The mount never changes the shared file system, so only the TTL invalidates an entry.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,27 +18,35 @@ use std::time::Duration;
 use super::backing::BackingStat;
 use crate::core::sync::lock;
 
-/// What an entry weighs: the stat, a path of typical length, the map's and the queue's slots.
-const ENTRY_BYTES: usize = std::mem::size_of::<BackingStat>() + 128;
+/// A remembered stat and the path it is of (kept to tell two paths of one hash apart).
+type Slot = (Box<str>, BackingStat);
+
+/// What an entry weighs: its slot, its path's allocation (a typical one), and its row in the
+/// map from hashes to slots (16 bytes in a table that a churn of inserts and removals keeps at
+/// about twice its rows).
+const ENTRY_BYTES: usize = std::mem::size_of::<Slot>() + 96;
 
 /// Locks taken by a lookup and the stat read-ahead at once are on different shards mostly.
 const SHARDS: usize = 16;
 
-/// Remembered stats. Oldest out first once a shard is full: a plain map and a queue, because a
-/// general cache (moka, tried first) cost a scan of 100,000 entries 20% (its bookkeeping per
-/// insert and get, on a path that stats the shared file system and nothing else).
+/// Remembered stats. Oldest out first once a shard is full: each shard is a ring of slots, its
+/// next slot the oldest, and a map from a path's hash to its slot. A general cache (moka, tried
+/// first) cost a scan of 100,000 entries 20% in its bookkeeping per insert and get; a map of
+/// whole stats with a queue beside it held 2.7 times its bound (a hash table that entries churn
+/// through doubles its buckets, and the stats sat in them).
 pub(super) struct RememberedStats {
     ttl: Duration,
-    per_shard: usize,
     shards: Box<[Mutex<Shard>]>,
 }
 
-#[derive(Default)]
 struct Shard {
-    /// By a hash of the path (the path kept to tell two of one hash apart).
-    stats: HashMap<u64, (Box<str>, BackingStat)>,
-    /// Hashes in the order they came in, each once.
-    order: VecDeque<u64>,
+    slot_of: HashMap<u64, u32>,
+    /// Filled up to `ring` (their memory touched as they fill: a small dataset costs little),
+    /// then reused oldest first.
+    slots: Vec<Slot>,
+    ring: usize,
+    /// Once the ring is full, the slot the next new path takes: the oldest.
+    next: usize,
 }
 
 impl RememberedStats {
@@ -49,10 +57,19 @@ impl RememberedStats {
         if ttl.is_zero() || entries == 0 {
             return None;
         }
+        // At most u32::MAX slots a shard (a 1 TiB bound would not reach it).
+        let per_shard = entries.div_ceil(SHARDS).min(u32::MAX as usize);
+        let shard = || {
+            Mutex::new(Shard {
+                slot_of: HashMap::new(),
+                slots: Vec::with_capacity(per_shard),
+                ring: per_shard,
+                next: 0,
+            })
+        };
         Some(RememberedStats {
             ttl,
-            per_shard: entries.div_ceil(SHARDS),
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS).map(|_| shard()).collect(),
         })
     }
 
@@ -66,29 +83,35 @@ impl RememberedStats {
     pub(super) fn get(&self, path: &str) -> Option<BackingStat> {
         let (hash, shard) = self.shard_of(path);
         let shard = lock(shard);
-        let (p, stat) = shard.stats.get(&hash)?;
+        let slot = *shard.slot_of.get(&hash)?;
+        let (p, stat) = &shard.slots[slot as usize];
         (**p == *path && stat.read.elapsed() < self.ttl).then(|| stat.clone())
     }
 
     pub(super) fn keep(&self, path: &str, stat: &BackingStat) {
         let (hash, shard) = self.shard_of(path);
-        let mut shard = lock(shard);
+        let shard = &mut *lock(shard);
         let entry = (Box::from(path), stat.clone());
-        if shard.stats.insert(hash, entry).is_none() {
-            shard.order.push_back(hash);
-        }
-        while shard.stats.len() > self.per_shard {
-            let Some(oldest) = shard.order.pop_front() else {
-                break;
-            };
-            shard.stats.remove(&oldest);
+        if let Some(&slot) = shard.slot_of.get(&hash) {
+            shard.slots[slot as usize] = entry;
+        } else if shard.slots.len() < shard.ring {
+            shard.slot_of.insert(hash, shard.slots.len() as u32);
+            shard.slots.push(entry);
+        } else {
+            // The oldest path goes, and its row in the map with it.
+            let slot = shard.next;
+            shard.next = (slot + 1) % shard.ring;
+            let old = std::mem::replace(&mut shard.slots[slot], entry);
+            let old_hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(&*old.0);
+            shard.slot_of.remove(&old_hash);
+            shard.slot_of.insert(hash, slot as u32);
         }
     }
 
     /// Names remembered, expired or not (the tests' view of the bound).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).stats.len()).sum()
+        self.shards.iter().map(|s| lock(s).slot_of.len()).sum()
     }
 }
 
