@@ -62,7 +62,9 @@ impl RememberedStats {
         let shard = || {
             Mutex::new(Shard {
                 slot_of: HashMap::new(),
-                slots: Vec::with_capacity(per_shard),
+                // Reserved whole up to a point (no copy left behind as it grows); a bound far
+                // above the default grows instead of reserving gigabytes at mount.
+                slots: Vec::with_capacity(per_shard.min(1 << 16)),
                 ring: per_shard,
                 next: 0,
             })
