@@ -651,15 +651,11 @@ fn a_name_the_kernel_forgot_is_looked_up_again_without_the_shared_fs() {
         let (inodes, asked) = (m.stat("inodes"), m.stat("backing_stats"));
         assert!(inodes >= 3, "the root, d and d/f.bin: {inodes}");
         fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while m.stat("inodes") > 1 {
-            assert!(
-                Instant::now() < deadline,
-                "the kernel kept {} inodes after its dentries were dropped",
-                m.stat("inodes")
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until(
+            "the kernel forgets d and d/f.bin once its dentries are dropped",
+            Duration::from_secs(30),
+            || m.stat("inodes") <= 1,
+        );
         assert!(fs::read(m.path("d/f.bin")).unwrap() == pattern(64 << 10, 7));
         let (asked_again, remembered) = (
             m.stat("backing_stats") - asked,
