@@ -283,9 +283,20 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
         for p in [&mut args.mountpoint, &mut args.ssd, &mut args.backing]
             .into_iter()
             .chain(args.cluster.peers.as_mut())
-            .chain(args.cluster.rendezvous.as_mut())
         {
             if let Ok(abs) = fs::canonicalize(&*p) {
+                *p = abs;
+            }
+        }
+        // Against the caller's directory too, but with their final symlink kept: the secret
+        // and the rendezvous directory are checked for one when they are opened.
+        for p in args
+            .cluster
+            .secret_file
+            .iter_mut()
+            .chain(args.cluster.rendezvous.as_mut())
+        {
+            if let Ok(abs) = std::path::absolute(&*p) {
                 *p = abs;
             }
         }
