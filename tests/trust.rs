@@ -131,10 +131,11 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
 #[test]
 fn a_multi_node_mount_needs_a_private_secret() {
     let c = Cluster::new("secret", 1, 1);
-    let mount = |extra: &[&str]| {
+    let mount_in = |cwd: &std::path::Path, extra: &[&str]| {
         let mnt = c.root.join("m0");
         fs::create_dir_all(&mnt).unwrap();
         node_cmd()
+            .current_dir(cwd)
             .env_remove("DYADFS_SECRET_FILE")
             .arg("mount")
             .arg(&mnt)
@@ -148,6 +149,7 @@ fn a_multi_node_mount_needs_a_private_secret() {
             .output()
             .unwrap()
     };
+    let mount = |extra: &[&str]| mount_in(std::path::Path::new("/"), extra);
     let out = mount(&[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--secret-file"));
@@ -161,6 +163,20 @@ fn a_multi_node_mount_needs_a_private_secret() {
     assert!(err.contains("open-secret") && err.contains("644"), "{err}");
     assert!(!is_mounted(&c.root.join("m0")));
     let out = mount(&["--insecure"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut m = Mounted {
+        mnt: c.root.join("m0"),
+        pid: 0,
+    };
+    m.pid = m.stat("pid") as u32;
+    m.unmount();
+    // A relative key file is the caller's: the daemon looked it up under `/`, where it works,
+    // and failed with "No such file or directory".
+    let out = mount_in(&c.root, &["--secret-file", "secret"]);
     assert!(
         out.status.success(),
         "{}",
@@ -687,4 +703,76 @@ fn an_acl_deny_on_a_backing_file_holds_through_the_mount() {
     );
     assert_eq!(fs::read(&through).unwrap(), b"not for nobody");
     m.unmount();
+}
+
+/// The rendezvous directory is the job user's, the daemon root's: what the user planted there
+/// cannot aim root's writes or reads. A temp-file name or a node file that is a symlink to a
+/// root-only file, a FIFO, and a node file of a stranger each fail the mount with one line
+/// naming the entry; the root file is neither rewritten nor shown. (Before: root rewrote the
+/// victim through `.0.node.tmp`, and printed its first line through `1.node`.)
+#[test]
+fn a_users_rendezvous_dir_cannot_aim_roots_file_operations() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new("rdv-attack");
+    let base = f.root.join("attack");
+    fs::create_dir_all(&base).unwrap();
+    fs::set_permissions(&base, fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = f.root.join("victim");
+    fs::write(&victim, b"ROOT-ONLY 1 127.0.0.1:1 r\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    let rdv = base.join("rdv");
+    let (r, v) = (rdv.display(), victim.display());
+    assert!(as_nobody(&format!("mkdir -m 700 {r} && chmod 755 {r}")));
+    let port = 20_000 + (std::process::id() % 200) as u16 * 50 + 47;
+    let listen = format!("127.0.0.1:{port}");
+    let rdv_s = rdv.to_str().unwrap();
+    let refused = |planted: &str, says: &[&str]| {
+        assert!(as_nobody(planted), "{planted}");
+        let started = std::time::Instant::now();
+        let out = f.try_mount(&[
+            "--node-id",
+            "0",
+            "--rendezvous",
+            rdv_s,
+            "--nodes",
+            "2",
+            "--listen",
+            &listen,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "mounted: {err}");
+        for s in says {
+            assert!(err.contains(s), "{planted}: {err}");
+        }
+        assert!(!err.contains("ROOT-ONLY"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{err}");
+        assert!(!is_mounted(&f.mnt));
+        assert_eq!(fs::read(&victim).unwrap(), b"ROOT-ONLY 1 127.0.0.1:1 r\n");
+        // The next attempt starts from a directory the user cleaned.
+        assert!(as_nobody(&format!("rm -f {r}/.*.tmp {r}/*.node")), "clean");
+        let _ = fs::remove_file(rdv.join("0.node"));
+    };
+    refused(
+        &format!("ln -s {v} {r}/.0.node.tmp"),
+        &[".0.node.tmp", "symlink"],
+    );
+    refused(
+        &format!("ln -s {v} {r}/1.node && echo '5 127.0.0.1:9 r' > {r}/5.node"),
+        &["1.node", "symlink"],
+    );
+    refused(
+        &format!("ln -s /dev/zero {r}/1.node"),
+        &["1.node", "symlink"],
+    );
+    refused(
+        &format!("mkfifo {r}/1.node"),
+        &["1.node", "not a regular file"],
+    );
+    // A node file of neither this daemon's user nor the directory's owner (made by root here:
+    // protected_hardlinks keeps a user from linking another's file in).
+    let stranger = rdv.join("1.node");
+    fs::write(&stranger, b"1 127.0.0.1:9 r\n").unwrap();
+    std::os::unix::fs::chown(&stranger, Some(4242), Some(4242)).unwrap();
+    refused("true", &["1.node", "uid 4242"]);
 }
