@@ -5,7 +5,9 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -76,24 +78,30 @@ pub fn render(snap: &Snapshot, latencies: &Latencies) -> String {
     out
 }
 
-/// Serves `/metrics` on `addr` from a thread of its own, one connection at a time (a scraper's
-/// pace); returns once listening.
+/// Scrapes served at once; a connection past them is closed as soon as it is accepted.
+pub const MAX_CONNECTIONS: usize = 16;
+/// The whole request head must arrive within this (not each read: a client sending a byte at a
+/// time would otherwise hold its thread forever), and the answer must leave within it again.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(3);
+/// The most of a request head read; the rest is not looked at.
+const MAX_HEAD: usize = 8192;
+
+/// Serves `/metrics` on `addr` from a thread of its own that answers each connection on a
+/// thread of its own, at most [`MAX_CONNECTIONS`] at once; returns once listening.
 pub fn serve(
     addr: SocketAddr,
-    scrape: impl Fn() -> String + Send + 'static,
+    scrape: impl Fn() -> String + Send + Sync + 'static,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let local = listener.local_addr()?;
+    let scrape = Arc::new(scrape);
+    let active = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 match conn {
-                    Ok(s) => {
-                        if let Err(e) = answer(s, &scrape) {
-                            tracing::debug!(error = %e, "metrics request failed");
-                        }
-                    }
+                    Ok(s) => admit(s, &active, &scrape),
                     // Out of descriptors, say: the next scrape tries again.
                     Err(e) => {
                         tracing::warn!(error = %e, "metrics accept failed");
@@ -105,32 +113,94 @@ pub fn serve(
     Ok(local)
 }
 
-/// One HTTP/1.x request: `GET /metrics` is answered, anything else is a 404. The request is
-/// read up to its blank line (at most 8 KiB, within 2 s).
+/// Answers `s` on a thread of its own if fewer than [`MAX_CONNECTIONS`] are being answered;
+/// closes it otherwise.
+fn admit<F: Fn() -> String + Send + Sync + 'static>(
+    s: TcpStream,
+    active: &Arc<AtomicUsize>,
+    scrape: &Arc<F>,
+) {
+    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+        active.fetch_sub(1, Ordering::AcqRel);
+        tracing::debug!("metrics connection refused: {MAX_CONNECTIONS} being answered");
+        return;
+    }
+    /// Gives the connection's place back however its thread ends.
+    struct Slot(Arc<AtomicUsize>);
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let (slot, scrape) = (Slot(active.clone()), scrape.clone());
+    let spawned = std::thread::Builder::new()
+        .name("metrics-conn".into())
+        .spawn(move || {
+            let _slot = slot;
+            if let Err(e) = answer(s, &*scrape) {
+                tracing::debug!(error = %e, "metrics request failed");
+            }
+        });
+    // (The slot went with the closure and is dropped with it.)
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start a thread to answer a metrics request");
+    }
+}
+
+/// One HTTP/1.x request: `GET /metrics` is answered, `HEAD /metrics` with the headers alone,
+/// anything else is a 404. The request is read up to its blank line (at most 8 KiB), all of it
+/// within [`REQUEST_DEADLINE`]; past it the connection is closed.
 fn answer(mut s: TcpStream, scrape: &impl Fn() -> String) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let deadline = Instant::now() + REQUEST_DEADLINE;
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 8192 {
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < MAX_HEAD {
+        s.set_read_timeout(Some(left(deadline)?))?;
         match s.read(&mut buf)? {
             0 => break,
             n => req.extend_from_slice(&buf[..n]),
         }
     }
     let line = String::from_utf8_lossy(req.split(|&b| b == b'\r').next().unwrap_or(&[]));
-    let path = line.split(' ').nth(1).unwrap_or("");
-    let (status, body) = if line.starts_with("GET ") && (path == "/metrics" || path == "/") {
-        ("200 OK", scrape())
-    } else {
-        ("404 Not Found", "only /metrics here\n".to_string())
+    let mut words = line.split(' ');
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let known = path == "/metrics" || path == "/";
+    let (status, body) = match method {
+        "GET" | "HEAD" if known => ("200 OK", scrape()),
+        _ => ("404 Not Found", "only /metrics here\n".to_string()),
     };
-    write!(
-        s,
+    let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; \
-         charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    )
+    );
+    if method != "HEAD" {
+        out += &body;
+    }
+    // The answer leaves within a deadline of its own: a client that does not read holds its
+    // thread no longer than one that does not write.
+    let deadline = Instant::now() + REQUEST_DEADLINE;
+    let mut out = out.as_bytes();
+    while !out.is_empty() {
+        s.set_write_timeout(Some(left(deadline)?))?;
+        match s.write(out)? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => out = &out[n..],
+        }
+    }
+    Ok(())
+}
+
+/// The time left until `deadline` (an error once it is past: a zero timeout means none).
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "request deadline passed",
+        ));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -164,5 +234,115 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    fn connect(addr: SocketAddr) -> TcpStream {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    fn ask(addr: SocketAddr, request: &str) -> String {
+        let mut s = connect(addr);
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// Whether the server closed `s` (end of file or a reset) within `within`.
+    fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+        s.set_read_timeout(Some(within)).unwrap();
+        let mut buf = [0u8; 64];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) => {
+                    return !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn get_and_head_answer_and_other_paths_are_not_found() {
+        let addr = serve("127.0.0.1:0".parse().unwrap(), || "body\n".into()).unwrap();
+        let get = ask(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
+        assert!(get.ends_with("Content-Length: 5\r\nConnection: close\r\n\r\nbody\n"));
+        let head = ask(addr, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.ends_with("Content-Length: 5\r\nConnection: close\r\n\r\n"));
+        let other = ask(addr, "GET /other HTTP/1.1\r\n\r\n");
+        assert!(other.starts_with("HTTP/1.1 404 Not Found"), "{other}");
+        let post = ask(addr, "POST /metrics HTTP/1.1\r\n\r\n");
+        assert!(post.starts_with("HTTP/1.1 404 Not Found"), "{post}");
+    }
+
+    /// A client sending its request a byte at a time is closed at the request deadline, and
+    /// scrapes are answered meanwhile.
+    #[test]
+    fn a_slow_client_is_closed_at_the_deadline_and_holds_nobody_up() {
+        let addr = serve("127.0.0.1:0".parse().unwrap(), || "body\n".into()).unwrap();
+        let mut slow = connect(addr);
+        let start = Instant::now();
+        let mut writer = slow.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" {
+                if writer.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        let t = Instant::now();
+        let got = ask(addr, "GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(got.starts_with("HTTP/1.1 200 OK"), "{got}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(closed_within(
+            &mut slow,
+            REQUEST_DEADLINE + Duration::from_secs(2)
+        ));
+        let took = start.elapsed();
+        assert!(
+            took >= REQUEST_DEADLINE - Duration::from_millis(100),
+            "{took:?}"
+        );
+        assert!(took < REQUEST_DEADLINE + Duration::from_secs(1), "{took:?}");
+    }
+
+    /// Past [`MAX_CONNECTIONS`] at once a connection is closed as soon as it is accepted; the
+    /// places come back when those connections end.
+    #[test]
+    fn connections_past_the_bound_are_closed_at_once() {
+        let addr = serve("127.0.0.1:0".parse().unwrap(), || "body\n".into()).unwrap();
+        let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS).map(|_| connect(addr)).collect();
+        // (Accepted in order: the extra one comes after all of them, which wait for a request
+        // for the deadline.)
+        let mut extra = connect(addr);
+        let t = Instant::now();
+        assert!(closed_within(&mut extra, Duration::from_secs(2)));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        drop(idle);
+        wait_for_a_place(addr);
+    }
+
+    /// Scrapes until one is answered (the closed connections' threads end within a moment).
+    fn wait_for_a_place(addr: SocketAddr) {
+        let t = Instant::now();
+        loop {
+            let mut s = connect(addr);
+            let mut out = String::new();
+            let sent = s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").is_ok();
+            if sent && s.read_to_string(&mut out).is_ok() && out.starts_with("HTTP/1.1 200") {
+                return;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "no place came back");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }

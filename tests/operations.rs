@@ -360,6 +360,72 @@ fn the_metrics_endpoint_moves_with_reads() {
     m.unmount();
 }
 
+/// `--metrics-listen` against a slow client: one sending its request a byte every 1.5 s
+/// holds no scrape up (they are answered at once, side by side) and is closed once the whole
+/// request has taken the deadline, not kept while each byte comes in time. `HEAD /metrics`
+/// answers the headers alone.
+#[test]
+fn a_slow_metrics_client_is_closed_and_holds_no_scrape_up() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+    let deadline = dyadfs::metrics::REQUEST_DEADLINE;
+    let f = Fixture::new("metrics-slow");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let m = f.mount(&["--metrics-listen", &format!("127.0.0.1:{port}")]);
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let start = Instant::now();
+    let mut writer = slow.try_clone().unwrap();
+    let dribble = std::thread::spawn(move || {
+        for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" {
+            if writer.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    assert!(scrape(port).ends_with("# EOF\n"));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "a scrape beside a slow client took {:?}",
+        t.elapsed()
+    );
+    // The server closes the slow connection (end of file, or a reset) by the deadline.
+    slow.set_read_timeout(Some(deadline + Duration::from_secs(5)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let ended = match slow.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    let took = start.elapsed();
+    assert!(ended, "the slow connection still open after {took:?}");
+    assert!(
+        took < deadline + Duration::from_secs(1),
+        "the slow connection closed after {took:?} (deadline {deadline:?})"
+    );
+    drop(slow);
+    dribble.join().unwrap();
+
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut head = String::new();
+    s.read_to_string(&mut head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
+    m.unmount();
+}
+
 /// A plain user mounts (FUSE through the setuid fusermount3), reads through the mount, and the
 /// daemon says it serves reads itself (passthrough needs CAP_SYS_ADMIN). The test makes a
 /// system user `dyadfs-user` if there is none, and makes /dev/fuse usable by users for its
