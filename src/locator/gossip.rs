@@ -6,9 +6,14 @@
 //! resumed) rejoins with a newer incarnation and is up again.
 //!
 //! Every datagram carries an HMAC-SHA256 tag under the job secret (domain
-//! `dyadfs-gossip-v1`): one without a valid tag is dropped unread, so a process without the
-//! secret can neither declare a node down nor keep a dead one alive. (A replayed datagram is
-//! at worst an old probe's answer, which SWIM's probe numbers and incarnations ignore.)
+//! `dyadfs-gossip-v2`) over a header and foca's payload: one without a valid tag is dropped
+//! unread, so a process without the secret can neither declare a node down nor keep a dead one
+//! alive. The header binds a datagram to its sender and its moment: the sender's id, which must
+//! match the address it came from, and a stamp (the sender's clock in microseconds, strictly
+//! increasing per sender), which must be newer than the last one taken from that sender and
+//! within [`FRESH`] of the receiver's clock. So a recorded datagram replayed later, from
+//! anywhere, is dropped: foca's probe numbers (a `u8`) alone let a replay of old acks keep a
+//! frozen node alive.
 //!
 //! foca was chosen over chitchat because it is the protocol alone (no I/O, no runtime, no
 //! key-value state to carry), so it runs on a plain thread beside the tokio runtime and its
@@ -32,8 +37,21 @@ use crate::core::NodeId;
 use crate::transport::auth::{self, Secret};
 
 /// The tag domain of gossip datagrams.
-const DOMAIN: &[u8] = b"dyadfs-gossip-v1";
+const DOMAIN: &[u8] = b"dyadfs-gossip-v2";
 const TAG: usize = 32;
+/// The header before foca's payload: the sender's id (u32) and stamp (u64), little-endian.
+const HEADER: usize = 12;
+/// How far a datagram's stamp may be from the receiver's clock (the nodes of a job keep
+/// theirs within milliseconds by NTP; a replay after this long is dropped even by a receiver
+/// that never saw the original, e.g. one restarted since).
+pub const FRESH: Duration = Duration::from_secs(10);
+
+/// Microseconds since the Unix epoch.
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
 
 /// A member as gossip knows it: its id, where it listens, and which start of it this is (a
 /// restarted daemon's higher incarnation wins over the one the cluster declared down).
@@ -150,6 +168,17 @@ struct Agent {
     runtime: AccumulatingRuntime<Peer>,
     socket: UdpSocket,
     secret: Option<Arc<Secret>>,
+    me: NodeId,
+    /// Where each member sends from (its gossip address).
+    addrs: HashMap<NodeId, SocketAddr>,
+    /// The last stamp this node sent, and the newest taken from each sender.
+    stamp: u64,
+    heard: HashMap<NodeId, u64>,
+    /// Datagrams dropped as replayed, stale or misaddressed.
+    pub stale: u64,
+    /// What this agent sent (tests record a node's datagrams to replay them).
+    #[cfg(test)]
+    sent: Vec<(SocketAddr, Vec<u8>)>,
     /// Timers by deadline (the sequence number keeps equal deadlines in order).
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     pending: HashMap<u64, Timer<Peer>>,
@@ -178,6 +207,13 @@ impl Agent {
             runtime: AccumulatingRuntime::new(),
             socket,
             secret: cfg.secret,
+            me: me.id,
+            addrs: cfg.members.iter().copied().collect(),
+            stamp: 0,
+            heard: HashMap::new(),
+            stale: 0,
+            #[cfg(test)]
+            sent: Vec::new(),
             timers: BinaryHeap::new(),
             pending: HashMap::new(),
             seq: 0,
@@ -215,13 +251,7 @@ impl Agent {
                 .clamp(Duration::from_millis(1), Duration::from_secs(1));
             let _ = self.socket.set_read_timeout(Some(wait));
             match self.socket.recv_from(&mut buf) {
-                Ok((n, _)) => {
-                    if let Some(payload) = self.verified(&buf[..n])
-                        && let Err(e) = self.foca.handle_data(payload, &mut self.runtime)
-                    {
-                        tracing::debug!(error = %e, "gossip datagram refused");
-                    }
-                }
+                Ok((n, from)) => self.receive(&buf[..n], from),
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -247,24 +277,69 @@ impl Agent {
         }
     }
 
-    /// The payload of a datagram whose tag checks out (untagged with `--insecure`).
-    fn verified<'a>(&self, datagram: &'a [u8]) -> Option<&'a [u8]> {
-        let Some(key) = &self.secret else {
-            return Some(datagram);
+    /// Hands a datagram that checks out to foca.
+    fn receive(&mut self, datagram: &[u8], from: SocketAddr) {
+        match self.verified(datagram, from) {
+            Some(payload) => {
+                if let Err(e) = self.foca.handle_data(payload, &mut self.runtime) {
+                    tracing::debug!(error = %e, "gossip datagram refused");
+                }
+            }
+            None => self.stale += 1,
+        }
+    }
+
+    /// The payload of a datagram whose tag checks out (untagged with `--insecure`), from the
+    /// member it names, at its address, newer than anything taken from it and fresh.
+    fn verified<'a>(&mut self, datagram: &'a [u8], from: SocketAddr) -> Option<&'a [u8]> {
+        let signed = match &self.secret {
+            Some(key) => {
+                let split = datagram.len().checked_sub(TAG)?;
+                let (signed, tag) = datagram.split_at(split);
+                auth::tag_ok(key, DOMAIN, signed, tag).then_some(signed)?
+            }
+            None => datagram,
         };
-        let split = datagram.len().checked_sub(TAG)?;
-        let (payload, tag) = datagram.split_at(split);
-        auth::tag_ok(key, DOMAIN, payload, tag).then_some(payload)
+        if signed.len() < HEADER {
+            return None;
+        }
+        let (header, payload) = signed.split_at(HEADER);
+        let sender = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+        let stamp = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
+        if sender == self.me || self.addrs.get(&sender) != Some(&from) {
+            return None;
+        }
+        let fresh = FRESH.as_micros() as u64;
+        if now_micros().abs_diff(stamp) > fresh
+            || self.heard.get(&sender).is_some_and(|last| stamp <= *last)
+        {
+            return None;
+        }
+        self.heard.insert(sender, stamp);
+        Some(payload)
+    }
+
+    /// `data` as a datagram: the header, the payload, and the tag over both.
+    fn seal(&mut self, data: &[u8]) -> Vec<u8> {
+        self.stamp = now_micros().max(self.stamp + 1);
+        let mut datagram = Vec::with_capacity(HEADER + data.len() + TAG);
+        datagram.extend_from_slice(&self.me.to_le_bytes());
+        datagram.extend_from_slice(&self.stamp.to_le_bytes());
+        datagram.extend_from_slice(data);
+        if let Some(key) = &self.secret {
+            let tag = auth::tag(key, DOMAIN, &datagram);
+            datagram.extend_from_slice(&tag);
+        }
+        datagram
     }
 
     /// Sends what foca wants sent, schedules its timers, and applies its news.
     fn drain(&mut self) {
         while let Some((to, data)) = self.runtime.to_send() {
-            let mut datagram = data.to_vec();
-            if let Some(key) = &self.secret {
-                datagram.extend_from_slice(&auth::tag(key, DOMAIN, &data));
-            }
+            let datagram = self.seal(&data);
             let _ = self.socket.send_to(&datagram, to.addr);
+            #[cfg(test)]
+            self.sent.push((to.addr, datagram));
         }
         while let Some((after, timer)) = self.runtime.to_schedule() {
             self.seq += 1;
@@ -398,10 +473,8 @@ mod tests {
             let _ = agent
                 .socket
                 .set_read_timeout(Some(Duration::from_millis(20)));
-            if let Ok((n, _)) = agent.socket.recv_from(&mut buf)
-                && let Some(p) = agent.verified(&buf[..n])
-            {
-                let _ = agent.foca.handle_data(p, &mut agent.runtime);
+            if let Ok((n, from)) = agent.socket.recv_from(&mut buf) {
+                agent.receive(&buf[..n], from);
             }
             let now = Instant::now();
             while let Some(&Reverse((at, seq))) = agent.timers.peek() {
@@ -427,4 +500,98 @@ mod tests {
         wait_for("node 0 sees node 2 back", || !views[0].is_down(2));
         wait_for("node 1 sees node 2 back", || !views[1].is_down(2));
     }
+
+    /// Runs a hand-driven agent for `d`: what `Agent::run` does, on the test's thread.
+    fn drive(agent: &mut Agent, d: Duration) {
+        let stop = Instant::now() + d;
+        let mut buf = vec![0u8; 64 << 10];
+        while Instant::now() < stop {
+            agent.drain();
+            let _ = agent
+                .socket
+                .set_read_timeout(Some(Duration::from_millis(10)));
+            if let Ok((n, from)) = agent.socket.recv_from(&mut buf) {
+                agent.receive(&buf[..n], from);
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((at, seq))) = agent.timers.peek() {
+                if at > now {
+                    break;
+                }
+                agent.timers.pop();
+                if let Some(t) = agent.pending.remove(&seq) {
+                    let _ = agent.foca.handle_timer(t, &mut agent.runtime);
+                }
+            }
+        }
+    }
+
+    /// Everything a member sent while up, replayed from its own address while it is frozen
+    /// (the strongest replay: the address binding cannot tell), does not keep it alive: it is
+    /// declared down on the usual schedule. Before the header, node 0 never declared it down
+    /// while the replay ran.
+    #[test]
+    fn replayed_datagrams_do_not_keep_a_frozen_member_alive() {
+        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
+        let addrs: Vec<SocketAddr> = (0..2).map(|_| free_addr()).collect();
+        let members: Vec<(NodeId, SocketAddr)> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u32, *a))
+            .collect();
+        let view0: Arc<Liveness> = Arc::default();
+        let cfg = |i: usize| GossipConfig {
+            me: Peer {
+                id: i as u32,
+                addr: addrs[i],
+                incarnation: 1,
+            },
+            members: members.clone(),
+            secret: Some(key.clone()),
+            detect_within: Duration::from_millis(400),
+        };
+        start(cfg(0), view0.clone(), Box::new(|_, _| {})).unwrap();
+        let socket = UdpSocket::bind(addrs[1]).unwrap();
+        let mut b = Agent::new(cfg(1), socket, 5, Arc::default(), Box::new(|_, _| {}));
+        drive(&mut b, Duration::from_secs(RECORD_SECS));
+        assert!(view0.is_up(1) && !view0.is_down(1), "node 1 was up");
+        let recorded: Vec<Vec<u8>> = b
+            .sent
+            .iter()
+            .filter(|(to, _)| *to == addrs[0])
+            .map(|(_, d)| d.clone())
+            .collect();
+        assert!(recorded.len() > 20, "{} datagrams", recorded.len());
+        // Frozen: it answers nothing, and its recorded datagrams are replayed in a loop.
+        let frozen_at = Instant::now();
+        let mut replayed = 0usize;
+        while !view0.is_down(1) {
+            assert!(
+                frozen_at.elapsed() < Duration::from_secs(8),
+                "node 1 still not down after {replayed} replayed datagrams"
+            );
+            for d in &recorded {
+                let _ = b.socket.send_to(d, addrs[0]);
+                replayed += 1;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(replayed > 0);
+        // And a hand-driven receiver counts them as stale instead of taking them.
+        let mut a2 = Agent::new(
+            cfg(0),
+            UdpSocket::bind(free_addr()).unwrap(),
+            6,
+            Arc::default(),
+            Box::new(|_, _| {}),
+        );
+        for d in &recorded {
+            a2.receive(d, addrs[1]);
+            a2.receive(d, addrs[1]);
+        }
+        assert!(a2.stale >= recorded.len() as u64, "{} stale", a2.stale);
+    }
+
+    /// How long the replayed member is recorded while up.
+    const RECORD_SECS: u64 = 30;
 }
