@@ -265,3 +265,76 @@ fn a_list_stored_on_the_mount_is_read_without_stopping_it() {
     });
     m.unmount();
 }
+
+/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`).
+fn vm_kib(pid: u64, field: &str) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in {status}"));
+    line.trim().trim_end_matches(" kB").parse().unwrap()
+}
+
+/// What a local user can make the daemon hold: a list with a 64 MiB line (a sparse-looking
+/// list of one long line) has the line skipped, not held, while the plan waits at its window;
+/// the daemon's memory does not grow by it. A list naming more than the bytes of paths a user
+/// may have held is refused, saying so.
+#[test]
+fn a_long_line_is_skipped_unheld_and_too_many_path_bytes_are_refused() {
+    let f = Fixture::new("prefetch-bounds");
+    f.write("a.bin", &pattern(10_000, 1));
+    f.write("b.bin", &pattern(10_000, 2));
+    // A window of one file: a plan stalls after its first file, holding its paths.
+    let m = f.mount(&["--prefetch-window", "1"]);
+    let pid = m.stat("pid");
+    // A first list, so that what any list makes the daemon keep is there before the count.
+    prefetch(&m, &write_list(&f, &["a.bin"]));
+    wait_stat(&m, "prefetched_files", |v| v >= 1);
+    let (rss, hwm) = (vm_kib(pid, "VmRSS"), vm_kib(pid, "VmHWM"));
+
+    let list = f.root.join("long");
+    let mut text = b"b.bin\n".to_vec();
+    text.resize(text.len() + (64 << 20), b'x');
+    text.extend_from_slice(b"\na.bin\n");
+    fs::write(&list, text).unwrap();
+    let out = prefetch(&m, &list);
+    fs::remove_file(&list).unwrap();
+    wait_stat(&m, "prefetched_files", |v| v >= 2);
+    let (rss2, hwm2) = (vm_kib(pid, "VmRSS"), vm_kib(pid, "VmHWM"));
+    eprintln!("daemon VmRSS {rss} -> {rss2} KiB, VmHWM {hwm} -> {hwm2} KiB");
+    assert!(
+        rss2 < rss + (32 << 10),
+        "VmRSS grew from {rss} to {rss2} KiB with a 64 MiB line"
+    );
+    assert!(
+        hwm2 < hwm + (32 << 10),
+        "VmHWM grew from {hwm} to {hwm2} KiB with a 64 MiB line"
+    );
+    assert!(
+        out.contains("queued 2 files") && out.contains("1 lines skipped"),
+        "{out}"
+    );
+    assert_eq!(
+        m.stat("prefetch_pending"),
+        1,
+        "the plan waits at its window"
+    );
+
+    // 16 Ki + 1 paths of 4 KiB: one past 64 MiB of paths.
+    let line = format!("d/{}\n", "p".repeat(4094));
+    fs::write(&list, line.repeat((16 << 10) + 1)).unwrap();
+    let out = dyadfs()
+        .arg("prefetch")
+        .arg(&m.mnt)
+        .args(["--list"])
+        .arg(&list)
+        .args(["--stream", "other"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("at most 64 MiB of paths"), "{err}");
+    assert_eq!(m.stat("prefetch_pending"), 1, "the first plan stays");
+    m.unmount();
+}

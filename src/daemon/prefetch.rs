@@ -7,7 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::UserError;
-use crate::fs::prefetch::PREFETCH_XATTR;
+use crate::fs::prefetch::{MAX_LIST_BYTES, MAX_PATH_BYTES, MAX_PATHS, MAX_PLANS, PREFETCH_XATTR};
 
 pub struct PrefetchConfig {
     pub mountpoint: PathBuf,
@@ -86,9 +86,39 @@ pub fn prefetch(cfg: PrefetchConfig) -> Result<Queued, UserError> {
             )
         });
     let _ = std::fs::remove_file(&tmp);
-    let mut q = answer?;
+    let mut q = answer.map_err(explained)?;
     q.skipped += outside;
     Ok(q)
+}
+
+/// The daemon's refusals of a list in words: which of its bounds the list met.
+fn explained(e: UserError) -> UserError {
+    let UserError::Stats { path, source } = e else {
+        return e;
+    };
+    let why = match source.raw_os_error() {
+        Some(libc::E2BIG) => format!(
+            "the mount refused the list: one user's prefetch lists may name at most {} MiB of \
+             paths over all their streams (send a shorter list, or cancel another stream's with \
+             an empty one)",
+            MAX_PATH_BYTES >> 20
+        ),
+        Some(libc::EFBIG) => format!(
+            "the mount refused the list: a list file may be at most {} MiB",
+            MAX_LIST_BYTES >> 20
+        ),
+        Some(libc::EBUSY) => format!(
+            "the mount refused the list: one user may have at most {MAX_PLANS} lists and {} Mi \
+             files over them, and the mount reads a few lists at once (cancel a stream's list \
+             with an empty one, or try again)",
+            MAX_PATHS >> 20
+        ),
+        _ => return UserError::Stats { path, source },
+    };
+    UserError::Stats {
+        path,
+        source: std::io::Error::new(source.kind(), why),
+    }
 }
 
 /// A new private file for the list (0600, never an existing name).

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
@@ -35,11 +35,15 @@ use crate::core::version_of;
 
 /// The extended attribute name's prefix; `STREAM:LIST` follows.
 pub const PREFETCH_XATTR: &str = "user.dyadfs.prefetch:";
-/// Bounds on what one user can make the daemon hold: lists, paths over all of them (about
-/// 100 bytes each for paths of 50), and the size of one list file.
-const MAX_PLANS: usize = 64;
-const MAX_PATHS: usize = 8 << 20;
-const MAX_LIST_BYTES: u64 = 1 << 30;
+/// Bounds on what one user can make the daemon hold (docs/CONFIGURATION.md says them): lists,
+/// paths over all of them (each costs about 40 bytes beside its text), the bytes of those
+/// paths' text over all of them, the size of one list file, and the length of one line (a
+/// longer one is skipped, read past without being held).
+pub const MAX_PLANS: usize = 64;
+pub const MAX_PATHS: usize = 8 << 20;
+pub const MAX_PATH_BYTES: usize = 64 << 20;
+pub const MAX_LIST_BYTES: u64 = 1 << 30;
+pub const MAX_LINE: usize = libc::PATH_MAX as usize;
 
 /// How far ahead of the reader the threads may go.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +58,8 @@ struct Plan {
     /// Whose list it is: a file is filled only if they may read it.
     who: Arc<Credentials>,
     paths: Vec<Box<str>>,
+    /// The bytes of `paths`' text, held until the plan ends however far it has come.
+    bytes: usize,
     /// Path hash -> its first position (a collision at worst moves the reader's mark).
     index: HashMap<u64, u32>,
     /// The next position a thread takes.
@@ -132,7 +138,8 @@ impl Prefetcher {
     }
 
     /// Replaces `uid`'s plan `stream` with `paths` (none: cancels it). Returns how many
-    /// were queued.
+    /// were queued. Refused past [`MAX_PLANS`], [`MAX_PATHS`] or [`MAX_PATH_BYTES`] over the
+    /// user's other plans (finished or not: a plan waiting at its window holds its paths).
     pub fn set(
         &self,
         who: Arc<Credentials>,
@@ -146,13 +153,27 @@ impl Prefetcher {
             st.plans.remove(&key);
             return Ok(0);
         }
-        let (plans, held) = st
+        let (plans, held, held_bytes) = st
             .plans
             .iter()
             .filter(|(k, _)| k.0 == uid && **k != key)
-            .fold((0, 0), |(n, p), (_, plan)| (n + 1, p + plan.paths.len()));
+            .fold((0, 0, 0), |(n, p, b), (_, plan)| {
+                (n + 1, p + plan.paths.len(), b + plan.bytes)
+            });
         if plans >= MAX_PLANS || held + paths.len() > MAX_PATHS {
             return Err(Error::PrefetchFull);
+        }
+        let bytes = paths.iter().map(|p| p.len()).sum();
+        if held_bytes + bytes > MAX_PATH_BYTES {
+            tracing::warn!(
+                uid,
+                stream,
+                bytes,
+                held_bytes,
+                max = MAX_PATH_BYTES,
+                "prefetch list refused: this user's lists would hold too many bytes of paths"
+            );
+            return Err(too_many_bytes());
         }
         let mut index = HashMap::with_capacity(paths.len());
         for (i, p) in paths.iter().enumerate() {
@@ -164,6 +185,7 @@ impl Prefetcher {
             id: st.next_id,
             who,
             paths,
+            bytes,
             index,
             next: 0,
             read: 0,
@@ -409,9 +431,17 @@ pub fn request(name: &str) -> Option<(&str, &Path)> {
     (!stream.is_empty() && list.starts_with('/')).then_some((stream, Path::new(list)))
 }
 
+/// A list whose paths would take its user past [`MAX_PATH_BYTES`] (E2BIG: `dyadfs prefetch`
+/// says which bound).
+fn too_many_bytes() -> Error {
+    Error::PrefetchList(std::io::Error::from_raw_os_error(libc::E2BIG))
+}
+
 /// Reads a list file for caller `uid`: it must be a regular file the caller owns (the daemon
 /// may run as root; it reads nobody else's files). Returns the paths it accepts, in order, and
-/// how many lines it skipped (absolute, `..`, empty).
+/// how many lines it skipped (absolute, `..`, empty, longer than [`MAX_LINE`], past
+/// [`MAX_PATHS`]). A list whose paths are more than [`MAX_PATH_BYTES`] is refused as it is
+/// read; no line is held whole but those it accepts.
 pub fn read_list(list: &Path, uid: u32) -> Result<(Vec<Box<str>>, usize), Error> {
     // Looked at before it is opened for reading: opening a device (a terminal the daemon
     // would take as its controlling one, a watchdog) has effects of its own.
@@ -442,15 +472,75 @@ pub fn read_list(list: &Path, uid: u32) -> Result<(Vec<Box<str>>, usize), Error>
             libc::EFBIG,
         )));
     }
-    let (mut paths, mut skipped) = (Vec::new(), 0);
-    for line in BufReader::new(file).split(b'\n') {
-        let line = line.map_err(Error::PrefetchList)?;
-        match std::str::from_utf8(&line).ok().and_then(clean) {
-            Some(p) if paths.len() < MAX_PATHS => paths.push(p.into()),
+    let (mut paths, mut skipped, mut bytes) = (Vec::new(), 0, 0);
+    let mut lines = Lines::new(BufReader::new(file));
+    while let Some(line) = lines.next_line().map_err(Error::PrefetchList)? {
+        let path = match line {
+            Line::Text(l) => std::str::from_utf8(l).ok().and_then(clean),
+            Line::TooLong => None,
+        };
+        match path {
+            Some(p) if paths.len() < MAX_PATHS => {
+                bytes += p.len();
+                if bytes > MAX_PATH_BYTES {
+                    return Err(too_many_bytes());
+                }
+                paths.push(p.into());
+            }
             _ => skipped += 1,
         }
     }
     Ok((paths, skipped))
+}
+
+/// A line of a list.
+enum Line<'a> {
+    /// Without its newline.
+    Text(&'a [u8]),
+    /// Longer than [`MAX_LINE`]: read past, not kept.
+    TooLong,
+}
+
+/// A list's lines, read a line at a time into one buffer of at most [`MAX_LINE`] + 1 bytes: a
+/// longer line is read past in the reader's own chunks, never held.
+struct Lines<R> {
+    r: R,
+    buf: Vec<u8>,
+}
+
+impl<R: BufRead> Lines<R> {
+    fn new(r: R) -> Lines<R> {
+        Lines { r, buf: Vec::new() }
+    }
+
+    /// The next line, or `None` at the end.
+    fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
+        self.buf.clear();
+        let limit = MAX_LINE as u64 + 1;
+        if (&mut self.r).take(limit).read_until(b'\n', &mut self.buf)? == 0 {
+            return Ok(None);
+        }
+        if self.buf.last() == Some(&b'\n') {
+            self.buf.pop();
+        } else if self.buf.len() > MAX_LINE {
+            // Too long: the rest of it, up to and with its newline, is read past a chunk at a
+            // time.
+            loop {
+                let chunk = self.r.fill_buf()?;
+                if chunk.is_empty() {
+                    break;
+                }
+                if let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+                    self.r.consume(i + 1);
+                    break;
+                }
+                let n = chunk.len();
+                self.r.consume(n);
+            }
+            return Ok(Some(Line::TooLong));
+        }
+        Ok(Some(Line::Text(&self.buf)))
+    }
 }
 
 /// A list line as a path relative to the mount root (`./` and repeated slashes dropped), or
@@ -626,6 +716,97 @@ mod tests {
             read_list(Path::new("/dev/null"), 0).unwrap_err().errno(),
             libc::EACCES
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A line longer than [`MAX_LINE`] (10 MiB here) is skipped and counted, and read past
+    /// with no more than a line's buffer held; the lines around it, the longest allowed one
+    /// among them, are kept.
+    #[test]
+    fn a_line_past_path_max_is_skipped_without_being_held() {
+        let long = vec![b'x'; 10 << 20];
+        let longest = "y".repeat(MAX_LINE);
+        let mut text = b"a\n".to_vec();
+        text.extend_from_slice(&long);
+        text.extend_from_slice(format!("\n{longest}\nb").as_bytes());
+        // A reader of small chunks: what the lines hold is their own buffer.
+        let mut lines = Lines::new(BufReader::with_capacity(8192, &text[..]));
+        let mut got = Vec::new();
+        while let Some(line) = lines.next_line().unwrap() {
+            got.push(match line {
+                Line::Text(l) => String::from_utf8(l.to_vec()).unwrap(),
+                Line::TooLong => "(too long)".into(),
+            });
+        }
+        assert_eq!(got, ["a", "(too long)", longest.as_str(), "b"]);
+        assert!(
+            lines.buf.capacity() <= 2 * (MAX_LINE + 1),
+            "{}",
+            lines.buf.capacity()
+        );
+
+        let dir = std::env::temp_dir().join(format!("dyadfs-prefetch-long-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let list = dir.join("l");
+        std::fs::write(&list, &text).unwrap();
+        let me = std::fs::metadata(&list).unwrap().uid();
+        let (paths, skipped) = read_list(&list, me).unwrap();
+        assert_eq!(paths.len(), 3);
+        assert_eq!(skipped, 1);
+        let held: usize = paths.iter().map(|p| p.len()).sum();
+        assert_eq!(held, 2 + MAX_LINE);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The bytes of one user's paths are bounded over its plans, a plan stalled at its window
+    /// counting as much as a new one; a list over the bound alone is refused as it is read.
+    #[test]
+    fn the_bytes_of_a_users_paths_are_bounded() {
+        let p = Prefetcher::new(Window {
+            files: 1,
+            bytes: u64::MAX,
+        });
+        // Paths of PATH_MAX bytes, a quarter of the bound per list.
+        let quarter = |c: char| -> Vec<Box<str>> {
+            let n = MAX_PATH_BYTES / 4 / MAX_LINE;
+            (0..n)
+                .map(|i| format!("{c}{i:08}{}", "z".repeat(MAX_LINE - 9)).into())
+                .collect()
+        };
+        for s in ["a", "b", "c"] {
+            p.set(user(5), s, quarter('a')).unwrap();
+        }
+        // "a" stalls at its window: one file taken, the rest waiting for the reader.
+        let taken = p.take();
+        assert!(!lock(&p.state).plans[&(5, "a".into())].runnable(p.window));
+        let mut over = quarter('d');
+        over.push("x".into());
+        assert_eq!(
+            p.set(user(5), "d", over.clone()).unwrap_err().errno(),
+            libc::E2BIG
+        );
+        p.set(user(5), "d", quarter('d')).unwrap();
+        // At the bound, with "a" stalled: not a byte more.
+        let one = || vec!["x".into()];
+        assert_eq!(p.set(user(5), "e", one()).unwrap_err().errno(), libc::E2BIG);
+        // Replacing a plan is judged without it; another user has a bound of its own.
+        p.set(user(5), "d", quarter('d')).unwrap();
+        p.set(user(6), "d", over.clone()).unwrap();
+        // Cancelling the stalled plan gives its bytes back.
+        p.set(user(5), "a", Vec::new()).unwrap();
+        p.done(taken, 1);
+        p.set(user(5), "e", quarter('e')).unwrap();
+
+        let dir =
+            std::env::temp_dir().join(format!("dyadfs-prefetch-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let list = dir.join("l");
+        let line = "p".repeat(MAX_LINE) + "\n";
+        std::fs::write(&list, line.repeat(MAX_PATH_BYTES / MAX_LINE + 1)).unwrap();
+        let me = std::fs::metadata(&list).unwrap().uid();
+        assert_eq!(read_list(&list, me).unwrap_err().errno(), libc::E2BIG);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
