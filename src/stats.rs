@@ -49,6 +49,9 @@ pub struct Stats {
     pub attr_requests: AtomicU64,
     pub uncached_reads: AtomicU64,
     pub checksum_failures: AtomicU64,
+    /// Staged chunks pulled over UCX that failed their seal (changed in the shared slab) and
+    /// were read again elsewhere.
+    pub forged_chunks: AtomicU64,
     /// Background scrubs done (`--scrub-interval`).
     pub background_scrubs: AtomicU64,
     /// Writes to the cache's file system that failed (full, over quota, read-only, a failing
@@ -148,6 +151,9 @@ pub struct Snapshot {
     pub attr_requests: u64,
     pub uncached_reads: u64,
     pub checksum_failures: u64,
+    /// Staged chunks that failed their seal. (Absent from older daemons: 0.)
+    #[serde(default)]
+    pub forged_chunks: u64,
     /// Background scrubs done (`--scrub-interval`). (Absent from older daemons: 0.)
     #[serde(default)]
     pub background_scrubs: u64,
@@ -378,6 +384,7 @@ impl Stats {
             attr_requests: get(&self.attr_requests),
             uncached_reads: get(&self.uncached_reads),
             checksum_failures: get(&self.checksum_failures),
+            forged_chunks: get(&self.forged_chunks),
             background_scrubs: get(&self.background_scrubs),
             cache_write_errors: get(&self.cache_write_errors),
             pid: std::process::id(),
@@ -420,7 +427,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 52] = [
+        let rows: [(&str, String); 53] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -463,6 +470,7 @@ impl Snapshot {
             ("capacity", human(self.capacity_bytes)),
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),
+            ("forged chunks dropped", self.forged_chunks.to_string()),
             ("background scrubs", self.background_scrubs.to_string()),
             ("cache write errors", self.cache_write_errors.to_string()),
             ("inodes", self.inodes.to_string()),

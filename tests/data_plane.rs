@@ -371,3 +371,125 @@ fn a_flood_of_strangers_costs_bounded_memory_and_fails_no_read() {
     assert!(alive(pid));
     assert_eq!(hand_over(&c, "after", 7, 0, 1), 4 * MIB as u64);
 }
+
+/// The 8 bytes to write over the start of `chunk` so that its first 4 bytes become `head` and
+/// its crc32c stays what it was: crc32c is affine in the bytes, so the next 4 are solved for
+/// (Gaussian elimination over GF(2)). What a keyless attacker does to a chunk checked by crc
+/// alone.
+fn crc_preserving_forgery(chunk: &[u8], head: [u8; 4]) -> [u8; 8] {
+    let crc_with = |first: [u8; 8]| {
+        let mut c = chunk.to_vec();
+        c[..8].copy_from_slice(&first);
+        crc32c::crc32c(&c)
+    };
+    let mut start = [0u8; 8];
+    start[..4].copy_from_slice(&head);
+    let (zero, target) = (crc_with(start), crc32c::crc32c(chunk));
+    // Each bit of bytes 4..8 flips the crc by a fixed vector: a basis of them, by top bit.
+    let mut basis: [Option<(u32, u32)>; 32] = [None; 32];
+    for j in 0..32 {
+        let mut x = start;
+        x[4 + j / 8] ^= 1 << (j % 8);
+        let (mut v, mut combo) = (crc_with(x) ^ zero, 1u32 << j);
+        while v != 0 {
+            let top = 31 - v.leading_zeros() as usize;
+            match basis[top] {
+                Some((bv, bc)) => {
+                    v ^= bv;
+                    combo ^= bc;
+                }
+                None => {
+                    basis[top] = Some((v, combo));
+                    break;
+                }
+            }
+        }
+    }
+    let (mut want, mut combo) = (target ^ zero, 0u32);
+    while want != 0 {
+        let top = 31 - want.leading_zeros() as usize;
+        let (bv, bc) = basis[top].expect("4 bytes reach every crc");
+        want ^= bv;
+        combo ^= bc;
+    }
+    let mut out = start;
+    out[4..].copy_from_slice(&combo.to_le_bytes());
+    out
+}
+
+/// A keyless client that reaches a holder's data-plane process over UCX's tcp writes into the
+/// chunk staged there for a puller, keeping its crc32c (the puller's data plane is stopped
+/// meanwhile, so the staged chunk waits in the slab). What it reads there is no file's bytes,
+/// and what it wrote is dropped: the puller's file reads byte-exact, the forgery is counted,
+/// and the copy cached on the puller stays exact after the page cache is dropped. Before the
+/// staged chunks were sealed, the forged bytes were served and cached (crc32c is not a MAC).
+#[test]
+fn a_keyless_client_cannot_forge_a_staged_chunk() {
+    let mut c = Cluster::new("forge", 2, 4);
+    c.extra = ["--data-plane", "ucx", "--eager-max", "0"]
+        .map(String::from)
+        .to_vec();
+    c.start(2);
+    // A first pull connects node 1 to node 0 (control stream and UCX endpoint), so the one
+    // below needs nothing of node 1's data plane but its gets.
+    assert_eq!(hand_over(&c, "warm", 40, 0, 1), 4 * MIB as u64);
+    let chunk = 2 * MIB;
+    let data = pattern(2 * chunk, 41);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    let homes = c.total("home_global_files");
+    assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
+    eventually(Duration::from_secs(10), "the publish", || {
+        c.total("home_global_files") > homes
+    });
+    let client = build_attack_client();
+    let holder = data_planes(c.nodes[0].pid)[0];
+    let puller = data_planes(c.nodes[1].pid)[0];
+    let slab = maps(holder)
+        .into_iter()
+        .find(|m| m.path.contains("dyadfs-slab"))
+        .expect("the holder's data plane maps the shared slab");
+    let port = tcp_listen_ports(holder)[0];
+    // The puller's gets wait while its data plane is stopped (within the 2 s peer timeout).
+    // SAFETY: stopping and resuming a process this test's cluster started.
+    assert_eq!(unsafe { libc::kill(puller as i32, libc::SIGSTOP) }, 0);
+    let reader = {
+        let p = c.nodes[1].path("x");
+        std::thread::spawn(move || fs::read(p).unwrap())
+    };
+    let slots = (slab.end - slab.start) as usize / chunk;
+    let head = |at: usize| read_memory(holder, slab.start + (at * chunk) as u64, 64);
+    let before: Vec<_> = (0..slots).map(head).collect();
+    let staged = |at: usize| head(at) != before[at];
+    let t = Instant::now();
+    let mut found = Vec::new();
+    while found.is_empty() && t.elapsed() < Duration::from_millis(1500) {
+        found = (0..slots).filter(|&i| staged(i)).collect();
+    }
+    let mut forged = 0;
+    for &i in &found {
+        let addr = slab.start + (i * chunk) as u64;
+        let r = attack(&client, port, &[(addr, 64 << 10)], &[]);
+        let Some(Some(seen)) = r.gets.first().cloned() else {
+            panic!("the keyless get failed: {}", r.raw);
+        };
+        assert!(
+            !data.chunks(chunk).any(|d| d[..64] == seen[..64]),
+            "a file's bytes are readable in the shared slab"
+        );
+        // The whole staged chunk (the attacker gets it in pieces; read here in one).
+        let whole = read_memory(holder, addr, chunk).unwrap();
+        let bytes = crc_preserving_forgery(&whole, *b"EVIL");
+        let r = attack(&client, port, &[], &[(addr, bytes.to_vec())]);
+        if r.puts == [true] {
+            forged += 1;
+        }
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(puller as i32, libc::SIGCONT) }, 0);
+    let got = reader.join().unwrap();
+    assert!(forged > 0, "no staged chunk was found to forge ({found:?})");
+    assert!(got == data, "the puller served forged bytes");
+    assert!(c.nodes[1].stat("forged_chunks") >= 1);
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
+}

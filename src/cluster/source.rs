@@ -132,7 +132,7 @@ impl Locate for ServiceLink {
             .node
             .holder_failed(&(path.to_string(), version), holder);
         match error {
-            TransportError::Remote { .. } => {}
+            TransportError::Remote { .. } | TransportError::Forged { .. } => {}
             TransportError::Checksum { offset, .. } => {
                 let msg = Msg::BadChunk {
                     path: path.to_string(),
@@ -270,7 +270,12 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                     tracing::info!(holder = h, error = %e, "pull failed here; next holder");
                 }
                 Err(e) => {
-                    tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
+                    if matches!(e, TransportError::Forged { .. }) {
+                        self.stats.forged_chunks.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(holder = h, error = %e, "a forged chunk was dropped");
+                    } else {
+                        tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
+                    }
                     self.locator.pull_failed(path, version, h, &e);
                 }
             }

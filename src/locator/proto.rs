@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn golden_payloads() {
-        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v8.bin");
+        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v9.bin");
         let all: Vec<u8> = samples().iter().flat_map(frame::encode).collect();
         // After a deliberate change (and a protocol version bump), regenerate with
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden

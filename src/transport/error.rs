@@ -24,6 +24,10 @@ pub enum TransportError {
     },
     #[error("peer {peer}: chunk at offset {offset} failed its checksum")]
     Checksum { peer: SocketAddr, offset: u64 },
+    /// A staged chunk did not open under the connection's key: changed, swapped or replayed in
+    /// the shared slab it crossed (not the holder's fault: its cache is not suspect).
+    #[error("peer {peer}: staged chunk at offset {offset} failed its seal (forged in transit)")]
+    Forged { peer: SocketAddr, offset: u64 },
     #[error("peer {peer}: {message}")]
     Remote { peer: SocketAddr, message: String },
     #[error("peer {peer}: protocol violation: {what}")]

@@ -6,9 +6,10 @@
 //! unprivileged, without the job secret, sharing with the daemon only the slab of staged
 //! chunks. Whatever reaches UCX (on tcp, UCX's software RMA reads and writes any address of the
 //! process it runs in) reaches that process only. The daemon treats the shared slab as hostile
-//! memory: a holder stages and checksums a chunk in its own memory and copies it into the slab
-//! for the get; a puller copies a gotten chunk out of the slab before checking it, and reads
-//! inline chunks into its own memory.
+//! memory: a holder stages, checksums and seals a chunk in its own memory and copies the
+//! ciphertext into the slab for the get (so what UCX exposes there reveals no file's bytes); a
+//! puller copies a gotten chunk out of the slab before opening its seal (so nothing without the
+//! job key changes a byte of it), and reads inline chunks into its own memory.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

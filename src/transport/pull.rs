@@ -1,8 +1,11 @@
 //! The pull protocol over the control channel (TCP, [`wire`] frames: blocking on both ends of a
 //! pull, tokio for the locator RPCs sharing the port) and the UCX data plane. A holder stages
-//! each requested chunk from its [`ChunkStore`] into a registered slot and answers with the
-//! slot's address and the chunk's crc32c; the puller RMA-gets it into a slot of its own,
-//! verifies the checksum, hands the bytes to its sink and releases the remote slot. Several
+//! each requested chunk from its [`ChunkStore`] into a registered slot, sealed (see
+//! [`super::session`]), and answers with the slot's address, the chunk's crc32c and the seal's
+//! number and tag; the puller RMA-gets it into a slot of its own, opens the seal there (the
+//! shared slab it came through is anyone's over UCX's tcp: only the key proves the bytes are
+//! the holder's), verifies the checksum, hands the bytes to its sink and releases the remote
+//! slot. Several
 //! requests are in flight per pull, and the next chunk's get runs while one is checked and
 //! sunk; every wait is bounded.
 
@@ -335,7 +338,13 @@ struct Arriving {
 
 enum Bytes {
     Inline(Slot),
-    Getting { addr: u64, get: Getting },
+    /// The staged record's number and tag open it once it is in our slot.
+    Getting {
+        addr: u64,
+        get: Getting,
+        record: u64,
+        tag: Vec<u8>,
+    },
 }
 
 fn pull_chunks(
@@ -407,6 +416,8 @@ fn pull_chunks(
                     addr,
                     len,
                     crc32c,
+                    record,
+                    tag,
                 }) if i == id && len == l && conn.ucx_peer.is_some() => {
                     let ucx_peer = conn.ucx_peer.expect("checked above");
                     // A chunk read ahead takes a shared slot only if one is free, as above.
@@ -416,7 +427,12 @@ fn pull_chunks(
                     Arriving {
                         id,
                         crc: crc32c,
-                        bytes: Bytes::Getting { addr, get },
+                        bytes: Bytes::Getting {
+                            addr,
+                            get,
+                            record,
+                            tag,
+                        },
                     }
                 }
                 Some(Message::Error { message, .. }) => {
@@ -435,20 +451,33 @@ fn pull_chunks(
         let Some(Arriving { id, crc, bytes }) = arriving.pop_front() else {
             unreachable!("every chunk not yet sunk has had its request sent")
         };
+        let (off, l) = at(id);
         let slot = match bytes {
             Bytes::Inline(slot) => slot,
-            Bytes::Getting { addr, get } => {
-                let slot = finish_get(get, peer, t)?;
+            Bytes::Getting {
+                addr,
+                get,
+                record,
+                tag,
+            } => {
+                let mut slot = finish_get(get, peer, t)?;
                 outgoing.extend(conn.frames.encode(&Message::Release { addr }));
                 if sent == n {
                     // No request follows to carry it.
                     conn.send(&mut outgoing)
                         .map_err(err("a release to be sent"))?;
                 }
+                // Opened in our own slot: the shared copy may change under us.
+                if conn
+                    .frames
+                    .open_staged(slot.bytes_mut(l as usize), record, &tag)
+                    .is_err()
+                {
+                    return Err(TransportError::Forged { peer, offset: off });
+                }
                 slot
             }
         };
-        let (off, l) = at(id);
         let bytes = slot.bytes(l as usize);
         if crc32c::crc32c(bytes) != crc {
             return Err(TransportError::Checksum { peer, offset: off });

@@ -1,8 +1,8 @@
 //! The holder's side of the control port: each connection authenticates, then either asks
 //! one-message RPCs (handed to the [`RpcHandler`], the locator) or says hello and pulls. A
 //! puller's requests are staged from the [`ChunkStore`] into registered slots, fairly (a share
-//! of slots per connection, leases, a bounded queue) and answered with the slot's address and
-//! the chunk's crc32c.
+//! of slots per connection, leases, a bounded queue) and answered with the slot's address, the
+//! chunk's crc32c, and the number and tag of the seal the staged copy is under.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -450,12 +450,15 @@ impl Conn for PullConn {
                     )?;
                     continue;
                 }
-                // Copied into the shared slab for the puller's get (checked there by the puller:
-                // the data-plane process may change the shared copy, not ours or its checksum).
-                Ok((slot, crc32c)) if worker.has_ucx() => {
+                // Sealed in our own slot, then copied into the shared slab for the puller's get:
+                // anyone who reaches the data-plane process over UCX may read and write the
+                // shared copy, so it is ciphertext, and the number and tag that open it travel
+                // in the sealed frame (a changed, swapped or replayed copy fails at the puller).
+                Ok((mut slot, crc32c)) if worker.has_ucx() => {
                     let lend = |t| worker.take_lendable(t);
                     match wait_slot(lend, frames, lent, queued)? {
                         Some(mut shared) => {
+                            let (record, tag) = frames.seal_staged(slot.bytes_mut(r.len as usize));
                             let addr = worker.lend(&slot, r.len as usize, &mut shared);
                             lent.insert(addr, (shared, std::time::Instant::now()));
                             Message::Staged {
@@ -463,6 +466,8 @@ impl Conn for PullConn {
                                 addr,
                                 len: r.len,
                                 crc32c,
+                                record,
+                                tag,
                             }
                         }
                         None => Message::Error {

@@ -7,8 +7,13 @@
 //! A sealed frame is `len: u32 BE | ciphertext | tag (16)`, where `len` counts ciphertext and tag
 //! and is the AEAD's associated data. The raw chunk that follows a `Data` frame is sealed as a
 //! record of its own (`ciphertext | tag`, its length known from the authenticated frame), so the
-//! holder seals and the puller opens it in place in the slot it travels in. Pure functions over
-//! bytes; `--insecure` connections carry plain frames (`Sealer::plain`, `Opener::plain`).
+//! holder seals and the puller opens it in place in the slot it travels in. A chunk staged for
+//! an RMA get crosses memory that is not ours (the data-plane process's slab, which UCX's
+//! software RMA lets anyone read and write), so it is sealed too, as a *staged record*: under the
+//! same key with a nonce of its own space (`STG\0` and a per-connection count the holder sends,
+//! with the tag, in the authenticated `Staged` frame), opened by the puller from its private
+//! copy. Pure functions over bytes; `--insecure` connections carry plain frames and chunks
+//! (`Sealer::plain`, `Opener::plain`).
 
 use ring::aead::{AES_128_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, Tag, UnboundKey};
 
@@ -27,10 +32,31 @@ impl std::fmt::Debug for Keys {
     }
 }
 
-/// One direction's key and its next sequence number.
+/// One direction's key, its next sequence number and its next staged record's number.
 struct Half {
     key: LessSafeKey,
     seq: u64,
+    staged: u64,
+}
+
+/// The nonce prefix of staged records: never that of a frame or a stream record (zero).
+const STAGED: [u8; 4] = *b"STG\0";
+
+/// A staged record's nonce: [`STAGED`] and its number.
+fn staged_nonce(n: u64) -> Nonce {
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce[..4].copy_from_slice(&STAGED);
+    nonce[4..].copy_from_slice(&n.to_be_bytes());
+    Nonce::assume_unique_for_key(nonce)
+}
+
+/// A staged record's associated data: its domain and length (a record cut short or padded
+/// fails).
+fn staged_aad(len: usize) -> [u8; 14] {
+    let mut aad = [0u8; 14];
+    aad[..6].copy_from_slice(b"staged");
+    aad[6..].copy_from_slice(&(len as u64).to_be_bytes());
+    aad
 }
 
 impl Half {
@@ -41,6 +67,7 @@ impl Half {
         Half {
             key: LessSafeKey::new(key),
             seq: 0,
+            staged: 0,
         }
     }
 
@@ -121,6 +148,21 @@ impl Sealer {
             .expect("AES-GCM seals any record under 64 GiB");
         tag.as_ref().to_vec()
     }
+
+    /// Seals a chunk to be staged for a get, in place; returns its number and tag, which travel
+    /// in the `Staged` frame (`(0, empty)` when plain). Each number is used once per key.
+    pub fn staged(&mut self, bytes: &mut [u8]) -> (u64, Vec<u8>) {
+        let Some(h) = &mut self.0 else {
+            return (0, Vec::new());
+        };
+        let n = h.staged;
+        h.staged += 1;
+        let tag = h
+            .key
+            .seal_in_place_separate_tag(staged_nonce(n), Aad::from(staged_aad(bytes.len())), bytes)
+            .expect("AES-GCM seals any record under 64 GiB");
+        (n, tag.as_ref().to_vec())
+    }
 }
 
 impl Opener {
@@ -157,6 +199,26 @@ impl Opener {
         let nonce = h.next_nonce();
         h.key
             .open_in_place_separate_tag(nonce, Aad::from(b"record"), tag, bytes, 0..)
+            .map_err(|_| Forged)?;
+        Ok(())
+    }
+
+    /// Opens a staged chunk in place (in memory of ours, never the shared slab it was got
+    /// from), given the number and tag its `Staged` frame carried. Stateless: staged chunks may
+    /// be opened in any order.
+    pub fn staged(&self, bytes: &mut [u8], n: u64, tag: &[u8]) -> Result<(), Forged> {
+        let Some(h) = &self.0 else {
+            return Ok(());
+        };
+        let tag = Tag::try_from(tag).map_err(|_| Forged)?;
+        h.key
+            .open_in_place_separate_tag(
+                staged_nonce(n),
+                Aad::from(staged_aad(bytes.len())),
+                tag,
+                bytes,
+                0..,
+            )
             .map_err(|_| Forged)?;
         Ok(())
     }
@@ -239,5 +301,36 @@ mod tests {
         assert!(s.record(&mut r).is_empty());
         o.record(&mut r, &[]).unwrap();
         assert_eq!(r, b"xyz");
+    }
+
+    /// A staged chunk opens only with its own number and tag, at its own length, whatever order
+    /// chunks are opened in; one byte changed, another chunk's ciphertext put in its place, or a
+    /// frame's nonce space reused all fail. The slab sees ciphertext only.
+    #[test]
+    fn staged_chunks_open_only_as_sealed() {
+        let (_, co) = client(&keys(3));
+        let (mut ss, _) = server(&keys(3));
+        let mut a = vec![1u8; 4096];
+        let mut b = vec![2u8; 4096];
+        let (na, ta) = ss.staged(&mut a);
+        let (nb, tb) = ss.staged(&mut b);
+        assert_ne!(na, nb);
+        assert_ne!(a, vec![1u8; 4096], "the staged bytes are hidden");
+        // Out of order.
+        let mut b2 = b.clone();
+        co.staged(&mut b2, nb, &tb).unwrap();
+        assert_eq!(b2, vec![2u8; 4096]);
+        // Swapped, altered, cut short.
+        assert_eq!(co.staged(&mut b.clone(), na, &ta), Err(Forged));
+        let mut bad = a.clone();
+        bad[100] ^= 1;
+        assert_eq!(co.staged(&mut bad, na, &ta), Err(Forged));
+        assert_eq!(
+            co.staged(&mut a.clone()[..4000].to_vec(), na, &ta),
+            Err(Forged)
+        );
+        assert_eq!(co.staged(&mut a.clone(), na, &[]), Err(Forged));
+        co.staged(&mut a, na, &ta).unwrap();
+        assert_eq!(a, vec![1u8; 4096]);
     }
 }

@@ -159,6 +159,16 @@ impl FrameReader {
         self.seal.record(bytes)
     }
 
+    /// Seals a chunk to be staged for a get in place; returns its record number and tag.
+    pub(super) fn seal_staged(&mut self, bytes: &mut [u8]) -> (u64, Vec<u8>) {
+        self.seal.staged(bytes)
+    }
+
+    /// Opens a staged chunk got into memory of ours, in place.
+    pub(super) fn open_staged(&self, bytes: &mut [u8], record: u64, tag: &[u8]) -> io::Result<()> {
+        self.open.staged(bytes, record, tag).map_err(forged)
+    }
+
     /// Bounds each read and write on the socket by `t`. A bound already set is kept if it is at
     /// most `t` and no less than 7/8 of it: a read's remaining time differs at every call, and
     /// two syscalls per pull to set it exactly would buy waits at most 1/8 longer.

@@ -13,7 +13,8 @@ use crate::core::Version;
 /// travel inline (`Data`), as the puller's hello allows. Version 7: every frame after the
 /// handshake is sealed (`session`), and a hello without UCX blobs means every chunk inline.
 /// Version 8: a produced directory is listed a page at a time (`NameList` names a cursor).
-pub const PROTOCOL_VERSION: u32 = 8;
+/// Version 9: a staged chunk is sealed (`Staged` carries its record number and tag).
+pub const PROTOCOL_VERSION: u32 = 9;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -43,12 +44,17 @@ pub enum Message {
         offset: u64,
         len: u32,
     },
-    /// The chunk is staged at `addr` in the holder's slab: get it, then `Release` it.
+    /// The chunk is staged at `addr` in the holder's slab, sealed as staged record `record`
+    /// with `tag` (see `session`; empty on `--insecure` connections): get it, open it, then
+    /// `Release` it.
     Staged {
         id: u64,
         addr: u64,
         len: u32,
         crc32c: u32,
+        record: u64,
+        #[serde(with = "frame::bytes")]
+        tag: Vec<u8>,
     },
     /// The requester is done with a staged slot.
     Release {
@@ -146,6 +152,8 @@ mod tests {
                 addr: 0x7f00_dead_0000,
                 len: 2 << 20,
                 crc32c: 0xdead_beef,
+                record: 3,
+                tag: vec![11; 16],
             },
             Message::Release {
                 addr: 0x7f00_dead_0000,
@@ -176,7 +184,7 @@ mod tests {
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v8.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v9.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -185,7 +193,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v8.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v9.bin"),
                 &all,
             )
             .unwrap();
