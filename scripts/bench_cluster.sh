@@ -13,7 +13,7 @@ export UCX_TLS=${1:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 export UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-256k} UCX_TCP_RX_SEG_SIZE=${UCX_TCP_RX_SEG_SIZE:-256k}
 # DYADFS_BIN: a dyadfs binary to measure instead of this tree's release build.
 # BINS: several builds to compare, interleaved run by run, each entry a binary with optional
-# mount options after a colon (e.g. "old/dyadfs new/dyadfs new/dyadfs:--data-plane=ucx"); both
+# mount options after a colon (e.g. "old/dyadfs new/dyadfs new/dyadfs:--data-plane=ucx,--ucx-over-tcp"); both
 # nodes run the entry measured.
 build_dyadfs
 read -r -a BINS <<< "${BINS:-$BIN}"

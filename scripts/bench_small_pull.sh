@@ -24,7 +24,7 @@
 # ";--no-open" compares the default with --no-open, interleaved like the rest.
 # BINS lists dyadfs builds (e.g. two commits'), interleaved run by run with each other and the
 # options above, each entry a binary with optional mount options after a colon
-# ("new/dyadfs:--data-plane=ucx"); A, the holder, is remounted with the entry B runs (builds of
+# ("new/dyadfs:--data-plane=ucx,--ucx-over-tcp"); A, the holder, is remounted with the entry B runs (builds of
 # other protocol versions cannot talk to each other).
 # FLOOR=1 adds (e): examples/pull_floor.rs on B's cache file system each run, the same files'
 # bytes moved with no dyadfs in the way (loopback TCP, a thread pair per reader; see

@@ -446,6 +446,13 @@ pub struct MountArgs {
     )]
     pub data_plane: DataPlaneArg,
 
+    /// Let a UCX data plane use UCX's tcp transport: on a node without RDMA (or where UCX_TLS
+    /// allows tcp), `--data-plane ucx` is refused without it, since anyone who reaches the
+    /// data-plane process's port can then read and write its memory (chunks there are sealed:
+    /// they see ciphertext and forge nothing, but can stop it). `auto` never uses tcp
+    #[arg(long, help_heading = "Cluster")]
+    pub ucx_over_tcp: bool,
+
     /// Copy the files other nodes fetch into this node's cache too, in the background: at the
     /// lowest CPU priority, paused while the machine's CPUs are less than 20% idle, and only
     /// while the cache is under 90% full (nothing is evicted for it), so a later epoch that
@@ -633,6 +640,7 @@ impl From<MountArgs> for MountConfig {
                 eager_max: a.eager_max,
                 serve_threads: a.serve_threads as usize,
                 data_plane: a.data_plane.into(),
+                ucx_over_tcp: a.ucx_over_tcp,
                 failure_detection: a.failure_detection,
                 replicate: a.replicate,
                 secret_file: a.secret_file,

@@ -144,7 +144,7 @@ fn by_default_a_keyless_ucx_client_reads_writes_and_crashes_nothing() {
 #[test]
 fn with_ucx_only_the_unprivileged_data_plane_is_reachable_and_it_comes_back() {
     let mut c = Cluster::new("ucx", 2, 1);
-    c.extra = ["--data-plane", "ucx", "--eager-max", "0"]
+    c.extra = ["--data-plane", "ucx", "--ucx-over-tcp", "--eager-max", "0"]
         .map(String::from)
         .to_vec();
     c.start(2);
@@ -426,7 +426,7 @@ fn crc_preserving_forgery(chunk: &[u8], head: [u8; 4]) -> [u8; 8] {
 #[test]
 fn a_keyless_client_cannot_forge_a_staged_chunk() {
     let mut c = Cluster::new("forge", 2, 4);
-    c.extra = ["--data-plane", "ucx", "--eager-max", "0"]
+    c.extra = ["--data-plane", "ucx", "--ucx-over-tcp", "--eager-max", "0"]
         .map(String::from)
         .to_vec();
     c.start(2);
@@ -492,4 +492,28 @@ fn a_keyless_client_cannot_forge_a_staged_chunk() {
     assert!(c.nodes[1].stat("forged_chunks") >= 1);
     fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
+}
+
+/// UCX over tcp exposes the data-plane process to anyone who reaches its port: a mount that
+/// asks for UCX where it would go over tcp is refused with one line naming the flag that
+/// accepts it, and `auto` there moves no chunk by UCX (no data-plane process at all).
+#[test]
+fn ucx_over_tcp_must_be_acknowledged_and_auto_never_takes_it() {
+    let mut c = Cluster::new("tcpack", 2, 5);
+    c.extra = ["--data-plane", "ucx"].map(String::from).to_vec();
+    let out = c.mount_cmd(0).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "mounted: {err}");
+    assert!(
+        err.contains("--ucx-over-tcp") && err.contains("tcp"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!is_mounted(&c.root.join("m0")));
+    c.extra = ["--data-plane", "auto"].map(String::from).to_vec();
+    c.start(2);
+    for m in &c.nodes {
+        assert_eq!(data_planes(m.pid), Vec::<u32>::new(), "auto started UCX");
+    }
+    assert_eq!(hand_over(&c, "x", 3, 0, 1), 4 * MIB as u64);
 }

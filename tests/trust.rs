@@ -208,7 +208,7 @@ fn request_mib(s: &mut Sealed, id: u64, version: dyadfs::core::Version) {
 fn a_slot_hog_does_not_stop_a_legitimate_puller() {
     let mut c = Cluster::new("hog", 2, 2);
     // Staged chunks and their slots exist with a UCX data plane only.
-    c.extra = vec!["--data-plane".into(), "ucx".into()];
+    c.extra = vec!["--data-plane".into(), "ucx".into(), "--ucx-over-tcp".into()];
     let data = pattern(MIB, 9);
     fs::write(c.backing.join("x"), &data).unwrap();
     c.start(2);
@@ -341,7 +341,7 @@ fn produced_files_belong_to_their_writer_on_every_node() {
 #[test]
 fn a_malformed_hello_is_refused_and_harms_nobody() {
     let mut c = Cluster::new("badhello", 2, 5);
-    c.extra = vec!["--data-plane".into(), "ucx".into()];
+    c.extra = vec!["--data-plane".into(), "ucx".into(), "--ucx-over-tcp".into()];
     let data = pattern(MIB, 5);
     fs::write(c.backing.join("x"), &data).unwrap();
     c.start(2);
@@ -456,7 +456,7 @@ fn only_root_or_the_owner_may_scrub_or_ask_the_cluster() {
 #[test]
 fn idle_hogs_lose_their_slots_when_the_lease_ends() {
     let mut c = Cluster::new("idlehog", 2, 6);
-    c.extra = ["--data-plane", "ucx", "--eager-max", "0"]
+    c.extra = ["--data-plane", "ucx", "--ucx-over-tcp", "--eager-max", "0"]
         .map(String::from)
         .to_vec();
     let data = pattern(4 * MIB, 3);

@@ -74,7 +74,7 @@ mount_node() {
 }
 
 # A BINS entry is a binary, optionally with mount options after a colon
-# ("target/release/dyadfs:--data-plane=ucx"): bin_of and args_of split it.
+# ("target/release/dyadfs:--data-plane=ucx,--ucx-over-tcp"): bin_of and args_of split it.
 bin_of() { echo "${1%%:*}"; }
 args_of() { case "$1" in *:*) echo "${1#*:}" | tr ',' ' ' ;; *) echo "" ;; esac; }
 

@@ -79,6 +79,8 @@ pub struct ClusterConfig {
     /// Threads serving peers' pull connections.
     pub serve_threads: usize,
     pub data_plane: DataPlaneKind,
+    /// UCX's tcp acknowledged (`--ucx-over-tcp`): a UCX data plane may use it.
+    pub ucx_over_tcp: bool,
     /// Copy what other nodes fetch in the background.
     pub replicate: bool,
     pub secret_file: Option<PathBuf>,
@@ -125,24 +127,118 @@ pub enum DataPlaneKind {
 
 impl DataPlaneKind {
     /// Whether chunks go by UCX. `Auto`: only where the fabric checks memory keys: an RDMA
-    /// device is present, and UCX_TLS (if set) names an RDMA transport or excludes some (`^`).
-    /// Elsewhere UCX would move them over tcp, emulating RMA in software.
+    /// device is present and UCX_TLS leaves tcp out (unset: the data-plane process is given
+    /// [`RDMA_TLS`]). Elsewhere UCX would move them over tcp, emulating RMA in software.
     pub fn uses_ucx(self) -> bool {
+        self.uses_ucx_with(rdma_present(), &ucx_tls_env())
+    }
+
+    fn uses_ucx_with(self, rdma: bool, tls: &str) -> bool {
         match self {
             DataPlaneKind::Ucx => true,
             DataPlaneKind::Stream => false,
-            DataPlaneKind::Auto => {
-                let rdma = std::fs::read_dir("/sys/class/infiniband")
-                    .is_ok_and(|mut d| d.next().is_some());
-                let tls = std::env::var("UCX_TLS").unwrap_or_default();
-                let allows = tls.is_empty()
-                    || tls.starts_with('^')
-                    || ["rc", "dc", "ud", "ib", "mlx", "verbs", "all"]
-                        .iter()
-                        .any(|t| tls.split(',').any(|x| x.contains(t)));
-                rdma && allows
-            }
+            DataPlaneKind::Auto => rdma && (tls.is_empty() || !tls_allows_tcp(tls)),
         }
+    }
+
+    /// What the data-plane process's UCX may use: `Ok(Some(tls))` to set UCX_TLS to,
+    /// `Ok(None)` to leave it as it is, or the one-line refusal of a mount that would expose
+    /// UCX's tcp without `--ucx-over-tcp`.
+    pub fn ucx_tls(self, over_tcp: bool) -> Result<Option<&'static str>, String> {
+        self.ucx_tls_with(rdma_present(), &ucx_tls_env(), over_tcp)
+    }
+
+    fn ucx_tls_with(
+        self,
+        rdma: bool,
+        tls: &str,
+        over_tcp: bool,
+    ) -> Result<Option<&'static str>, String> {
+        if !self.uses_ucx_with(rdma, tls) || over_tcp {
+            return Ok(None);
+        }
+        if rdma && tls.is_empty() {
+            return Ok(Some(RDMA_TLS));
+        }
+        if tls_allows_tcp(tls) {
+            let why = if rdma {
+                format!("UCX_TLS={tls} lets UCX use tcp")
+            } else if tls.is_empty() {
+                "this node has no RDMA device".to_string()
+            } else {
+                format!("this node has no RDMA device and UCX_TLS={tls} allows tcp")
+            };
+            return Err(format!(
+                "--data-plane ucx would move chunks over UCX's tcp ({why}), where anyone who reaches \
+                 the data-plane process's port can read and write its memory (they see sealed \
+                 chunks and forge none, but can stop it): add --ucx-over-tcp to accept that, or \
+                 use --data-plane stream"
+            ));
+        }
+        Ok(None)
+    }
+}
+
+/// The UCX transports a data-plane process uses on an RDMA node when UCX_TLS is unset: those
+/// whose NIC checks memory keys (UCX's default list would add tcp, listening on every
+/// interface).
+pub const RDMA_TLS: &str = "rc,dc,ud";
+
+/// Whether an RDMA device is present.
+fn rdma_present() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+fn ucx_tls_env() -> String {
+    std::env::var("UCX_TLS").unwrap_or_default()
+}
+
+/// Whether a UCX_TLS value lets UCX use tcp: unset (UCX's default list), `all`, an exclusion
+/// list (`^...`) that does not exclude tcp, or a list that names it.
+fn tls_allows_tcp(tls: &str) -> bool {
+    let names = |list: &str| {
+        list.split(',')
+            .any(|t| matches!(t.trim(), "tcp" | "all") || t.trim().starts_with("tcp"))
+    };
+    match tls.strip_prefix('^') {
+        _ if tls.is_empty() => true,
+        Some(excluded) => !excluded.split(',').any(|t| t.trim() == "tcp"),
+        None => names(tls),
+    }
+}
+
+#[cfg(test)]
+mod data_plane_tests {
+    use super::DataPlaneKind::*;
+    use super::*;
+
+    #[test]
+    fn auto_never_chooses_ucx_over_tcp() {
+        assert!(Auto.uses_ucx_with(true, ""));
+        assert!(Auto.uses_ucx_with(true, "rc,ud"));
+        assert!(Auto.uses_ucx_with(true, "^tcp"));
+        for tls in ["tcp", "all", "^ud", "rc,tcp", "tcp,sm"] {
+            assert!(!Auto.uses_ucx_with(true, tls), "{tls}");
+        }
+        assert!(!Auto.uses_ucx_with(false, ""));
+        // On RDMA with UCX_TLS unset, the data plane is given RDMA transports only.
+        assert_eq!(Auto.ucx_tls_with(true, "", false), Ok(Some(RDMA_TLS)));
+        assert_eq!(Auto.ucx_tls_with(true, "rc", false), Ok(None));
+        assert_eq!(Stream.ucx_tls_with(false, "tcp", false), Ok(None));
+    }
+
+    #[test]
+    fn ucx_over_tcp_needs_its_acknowledgement() {
+        let e = Ucx.ucx_tls_with(false, "", false).unwrap_err();
+        assert!(
+            e.contains("no RDMA device") && e.contains("--ucx-over-tcp"),
+            "{e}"
+        );
+        assert!(Ucx.ucx_tls_with(false, "tcp", false).is_err());
+        assert!(Ucx.ucx_tls_with(true, "tcp", false).is_err());
+        assert_eq!(Ucx.ucx_tls_with(false, "tcp", true), Ok(None));
+        assert_eq!(Ucx.ucx_tls_with(true, "", false), Ok(Some(RDMA_TLS)));
+        assert_eq!(Ucx.ucx_tls_with(true, "", true), Ok(None));
     }
 }
 

@@ -70,6 +70,9 @@ pub enum UserError {
     Listen { addr: SocketAddr, source: io::Error },
     #[error("UCX: {0}")]
     Ucx(#[from] crate::transport::ucx::UcxError),
+    /// A UCX data plane that would expose UCX's tcp without `--ucx-over-tcp`.
+    #[error("{0}")]
+    UcxOverTcp(String),
     #[error("{0}")]
     Transport(#[from] crate::transport::TransportError),
     #[error("log file {}: {source}", .path.display())]

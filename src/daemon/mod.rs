@@ -99,6 +99,10 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
         return Err(UserError::ReplicateAlone);
     }
     if args.cluster.is_cluster() {
+        args.cluster
+            .data_plane
+            .ucx_tls(args.cluster.ucx_over_tcp)
+            .map_err(UserError::UcxOverTcp)?;
         let id = node_id(args)?;
         if let Some(file) = &args.cluster.peers {
             membership(file, id)?;

@@ -191,9 +191,14 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     b.stats
         .data_plane
         .store(if ucx { 2 } else { 1 }, Ordering::Relaxed);
+    let tls = args
+        .cluster
+        .data_plane
+        .ucx_tls(args.cluster.ucx_over_tcp)
+        .map_err(UserError::UcxOverTcp)?;
     let plane = |slots: usize, background: bool| -> Result<Arc<DataPlane>, UserError> {
         let size = args.chunk_size as usize;
-        Ok(Arc::new(DataPlane::new(ucx, slots, size, background)?))
+        Ok(Arc::new(DataPlane::new(ucx, slots, size, background, tls)?))
     };
     tracing::info!(
         ucx,

@@ -51,12 +51,18 @@ impl DataPlane {
 
     /// Chunks above the eager size travel by UCX RMA, through a data-plane process of its own
     /// with a shared slab of `slots` slots. `background`: its progress thread runs at the
-    /// lowest CPU priority (`--replicate`'s copies).
-    pub fn ucx(slots: usize, slot_size: usize, background: bool) -> Result<DataPlane, UcxError> {
+    /// lowest CPU priority (`--replicate`'s copies). `tls`: the UCX_TLS the process is given
+    /// (`None`: the daemon's).
+    pub fn ucx(
+        slots: usize,
+        slot_size: usize,
+        background: bool,
+        tls: Option<&str>,
+    ) -> Result<DataPlane, UcxError> {
         let private = Slab::new(slots, slot_size).map_err(|e| UcxError::io("mmap", e))?;
         Ok(DataPlane {
             private: Arc::new(private),
-            ucx: Some(Child::start(slots, slot_size, background)?),
+            ucx: Some(Child::start(slots, slot_size, background, tls)?),
             lent: Default::default(),
         })
     }
@@ -67,9 +73,10 @@ impl DataPlane {
         slots: usize,
         slot_size: usize,
         background: bool,
+        tls: Option<&str>,
     ) -> Result<DataPlane, UcxError> {
         if ucx {
-            DataPlane::ucx(slots, slot_size, background)
+            DataPlane::ucx(slots, slot_size, background, tls)
         } else {
             DataPlane::stream(slots, slot_size).map_err(|e| UcxError::io("mmap", e))
         }

@@ -87,6 +87,8 @@ struct Inner {
     slots: usize,
     slot_size: usize,
     background: bool,
+    /// UCX_TLS for the process, overriding the daemon's (RDMA transports only, on `auto`).
+    tls: Option<String>,
     memfd: OwnedFd,
     /// The daemon's mapping of the shared slab.
     slab: Arc<Slab>,
@@ -172,7 +174,13 @@ fn recv_msg<T: serde::de::DeserializeOwned>(
 
 impl Child {
     /// Creates the shared slab and starts the data-plane process; returns once it is ready.
-    pub fn start(slots: usize, slot_size: usize, background: bool) -> Result<Child, UcxError> {
+    /// `tls`: the UCX_TLS it runs with (`None`: the daemon's, if any).
+    pub fn start(
+        slots: usize,
+        slot_size: usize,
+        background: bool,
+        tls: Option<&str>,
+    ) -> Result<Child, UcxError> {
         if crate::sys::euid() != 0 {
             tracing::warn!(
                 "the data-plane process runs as this daemon's user (only root can start it as \
@@ -185,6 +193,7 @@ impl Child {
             slots,
             slot_size,
             background,
+            tls: tls.map(str::to_string),
             memfd,
             slab: Arc::new(slab),
             state: Mutex::new(State {
@@ -351,6 +360,9 @@ impl Inner {
             if k_str.starts_with("UCX_") || k_str == "RUST_LOG" || k_str == "PATH" {
                 cmd.env(k, v);
             }
+        }
+        if let Some(tls) = &self.tls {
+            cmd.env("UCX_TLS", tls);
         }
         // Not even the daemon's log: a process anyone on the network may take over over tcp
         // must not write where root reads.
