@@ -5,7 +5,8 @@ SOAK_NODES daemons (6) in SOAK_RACKS racks (3) on 127.0.0.1 over one backing dir
 dataset in shifted shards in a loop and checks every byte; a driver freezes (SIGSTOP/SIGCONT),
 kills and restarts daemons at random, usually one at a time, sometimes two at once, fills a
 node's cache disk (each node's cache is on a tmpfs of its own) and flips bytes in a node's
-cached data files. SOAK_START_WITH (e.g. "fill,corrupt") runs those actions first. At the end
+cached data files (once, or twice with a read between: "recorrupt"). SOAK_START_WITH (e.g.
+"fill,corrupt,recorrupt") runs those actions first. At the end
 it reports reads, wrong bytes (must be 0), errors, the longest read stall on a node that was up
 the whole read, shared-FS bytes against the dataset size, failovers and the actions taken.
 """
@@ -55,6 +56,7 @@ results = []  # (node, seconds, bytes, outcome, spanned_a_change)
 actions = []
 deaths = []  # (node, when, cause): daemons found gone that the driver had not killed
 stop = threading.Event()
+dataset_files = {}  # name -> (size, sha256), for the driver's own reads
 
 
 def log(msg):
@@ -221,11 +223,76 @@ def corrupt(n):
     act(f"corrupt {flipped} files", [n])
 
 
+def path_hash(name):
+    """dyadfs's path hash (FNV-1a, 64 bits): the name of a file's cache data file."""
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def data_file(n, name):
+    h = path_hash(name)
+    return f"{ssd(n)}/data/{h >> 56:02x}/{h:016x}.dat"
+
+
+def flip(path):
+    """Flips a byte of a cached data file at random; False if it is gone (evicted)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if not size:
+            return False
+        at = rng.randrange(size)
+        byte = os.pread(fd, 1, at)
+        os.pwrite(fd, bytes([byte[0] ^ 0x40]), at)
+        return True
+    finally:
+        os.close(fd)
+
+
+def driver_read(n, name):
+    """Reads a file through node n's mount as the driver, the kernel's pages of it dropped
+    first, and records the outcome with the readers'."""
+    t = time.monotonic()
+    try:
+        with open(f"{mnt(n)}/{name}", "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            data = f.read()
+        right = hashlib.sha256(data).hexdigest() == dataset_files[name][1]
+        outcome = "ok" if right else "wrong"
+    except OSError as e:
+        outcome = f"error {e.errno}"
+    with lock:
+        results.append((n, time.monotonic() - t, dataset_files[name][0], outcome, False))
+    if outcome == "wrong":
+        log(f"WRONG BYTES: node {n} {name} (driver)")
+
+
+def recorrupt(n):
+    """Flips a byte in a few of node n's cached files, reads them (each open finds its file
+    changed: the bad chunk is read anew), then flips another byte in each and reads them again:
+    a repaired file changed again is caught as the first change was (issue 44: one the repair
+    read whole in one read was served changed)."""
+    with gates[n]:
+        cached = [name for name in sorted(dataset_files) if os.path.exists(data_file(n, name))]
+        picked = rng.sample(cached, min(3, len(cached)))
+        for _ in range(2):
+            picked = [name for name in picked if flip(data_file(n, name))]
+            for name in picked:
+                driver_read(n, name)
+    act(f"recorrupt {len(picked)} files", [n])
+
+
 def driver():
     end = time.monotonic() + SECONDS
+    kinds = {"fill": fill_disk, "corrupt": corrupt, "recorrupt": recorrupt}
     for kind in START_WITH:
         up = [n for n in range(NODES) if state[n] == "up"]
-        {"fill": fill_disk, "corrupt": corrupt}[kind](rng.choice(up))
+        kinds[kind](rng.choice(up))
     while time.monotonic() < end:
         time.sleep(rng.uniform(3, 8))
         for n in range(NODES):
@@ -235,7 +302,7 @@ def driver():
         if roll < 0.15:
             fill_disk(rng.choice(up))
         elif roll < 0.30:
-            corrupt(rng.choice(up))
+            (corrupt if roll < 0.25 else recorrupt)(rng.choice(up))
         elif roll < 0.55:
             n = rng.choice(up)
             act("freeze", [n])
@@ -285,6 +352,7 @@ def main():
             f.write(f"{i} 127.0.0.1:{base + i} {racks[i]}\n")
     subprocess.run([BIN, "keygen", f"{W}/secret"], check=True, capture_output=True)
     files = make_dataset()
+    dataset_files.update(files)
     dataset = sum(s for s, _ in files.values())
     capacity[0] = f"{max(int(dataset * CACHE_SHARE) >> 20, LARGE_SIZE >> 19)}M"
     # Each node's cache disk: a tmpfs a little larger than its capacity, so a filler fills it.

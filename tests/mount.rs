@@ -592,6 +592,110 @@ fn crash_leftovers_and_corruption_are_never_served() {
     assert!(!stray.exists());
 }
 
+/// Flips bytes in every cached file under `ssd`, as another process on the NVMe would: one
+/// (at a third of the file on the first pass, two thirds on the second) in each data file, and
+/// one in each written page of each segment (packed files start on pages: every one of them
+/// gets one). Returns how many files and segment pages.
+fn flip_every_cached_file(ssd: &std::path::Path, pass: u64) -> usize {
+    let open = |path: &std::path::Path| {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap()
+    };
+    let flip = |f: &File, at: u64| {
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+    };
+    let mut flipped = 0;
+    for dir in fs::read_dir(ssd.join("data")).unwrap() {
+        let dir = dir.unwrap().path();
+        for file in fs::read_dir(&dir).into_iter().flatten() {
+            let path = file.unwrap().path();
+            if path.extension().is_some_and(|e| e == "dat") {
+                let f = open(&path);
+                let len = f.metadata().unwrap().len();
+                flip(&f, len * pass / 3);
+                flipped += 1;
+            }
+        }
+    }
+    for seg in fs::read_dir(ssd.join("segments")).into_iter().flatten() {
+        let f = open(&seg.unwrap().path());
+        let len = f.metadata().unwrap().len();
+        for page in (0..len).step_by(4096) {
+            // The smallest file here is 3 KiB; a page never written reads zeros.
+            let at = page + 1000 * pass;
+            let mut probe = [0u8; 8];
+            if at + 8 <= len && f.read_exact_at(&mut probe, at).is_ok() && probe != [0; 8] {
+                flip(&f, at);
+                flipped += 1;
+            }
+        }
+    }
+    flipped
+}
+
+/// The files of `files` that read other than their backing bytes.
+fn served_changed(m: &Mounted, files: &[(String, Vec<u8>)]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(p, d)| fs::read(m.path(p)).unwrap_or_else(|e| panic!("{p}: {e}")) != *d)
+        .map(|(p, _)| p.clone())
+        .collect()
+}
+
+/// A cache file changed behind the daemon is never served changed, also after a chunk of it
+/// was once found bad and refetched: the fill that repaired it remembers the data file's ctime,
+/// so a change while mounted after the repair is seen at the next open. (The files repaired by
+/// their one read were remembered at their next open instead, after the change: 70 of these
+/// 103 were served changed.) With `--no-passthrough` too, where small files are packed in
+/// segments.
+#[test]
+fn a_cache_file_changed_again_after_a_repair_is_never_served_changed() {
+    for (i, mode) in MODES.iter().enumerate() {
+        let f = Fixture::new(&format!("rechange{i}"));
+        let mut files: Vec<(String, Vec<u8>)> = (0..100)
+            .map(|k| {
+                let len = 3 * 1024 + k * 1500 + (k % 7) * 9000;
+                (format!("s/{k:03}.bin"), pattern(len, 300 + k as u64))
+            })
+            .collect();
+        for (k, len) in [CHUNK + 5, 3 * CHUNK, 5 * CHUNK + 777]
+            .into_iter()
+            .enumerate()
+        {
+            files.push((format!("large{k}.bin"), pattern(len, 400 + k as u64)));
+        }
+        for (p, d) in &files {
+            f.write(p, d);
+        }
+        let m = f.mount(mode);
+        assert_eq!(served_changed(&m, &files), Vec::<String>::new(), "{mode:?}");
+        m.unmount();
+
+        assert!(flip_every_cached_file(&f.ssd, 1) >= files.len());
+        let m = f.mount(mode);
+        let changed = served_changed(&m, &files);
+        assert_eq!(changed, Vec::<String>::new(), "{mode:?}: changed unmounted");
+        assert_eq!(m.stat("checksum_failures"), files.len() as u64, "{mode:?}");
+
+        assert!(flip_every_cached_file(&f.ssd, 2) >= files.len());
+        fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+        let changed = served_changed(&m, &files);
+        assert!(
+            changed.is_empty(),
+            "{mode:?}: changed while mounted after a repair: {} of {} served changed: {changed:?}",
+            changed.len(),
+            files.len()
+        );
+        assert_eq!(m.stat("checksum_failures"), 2 * files.len() as u64);
+        m.unmount();
+    }
+}
+
 #[test]
 fn a_changed_backing_file_is_served_fresh() {
     for (i, mode) in MODES.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! A short chaos soak in the test command (`scripts/soak.sh`, 20 seconds): 16 real daemons in
 //! 4 racks, readers checking every byte, daemons frozen, killed and restarted at random, a
-//! cache disk filled and cached files corrupted (those two first, so every run has them). The
-//! long run
+//! cache disk filled, cached files corrupted, and cached files corrupted, read and corrupted
+//! again (those three first, so every run has them). The long run
 //! (`SOAK_SECONDS=600 scripts/soak.sh`) is in docs/BENCHMARKS.md.
 
 use std::process::Command;
@@ -16,7 +16,7 @@ fn a_short_chaos_soak_reads_no_wrong_byte() {
         .env("SOAK_FILES", "60")
         .env("SOAK_LARGE", "1")
         .env("SOAK_LARGE_MIB", "12")
-        .env("SOAK_START_WITH", "fill,corrupt")
+        .env("SOAK_START_WITH", "fill,corrupt,recorrupt")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -25,7 +25,7 @@ fn a_short_chaos_soak_reads_no_wrong_byte() {
     assert!(text.contains("wrong bytes              0 reads"), "{text}");
     assert!(text.contains("errors on live nodes     0"), "{text}");
     assert!(
-        text.contains(" fill disk") && text.contains(" corrupt "),
+        text.contains(" fill disk") && text.contains(" corrupt ") && text.contains(" recorrupt "),
         "{text}"
     );
 }

@@ -69,6 +69,9 @@ impl Cache {
             self.next_tick(),
         ));
         adopted.set_kept(true);
+        // Checked as it was written: its file is remembered as it is now (see
+        // `Entry::is_verified`), not at its first open, when it may have changed already.
+        adopted.note_verified(None);
         lock(&self.index).insert(adopted.clone());
         adopted.persist()?;
         Ok(adopted)

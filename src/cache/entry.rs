@@ -256,6 +256,21 @@ impl Reloaded {
     }
 }
 
+/// Whether every chunk is present and verified in this daemon's lifetime.
+fn all_verified(st: &State) -> bool {
+    st.chunks
+        .iter()
+        .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
+}
+
+/// A fingerprint of `file`'s ctime (never 0: 0 is "none taken"), if it can be looked at.
+fn ctime_print(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    let print = (m.ctime() as u32).wrapping_mul(2_654_435_761) ^ m.ctime_nsec() as u32;
+    Some(print.max(1))
+}
+
 fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
     chunk_size.min(size - idx * chunk_size)
 }
@@ -351,8 +366,14 @@ impl Entry {
 
     /// Marks a claimed chunk present with the checksum of the bytes just written.
     /// Returns false if the entry left the cache meanwhile (the caller's reservation is void).
+    /// The fill that completes the file remembers its data file as the writes left it (see
+    /// [`Entry::is_verified`]).
     pub fn complete(&self, idx: u64, crc: u32) -> bool {
-        self.state.complete(idx, crc, self.chunk_len(idx))
+        let kept = self.state.complete(idx, crc, self.chunk_len(idx));
+        if kept {
+            self.note_verified(None);
+        }
+        kept
     }
 
     /// Gives back a claimed chunk that could not be filled; waiters retry it themselves.
@@ -380,32 +401,26 @@ impl Entry {
     /// Whether every chunk is present and verified in this daemon's lifetime, and the data file
     /// has not changed since (its ctime: any write, truncate or chmod by another process moves
     /// it). A changed file's chunks are marked unverified again, to be checked before use.
+    /// A packed file's segment changes with every append to it too: its chunk is checked again
+    /// once after one.
     pub fn is_verified(&self) -> bool {
-        let all = |st: &State| {
-            st.chunks
-                .iter()
-                .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
+        let seen = {
+            let st = self.state.lock();
+            if !all_verified(&st) {
+                return false;
+            }
+            st.verified_ctime
         };
-        if !all(&self.state.lock()) {
-            return false;
-        }
-        if self.packed() {
-            // Its segment changes with every append: its chunks are checked, not the file.
+        // The print was taken when the last chunk was verified or written (`note_verified`):
+        // another ctime now means someone changed the file behind the daemon, checked again
+        // before it is served. None taken (its file could not be looked at then) is no
+        // promise either: the file as it is now may be changed already.
+        if seen != 0 && self.ctime_print() == Some(seen) {
             return true;
         }
-        // A later open that finds another ctime knows someone changed the file behind the
-        // daemon, and checks it again before the kernel reads it directly.
-        let seen = self.state.lock().verified_ctime;
-        let now = self.ctime_print();
-        if seen == 0 {
-            // Verified by the fills that wrote it (or a check): the file as it is now is ours.
-            self.state.lock().verified_ctime = now.unwrap_or(0);
-            return true;
+        if seen != 0 && !self.packed() {
+            tracing::warn!(path = %self.path, "cache data file changed behind the daemon: rechecking");
         }
-        if now == Some(seen) {
-            return true;
-        }
-        tracing::warn!(path = %self.path, "cache data file changed behind the daemon: rechecking");
         let mut st = self.state.lock();
         for c in st.chunks.iter_mut() {
             if let Chunk::Present { crc, .. } = *c {
@@ -421,10 +436,27 @@ impl Entry {
 
     /// A fingerprint of the data file's ctime (never 0), if the file can be opened.
     fn ctime_print(&self) -> Option<u32> {
-        use std::os::unix::fs::MetadataExt;
-        let m = self.file(Mode::ReadWrite).ok()?.metadata().ok()?;
-        let print = (m.ctime() as u32).wrapping_mul(2_654_435_761) ^ m.ctime_nsec() as u32;
-        Some(print.max(1))
+        ctime_print(&*self.file(Mode::ReadWrite).ok()?)
+    }
+
+    /// Remembers the data file's ctime (`before`: taken before the bytes just verified were
+    /// read; else now, after the fill that wrote them) once every chunk is verified and none is
+    /// remembered: an open that finds another one checks the file again ([`Entry::is_verified`]).
+    /// Every way a chunk becomes verified ends here, so that the print is never first taken at
+    /// an open, after a change it would then hide.
+    pub(super) fn note_verified(&self, before: Option<u32>) {
+        {
+            let st = self.state.lock();
+            if st.verified_ctime != 0 || st.present_bytes != self.version.size || !all_verified(&st)
+            {
+                return;
+            }
+        }
+        let print = before.or_else(|| self.ctime_print());
+        let mut st = self.state.lock();
+        if st.verified_ctime == 0 && all_verified(&st) {
+            st.verified_ctime = print.unwrap_or(0);
+        }
     }
 
     /// Writes chunk bytes at their offset in the data file (in its region of a segment, if
@@ -468,6 +500,8 @@ impl Entry {
         let mut dropped = false;
         let mut buf = Vec::new();
         let mut data = None;
+        // The file's print before its bytes are read: a change while they are read moves it.
+        let mut before = None;
         for idx in range {
             let crc = match self.state.lock().chunks[idx as usize] {
                 Chunk::Present { verified: true, .. } => continue,
@@ -483,7 +517,9 @@ impl Entry {
             let len = self.chunk_len(idx) as usize;
             buf.resize(len, 0);
             if data.is_none() {
-                data = Some(self.file(Mode::ReadWrite)?);
+                let file = self.file(Mode::ReadWrite)?;
+                before = ctime_print(&file);
+                data = Some(file);
             }
             let data = data.as_ref().expect("opened above");
             data.read_exact_at(&mut buf, self.base() + idx * self.shared.chunk_size)?;
@@ -497,17 +533,9 @@ impl Entry {
         if dropped {
             self.persist_or_report(cache);
         }
-        // Every chunk verified now: remember the file as it is (see `is_verified`).
-        if all_good && !self.packed() && self.state.lock().verified_ctime == 0 {
-            let print = self.ctime_print();
-            let mut st = self.state.lock();
-            if st
-                .chunks
-                .iter()
-                .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
-            {
-                st.verified_ctime = print.unwrap_or(0);
-            }
+        // Every chunk verified now: remember the file as it was read (see `is_verified`).
+        if all_good {
+            self.note_verified(before);
         }
         Ok(all_good)
     }
@@ -581,6 +609,16 @@ impl Entry {
         if !expected.iter().all(|c| matches!(c, Chunk::Present { .. })) {
             return Ok(false);
         }
+        let checks = expected.iter().any(|c| {
+            matches!(
+                c,
+                Chunk::Present {
+                    verified: false,
+                    ..
+                }
+            )
+        });
+        let before = if checks { self.ctime_print() } else { None };
         self.read_avoiding_page_cache(offset, room, len)?;
         let buf = &room[..len];
         let mut all_good = true;
@@ -598,6 +636,8 @@ impl Entry {
         }
         if !all_good {
             self.persist_or_report(cache);
+        } else if checks {
+            self.note_verified(before);
         }
         Ok(all_good)
     }

@@ -604,12 +604,15 @@ impl<S: Source> DyadFs<S> {
         // one (after a restart) is served by the daemon, which verifies each chunk it serves,
         // while the rest is verified in the background for later opens.
         // (A file that cannot be read back now is served by the daemon, whose reads fall back to
-        // the source.)
+        // the source.) Every open of a complete file asks, whoever serves it: one whose data
+        // file changed behind the daemon since it was verified (its ctime moved) has its chunks
+        // checked again before they are served, by the daemon as by the kernel.
+        let unchanged = complete && !entry.is_evicted() && entry.is_verified();
         let verified = may_pass
             && !packed
             && complete
             && !entry.is_evicted()
-            && (entry.is_verified()
+            && (unchanged
                 || if keep_pages {
                     false
                 } else if entry.version.size <= WHOLE_FILE_MAX {
