@@ -180,27 +180,41 @@ fn unescape_mountinfo(s: &str) -> String {
 /// remove its own), and never anything in it (nothing is ever written there: produced files live
 /// in the cache).
 fn managed_root(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     match fs::create_dir(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    let meta = fs::symlink_metadata(path)?;
-    let me = crate::sys::euid();
-    if !meta.is_dir() || meta.uid() != me {
-        return Err(std::io::Error::other(format!(
-            "{} is not a directory of uid {me}",
-            path.display()
-        )));
+    // Checked and changed through one descriptor, never a symlink: a swap of the path between
+    // the check and the chmod cannot make root open up another directory.
+    let not_ours = || {
+        let me = crate::sys::euid();
+        std::io::Error::other(format!("{} is not a directory of uid {me}", path.display()))
+    };
+    let dir = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR) => not_ours(),
+            _ => e,
+        })?;
+    let meta = dir.metadata()?;
+    if !meta.is_dir() || meta.uid() != crate::sys::euid() {
+        return Err(not_ours());
     }
-    if fs::read_dir(path)?.next().is_some() {
+    if fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))?
+        .next()
+        .is_some()
+    {
         return Err(std::io::Error::other(format!(
             "{} must be empty (a managed directory's files live in the cache)",
             path.display()
         )));
     }
-    fs::set_permissions(path, fs::Permissions::from_mode(0o1777))
+    dir.set_permissions(fs::Permissions::from_mode(0o1777))
 }
 
 /// `dyadfs mount`: validate, then run in the foreground or spawn the daemon and wait for it.

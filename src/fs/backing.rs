@@ -292,19 +292,25 @@ fn acl_bits(file: &File, rel: &str) -> u16 {
     };
     let mut small = [0u8; 1024];
     let mut large = Vec::new();
+    // Fails closed: only "no ACL here" means the mode bits are all; an ACL that cannot be
+    // read (an I/O error, one larger than 64 KiB) leaves the owner's bits only.
+    const OWNER_ONLY: u16 = 0o7700;
+    let no_acl = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP));
     let acl = match got(&mut small) {
         Ok(n) => &small[..n],
         Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
             large.resize(64 << 10, 0);
             match got(&mut large) {
                 Ok(n) => &large[..n],
-                Err(_) => return 0o7777,
+                Err(e) if no_acl(&e) => return 0o7777,
+                Err(_) => return OWNER_ONLY,
             }
         }
         // ENODATA (no ACL) or EOPNOTSUPP (none on this file system): the mode bits are all.
-        Err(_) => return 0o7777,
+        Err(e) if no_acl(&e) => return 0o7777,
+        Err(_) => return OWNER_ONLY,
     };
-    let allowed = super::acl::allowed_bits(acl).unwrap_or(0o7700);
+    let allowed = super::acl::allowed_bits(acl).unwrap_or(OWNER_ONLY);
     static TOLD: std::sync::Once = std::sync::Once::new();
     TOLD.call_once(|| {
         tracing::warn!(

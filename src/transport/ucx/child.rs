@@ -557,6 +557,7 @@ fn drop_privileges() -> io::Result<()> {
     let fail = || Err(io::Error::last_os_error());
     // SAFETY: plain syscalls on this process's credentials; results checked.
     unsafe {
+        let parent = libc::getppid();
         if crate::sys::euid() == 0 {
             const NOBODY: libc::uid_t = 65534;
             // RDMA registers the slab as locked memory, which `nobody` could not raise past
@@ -574,10 +575,18 @@ fn drop_privileges() -> io::Result<()> {
                 return fail();
             }
         }
+        // A change of credentials clears the parent-death signal set before exec: armed again,
+        // and if the daemon died meanwhile (we were reparented), nothing is left to serve.
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
             || libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
         {
             return fail();
+        }
+        if libc::getppid() != parent {
+            return Err(io::Error::other(
+                "the daemon exited while this process started",
+            ));
         }
     }
     Ok(())
