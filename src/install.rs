@@ -69,23 +69,42 @@ fn copy_with_ucx(exe: &Path, libs: &[PathBuf], prefix: &Path) -> io::Result<Path
     for l in libs.iter().filter(|l| l.parent() == Some(from)) {
         copy_as_soname(l, &lib)?;
     }
+    // UCX's modules and its configuration are loaded by root as surely as the libraries are:
+    // held to the same checks (root's, in root's directories).
+    let root = crate::sys::euid() == 0;
     if let Ok(modules) = std::fs::read_dir(from.join("ucx")) {
         for m in modules.flatten() {
             if m.file_name().to_str().is_some_and(|n| n.ends_with(".so.0")) {
+                if root {
+                    check_root_file(&m.path())?;
+                }
                 copy_as_soname(&m.path(), &lib.join("ucx"))?;
             }
         }
     }
     let conf = from.join("../etc/ucx/ucx.conf");
-    if let Ok(text) = std::fs::read(&conf) {
+    if conf.exists() {
+        if root {
+            check_root_file(&conf)?;
+        }
+        let text = String::from_utf8_lossy(&std::fs::read(&conf)?).into_owned();
         let etc = prefix.join("etc/ucx");
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o755)
             .create(&etc)?;
-        write_new(&etc.join("ucx.conf"), &text, 0o644)?;
+        write_new(&etc.join("ucx.conf"), kept_conf(&text).as_bytes(), 0o644)?;
     }
     Ok(installed)
+}
+
+/// UCX's configuration as the copy keeps it: every setting but the module directory, which
+/// would make root load modules from outside the prefix (the copy finds its own in `lib/ucx`).
+fn kept_conf(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("UCX_MODULE_DIR"))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// Copies library `path` (its contents, symlinks followed) into `dir` under the name the
@@ -120,4 +139,13 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_copied_conf_names_no_module_dir() {
+        let kept = super::kept_conf("UCX_MEM_MMAP_HOOK_MODE=none\nUCX_MODULE_DIR=/home/u/evil\n");
+        assert_eq!(kept, "UCX_MEM_MMAP_HOOK_MODE=none\n");
+    }
 }
