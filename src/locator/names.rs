@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::core::NodeId;
@@ -90,18 +90,78 @@ impl NameTable {
     }
 }
 
-/// How often a waiting lookup looks again (in the home's process: no traffic).
-pub const WAIT_POLL: Duration = Duration::from_millis(5);
+/// The lookups waiting at a name home for names not set yet, by (directory, name): a change of
+/// a name wakes the lookups waiting for it (and no other), so a wait costs nothing until then:
+/// no timer per waiter, no polling of the table.
+#[derive(Default)]
+pub struct NameWaits {
+    waits: Mutex<HashMap<(String, String), Waiting>>,
+}
+
+/// The lookups waiting for one name: what wakes them, and how many they are.
+type Waiting = (Arc<tokio::sync::Notify>, usize);
+
+/// One lookup's registration; dropping it unregisters.
+pub struct NameWait<'a> {
+    waits: &'a NameWaits,
+    key: (String, String),
+    pub notify: Arc<tokio::sync::Notify>,
+}
+
+impl NameWaits {
+    /// Registers a lookup waiting for `name` of `dir`.
+    pub fn register(&self, dir: &str, name: &str) -> NameWait<'_> {
+        let key = (dir.to_string(), name.to_string());
+        let mut waits = lock(&self.waits);
+        let (notify, count) = waits.entry(key.clone()).or_default();
+        *count += 1;
+        NameWait {
+            waits: self,
+            key,
+            notify: notify.clone(),
+        }
+    }
+
+    /// `name` of `dir` changed: its waiting lookups look again.
+    pub fn wake(&self, dir: &str, name: &str) {
+        let waits = lock(&self.waits);
+        if waits.is_empty() {
+            return;
+        }
+        if let Some((notify, _)) = waits.get(&(dir.to_string(), name.to_string())) {
+            notify.notify_waiters();
+        }
+    }
+
+    /// How many lookups wait (stats, tests).
+    pub fn waiting(&self) -> usize {
+        lock(&self.waits).values().map(|(_, n)| n).sum()
+    }
+}
+
+impl Drop for NameWait<'_> {
+    fn drop(&mut self) {
+        let mut waits = lock(&self.waits.waits);
+        if let Some((_, count)) = waits.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                waits.remove(&self.key);
+            }
+        }
+    }
+}
 
 /// What a holder does when told to release an object (set by the daemon: it knows the cache).
 pub type ReleaseFn = Box<dyn Fn(&str, u64, i64, bool) + Send + Sync>;
 /// The complete copies a node holds: (path, version).
 pub type HoldingsFn = Box<dyn Fn() -> Vec<(String, Version)> + Send + Sync>;
 
-/// The namespace of a single-node mount: one table in this process.
+/// The namespace of a single-node mount: one table in this process; a lookup waiting for a
+/// name sleeps until the table changes.
 #[derive(Default)]
 pub struct LocalNames {
     table: Mutex<NameTable>,
+    changed: Condvar,
 }
 
 impl LocalNames {
@@ -113,14 +173,20 @@ impl LocalNames {
 impl Namespace for LocalNames {
     fn get(&self, dir: &str, name: &str, wait: Duration) -> io::Result<Option<Name>> {
         let deadline = Instant::now() + wait;
+        let mut table = self.table();
         loop {
-            if let Some(n) = self.table().get(dir, name) {
+            if let Some(n) = table.get(dir, name) {
                 return Ok(Some(n));
             }
-            if Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Ok(None);
             }
-            std::thread::sleep(WAIT_POLL);
+            table = self
+                .changed
+                .wait_timeout(table, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -129,7 +195,9 @@ impl Namespace for LocalNames {
     }
 
     fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>> {
-        Ok(self.table().set(dir, name, entry))
+        let old = self.table().set(dir, name, entry);
+        self.changed.notify_all();
+        Ok(old)
     }
 
     fn release(&self, _holder: NodeId, _object: &str, _size: u64, _mtime_ns: i64, _drop: bool) {
@@ -217,5 +285,31 @@ mod tests {
         let got = names.get("", "x", Duration::from_secs(10)).unwrap();
         assert_eq!(got, Some(file("o")));
         producer.join().unwrap();
+    }
+
+    /// A lookup waiting at a home is woken by the change of its name, not of another, and
+    /// its registration goes when it does.
+    #[test]
+    fn a_wait_is_woken_by_its_name_only() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let waits = NameWaits::default();
+        rt.block_on(async {
+            let w = waits.register("d", "x");
+            assert_eq!(waits.waiting(), 1);
+            let notified = w.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            waits.wake("d", "y");
+            let other = tokio::time::timeout(Duration::from_millis(50), notified.as_mut()).await;
+            assert!(other.is_err(), "woken by another name");
+            waits.wake("d", "x");
+            tokio::time::timeout(Duration::from_secs(5), notified)
+                .await
+                .expect("woken by its own name");
+        });
+        assert_eq!(waits.waiting(), 0);
     }
 }

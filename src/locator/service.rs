@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use super::fetching::Fetching;
 use super::gossip::Liveness;
 use super::membership::{Membership, NodeId};
-use super::names::{HoldingsFn, NameTable, ReleaseFn, WAIT_POLL};
+use super::names::{HoldingsFn, NameTable, NameWaits, ReleaseFn};
 use super::node::{Known, NodeTier};
 use super::pages::{self, PAGE_BYTES, batches};
 use super::peers::Peers;
@@ -39,6 +39,8 @@ pub struct LocatorService {
     global: Mutex<GlobalHome>,
     /// Produced names of the directories this node is name home of.
     pub(super) names: Mutex<NameTable>,
+    /// Lookups waiting here for names not set yet.
+    pub(super) name_waits: NameWaits,
     /// What the daemon does for the locator (release, holdings, bad chunks).
     pub(super) hooks: Hooks,
     /// Bound on every RPC and on how long a fetch may hold off the others.
@@ -99,6 +101,7 @@ impl LocatorService {
             rack: Mutex::default(),
             global: Mutex::default(),
             names: Mutex::default(),
+            name_waits: NameWaits::default(),
             hooks,
             timeout,
             suspects: Mutex::default(),
@@ -477,13 +480,22 @@ impl LocatorService {
             Msg::NameGet { dir, name, wait_ms } => {
                 // A number from the wire: bounded, so no caller holds a home's task for long.
                 let wait = Duration::from_millis(wait_ms).min(MAX_NAME_WAIT);
-                let deadline = Instant::now() + wait;
+                let found = lock(&self.names).get(&dir, &name);
+                if found.is_some() || wait.is_zero() {
+                    return Msg::NameIs(found);
+                }
+                // Registered before the table is looked at again, so a set in between wakes it.
+                let deadline = tokio::time::Instant::now() + wait;
+                let registered = self.name_waits.register(&dir, &name);
                 loop {
+                    let woken = registered.notify.notified();
+                    tokio::pin!(woken);
+                    woken.as_mut().enable();
                     let found = lock(&self.names).get(&dir, &name);
-                    if found.is_some() || Instant::now() >= deadline {
+                    if found.is_some() || tokio::time::Instant::now() >= deadline {
                         return Msg::NameIs(found);
                     }
-                    tokio::time::sleep(WAIT_POLL).await;
+                    let _ = tokio::time::timeout_at(deadline, woken).await;
                 }
             }
             Msg::Gained { after, max } => {
@@ -514,6 +526,7 @@ impl LocatorService {
                     }
                     names.set(&dir, &name, entry.clone())
                 };
+                self.name_waits.wake(&dir, &name);
                 // The next node in the directory's order keeps a copy: it answers for the
                 // directory if this node dies, and gives it back if this node restarts.
                 let backup = self
@@ -543,6 +556,7 @@ impl LocatorService {
             }
             Msg::NameReplica { dir, name, entry } => {
                 lock(&self.names).set(&dir, &name, entry);
+                self.name_waits.wake(&dir, &name);
                 Msg::Ack
             }
             Msg::Unhold {
