@@ -4,11 +4,12 @@
 # Usage: scripts/install-deps.sh [--no-torch]
 set -euo pipefail
 # fuse3: fusermount3; libclang-dev: bindgen for ucx-sys; libnuma1: UCX's shared-memory transports;
-# bc: the benchmark scripts' arithmetic; python3-venv, gcc: the examples the tests run (C
-# programs, and tests/attack/ucx_attack.c; Python with numpy and torch); util-linux, e2fsprogs:
+# bc: the benchmark scripts' arithmetic; rsync: a producer tool the managed-directory tests run;
+# python3-venv, gcc: the examples the tests run (C programs, and tests/attack/ucx_attack.c;
+# Python with numpy and torch); util-linux, e2fsprogs:
 # the loop-mounted ext4 and setpriv of the cache-disk and local-user tests, the demo's slow
 # shared FS. UCX itself comes from PyPI, below.
-PKGS=(fuse3 pkg-config python3 python3-venv gcc util-linux e2fsprogs libnuma1 libclang-dev bc)
+PKGS=(fuse3 pkg-config python3 python3-venv gcc util-linux e2fsprogs libnuma1 libclang-dev bc rsync)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

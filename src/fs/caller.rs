@@ -1,11 +1,14 @@
-//! What the process behind a request is doing. The kernel looks a name up before it creates
-//! it, and FUSE does not say why it looks up: a lookup made for `open(O_CREAT)`, `mkdir` or
-//! `rename` must not wait (`--wait`) for somebody else to publish the name the caller is about
-//! to create. The caller is blocked in that system call while we answer, so
+//! What the process behind a request is doing. The kernel looks a name up before any system
+//! call that names a path, and FUSE does not say why: only a consumer's open may wait
+//! (`--wait`) for somebody else to publish the name, while a producer's checks (`stat`,
+//! `access`, `cp`'s and `shutil.copy`'s look at the destination, `os.makedirs`) and creations
+//! must be answered at once. The caller is blocked in that system call while we answer, so
 //! `/proc/<tid>/syscall` tells which one it is.
 
-/// Whether thread `tid` is in a system call that creates names.
-pub fn is_creating(tid: u32) -> bool {
+/// Whether thread `tid` is opening a name to read it: `open`, `openat` or `openat2` without
+/// `O_CREAT`, `O_DIRECTORY` or `O_PATH`, for reading or reading and writing. Anything else,
+/// and a thread that cannot be told, is not.
+pub fn is_opening_to_read(tid: u32) -> bool {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{tid}/syscall")) else {
         return false;
     };
@@ -17,8 +20,93 @@ pub fn is_creating(tid: u32) -> bool {
     let args: Vec<u64> = fields
         .map(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).unwrap_or(0))
         .collect();
-    let flags = |i: usize| args.get(i).copied().unwrap_or(0) as i32;
-    creates(nr, flags)
+    let arg = |i: usize| args.get(i).copied().unwrap_or(0);
+    // openat2's flags are the first field of the `open_how` it points to, in its memory.
+    let how = |at: u64| {
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open(format!("/proc/{tid}/mem")).ok()?;
+        let mut b = [0u8; 8];
+        mem.read_exact_at(&mut b, at).ok()?;
+        Some(u64::from_ne_bytes(b))
+    };
+    opens_to_read(nr, arg, how)
+}
+
+/// Names a process was just told are absent, by a lookup that did not wait (a check: `stat`,
+/// `access`, an open that creates). A program that checked a name and found it absent is not
+/// waiting for it when it then opens it to read: `rsync` stats the destination, then its
+/// receiver (a child of the process that checked) opens it for reading as the basis of a delta;
+/// that open is answered at once too. Within [`ToldAbsent::FOR`], for the process or its
+/// parent; bounded, oldest dropped first.
+#[derive(Default)]
+pub struct ToldAbsent {
+    told: std::sync::Mutex<std::collections::HashMap<(u32, String), std::time::Instant>>,
+}
+
+impl ToldAbsent {
+    /// How long an answer counts.
+    pub const FOR: std::time::Duration = std::time::Duration::from_secs(2);
+    /// The most answers remembered.
+    const MAX: usize = 4096;
+
+    /// Thread `tid`'s process was told `path` is absent.
+    pub fn tell(&self, tid: u32, path: &str) {
+        let Some(pid) = process_of(tid) else {
+            return;
+        };
+        let mut told = crate::core::sync::lock(&self.told);
+        if told.len() >= Self::MAX {
+            told.retain(|_, at| at.elapsed() < Self::FOR);
+            if told.len() >= Self::MAX {
+                told.clear();
+            }
+        }
+        told.insert((pid, path.to_string()), std::time::Instant::now());
+    }
+
+    /// Whether thread `tid`'s process, or its parent, was told `path` is absent just now.
+    pub fn told(&self, tid: u32, path: &str) -> bool {
+        let told = crate::core::sync::lock(&self.told);
+        if told.is_empty() {
+            return false;
+        }
+        let Some(pid) = process_of(tid) else {
+            return false;
+        };
+        let recent = |p: u32| {
+            told.get(&(p, path.to_string()))
+                .is_some_and(|at| at.elapsed() < Self::FOR)
+        };
+        recent(pid) || parent_of(pid).is_some_and(recent)
+    }
+}
+
+/// The parent of process `pid`, while it runs.
+fn parent_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether system call `nr` with arguments `arg(i)` opens to read (`how(ptr)`: the first 8
+/// bytes at the caller's address `ptr`).
+fn opens_to_read(nr: i64, arg: impl Fn(usize) -> u64, how: impl Fn(u64) -> Option<u64>) -> bool {
+    let reading = |flags: u64| {
+        let f = flags as i32;
+        f & (libc::O_CREAT | libc::O_DIRECTORY | libc::O_PATH) == 0
+            && matches!(f & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
+    };
+    match nr {
+        libc::SYS_openat => reading(arg(2)),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_open => reading(arg(1)),
+        libc::SYS_openat2 => how(arg(2)).is_some_and(reading),
+        _ => false,
+    }
 }
 
 /// Whom a request runs for: the ids a file's permission bits are judged against.
@@ -148,29 +236,6 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-fn creates(nr: i64, flags: impl Fn(usize) -> i32) -> bool {
-    let o_creat = |f: i32| f & libc::O_CREAT != 0;
-    match nr {
-        libc::SYS_openat => o_creat(flags(2)),
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_open => o_creat(flags(1)),
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_creat
-        | libc::SYS_mkdir
-        | libc::SYS_rename
-        | libc::SYS_link
-        | libc::SYS_symlink
-        | libc::SYS_mknod => true,
-        libc::SYS_mkdirat
-        | libc::SYS_renameat
-        | libc::SYS_renameat2
-        | libc::SYS_linkat
-        | libc::SYS_symlinkat
-        | libc::SYS_mknodat => true,
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,19 +278,43 @@ mod tests {
     }
 
     #[test]
-    fn creating_calls_are_told_apart_from_reads() {
-        let args = |f: i32| move |i: usize| if i == 2 { f } else { 0 };
-        assert!(creates(
-            libc::SYS_openat,
-            args(libc::O_WRONLY | libc::O_CREAT)
+    fn only_opens_to_read_are_told_reading() {
+        let args = |f: i32| move |i: usize| if i == 2 { f as u64 } else { 0 };
+        let no_how = |_: u64| None;
+        let reads = |nr, f| opens_to_read(nr, args(f), no_how);
+        assert!(reads(libc::SYS_openat, libc::O_RDONLY));
+        assert!(reads(libc::SYS_openat, libc::O_RDWR | libc::O_CLOEXEC));
+        assert!(!reads(libc::SYS_openat, libc::O_WRONLY | libc::O_CREAT));
+        assert!(!reads(libc::SYS_openat, libc::O_RDONLY | libc::O_CREAT));
+        assert!(!reads(libc::SYS_openat, libc::O_WRONLY | libc::O_TRUNC));
+        assert!(!reads(libc::SYS_openat, libc::O_RDONLY | libc::O_DIRECTORY));
+        assert!(!reads(libc::SYS_openat, libc::O_PATH));
+        // stat, access, mkdir, rename: never.
+        for nr in [
+            libc::SYS_newfstatat,
+            libc::SYS_faccessat,
+            libc::SYS_mkdirat,
+            libc::SYS_statx,
+        ] {
+            assert!(!reads(nr, 0), "{nr}");
+        }
+        // openat2: the flags in its `open_how`.
+        let how = |f: i32| move |_: u64| Some(f as u64);
+        assert!(opens_to_read(
+            libc::SYS_openat2,
+            args(0),
+            how(libc::O_RDONLY)
         ));
-        assert!(!creates(libc::SYS_openat, args(libc::O_RDONLY)));
-        assert!(creates(libc::SYS_mkdirat, args(0)));
-        assert!(!creates(libc::SYS_newfstatat, args(0)));
+        assert!(!opens_to_read(
+            libc::SYS_openat2,
+            args(0),
+            how(libc::O_CREAT | libc::O_WRONLY)
+        ));
+        assert!(!opens_to_read(libc::SYS_openat2, args(0), no_how));
     }
 
     #[test]
-    fn a_thread_blocked_in_an_open_with_o_creat_is_creating() {
+    fn a_thread_blocked_in_an_open_for_reading_is_told_so() {
         // An open of a FIFO for writing blocks until a reader comes: long enough to look.
         let dir = std::env::temp_dir().join(format!("dyadfs-caller-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -239,22 +328,47 @@ mod tests {
         let t = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
             tx.send(unsafe { libc::gettid() } as u32).unwrap();
-            // SAFETY: a valid path; blocks until the reader below opens the FIFO.
-            let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o600) };
+            // SAFETY: a valid path; blocks until the writer below opens the FIFO.
+            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
             // SAFETY: closing the descriptor we opened.
             unsafe { libc::close(fd) };
         });
         let tid = rx.recv().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !is_creating(tid) {
-            assert!(std::time::Instant::now() < deadline, "never seen creating");
+        while !is_opening_to_read(tid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never seen opening to read"
+            );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        let _reader = std::fs::File::open(dir.join("p")).unwrap();
+        let _writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("p"))
+            .unwrap();
         t.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         // SAFETY: gettid has no preconditions.
-        assert!(!is_creating(unsafe { libc::gettid() } as u32));
+        assert!(!is_opening_to_read(unsafe { libc::gettid() } as u32));
+    }
+
+    #[test]
+    fn a_process_or_its_child_told_a_name_is_absent_is_not_waiting_for_it() {
+        let told = ToldAbsent::default();
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        assert!(!told.told(me, "run/x"));
+        told.tell(me, "run/x");
+        assert!(told.told(me, "run/x"));
+        assert!(!told.told(me, "run/y"), "another name");
+        // A child process of ours: told through its parent.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(told.told(child.id(), "run/x"));
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

@@ -17,7 +17,9 @@ pub enum Looked {
 
 impl<S: Source> DyadFs<S> {
     /// Looks a name up for thread `caller`; a name not published yet is waited for (`--wait`)
-    /// unless the caller is creating it.
+    /// only when the caller is opening it to read (a consumer): a check or a creation of a
+    /// name (a producer's `stat`, `cp`, `mkdir`) is answered at once, and its ENOENT leaves no
+    /// negative entry in the kernel, so a later reader's open still waits.
     pub fn lookup(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Attr, Error> {
         match self.lookup_at_once(parent, name, caller)? {
             Looked::Found(attr) => Ok(attr),
@@ -28,14 +30,19 @@ impl<S: Source> DyadFs<S> {
     /// [`Self::lookup`] without the wait: says so when the name is to be waited for, so that
     /// the wait can be left to a thread other than the one that asked.
     pub fn lookup_at_once(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Looked, Error> {
-        self.lookup_then_wait(parent, name, true, || {
-            (!caller::is_creating(caller)).then_some(Duration::ZERO)
+        self.lookup_then_wait(parent, name, true, |path| {
+            if !caller::is_opening_to_read(caller) {
+                // A check or a creation: answered at once, and remembered (`ToldAbsent`).
+                self.told_absent.tell(caller, path);
+                return None;
+            }
+            (!self.told_absent.told(caller, path)).then_some(Duration::ZERO)
         })
     }
 
     /// The lookup [`Self::lookup_at_once`] said to wait for: waits up to `--wait` for the name.
     pub fn lookup_waiting(&self, parent: u64, name: &OsStr) -> Result<Attr, Error> {
-        match self.lookup_then_wait(parent, name, false, || Some(self.config.wait))? {
+        match self.lookup_then_wait(parent, name, false, |_| Some(self.config.wait))? {
             Looked::Found(attr) => Ok(attr),
             Looked::Wait => Err(Error::NotFound),
         }
@@ -45,7 +52,7 @@ impl<S: Source> DyadFs<S> {
     /// (READDIRPLUS): looked up as `lookup` does, the kernel's reference counted, never waited
     /// for (the name was just listed; one gone since then is `NotFound`).
     pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> Result<Attr, Error> {
-        let Looked::Found(attr) = self.lookup_then_wait(parent, name, false, || None)? else {
+        let Looked::Found(attr) = self.lookup_then_wait(parent, name, false, |_| None)? else {
             return Err(Error::NotFound);
         };
         let stats = self.stats();
@@ -53,8 +60,8 @@ impl<S: Source> DyadFs<S> {
         Ok(attr)
     }
 
-    /// `lookup`, where a name not found is waited for (`--wait`) if `may_wait()` (asked only
-    /// then: telling whether the caller is creating the name reads /proc). `kernel`: a LOOKUP
+    /// `lookup`, where a name not found is waited for (`--wait`) if `wait(path)` says so (asked
+    /// only then: telling whether the caller opens the name to read reads /proc). `kernel`: a LOOKUP
     /// of the kernel's, which tells the stat read-ahead where a scan is.
     /// `wait`: for a name not found, how long to wait for it (`None`: not at all; zero: say
     /// [`Looked::Wait`] instead of waiting), asked only if `--wait` is set.
@@ -63,7 +70,7 @@ impl<S: Source> DyadFs<S> {
         parent: u64,
         name: &OsStr,
         kernel: bool,
-        wait: impl FnOnce() -> Option<Duration>,
+        wait: impl FnOnce(&str) -> Option<Duration>,
     ) -> Result<Looked, Error> {
         let parent = self.node(parent)?;
         let dir = Self::path_of(&parent);
@@ -90,7 +97,7 @@ impl<S: Source> DyadFs<S> {
             }
         }
         let found = match self.resolve(&path, Duration::ZERO) {
-            Err(Error::NotFound) if !self.config.wait.is_zero() => match wait() {
+            Err(Error::NotFound) if !self.config.wait.is_zero() => match wait(&path) {
                 Some(d) if d.is_zero() => return Ok(Looked::Wait),
                 Some(d) => self.resolve(&path, d)?,
                 None => return Err(Error::NotFound),

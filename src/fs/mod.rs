@@ -173,6 +173,8 @@ pub struct DyadFs<S: Source> {
     status: std::sync::OnceLock<StatusFn>,
     /// What the kernel agreed to (none until the session's INIT).
     kernel: std::sync::OnceLock<Capabilities>,
+    /// Names processes were just told are absent (`--wait`: they are not waiting for them).
+    told_absent: caller::ToldAbsent,
 }
 
 /// The cluster as this node sees it, for `dyadfs status`.
@@ -279,6 +281,7 @@ impl<S: Source> DyadFs<S> {
             prefetch: Arc::new(prefetch::Prefetcher::new(window)),
             status: std::sync::OnceLock::new(),
             kernel: std::sync::OnceLock::new(),
+            told_absent: Default::default(),
         })
     }
 
