@@ -10,7 +10,10 @@
 #       name every millisecond.
 # Reports files/s (all files, first close to last open) and the latency from the producer's
 # close to the consumer's open returning, p50 and p99 over every file of the run.
-# Needs root. Usage: scripts/bench_handoff.sh   (env: RUNS (5), N (500), SIZE (262144))
+# Also the split of that latency (close, queueing, wake-up and open, read: see stats below).
+# PRODUCER=--shutil or --cp: dyadfs's producers copy each file in with shutil.copy or cp (the
+# whole copy counts as the close); the plain directory's keep renaming.
+# Needs root. Usage: scripts/bench_handoff.sh   (env: RUNS (5), N (500), SIZE (262144), PRODUCER)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -27,15 +30,31 @@ job_secret "$W/secret"
 PORT=$((9000 + RANDOM % 1000))
 for i in 0 1 2 3; do printf '%d 127.0.0.1:%d r%d\n' $i $((PORT + i)) $((i / 2)); done > "$W/peers"
 PY=${PYTHON:-python3}
-# stats FILE...: "files/s p50_ms p99_ms" of one run from the producers' and consumers' logs.
+# stats FILE...: one run from the producers' and consumers' logs: "files/s p50_ms p99_ms", then
+# the split of the latency, p50 and p99 each (ms): the producer's close (seal, checksum, publish);
+# queueing (the consumer asked for the file only after its close returned: it was still busy with
+# the one before); the wake-up and open (from the later of the close's return and the consumer's
+# open call to its return); the read (the pull of the bytes).
 stats() {
   "$PY" - "$@" <<'PY'
 import json, sys
 p0, p1, c0, c1 = (json.load(open(f)) for f in sys.argv[1:5])
-lat = sorted(1000 * (c - p) for ps, cs in ((p0, c0), (p1, c1)) for p, c in zip(ps, cs))
-span = max(c0[-1], c1[-1]) - min(p0[0], p1[0])
-q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))]
-print(f"{len(lat) / span:.1f} {q(0.5):.2f} {q(0.99):.2f}")
+pairs = [(p, c) for ps, cs in ((p0, c0), (p1, c1)) for p, c in zip(ps, cs)]
+span = max(c0[-1][1], c1[-1][1]) - min(p0[0][0], p1[0][0])
+def q(xs, f):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(f * len(xs)))]
+parts = [
+    [1000 * (c[1] - p[0]) for p, c in pairs],
+    [1000 * (p[1] - p[0]) for p, c in pairs],
+    [1000 * max(0.0, c[0] - p[1]) for p, c in pairs],
+    [1000 * (c[1] - max(p[1], c[0])) for p, c in pairs],
+    [1000 * (c[2] - c[1]) for p, c in pairs],
+]
+cols = [f"{len(pairs) / span:.1f}"]
+for xs in parts:
+    cols += [f"{q(xs, 0.5):.2f}", f"{q(xs, 0.99):.2f}"]
+print(" ".join(cols))
 PY
 }
 # run KIND: one hand-off through managed dyadfs mounts ("dyadfs") or a plain directory ("plain").
@@ -50,7 +69,7 @@ run() {
     mkdir "$W/0/mnt/run"
     until [ -d "$W/3/mnt/run" ] && [ -d "$W/2/mnt/run" ] && [ -d "$W/1/mnt/run" ]; do sleep 0.05; done
     for i in 0 1 2 3; do dirs+=("$W/$i/mnt/run"); done
-    pflag="" cflag=""
+    pflag=${PRODUCER:-} cflag=""
   else
     rm -rf "$W/plain"; mkdir -p "$W/plain"
     dirs=("$W/plain" "$W/plain" "$W/plain" "$W/plain")
@@ -75,12 +94,15 @@ for _ in $(seq "$RUNS"); do
   run dyadfs
   run plain
 done
-printf '%d + %d files of %d bytes handed from producers on 2 nodes to consumers on 2 others, medians of %d runs\n' \
-  "$N" "$N" "$SIZE" "$RUNS"
+printf '%d + %d files of %d bytes handed from producers on 2 nodes to consumers on 2 others, medians of %d runs%s\n' \
+  "$N" "$N" "$SIZE" "$RUNS" "${PRODUCER:+ (dyadfs producers: ${PRODUCER#--})}"
 for k in dyadfs plain; do
   col() { cut -d' ' -f"$1" "$W/$k.txt"; }
   printf '  %-46s %8.1f files/s  close->open p50 %6.2f ms  p99 %7.2f ms\n' \
     "$([ $k = dyadfs ] && echo "(a) dyadfs, 4 managed mounts, --wait" || echo "(b) plain directory, rename + 1 ms polling")" \
     "$(col 1 | median)" "$(col 2 | median)" "$(col 3 | median)"
   printf '      runs: files/s %s| p50 %s| p99 %s\n' "$(col 1 | tr '\n' ' ')" "$(col 2 | tr '\n' ' ')" "$(col 3 | tr '\n' ' ')"
+  printf '      split, medians of p50/p99 (ms): close %s/%s  queued %s/%s  wake-up+open %s/%s  read %s/%s\n' \
+    "$(col 4 | median)" "$(col 5 | median)" "$(col 6 | median)" "$(col 7 | median)" \
+    "$(col 8 | median)" "$(col 9 | median)" "$(col 10 | median)" "$(col 11 | median)"
 done
