@@ -52,6 +52,8 @@ pub struct Stats {
     /// Staged chunks pulled over UCX that failed their seal (changed in the shared slab) and
     /// were read again elsewhere.
     pub forged_chunks: AtomicU64,
+    /// Produced objects no name reached any more, deleted at mount.
+    pub unnamed_reclaimed: AtomicU64,
     /// Background scrubs done (`--scrub-interval`).
     pub background_scrubs: AtomicU64,
     /// Writes to the cache's file system that failed (full, over quota, read-only, a failing
@@ -154,6 +156,9 @@ pub struct Snapshot {
     /// Staged chunks that failed their seal. (Absent from older daemons: 0.)
     #[serde(default)]
     pub forged_chunks: u64,
+    /// Unnamed produced objects deleted at mount. (Absent from older daemons: 0.)
+    #[serde(default)]
+    pub unnamed_reclaimed: u64,
     /// Background scrubs done (`--scrub-interval`). (Absent from older daemons: 0.)
     #[serde(default)]
     pub background_scrubs: u64,
@@ -385,6 +390,7 @@ impl Stats {
             uncached_reads: get(&self.uncached_reads),
             checksum_failures: get(&self.checksum_failures),
             forged_chunks: get(&self.forged_chunks),
+            unnamed_reclaimed: get(&self.unnamed_reclaimed),
             background_scrubs: get(&self.background_scrubs),
             cache_write_errors: get(&self.cache_write_errors),
             pid: std::process::id(),
@@ -427,7 +433,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 53] = [
+        let rows: [(&str, String); 54] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -471,6 +477,10 @@ impl Snapshot {
             ("evictions", self.evictions.to_string()),
             ("checksum failures", self.checksum_failures.to_string()),
             ("forged chunks dropped", self.forged_chunks.to_string()),
+            (
+                "unnamed objects reclaimed",
+                self.unnamed_reclaimed.to_string(),
+            ),
             ("background scrubs", self.background_scrubs.to_string()),
             ("cache write errors", self.cache_write_errors.to_string()),
             ("inodes", self.inodes.to_string()),

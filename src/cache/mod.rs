@@ -20,6 +20,7 @@ pub mod files;
 pub mod format;
 pub mod journal;
 pub mod mapping;
+pub mod names_log;
 mod reload;
 mod scrub;
 pub mod segments;

@@ -159,6 +159,13 @@ pub trait Namespace: Send + Sync + 'static {
     fn me(&self) -> NodeId;
 }
 
+/// Where a node keeps the names it holds (a single node's, or a home's and its backup copies)
+/// so that a restart finds them again: told every change as it is made.
+pub trait NameJournal: Send + Sync + 'static {
+    /// `name` of `dir` is now `entry` (`None`: removed).
+    fn record(&self, dir: &str, name: &str, entry: Option<&Name>);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

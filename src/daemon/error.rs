@@ -70,6 +70,11 @@ pub enum UserError {
     Listen { addr: SocketAddr, source: io::Error },
     #[error("UCX: {0}")]
     Ucx(#[from] crate::transport::ucx::UcxError),
+    #[error(
+        "the job key is not this cluster's: running peers {0} answered with proofs it does not \
+         check (a wrong --secret-file, or a rendezvous secret of another job?)"
+    )]
+    WrongKey(String),
     /// A UCX data plane that would expose UCX's tcp without `--ucx-over-tcp`.
     #[error("{0}")]
     UcxOverTcp(String),

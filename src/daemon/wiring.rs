@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use super::UserError;
 use super::config::MountConfig;
+use crate::cache::names_log::NamesLog;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::names::ClusterNames;
 use crate::cluster::peers::{Handler, RpcPeers};
 use crate::cluster::replicate::start_replicator;
 use crate::cluster::source::{CacheStore, ClusterSource, Fetcher, ServiceLink, start_publisher};
 use crate::core::Version;
-use crate::core::names::Namespace;
+use crate::core::names::{Name, Namespace};
 use crate::core::source::Source;
 use crate::fs::StatusFn;
 use crate::fs::quota::Quota;
@@ -128,9 +129,44 @@ fn backing_err(args: &MountConfig) -> impl Fn(crate::fs::Error) -> UserError + '
 /// One node: the shared file system is the only source, names live in this process.
 fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let source = Arc::new(backing(args, &b.cache));
-    let names = Arc::new(crate::locator::names::LocalNames::default());
+    let (journal, restored) = names_log(args)?;
+    let names = Arc::new(crate::locator::names::LocalNames::restored(
+        restored, journal,
+    ));
     let producer = producer(&b, args, 0)?;
+    sweep_unnamed(&producer, &names.entries(), &b.stats);
     run(args, b, names, producer, source, None)
+}
+
+/// The names this node held before it (re)started, and the journal that keeps its changes
+/// (`<ssd>/names.log`).
+fn names_log(
+    args: &MountConfig,
+) -> Result<(Arc<NamesLog>, crate::cache::names_log::Names), UserError> {
+    let (log, names) = NamesLog::open(&args.ssd).map_err(|source| UserError::CacheDir {
+        path: args.ssd.join("names.log"),
+        source,
+    })?;
+    tracing::info!(names = names.len(), "names restored from the journal");
+    Ok((Arc::new(log), names))
+}
+
+/// Deletes the produced objects that no name reaches any more (a crash between keeping an
+/// object and publishing its name, or between unpublishing and deleting it): on a single node
+/// every name of its objects is its own, so what `names` does not name is nobody's.
+fn sweep_unnamed(producer: &Producer, names: &[(String, String, Name)], stats: &Stats) {
+    let named: std::collections::HashSet<&str> = names
+        .iter()
+        .filter(|(_, _, n)| !n.dir)
+        .map(|(_, _, n)| n.object.as_str())
+        .collect();
+    for (object, version) in producer.kept_objects() {
+        if !named.contains(object.as_str()) {
+            tracing::info!(object, "a kept object no name reaches: deleted");
+            producer.released(&object, version, true);
+            stats.unnamed_reclaimed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The filesystem over the base and the given names, producer and source, mounted until it
@@ -176,6 +212,9 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         None => members.member(id).expect("own id checked").addr,
     };
     let secret = job_secret(args, listen)?;
+    if let Some(key) = &secret {
+        check_key(&members, id, key, args.cluster.peer_timeout)?;
+    }
     // One worker: the runtime only answers locator RPCs and sends publishes (pulls run on the
     // threads that need the bytes), and a second worker mostly costs wake-ups to steal work.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -212,7 +251,9 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     // What the locator does for this node: release objects it is told to, re-announce copies,
     // check a chunk a peer found bad.
     let (p, c, cc) = (producer.clone(), b.cache.clone(), b.cache.clone());
+    let (journal, restored) = names_log(args)?;
     let hooks = Hooks {
+        journal: Some(journal),
         on_release: Box::new(move |object, size, mtime_ns, drop| {
             p.released(object, Version { size, mtime_ns }, drop)
         }),
@@ -235,6 +276,8 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         RpcPeers::new(id, secret.clone()),
         hooks,
     );
+    // Before it serves: a home that restarted answers for its directories at once.
+    locator.restore_names(restored);
     let server = Server {
         worker: worker.clone(),
         background: Some(background.clone()),
@@ -379,6 +422,50 @@ fn members(args: &MountConfig, id: u32) -> Result<Membership, UserError> {
         (None, None) => unreachable!("a cluster mount has peers or a rendezvous"),
     }
 }
+
+/// A node whose key no running peer accepts has the wrong one (a wrong `--secret-file`): it
+/// would be refused by all, serve alone from the shared FS and be declared down by the others.
+/// The mount is refused instead, naming the peers whose proofs do not check out under its key.
+/// Peers that do not answer (not started yet) say nothing: this node may be the first. Asks at
+/// most [`KEY_CHECKS`] of them, at once, each within the peer timeout (at most 5 s).
+fn check_key(
+    members: &Membership,
+    id: u32,
+    key: &Secret,
+    timeout: Duration,
+) -> Result<(), UserError> {
+    use crate::transport::handshake::{KeyCheck, check_key};
+    let others: Vec<(u32, SocketAddr)> = members
+        .members()
+        .filter(|m| m.id != id)
+        .map(|m| (m.id, m.addr))
+        .take(KEY_CHECKS)
+        .collect();
+    let t = timeout.min(Duration::from_secs(5));
+    let answers: Vec<(u32, KeyCheck)> = std::thread::scope(|s| {
+        let asked: Vec<_> = others
+            .iter()
+            .map(|&(n, addr)| s.spawn(move || (n, check_key(addr, key, id, t))))
+            .collect();
+        asked.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    if answers.iter().any(|(_, a)| *a == KeyCheck::Accepted) {
+        return Ok(());
+    }
+    let refused: Vec<String> = answers
+        .iter()
+        .filter(|(_, a)| *a == KeyCheck::WrongKey)
+        .map(|(n, _)| n.to_string())
+        .collect();
+    if refused.is_empty() {
+        tracing::info!("no peer answered the key check yet: this node may be the first");
+        return Ok(());
+    }
+    Err(UserError::WrongKey(refused.join(", ")))
+}
+
+/// The most peers a starting node asks to prove the key.
+const KEY_CHECKS: usize = 16;
 
 /// The job secret every connection proves: the key file, the rendezvous's, or none
 /// (`--insecure`, said loudly).

@@ -380,6 +380,14 @@ impl Producer {
         Ok(version)
     }
 
+    /// The objects kept as the only copy of a produced file, with their versions.
+    pub fn kept_objects(&self) -> Vec<(String, Version)> {
+        lock(&self.kept)
+            .iter()
+            .map(|(o, k)| (o.clone(), k.version))
+            .collect()
+    }
+
     /// The name no longer points at `object`: delete it (`drop`) or let it be evicted.
     pub fn released(&self, object: &str, version: Version, drop: bool) {
         if drop {

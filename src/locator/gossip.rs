@@ -82,8 +82,10 @@ impl foca::Identity for Peer {
 }
 
 /// What this node knows of the others' liveness: the members heard from (up) and those the
-/// cluster declared down. Members never heard of are neither (a node starting up is not a
-/// failure).
+/// cluster declared down. A member never heard of is neither while this node starts; one still
+/// silent [`GossipConfig::detect_within`] (and a probe) after this node started is down, as
+/// if it had died then (a straggler or a failed launch must not hold the directories it is
+/// home of): when it does start, it joins and is up.
 #[derive(Debug, Default)]
 pub struct Liveness {
     /// (up, down)
@@ -176,6 +178,8 @@ struct Agent {
     heard: HashMap<NodeId, u64>,
     /// Datagrams dropped as replayed, stale or misaddressed.
     pub stale: u64,
+    /// When members never heard from count as down (once: `None` after).
+    unjoined_after: Option<Instant>,
     /// What this agent sent (tests record a node's datagrams to replay them).
     #[cfg(test)]
     sent: Vec<(SocketAddr, Vec<u8>)>,
@@ -196,6 +200,7 @@ impl Agent {
         on_change: OnChange,
     ) -> Agent {
         let config = foca_config(cfg.members.len(), cfg.detect_within);
+        let unjoined_after = Instant::now() + cfg.detect_within + config.probe_period;
         let me = cfg.me.clone();
         let mut agent = Agent {
             foca: Foca::new(
@@ -212,6 +217,7 @@ impl Agent {
             stamp: 0,
             heard: HashMap::new(),
             stale: 0,
+            unjoined_after: Some(unjoined_after),
             #[cfg(test)]
             sent: Vec::new(),
             timers: BinaryHeap::new(),
@@ -333,8 +339,29 @@ impl Agent {
         datagram
     }
 
+    /// Declares down, once, the members never heard from by [`Agent::unjoined_after`].
+    fn unjoined(&mut self) {
+        if self.unjoined_after.is_none_or(|at| Instant::now() < at) {
+            return;
+        }
+        self.unjoined_after = None;
+        let silent: Vec<NodeId> = self
+            .addrs
+            .keys()
+            .copied()
+            .filter(|&n| n != self.me && !self.heard.contains_key(&n) && !self.liveness.is_up(n))
+            .collect();
+        for node in silent {
+            if self.liveness.set(node, true) {
+                tracing::warn!(node, "a member never started (never heard from): down");
+                (self.on_change)(node, true);
+            }
+        }
+    }
+
     /// Sends what foca wants sent, schedules its timers, and applies its news.
     fn drain(&mut self) {
+        self.unjoined();
         while let Some((to, data)) = self.runtime.to_send() {
             let datagram = self.seal(&data);
             let _ = self.socket.send_to(&datagram, to.addr);
@@ -373,6 +400,7 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     fn free_addr() -> SocketAddr {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -399,7 +427,7 @@ mod tests {
     }
 
     /// Two agents with the job secret see each other; a third without it is never heard, and
-    /// a member never heard from is neither up nor down.
+    /// a member never heard from is down once the start's grace is over.
     #[test]
     fn only_holders_of_the_secret_are_heard() {
         let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
@@ -431,8 +459,9 @@ mod tests {
         });
         std::thread::sleep(Duration::from_secs(2));
         for v in &views[..2] {
-            assert!(!v.is_up(2) && !v.is_down(2), "the stranger was heard");
-            assert!(!v.is_up(3) && !v.is_down(3), "a silent member has a state");
+            // Never heard: down once the start's grace is over, as a member that died.
+            assert!(!v.is_up(2) && v.is_down(2), "the stranger was heard");
+            assert!(!v.is_up(3) && v.is_down(3), "a silent member is not down");
         }
         assert!(
             !views[2].is_up(0) && !views[2].is_up(1),
@@ -594,4 +623,47 @@ mod tests {
 
     /// How long the replayed member is recorded while up.
     const RECORD_SECS: u64 = 30;
+
+    /// A member that never starts is down one detection time after this node started (before,
+    /// it stayed unknown forever, holding its directories); when it starts late it joins and
+    /// is up again, and the locator is told both.
+    #[test]
+    fn a_member_that_never_started_is_down_and_up_once_it_starts() {
+        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
+        let addrs: Vec<SocketAddr> = (0..2).map(|_| free_addr()).collect();
+        let members: Vec<(NodeId, SocketAddr)> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u32, *a))
+            .collect();
+        let cfg = |i: usize| GossipConfig {
+            me: Peer {
+                id: i as u32,
+                addr: addrs[i],
+                incarnation: 1,
+            },
+            members: members.clone(),
+            secret: Some(key.clone()),
+            detect_within: Duration::from_millis(600),
+        };
+        let view: Arc<Liveness> = Arc::default();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let t = told.clone();
+        let started = Instant::now();
+        start(
+            cfg(0),
+            view.clone(),
+            Box::new(move |n, down| t.lock().unwrap().push((n, down))),
+        )
+        .unwrap();
+        wait_for("node 1 down", || view.is_down(1));
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        start(cfg(1), Arc::default(), Box::new(|_, _| {})).unwrap();
+        wait_for("node 1 up", || view.is_up(1));
+        assert_eq!(*told.lock().unwrap(), vec![(1, true), (1, false)]);
+    }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::NodeId;
 use crate::core::Version;
-use crate::core::names::{Name, Namespace};
+use crate::core::names::{Name, NameJournal, Namespace};
 use crate::core::sync::lock;
 use crate::transport::frame;
 
@@ -162,9 +162,35 @@ pub type HoldingsFn = Box<dyn Fn() -> Vec<(String, Version)> + Send + Sync>;
 pub struct LocalNames {
     table: Mutex<NameTable>,
     changed: Condvar,
+    /// Where every change is kept for the next start (none: in memory only).
+    journal: Option<Arc<dyn NameJournal>>,
 }
 
 impl LocalNames {
+    /// A single node's names as a restart finds them (`names`), every change told to `journal`.
+    pub fn restored(
+        names: impl IntoIterator<Item = ((String, String), Name)>,
+        journal: Arc<dyn NameJournal>,
+    ) -> LocalNames {
+        let mut table = NameTable::default();
+        for ((dir, name), entry) in names {
+            table.set(&dir, &name, Some(entry));
+        }
+        LocalNames {
+            table: Mutex::new(table),
+            changed: Condvar::new(),
+            journal: Some(journal),
+        }
+    }
+
+    /// Every name (the sweep of unnamed objects asks).
+    pub fn entries(&self) -> Vec<(String, String, Name)> {
+        self.table()
+            .entries()
+            .map(|(d, n, e)| (d.to_string(), n.to_string(), e.clone()))
+            .collect()
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, NameTable> {
         lock(&self.table)
     }
@@ -195,7 +221,14 @@ impl Namespace for LocalNames {
     }
 
     fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>> {
-        let old = self.table().set(dir, name, entry);
+        let old = {
+            let mut table = self.table();
+            // Kept in the order the table changes (under its lock).
+            if let Some(j) = &self.journal {
+                j.record(dir, name, entry.as_ref());
+            }
+            table.set(dir, name, entry)
+        };
         self.changed.notify_all();
         Ok(old)
     }

@@ -20,6 +20,7 @@ use super::peers::Peers;
 use super::proto::Msg;
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use crate::core::Version;
+use crate::core::names::{Name, NameJournal};
 use crate::core::sync::lock;
 use crate::stats::Stats;
 use crate::transport::TransportError;
@@ -71,6 +72,8 @@ pub struct Hooks {
     pub holdings: HoldingsFn,
     /// A puller reports a chunk of ours failed its checksum: check it again in the cache.
     pub on_bad_chunk: BadChunkFn,
+    /// Where the names this node holds (as home or backup) are kept for its next start.
+    pub journal: Option<Arc<dyn NameJournal>>,
 }
 
 impl Default for Hooks {
@@ -80,6 +83,7 @@ impl Default for Hooks {
             on_release: Box::new(|_, _, _, _| {}),
             holdings: Box::new(Vec::new),
             on_bad_chunk: Box::new(|_, _, _| {}),
+            journal: None,
         }
     }
 }
@@ -126,6 +130,15 @@ impl LocatorService {
     pub fn global_home(&self, path: &str) -> NodeId {
         self.membership
             .live_global_home(path, |n| self.liveness.is_down(n))
+    }
+
+    /// The names this node held before it restarted (its journal's), back in its table before
+    /// it serves: a restart of every node of a job, or of a lone home, loses none.
+    pub fn restore_names(&self, names: impl IntoIterator<Item = ((String, String), Name)>) {
+        let mut table = lock(&self.names);
+        for ((dir, name), entry) in names {
+            table.set(&dir, &name, Some(entry));
+        }
     }
 
     pub fn suspect(&self, node: NodeId) {
@@ -524,6 +537,9 @@ impl LocatorService {
                         tracing::warn!(%why, "refused a name change");
                         return Msg::Refused(why);
                     }
+                    if let Some(j) = &self.hooks.journal {
+                        j.record(&dir, &name, entry.as_ref());
+                    }
                     names.set(&dir, &name, entry.clone())
                 };
                 self.name_waits.wake(&dir, &name);
@@ -555,7 +571,13 @@ impl LocatorService {
                 Msg::Ack
             }
             Msg::NameReplica { dir, name, entry } => {
-                lock(&self.names).set(&dir, &name, entry);
+                {
+                    let mut names = lock(&self.names);
+                    if let Some(j) = &self.hooks.journal {
+                        j.record(&dir, &name, entry.as_ref());
+                    }
+                    names.set(&dir, &name, entry);
+                }
                 self.name_waits.wake(&dir, &name);
                 Msg::Ack
             }

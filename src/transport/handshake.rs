@@ -141,6 +141,48 @@ pub(super) async fn authenticate_async(
     Ok((server, AsyncConn::new(s, session::client(&keys))))
 }
 
+/// What a peer answered to this node's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyCheck {
+    /// Its proof checks out under our key.
+    Accepted,
+    /// It answered, with a proof our key does not check: one of us has another key.
+    WrongKey,
+    /// No answer to judge by (not running, not a dyadfs node, too slow): why.
+    NoAnswer(String),
+}
+
+/// Asks the node at `peer` to prove the job key (the first half of a handshake: the server
+/// proves first), then hangs up: whether this node's `key` is the job's, seen from a peer.
+pub fn check_key(peer: SocketAddr, key: &Secret, me: u32, timeout: Duration) -> KeyCheck {
+    let no = |e: &dyn std::fmt::Display| KeyCheck::NoAnswer(e.to_string());
+    let s = match std::net::TcpStream::connect_timeout(&peer, timeout) {
+        Ok(s) => s,
+        Err(e) => return no(&e),
+    };
+    let mut s = FrameReader::new(s);
+    if let Err(e) = s.bound(timeout) {
+        return no(&e);
+    }
+    let (hello, handshake) = match super::auth::client_hello(me) {
+        Ok(h) => h,
+        Err(e) => return no(&e),
+    };
+    if let Err(e) = s.s.write_all(&wire::encode(&hello)) {
+        return no(&e);
+    }
+    let challenge = match s.next(true) {
+        Ok(Some(c)) => c,
+        Ok(None) => return no(&"no challenge"),
+        Err(e) => return no(&e),
+    };
+    match handshake.answer(key, challenge) {
+        Ok(_) => KeyCheck::Accepted,
+        Err(AuthError::BadMac) => KeyCheck::WrongKey,
+        Err(e) => no(&e),
+    }
+}
+
 /// A failed handshake: the peer lacks the key (or is not a dyadfs node), or did not answer
 /// within `waited`.
 pub(super) fn refused(peer: SocketAddr, e: io::Error, waited: Duration) -> TransportError {
