@@ -259,6 +259,30 @@ fn fstab_lines_and_mount_t_use_the_installed_helper() {
                 .unwrap(),
         );
         assert_eq!(fs::read(f.mnt.join("a.txt")).unwrap(), b"through fstab");
+        // The mount table says `fuse.dyadfs` (it said `fuse`), so findmnt finds it and a
+        // second `mount -a` sees the line mounted (it failed with rc 32, "already mounted").
+        let listed = succeeded(
+            "findmnt",
+            Command::new("findmnt")
+                .args(["-n", "-t", "fuse.dyadfs", "-o", "TARGET"])
+                .output()
+                .unwrap(),
+        );
+        assert!(
+            listed
+                .lines()
+                .any(|l| std::path::Path::new(l.trim()) == f.mnt),
+            "{listed}"
+        );
+        succeeded(
+            "a second mount -a -T fstab",
+            Command::new("mount")
+                .arg("-a")
+                .arg("-T")
+                .arg(&fstab)
+                .output()
+                .unwrap(),
+        );
         // The daemon mount(8) started is the installed copy, with the copy's UCX.
         let pid = common::Mounted {
             mnt: f.mnt.clone(),

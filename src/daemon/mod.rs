@@ -338,12 +338,21 @@ pub(super) fn run_session<S: crate::core::source::Source>(
 ) -> Result<(), UserError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
+        // The source an fstab line names (`managed`, or the dataset's directory), so `mount -a`
+        // recognises the line as mounted.
         fuser::MountOption::FSName(if args.managed {
-            "dyadfs:managed".into()
+            "managed".into()
         } else {
-            format!("dyadfs:{}", args.backing.display())
+            args.backing.display().to_string()
         }),
-        fuser::MountOption::Subtype("dyadfs".into()),
+        // The type the mount table shows, `fuse.dyadfs` (so `findmnt -t fuse.dyadfs` finds it
+        // and `mount -a` sees an fstab line already mounted): fuser hands its Subtype only to
+        // fusermount3; root mounts through the kernel directly, which takes it as an option.
+        if crate::sys::euid() == 0 {
+            fuser::MountOption::CUSTOM("subtype=dyadfs".into())
+        } else {
+            fuser::MountOption::Subtype("dyadfs".into())
+        },
         fuser::MountOption::NoAtime,
         fuser::MountOption::DefaultPermissions,
         // Device nodes and set-id bits may be published by any node of the job: never honoured.
