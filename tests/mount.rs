@@ -1149,3 +1149,50 @@ fn a_full_cache_disk_serves_reads_uncached() {
     assert!(m.stat("uncached_reads") > 0, "the disk never filled up");
     m.unmount();
 }
+
+/// A mount that is refused leaves nothing behind it did not find: a cache dir inside the mount
+/// point (it left `inside/managed-root`, so the corrected mount failed with "not empty"), a
+/// cache dir under a directory that does not exist (the whole chain was created and mounted),
+/// a bad peers file and a missing secret (the cache dir was created). Each is one line.
+#[test]
+fn a_refused_mount_leaves_nothing_behind() {
+    let f = Fixture::new("refused-clean");
+    let refused = |ssd: &std::path::Path, extra: &[&str], says: &str| {
+        let out = dyadfs()
+            .arg("mount")
+            .arg(&f.mnt)
+            .arg("--ssd")
+            .arg(ssd)
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "mounted: {err}");
+        assert!(err.contains(says), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!is_mounted(&f.mnt));
+        assert_eq!(
+            fs::read_dir(&f.mnt).unwrap().count(),
+            0,
+            "the mount point was written"
+        );
+        assert!(!ssd.exists(), "{} was created", ssd.display());
+    };
+    refused(&f.mnt.join("inside"), &[], "inside the mount point");
+    let nowhere = f.root.join("nonexistent/deeper/x");
+    refused(&nowhere, &[], "nonexistent");
+    assert!(!f.root.join("nonexistent").exists());
+    let peers = f.root.join("peers");
+    fs::write(&peers, "0 127.0.0.1:1 r0\n0 127.0.0.1:2 r0\n").unwrap();
+    let fresh = f.root.join("fresh");
+    let p = peers.to_str().unwrap();
+    refused(
+        &fresh,
+        &["--peers", p, "--node-id", "0", "--insecure"],
+        "peers file",
+    );
+    fs::write(&peers, "0 127.0.0.1:1 r0\n1 127.0.0.1:2 r0\n").unwrap();
+    refused(&fresh, &["--peers", p, "--node-id", "0"], "--secret-file");
+    // And the corrected mount works.
+    f.mount_managed(&fresh).unmount();
+}

@@ -17,7 +17,7 @@ pub use tool::{pull, serve as serve_transport};
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -69,31 +69,25 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
         path: args.ssd.clone(),
         source,
     };
-    fs::create_dir_all(&args.ssd).map_err(not_writable)?;
-    // Root writes, trusts and serves what is in the cache dir: nobody else may be able to
-    // plant anything in it (a symlink, a forged index) or move it.
-    crate::sys::private::check_private_dir(&args.ssd).map_err(|source| UserError::CacheDir {
-        path: args.ssd.clone(),
-        source,
-    })?;
-    let probe = args.ssd.join(".dyadfs-write-probe");
-    let _ = fs::remove_file(&probe);
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .mode(0o600)
-        .open(&probe)
-        .and_then(|mut f| f.write_all(b"probe"))
-        .map_err(not_writable)?;
-    let _ = fs::remove_file(&probe);
-    if args.managed {
-        managed_root(&args.backing).map_err(not_writable)?;
-    }
-    match fs::metadata(&args.backing) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(UserError::BackingNotDir(args.backing.clone())),
-        Err(_) => return Err(UserError::NoBacking(args.backing.clone())),
+    // Where the cache dir is or will be: only its last component may be missing (a typo in
+    // its parent is an error, not a chain of new directories), and never inside the mount.
+    let ssd = match fs::canonicalize(&args.ssd) {
+        Ok(real) => real,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (Some(parent), Some(name)) = (args.ssd.parent(), args.ssd.file_name()) else {
+                return Err(not_writable(e));
+            };
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            fs::canonicalize(parent).map_err(not_writable)?.join(name)
+        }
+        Err(e) => return Err(not_writable(e)),
+    };
+    if ssd.starts_with(&canonical) {
+        return Err(UserError::CacheInsideMount(args.ssd.clone()));
     }
     if args.cluster.replicate && !args.cluster.is_cluster() {
         return Err(UserError::ReplicateAlone);
@@ -113,9 +107,55 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
             return Err(UserError::NoSecret);
         }
     }
-    let ssd = fs::canonicalize(&args.ssd).map_err(not_writable)?;
-    if ssd.starts_with(&canonical) {
-        return Err(UserError::CacheInsideMount(args.ssd.clone()));
+    if !args.managed {
+        match fs::metadata(&args.backing) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(UserError::BackingNotDir(args.backing.clone())),
+            Err(_) => return Err(UserError::NoBacking(args.backing.clone())),
+        }
+    }
+    // Everything that could be checked without it is: now the cache dir. A refusal from here
+    // on removes what this call created, so a corrected mount finds things as they were.
+    let created = match fs::DirBuilder::new().mode(0o700).create(&args.ssd) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(not_writable(e)),
+    };
+    let prepared = prepare_cache_dir(args);
+    if prepared.is_err() && created {
+        if args.managed {
+            let _ = fs::remove_dir(&args.backing);
+        }
+        let _ = fs::remove_dir(&args.ssd);
+    }
+    prepared
+}
+
+/// Checks the cache dir is private and writable, and makes a managed directory's root in it.
+fn prepare_cache_dir(args: &MountConfig) -> Result<(), UserError> {
+    let not_writable = |source| UserError::CacheNotWritable {
+        path: args.ssd.clone(),
+        source,
+    };
+    // Root writes, trusts and serves what is in the cache dir: nobody else may be able to
+    // plant anything in it (a symlink, a forged index) or move it.
+    crate::sys::private::check_private_dir(&args.ssd).map_err(|source| UserError::CacheDir {
+        path: args.ssd.clone(),
+        source,
+    })?;
+    let probe = args.ssd.join(".dyadfs-write-probe");
+    let _ = fs::remove_file(&probe);
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&probe)
+        .and_then(|mut f| f.write_all(b"probe"))
+        .map_err(not_writable)?;
+    let _ = fs::remove_file(&probe);
+    if args.managed {
+        managed_root(&args.backing).map_err(not_writable)?;
     }
     Ok(())
 }
