@@ -119,7 +119,8 @@ fn a_checkpoint_saved_on_one_node_loads_on_another() {
 }
 
 /// DYAD's first use, as the card writes it: four nodes mount a managed directory (no
-/// `--backing`), producers on nodes 0 and 1 write samples at a given rate, and an unmodified
+/// `--backing`), producers on nodes 0 and 1 write samples at a given rate (node 1's by
+/// `shutil.copy`), and an unmodified
 /// torch DataLoader on nodes 2 and 3 (started first) trains on them for three epochs. Every
 /// produced sample is consumed byte-exact in every epoch, none is opened before its producer
 /// closed it, and nothing is read from a shared file system.
@@ -181,6 +182,11 @@ fn in_situ_training_on_a_managed_directory() {
                 .args(["--samples", &SAMPLES.to_string(), "--rate", "40"])
                 .arg("--log")
                 .arg(logs.join(format!("produce-{p}.jsonl")));
+            // The second copies its samples in with shutil.copy, which looks at the
+            // destination first: it must not wait on the name it is about to create.
+            if p == 1 {
+                pr.arg("--copy");
+            }
             pr.spawn().unwrap()
         })
         .collect();

@@ -3,10 +3,12 @@ some nodes write samples as they make them, and an unmodified torch DataLoader o
 trains on them, each open waiting (`dyadfs mount --wait`) for a sample not produced yet. Nothing
 touches a shared file system: every node mounts `dyadfs mount /dyad --ssd /nvme --wait 60s`.
 
-  produce DIR --producer P --samples N [--rate R] [--dim D] --log LOG
+  produce DIR --producer P --samples N [--rate R] [--dim D] [--copy] --log LOG
       writes DIR/sample-P-IIIII.npy, R samples a second: a structured numpy array of one record,
       a float32 vector `x` of D values and an int64 `label`. Logs one JSON line per sample: its
-      name, the time just before its close, and the sha256 of its bytes.
+      name, the time just before its close, and the sha256 of its bytes. --copy: writes each to
+      a scratch directory and copies it in with shutil.copy (as staging code does; the time
+      logged is just before the copy).
   train DIR --producers P --samples N --rank R --world W [--epochs E] [--workers K] --log LOG
       trains a linear classifier for E epochs on this rank's share of the P x N samples
       (every W-th, from R), read by a DataLoader with K worker processes through a Dataset
@@ -18,6 +20,8 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -50,21 +54,32 @@ def produce(a):
     os.makedirs(a.dir, exist_ok=True)
     period = 1.0 / a.rate if a.rate > 0 else 0.0
     start = time.time()
+    scratch = tempfile.mkdtemp(prefix="in-situ-") if a.copy else None
     with open(a.log, "a") as log:
         for i in range(a.samples):
             buf = io.BytesIO()
             np.save(buf, sample(a.producer, i, a.dim))
             data = buf.getvalue()
-            with open(os.path.join(a.dir, name(a.producer, i)), "wb") as f:
-                f.write(data)
-                # A consumer may open it once it is closed (published), not before.
+            if scratch:
+                src = os.path.join(scratch, name(a.producer, i))
+                with open(src, "wb") as f:
+                    f.write(data)
                 closing = time.time()
+                shutil.copy(src, os.path.join(a.dir, name(a.producer, i)))
+                os.unlink(src)
+            else:
+                with open(os.path.join(a.dir, name(a.producer, i)), "wb") as f:
+                    f.write(data)
+                    # A consumer may open it once it is closed (published), not before.
+                    closing = time.time()
             log.write(json.dumps({"name": name(a.producer, i), "closing": closing,
                                   "sha256": hashlib.sha256(data).hexdigest()}) + "\n")
             log.flush()
             delay = start + (i + 1) * period - time.time()
             if delay > 0:
                 time.sleep(delay)
+    if scratch:
+        shutil.rmtree(scratch)
     print(f"producer {a.producer}: wrote {a.samples} samples to {a.dir}")
 
 
@@ -132,6 +147,7 @@ def main():
     pr.add_argument("--samples", type=int, required=True)
     pr.add_argument("--rate", type=float, default=0.0, help="samples a second (0: as fast as it can)")
     pr.add_argument("--dim", type=int, default=1024)
+    pr.add_argument("--copy", action="store_true", help="copy each sample in with shutil.copy")
     pr.add_argument("--log", required=True)
     tr = sub.add_parser("train")
     tr.add_argument("dir")
