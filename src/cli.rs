@@ -14,7 +14,7 @@ use crate::fs::FsConfig;
 use crate::fs::fuse::FuseTransport;
 
 mod units;
-use units::{parse_chunk_size, parse_readahead};
+use units::{parse_capacity, parse_chunk_size, parse_readahead, parse_wait};
 pub use units::{parse_duration, parse_size};
 
 /// `--pack-max`: a size, or `auto`.
@@ -206,7 +206,7 @@ pub struct MountArgs {
 
     /// Most bytes the cache may hold, e.g. 512M, 20G, 1T [default: leave 10% of the cache
     /// file system free]
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Storage")]
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity, help_heading = "Storage")]
     pub capacity: Option<u64>,
 
     /// Most bytes of produced files one user may hold on this node: files being written (their
@@ -260,7 +260,7 @@ pub struct MountArgs {
     /// Producer/consumer synchronization: a lookup of a name nobody has published yet waits up
     /// to this long (at most 1h) for a producer to close it, then fails with ENOENT (0: no
     /// waiting). Accepts 500ms, 30s, 5m, 1h
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration,
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_wait,
           help_heading = "Metadata")]
     pub wait: Duration,
 

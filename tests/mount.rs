@@ -1193,6 +1193,35 @@ fn a_refused_mount_leaves_nothing_behind() {
     );
     fs::write(&peers, "0 127.0.0.1:1 r0\n1 127.0.0.1:2 r0\n").unwrap();
     refused(&fresh, &["--peers", p, "--node-id", "0"], "--secret-file");
+    // Values outside their range, and a cluster's options on a single node, were accepted
+    // silently (`--wait 3h` capped at 1h, `--capacity 0`, a key file that does not exist).
+    refused(
+        &fresh,
+        &["--listen", "127.0.0.1:9"],
+        "--listen is for a cluster",
+    );
+    let missing = f.root.join("no-such.key");
+    refused(
+        &fresh,
+        &["--secret-file", missing.to_str().unwrap()],
+        "no-such.key",
+    );
+    for (arg, says) in [(["--wait", "3h"], "1h"), (["--capacity", "0"], "above 0")] {
+        let out = dyadfs()
+            .arg("mount")
+            .arg(&f.mnt)
+            .arg("--ssd")
+            .arg(&fresh)
+            .args(arg)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{arg:?}: {err}"
+        );
+        assert!(!fresh.exists() && !is_mounted(&f.mnt));
+    }
     // And the corrected mount works.
     f.mount_managed(&fresh).unmount();
 }

@@ -40,6 +40,23 @@ pub(super) fn parse_chunk_size(s: &str) -> Result<u64, String> {
     Ok(v)
 }
 
+/// `--capacity`: a size above zero (a cache that may hold nothing could serve nothing).
+pub(super) fn parse_capacity(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("the capacity must be above 0".into()),
+        v => Ok(v),
+    }
+}
+
+/// `--wait`: at most 1h (a name home holds a waiting lookup no longer).
+pub(super) fn parse_wait(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("{s} is more than the longest wait, 1h"));
+    }
+    Ok(d)
+}
+
 /// A kernel readahead for the mount: at most 1G (the kernel takes any number, and would read
 /// that far ahead of every sequential reader).
 pub(super) fn parse_readahead(s: &str) -> Result<u64, String> {

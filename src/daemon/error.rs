@@ -40,6 +40,8 @@ pub enum UserError {
     Cache(#[from] crate::cache::CacheError),
     #[error("--replicate needs other nodes: give --peers or --rendezvous")]
     ReplicateAlone,
+    #[error("{0} is for a cluster: give --peers or --rendezvous, or leave {0} out")]
+    NeedsCluster(&'static str),
     #[error(
         "a multi-node mount needs a job secret: --secret-file FILE (make one with `dyadfs keygen \
          FILE`), or --insecure on a closed test network"

@@ -92,6 +92,16 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     if args.cluster.replicate && !args.cluster.is_cluster() {
         return Err(UserError::ReplicateAlone);
     }
+    if !args.cluster.is_cluster() {
+        // A cluster's address on a single node would be ignored: said instead. (A secret is
+        // checked even there, below: `DYADFS_SECRET_FILE` may be set for every mount of a job.)
+        if args.cluster.listen.is_some() {
+            return Err(UserError::NeedsCluster("--listen"));
+        }
+        if let Some(file) = &args.cluster.secret_file {
+            Secret::load(file).map_err(UserError::Secret)?;
+        }
+    }
     if args.cluster.is_cluster() {
         args.cluster
             .data_plane

@@ -133,6 +133,23 @@ fn write_own(dir: &Path, me: &Member, owners: &Owners) -> Result<(), (PathBuf, S
         Err(e) => return Err(fail(&tmp, e.to_string())),
     }
     let line = format!("{} {} {}\n", me.id, me.addr, me.rack);
+    // Our id taken by another daemon (a duplicate --node-id, or an earlier job's directory):
+    // said at once, instead of both waiting out the rendezvous and counting one node short.
+    let own = dir.join(format!("{}.node", me.id));
+    if own.symlink_metadata().is_ok() {
+        let theirs = read_node_file(&own, owners).map_err(|why| fail(&own, why))?;
+        if theirs != line {
+            return Err(fail(
+                &own,
+                format!(
+                    "node id {} is already registered as `{}` (a duplicate --node-id, or a \
+                     directory of another job: remove the file)",
+                    me.id,
+                    theirs.trim()
+                ),
+            ));
+        }
+    }
     let mut f: File = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -143,7 +160,6 @@ fn write_own(dir: &Path, me: &Member, owners: &Owners) -> Result<(), (PathBuf, S
     f.write_all(line.as_bytes())
         .map_err(|e| fail(&tmp, e.to_string()))?;
     drop(f);
-    let own = dir.join(format!("{}.node", me.id));
     std::fs::rename(&tmp, &own).map_err(|e| fail(&own, e.to_string()))
 }
 
@@ -255,6 +271,28 @@ mod tests {
         assert!(err.to_string().contains("4 of 5 nodes"), "{err}");
         let err = rendezvous(&dir, &member(0), 3, Duration::from_millis(100)).unwrap_err();
         assert!(matches!(err, RendezvousError::TooMany { .. }));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A second daemon with an id already registered at another address is refused at once,
+    /// naming both; the same daemon starting again (the same line) is not.
+    #[test]
+    fn a_duplicate_node_id_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("dyadfs-rdv-dup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        rendezvous(&dir, &member(0), 1, Duration::from_secs(5)).unwrap();
+        rendezvous(&dir, &member(0), 1, Duration::from_secs(5)).unwrap();
+        let mut other = member(0);
+        other.addr = "127.0.0.1:9999".parse().unwrap();
+        let t = Instant::now();
+        let err = rendezvous(&dir, &other, 2, Duration::from_secs(30)).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        let err = err.to_string();
+        assert!(
+            err.contains("0.node") && err.contains("already registered"),
+            "{err}"
+        );
+        assert!(err.contains("127.0.0.1:7400"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
