@@ -215,6 +215,14 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Storage")]
     pub max_staged_per_user: Option<u64>,
 
+    /// Most names (files, directories, links) one user may own in this node's tables: those of
+    /// the directories it is home of and the backup copies it keeps. The creation that would
+    /// cross it fails with EDQUOT (root is not bounded); each costs the daemon a few hundred
+    /// bytes of memory
+    #[arg(long, value_name = "N", default_value = "4194304",
+          value_parser = clap::value_parser!(u64).range(1..), help_heading = "Storage")]
+    pub max_names_per_user: u64,
+
     /// Cache data files kept open while idle (an LRU: files are opened on demand, so any number
     /// of files can be cached under any descriptor limit) [default: half the descriptor limit,
     /// which the daemon raises to its hard limit at start, at most 65536]
@@ -529,6 +537,10 @@ pub struct InstallArgs {
     /// when run as root): the helper links to that copy, which finds its libraries there
     #[arg(long, default_value = "/usr/local/lib/dyadfs")]
     pub prefix: PathBuf,
+    /// Where a `dyadfs` command is linked to the copy, for whatever runs it by name (the Slurm
+    /// prolog and epilog, `dyadfs stats`)
+    #[arg(long, default_value = "/usr/local/bin")]
+    pub bin_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -599,6 +611,7 @@ impl From<MountArgs> for MountConfig {
             ssd: a.ssd,
             capacity: a.capacity,
             max_staged_per_user: a.max_staged_per_user,
+            max_names_per_user: a.max_names_per_user,
             open_files: a.open_files,
             chunk_size: a.chunk_size,
             pack_max: a.pack_max,

@@ -16,9 +16,9 @@ use crate::sys::private::{check_root_file, loaded_libraries};
 /// The copy's library search path: its own `lib/`.
 const RUNPATH: &str = "$ORIGIN/../lib";
 
-/// Installs this binary (and its UCX) under `prefix` and links `dir/mount.fuse.dyadfs` to the
-/// copy. Returns the link.
-pub fn install(dir: &Path, prefix: &Path) -> io::Result<PathBuf> {
+/// Installs this binary (and its UCX) under `prefix` and links `dir/mount.fuse.dyadfs` and
+/// `bin_dir/dyadfs` to the copy (making either directory if it is missing). Returns the links.
+pub fn install(dir: &Path, prefix: &Path, bin_dir: &Path) -> io::Result<Vec<PathBuf>> {
     let exe = std::env::current_exe()?;
     let libs = loaded_libraries(&["libucp", "libucs", "libuct", "libucm"]);
     if crate::sys::euid() == 0 {
@@ -28,7 +28,21 @@ pub fn install(dir: &Path, prefix: &Path) -> io::Result<PathBuf> {
         }
     }
     let installed = copy_with_ucx(&exe, &libs, prefix)?;
-    let link = dir.join(HELPER_NAMES[0]);
+    [dir.join(HELPER_NAMES[0]), bin_dir.join("dyadfs")]
+        .into_iter()
+        .map(|link| link_to(&installed, link))
+        .collect()
+}
+
+/// Makes `link` a symlink to `target` (its directory made if missing), replacing a symlink
+/// there but nothing else.
+fn link_to(target: &Path, link: PathBuf) -> io::Result<PathBuf> {
+    if let Some(dir) = link.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)?;
+    }
     match std::fs::symlink_metadata(&link) {
         Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)?,
         Ok(_) => {
@@ -39,7 +53,7 @@ pub fn install(dir: &Path, prefix: &Path) -> io::Result<PathBuf> {
         }
         Err(_) => {}
     }
-    std::os::unix::fs::symlink(&installed, &link)?;
+    std::os::unix::fs::symlink(target, &link)?;
     Ok(link)
 }
 

@@ -99,8 +99,12 @@ fn main() -> ExitCode {
                 path: args.file.clone(),
                 source,
             }),
-        Command::Install(args) => dyadfs::install::install(&args.dir, &args.prefix)
-            .map(|link| println!("installed {}", link.display()))
+        Command::Install(args) => dyadfs::install::install(&args.dir, &args.prefix, &args.bin_dir)
+            .map(|links| {
+                for link in links {
+                    println!("installed {}", link.display());
+                }
+            })
             .map_err(|source| UserError::ToolFile {
                 what: "mount helper",
                 path: args.dir.join(dyadfs::fstab::HELPER_NAMES[0]),

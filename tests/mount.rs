@@ -1225,3 +1225,34 @@ fn a_refused_mount_leaves_nothing_behind() {
     // And the corrected mount works.
     f.mount_managed(&fresh).unmount();
 }
+
+/// A mount point whose daemon was SIGKILLed is reported dead, with the command that clears
+/// it, by every mount attempt on it (the second attempt said "already mounted": a stat was
+/// answered from what the kernel kept); after `fusermount3 -u` the mount works again.
+#[test]
+fn a_dead_mount_is_always_reported_dead() {
+    let f = Fixture::new("dead-mount");
+    let m = f.mount(&[]);
+    // SAFETY: killing the daemon this test started.
+    unsafe { libc::kill(m.pid as i32, libc::SIGKILL) };
+    wait_gone(m.pid);
+    for attempt in 0..2 {
+        let out = f.try_mount(&[]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "attempt {attempt} mounted: {err}");
+        assert!(
+            err.contains("dead FUSE mount") && err.contains("fusermount3 -u"),
+            "attempt {attempt}: {err}"
+        );
+    }
+    std::mem::forget(m);
+    succeeded(
+        "fusermount3 -u",
+        std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(&f.mnt)
+            .output()
+            .unwrap(),
+    );
+    f.mount(&[]).unmount();
+}

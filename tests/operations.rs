@@ -206,8 +206,15 @@ fn fstab_lines_and_mount_t_use_the_installed_helper() {
         dyadfs()
             .args(["install", "--dir", "/sbin", "--prefix"])
             .arg(&prefix)
+            .arg("--bin-dir")
+            .arg(f.root.join("new/bin"))
             .output()
             .unwrap(),
+    );
+    // A `dyadfs` for whatever runs it by name, in a directory install made.
+    assert_eq!(
+        fs::read_link(f.root.join("new/bin/dyadfs")).unwrap(),
+        prefix.join("bin/dyadfs")
     );
     // The helper is a copy under the prefix, which finds its UCX there, not in the checkout.
     let installed = prefix.join("bin/dyadfs");
@@ -585,6 +592,8 @@ fn install_refuses_a_binary_another_user_can_change() {
         .arg(&f.root)
         .arg("--prefix")
         .arg(f.root.join("prefix"))
+        .arg("--bin-dir")
+        .arg(f.root.join("bin"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

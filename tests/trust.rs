@@ -782,3 +782,62 @@ fn a_users_rendezvous_dir_cannot_aim_roots_file_operations() {
     std::os::unix::fs::chown(&stranger, Some(4242), Some(4242)).unwrap();
     refused("true", &["1.node", "uid 4242"]);
 }
+
+/// What one local user's names make the root daemon hold is bounded (`--max-names-per-user`):
+/// past it a new file's publish (at its close) fails with EDQUOT and the file is not named;
+/// root is not bounded; a removal gives the place back. (Before: any number of empty files,
+/// each a few hundred bytes of the daemon's memory.)
+#[test]
+fn a_users_names_are_bounded() {
+    let f = Fixture::new("names-bound");
+    let ssd = f.root.join("ssd-bound");
+    let m = f.mount_managed_with(&ssd, &["-o", "allow_other", "--max-names-per-user", "50"]);
+    // Each file created and closed, as nobody; what each close said.
+    let script = r#"
+import errno, sys
+d, n = sys.argv[1], int(sys.argv[2])
+said = {}
+for i in range(n):
+    try:
+        # (Something written: then its close publishes it, and says so if it cannot.)
+        with open(f"{d}/n{i}", "wb") as f:
+            f.write(b"x")
+        said["ok"] = said.get("ok", 0) + 1
+    except OSError as e:
+        said[errno.errorcode[e.errno]] = said.get(errno.errorcode[e.errno], 0) + 1
+print(" ".join(f"{k}={v}" for k, v in sorted(said.items())))
+"#;
+    let out = as_user(65534, 65534)
+        .args(["/usr/bin/python3", "-c", script])
+        .arg(&m.mnt)
+        .arg("60")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(
+        said,
+        "EDQUOT=10 ok=50",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let named = fs::read_dir(&m.mnt).unwrap().count();
+    assert_eq!(named, 50, "names past the bound were published");
+    fs::write(m.path("roots"), b"root is not bounded").unwrap();
+    let mnt = m.mnt.display().to_string();
+    assert!(as_nobody(&format!("rm {mnt}/n1")));
+    let out = as_user(65534, 65534)
+        .args([
+            "/usr/bin/python3",
+            "-c",
+            "import sys\nwith open(sys.argv[1], 'wb') as f: f.write(b'x')",
+        ])
+        .arg(m.path("again"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    m.unmount();
+}

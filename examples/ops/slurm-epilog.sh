@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Slurm epilog: unmounts the job's dyadfs and removes its cache and rendezvous directory.
+# Slurm epilog: unmounts the job's dyadfs and removes its cache and rendezvous directory. The
+# same environment as slurm-prolog.sh names the paths.
 set -uo pipefail
+MOUNT=${DYADFS_MOUNT:-/dyad}
 NVME=${DYADFS_NVME:-/nvme}
-fusermount3 -u /dyad || umount -l /dyad
-rm -rf "$NVME/dyadfs-$SLURM_JOB_ID" "/lustre/scratch/dyadfs/$SLURM_JOB_ID"
+RDV=${DYADFS_RENDEZVOUS:-/lustre/scratch/dyadfs}/$SLURM_JOB_ID
+fusermount3 -u "$MOUNT" || umount -l "$MOUNT"
+rm -rf "$NVME/dyadfs-$SLURM_JOB_ID" "$RDV"

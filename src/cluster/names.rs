@@ -9,6 +9,7 @@ use crate::core::names::{Name, Namespace};
 use crate::core::{NodeId, Version};
 use crate::locator::check::check_name;
 use crate::locator::error::LocatorError;
+use crate::locator::names::OVER_QUOTA;
 use crate::locator::proto::Msg;
 use crate::locator::service::LocatorService;
 
@@ -145,6 +146,11 @@ impl Namespace for ClusterNames {
         };
         match self.ask(dir, msg, Duration::ZERO)? {
             Msg::NameIs(n) => Ok(n),
+            // The owner has as many names as one user may: the producer's EDQUOT.
+            Msg::Refused(why) if why.starts_with(OVER_QUOTA) => {
+                tracing::warn!(%why, "a name was refused");
+                Err(std::io::Error::from_raw_os_error(libc::EDQUOT))
+            }
             m => Err(unexpected(m)),
         }
     }

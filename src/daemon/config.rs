@@ -28,6 +28,8 @@ pub struct MountConfig {
     pub capacity: Option<u64>,
     /// Bytes of produced files one uid may hold here, written or kept (`None`: no cap).
     pub max_staged_per_user: Option<u64>,
+    /// Names one uid may own in this node's tables (root: no bound).
+    pub max_names_per_user: u64,
     /// Idle cache data files kept open (`None`: half the descriptor limit, at most 65536).
     pub open_files: Option<u64>,
     pub chunk_size: u64,

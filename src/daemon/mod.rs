@@ -59,7 +59,12 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     };
     let canonical = fs::canonicalize(mnt).map_err(mount_point)?;
     if is_mount_point(&canonical) {
-        return Err(UserError::AlreadyMounted(mnt.clone()));
+        // A stat may be answered from what the kernel kept of a daemon that died; a listing
+        // needs the daemon, so it tells a dead mount from a live one.
+        return Err(match fs::read_dir(mnt) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => UserError::DeadMount(mnt.clone()),
+            _ => UserError::AlreadyMounted(mnt.clone()),
+        });
     }
     let mut listing = fs::read_dir(mnt).map_err(mount_point)?;
     if listing.next().is_some() {

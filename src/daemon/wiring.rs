@@ -131,7 +131,9 @@ fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let source = Arc::new(backing(args, &b.cache));
     let (journal, restored) = names_log(args)?;
     let names = Arc::new(crate::locator::names::LocalNames::restored(
-        restored, journal,
+        restored,
+        journal,
+        args.max_names_per_user,
     ));
     let producer = producer(&b, args, 0)?;
     sweep_unnamed(&producer, &names.entries(), &b.stats);
@@ -277,7 +279,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         hooks,
     );
     // Before it serves: a home that restarted answers for its directories at once.
-    locator.restore_names(restored);
+    locator.restore_names(restored, args.max_names_per_user);
     let server = Server {
         worker: worker.clone(),
         background: Some(background.clone()),

@@ -97,8 +97,12 @@ impl Error {
             // What rename(2) says when it cannot move: `mv` then copies and removes.
             Error::CrossDevice => libc::EXDEV,
             Error::Write(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            // The name home is unreachable: the application sees an I/O error, never a hang.
-            Error::Names(_) => libc::EIO,
+            // The name home is unreachable: the application sees an I/O error, never a hang;
+            // a name refused because its owner has as many as one user may, a quota's error.
+            Error::Names(e) => match e.raw_os_error() {
+                Some(libc::EDQUOT) => libc::EDQUOT,
+                _ => libc::EIO,
+            },
             Error::BadHandle(_) => libc::EBADF,
             Error::NoAttr => libc::ENODATA,
             Error::Range => libc::ERANGE,

@@ -22,9 +22,44 @@ use crate::transport::frame;
 #[derive(Debug, Default)]
 pub struct NameTable {
     dirs: HashMap<String, BTreeMap<String, Name>>,
+    /// How many of the names each user owns (what one user may make a node hold is bounded).
+    per_uid: HashMap<u32, u64>,
+    /// The most one user may own here (`None`: [`MAX_NAMES_PER_UID`]).
+    max_per_uid: Option<u64>,
 }
 
+/// The most names one user (root excepted) may own in one node's table by default
+/// (`--max-names-per-user`): its directories' and the backup copies it keeps (a name costs the
+/// daemon a few hundred bytes).
+pub const MAX_NAMES_PER_UID: u64 = 4 << 20;
+
+/// The start of a refusal for a user over [`MAX_NAMES_PER_UID`] (the producer's EDQUOT).
+pub const OVER_QUOTA: &str = "quota:";
+
 impl NameTable {
+    /// Bounds the names one user may own here.
+    pub fn bound_per_uid(&mut self, max: u64) {
+        self.max_per_uid = Some(max);
+    }
+
+    /// Why `new` (replacing `old`) may not be set: its owner would own more names here than
+    /// one user may. A name of root's, a removal, or a new version of the owner's own name
+    /// always may.
+    pub fn over_bound(&self, old: Option<&Name>, new: Option<&Name>) -> Option<String> {
+        let n = new?;
+        let max = self.max_per_uid.unwrap_or(MAX_NAMES_PER_UID);
+        if n.uid == 0 || old.is_some_and(|o| o.uid == n.uid) {
+            return None;
+        }
+        let owned = self.per_uid.get(&n.uid).copied().unwrap_or(0);
+        (owned >= max).then(|| {
+            format!(
+                "{OVER_QUOTA} uid {} owns {owned} names here, the most one user may",
+                n.uid
+            )
+        })
+    }
+
     pub fn get(&self, dir: &str, name: &str) -> Option<Name> {
         self.dirs.get(dir)?.get(name).cloned()
     }
@@ -72,6 +107,22 @@ impl NameTable {
 
     /// Publishes (`Some`) or removes (`None`) a name; returns what it replaced.
     pub fn set(&mut self, dir: &str, name: &str, entry: Option<Name>) -> Option<Name> {
+        if let Some(e) = &entry {
+            *self.per_uid.entry(e.uid).or_default() += 1;
+        }
+        let old = self.replace(dir, name, entry);
+        if let Some(o) = &old
+            && let Some(n) = self.per_uid.get_mut(&o.uid)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.per_uid.remove(&o.uid);
+            }
+        }
+        old
+    }
+
+    fn replace(&mut self, dir: &str, name: &str, entry: Option<Name>) -> Option<Name> {
         match entry {
             Some(e) => self
                 .dirs
@@ -168,11 +219,14 @@ pub struct LocalNames {
 
 impl LocalNames {
     /// A single node's names as a restart finds them (`names`), every change told to `journal`.
+    /// `max_per_uid`: the most names one user may own (`--max-names-per-user`).
     pub fn restored(
         names: impl IntoIterator<Item = ((String, String), Name)>,
         journal: Arc<dyn NameJournal>,
+        max_per_uid: u64,
     ) -> LocalNames {
         let mut table = NameTable::default();
+        table.bound_per_uid(max_per_uid);
         for ((dir, name), entry) in names {
             table.set(&dir, &name, Some(entry));
         }
@@ -223,6 +277,11 @@ impl Namespace for LocalNames {
     fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>> {
         let old = {
             let mut table = self.table();
+            let old = table.get(dir, name);
+            if let Some(why) = table.over_bound(old.as_ref(), entry.as_ref()) {
+                tracing::warn!(%why, "refused a name");
+                return Err(io::Error::from_raw_os_error(libc::EDQUOT));
+            }
             // Kept in the order the table changes (under its lock).
             if let Some(j) = &self.journal {
                 j.record(dir, name, entry.as_ref());
@@ -344,5 +403,39 @@ mod tests {
                 .expect("woken by its own name");
         });
         assert_eq!(waits.waiting(), 0);
+    }
+
+    /// One user's names in a table are bounded (root's are not), and a user at the bound may
+    /// still replace or remove its own; a removal gives the place back.
+    #[test]
+    fn a_users_names_are_bounded() {
+        let mut t = NameTable::default();
+        t.bound_per_uid(3);
+        let of = |uid: u32| Name { uid, ..file("o") };
+        for i in 0..3 {
+            let n = of(7);
+            assert_eq!(t.over_bound(None, Some(&n)), None);
+            t.set("d", &format!("f{i}"), Some(n));
+        }
+        let why = t.over_bound(None, Some(&of(7))).unwrap();
+        assert!(
+            why.starts_with(OVER_QUOTA) && why.contains("uid 7"),
+            "{why}"
+        );
+        assert_eq!(t.over_bound(t.get("d", "f0").as_ref(), Some(&of(7))), None);
+        assert_eq!(t.over_bound(None, Some(&of(8))), None, "another user");
+        assert_eq!(t.over_bound(None, Some(&of(0))), None, "root");
+        t.set("d", "f0", None);
+        assert_eq!(
+            t.over_bound(None, Some(&of(7))),
+            None,
+            "a removal gives it back"
+        );
+        t.set("d", "f1", Some(of(8)));
+        assert_eq!(
+            t.over_bound(None, Some(&of(7))),
+            None,
+            "a name given to another"
+        );
     }
 }

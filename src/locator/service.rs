@@ -134,8 +134,14 @@ impl LocatorService {
 
     /// The names this node held before it restarted (its journal's), back in its table before
     /// it serves: a restart of every node of a job, or of a lone home, loses none.
-    pub fn restore_names(&self, names: impl IntoIterator<Item = ((String, String), Name)>) {
+    /// `max_per_uid`: the most names one user may own here (`--max-names-per-user`).
+    pub fn restore_names(
+        &self,
+        names: impl IntoIterator<Item = ((String, String), Name)>,
+        max_per_uid: u64,
+    ) {
         let mut table = lock(&self.names);
+        table.bound_per_uid(max_per_uid);
         for ((dir, name), entry) in names {
             table.set(&dir, &name, Some(entry));
         }
@@ -532,7 +538,13 @@ impl LocatorService {
                 let old = {
                     let mut names = lock(&self.names);
                     let old = names.get(&dir, &name);
-                    let change = self.check_change(&dir, &name, old.as_ref(), entry.as_ref(), peer);
+                    let change = self
+                        .check_change(&dir, &name, old.as_ref(), entry.as_ref(), peer)
+                        .and_then(|()| {
+                            names
+                                .over_bound(old.as_ref(), entry.as_ref())
+                                .map_or(Ok(()), Err)
+                        });
                     if let Err(why) = change {
                         tracing::warn!(%why, "refused a name change");
                         return Msg::Refused(why);
