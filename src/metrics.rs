@@ -221,6 +221,7 @@ mod tests {
             inodes: 2,
             open_files: 0,
             prefetch_pending: 0,
+            kept_files: 0,
         });
         stats.latency.fill("peer", std::time::Instant::now());
         let text = render(&snap, &stats.latency);

@@ -159,6 +159,9 @@ pub struct Snapshot {
     /// Unnamed produced objects deleted at mount. (Absent from older daemons: 0.)
     #[serde(default)]
     pub unnamed_reclaimed: u64,
+    /// Produced files this node keeps as their only copy. (Absent from older daemons: 0.)
+    #[serde(default)]
+    pub kept_files: u64,
     /// Background scrubs done (`--scrub-interval`). (Absent from older daemons: 0.)
     #[serde(default)]
     pub background_scrubs: u64,
@@ -342,6 +345,8 @@ pub struct Gauges {
     pub inodes: u64,
     pub open_files: u64,
     pub prefetch_pending: u64,
+    /// Produced files this node keeps as their only copy.
+    pub kept_files: u64,
 }
 
 impl Stats {
@@ -355,6 +360,7 @@ impl Stats {
             inodes,
             open_files,
             prefetch_pending,
+            kept_files,
         } = g;
         Snapshot {
             local_hits: get(&self.local_hits),
@@ -391,6 +397,7 @@ impl Stats {
             checksum_failures: get(&self.checksum_failures),
             forged_chunks: get(&self.forged_chunks),
             unnamed_reclaimed: get(&self.unnamed_reclaimed),
+            kept_files,
             background_scrubs: get(&self.background_scrubs),
             cache_write_errors: get(&self.cache_write_errors),
             pid: std::process::id(),
@@ -433,7 +440,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 54] = [
+        let rows: [(&str, String); 55] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -481,6 +488,7 @@ impl Snapshot {
                 "unnamed objects reclaimed",
                 self.unnamed_reclaimed.to_string(),
             ),
+            ("produced files kept here", self.kept_files.to_string()),
             ("background scrubs", self.background_scrubs.to_string()),
             ("cache write errors", self.cache_write_errors.to_string()),
             ("inodes", self.inodes.to_string()),
@@ -495,7 +503,11 @@ impl Snapshot {
             ("home rack files", self.home_rack_files.to_string()),
             ("home global files", self.home_global_files.to_string()),
         ];
-        rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect()
+        // One column for the values, however long the longest label is.
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        rows.iter()
+            .map(|(k, v)| format!("{k:<width$} {v}\n"))
+            .collect()
     }
 }
 

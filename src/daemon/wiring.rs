@@ -171,6 +171,54 @@ fn sweep_unnamed(producer: &Producer, names: &[(String, String, Name)], stats: &
     }
 }
 
+/// In a cluster, the names of this node's objects live at their directories' homes: the
+/// objects it kept from before this start that no member's names point at are deleted, once
+/// every member has answered (twice, a few seconds apart, so a name moving between homes, a
+/// rename, is not taken for none). Objects kept since this start are never swept.
+fn start_sweep(
+    locator: &Arc<LocatorService>,
+    producer: &Arc<Producer>,
+    stats: &Arc<Stats>,
+    runtime: &tokio::runtime::Handle,
+) {
+    let kept = producer.kept_objects();
+    if kept.is_empty() {
+        return;
+    }
+    let (locator, producer, stats) = (locator.clone(), producer.clone(), stats.clone());
+    runtime.spawn(async move {
+        const TRIES: usize = 60;
+        const APART: Duration = Duration::from_secs(5);
+        let me = locator.me();
+        let mut unnamed: Option<std::collections::HashSet<String>> = None;
+        for _ in 0..TRIES {
+            if let Some(named) = locator.objects_named(me).await {
+                let now: std::collections::HashSet<String> = kept
+                    .iter()
+                    .map(|(o, _)| o.clone())
+                    .filter(|o| !named.contains(o))
+                    .collect();
+                match unnamed.take() {
+                    None if now.is_empty() => return,
+                    None => unnamed = Some(now),
+                    Some(before) => {
+                        for (object, version) in &kept {
+                            if before.contains(object) && now.contains(object) {
+                                tracing::info!(object, "a kept object no name reaches: deleted");
+                                producer.released(object, *version, true);
+                                stats.unnamed_reclaimed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(APART).await;
+        }
+        tracing::warn!("not every member answered: no kept object was taken for unnamed");
+    });
+}
+
 /// The filesystem over the base and the given names, producer and source, mounted until it
 /// is unmounted.
 fn run<S: Source>(
@@ -325,6 +373,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let answered =
         runtime.block_on(locator.rejoin(args.cluster.peer_timeout.min(Duration::from_secs(2))));
     tracing::info!(answered, "told the peers this node (re)started");
+    start_sweep(&locator, &producer, &b.stats, runtime.handle());
     let names = Arc::new(ClusterNames {
         locator: locator.clone(),
         runtime: runtime.handle().clone(),

@@ -296,11 +296,12 @@ impl<S: Source> DyadFs<S> {
 
     /// A way to take `dyadfs stats` snapshots from another thread (the metrics endpoint's).
     pub fn snapshots(&self) -> impl Fn() -> crate::stats::Snapshot + Send + Sync + 'static {
-        let (cache, stats, inodes, prefetch) = (
+        let (cache, stats, inodes, prefetch, producer) = (
             self.reader.cache.clone(),
             self.reader.stats.clone(),
             self.inodes.clone(),
             self.prefetch.clone(),
+            self.producer.clone(),
         );
         move || {
             let inodes = inodes.read().unwrap_or_else(|e| e.into_inner()).nodes.len();
@@ -312,6 +313,7 @@ impl<S: Source> DyadFs<S> {
                 inodes: inodes as u64,
                 open_files: cache.open_files(),
                 prefetch_pending: prefetch.pending(),
+                kept_files: producer.kept_count(),
             })
         }
     }

@@ -380,6 +380,11 @@ impl Producer {
         Ok(version)
     }
 
+    /// How many objects are kept as the only copy of a produced file.
+    pub fn kept_count(&self) -> u64 {
+        lock(&self.kept).len() as u64
+    }
+
     /// The objects kept as the only copy of a produced file, with their versions.
     pub fn kept_objects(&self) -> Vec<(String, Version)> {
         lock(&self.kept)

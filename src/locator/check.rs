@@ -117,6 +117,7 @@ impl LocatorService {
                 _ => Err(format!("{object:?} is not an object of this node")),
             },
             Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
+            Msg::ObjectsNamed { holder, .. } => member(*holder),
             _ => Ok(()),
         }
     }

@@ -17,6 +17,7 @@ pub mod gossip;
 #[cfg(test)]
 mod loopback;
 pub mod membership;
+mod named;
 pub mod names;
 pub mod node;
 pub mod pages;

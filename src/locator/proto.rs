@@ -122,6 +122,17 @@ pub enum Msg {
         files: u64,
         bytes: u64,
     },
+    /// From a holder sweeping the objects it keeps: the objects of `holder` the addressee's
+    /// names point at (of its directories and the copies it keeps), in order, after `after`.
+    ObjectsNamed {
+        holder: NodeId,
+        after: Option<String>,
+    },
+    /// The answer to `ObjectsNamed`: a page, and whether more follow.
+    Objects {
+        objects: Vec<String>,
+        more: bool,
+    },
 }
 
 /// A message as an RPC payload.
@@ -206,6 +217,14 @@ mod tests {
             Msg::Names {
                 names: vec![("step_1000".into(), Name::pointer("2-5-7", 2))],
                 more: true,
+            },
+            Msg::ObjectsNamed {
+                holder: 2,
+                after: Some("//produced/2/5-1".into()),
+            },
+            Msg::Objects {
+                objects: vec!["//produced/2/5-2".into()],
+                more: false,
             },
             Msg::CountHeld,
             Msg::Held {

@@ -601,6 +601,21 @@ impl LocatorService {
                 (self.hooks.on_release)(&object, version.size, version.mtime_ns, drop);
                 Msg::Ack
             }
+            Msg::ObjectsNamed { holder, after } => {
+                let mut objects: Vec<String> = lock(&self.names)
+                    .entries()
+                    .filter(|(_, _, n)| !n.dir && n.holder == holder && !n.object.is_empty())
+                    .map(|(_, _, n)| n.object.as_str())
+                    .filter(|o| after.as_deref().is_none_or(|a| *o > a))
+                    .map(String::from)
+                    .collect();
+                objects.sort_unstable();
+                objects.dedup();
+                let fit = pages::fitting(&objects);
+                let more = fit < objects.len();
+                objects.truncate(fit);
+                Msg::Objects { objects, more }
+            }
             Msg::CountHeld => {
                 let held = (self.hooks.holdings)();
                 Msg::Held {
