@@ -51,7 +51,8 @@ pub struct Cli {
 // Parsed once per process: the size of the mount variant does not matter.
 #[allow(clippy::large_enum_variant)]
 pub enum Command {
-    /// Mount a dataset; returns once the mount is ready (the daemon keeps running)
+    /// Mount a managed directory (or, with --backing, a dataset); returns once the mount is
+    /// ready (the daemon keeps running)
     Mount(MountArgs),
     /// Print the counters of a running mount
     Stats(StatsArgs),
@@ -193,7 +194,7 @@ pub struct MountArgs {
     /// Empty directory to mount on
     pub mountpoint: PathBuf,
 
-    /// Cache directory on node-local NVMe (created if missing)
+    /// Cache directory on node-local NVMe (made, mode 0700, if missing; its parent must exist)
     #[arg(long, value_name = "DIR", help_heading = "Storage")]
     pub ssd: PathBuf,
 
@@ -219,14 +220,14 @@ pub struct MountArgs {
     /// the directories it is home of and the backup copies it keeps. The creation that would
     /// cross it fails with EDQUOT (root is not bounded); each costs the daemon a few hundred
     /// bytes of memory
-    #[arg(long, value_name = "N", default_value = "4194304",
+    #[arg(hide_short_help = true, long, value_name = "N", default_value = "4194304",
           value_parser = clap::value_parser!(u64).range(1..), help_heading = "Storage")]
     pub max_names_per_user: u64,
 
     /// Cache data files kept open while idle (an LRU: files are opened on demand, so any number
     /// of files can be cached under any descriptor limit) [default: half the descriptor limit,
     /// which the daemon raises to its hard limit at start, at most 65536]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+    #[arg(hide_short_help = true, long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
           help_heading = "Storage")]
     pub open_files: Option<u64>,
 
@@ -234,17 +235,17 @@ pub struct MountArgs {
     /// the lowest CPU priority and at most --scrub-rate, bad chunks dropped (refetched when next
     /// read): passthrough reads never reach the daemon, so this is how rot in cached files is
     /// found while mounted. 0 turns it off
-    #[arg(long, value_name = "DURATION", default_value = "1d", value_parser = parse_duration,
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "1d", value_parser = parse_duration,
           help_heading = "Storage")]
     pub scrub_interval: Duration,
 
     /// Bytes a second the background scrub reads at most
-    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size,
+    #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "64M", value_parser = parse_size,
           help_heading = "Storage")]
     pub scrub_rate: u64,
 
     /// Cache granularity, 1M to 4M: the unit of fetching, checksumming and transfer between nodes
-    #[arg(long, value_name = "SIZE", default_value = "2M", value_parser = parse_chunk_size,
+    #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "2M", value_parser = parse_chunk_size,
           help_heading = "Storage")]
     pub chunk_size: u64,
 
@@ -255,13 +256,13 @@ pub struct MountArgs {
     /// 1M where cached files cannot be handed to the kernel (no FUSE passthrough, or
     /// --no-passthrough, --no-open), 0 where they can (a cold cached read then costs the daemon
     /// no READ)
-    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_pack_max,
+    #[arg(hide_short_help = true, long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_pack_max,
           help_heading = "Storage")]
     pub pack_max: PackMax,
 
     /// How long names and attributes are trusted (kernel and daemon); a changed backing file
     /// is noticed once this has passed. Accepts 500ms, 30s, 5m, 1h
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
           help_heading = "Metadata")]
     pub metadata_ttl: Duration,
 
@@ -275,7 +276,7 @@ pub struct MountArgs {
     /// Inodes the daemon keeps for the kernel: past this, the least recently looked up are
     /// invalidated (the kernel forgets them; a later lookup makes them anew). Bounds the
     /// daemon's memory on datasets of millions of files (about 400 bytes per inode)
-    #[arg(long, value_name = "N", default_value_t = 65536,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 65536,
           value_parser = clap::value_parser!(u64).range(1024..), help_heading = "Metadata")]
     pub max_inodes: u64,
 
@@ -284,13 +285,13 @@ pub struct MountArgs {
     /// --max-inodes), so that looking the name up again within the TTL asks the shared file
     /// system nothing; a stat read ahead of a scan serves its lookups too. About 310 bytes a
     /// name; 0 turns it off
-    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size,
+    #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "16M", value_parser = parse_size,
           help_heading = "Metadata")]
     pub backing_stat_cache: u64,
 
     /// Serve every read from the daemon (page cache kept) instead of letting the kernel read
     /// complete cached files directly (FUSE passthrough, needs CAP_SYS_ADMIN and Linux >= 6.9)
-    #[arg(long, help_heading = "Performance")]
+    #[arg(hide_short_help = true, long, help_heading = "Performance")]
     pub no_passthrough: bool,
 
     /// Cached files smaller than this are served by the daemon, the kernel keeping their pages,
@@ -301,7 +302,7 @@ pub struct MountArgs {
     /// pulled by that open, or just prefetched) passes through all the same, as the daemon would
     /// copy them once more. 1M suits small files read over and over from memory; 0 (the
     /// default) suits reads from the NVMe
-    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size,
+    #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "0", value_parser = parse_size,
           help_heading = "Performance")]
     pub passthrough_min: u64,
 
@@ -309,7 +310,7 @@ pub struct MountArgs {
     /// and the kernel keeps a cached file's attributes across reads: on a writable mount it
     /// asks for them again at the first stat after each passthrough read (atime), a round trip
     /// per open of a file read before. For datasets that are only read
-    #[arg(long, help_heading = "Performance")]
+    #[arg(hide_short_help = true, long, help_heading = "Performance")]
     pub read_only: bool,
 
     /// Let the kernel open files without asking the daemon (implies --read-only and
@@ -317,11 +318,11 @@ pub struct MountArgs {
     /// cached between opens. Every read the page cache misses is served by the daemon, so this
     /// suits datasets of small files read again and again; large files read from the NVMe are
     /// faster in passthrough
-    #[arg(long, help_heading = "Performance")]
+    #[arg(hide_short_help = true, long, help_heading = "Performance")]
     pub no_open: bool,
 
     /// Threads serving FUSE requests
-    #[arg(long, value_name = "N", default_value_t = 8,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Performance")]
     pub threads: u16,
 
@@ -332,6 +333,7 @@ pub struct MountArgs {
     /// CPUs). `dev`: by reading and writing /dev/fuse. `auto`: the ring where the kernel offers
     /// it
     #[arg(
+        hide_short_help = true,
         long,
         value_enum,
         value_name = "KIND",
@@ -346,25 +348,25 @@ pub struct MountArgs {
     /// (INIT caps it at the kernel's 128 KiB; root only). 0 (the default) leaves the kernel's:
     /// 1M reads a large cached file with --no-open faster, but a large file pulled from a peer
     /// slower (fewer, larger READs served one after another)
-    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_readahead,
+    #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "0", value_parser = parse_readahead,
           help_heading = "Performance")]
     pub kernel_readahead: u64,
 
     /// Threads filling readahead chunks in the background: each pulls (or reads) one chunk at
     /// a time, so this is the number of chunks of a large file in flight (the readahead window
     /// is at most 8 chunks)
-    #[arg(long, value_name = "N", default_value_t = 8,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "Performance")]
     pub readahead_threads: u16,
 
     /// Threads filling the files of prefetch lists (`dyadfs prefetch`) in list order
-    #[arg(long, value_name = "N", default_value_t = 4,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "Performance")]
     pub prefetch_threads: u16,
 
     /// How many files of a prefetch list the threads may fill ahead of the last one the job
     /// opened (and at most a quarter of the cache's capacity in bytes)
-    #[arg(long, value_name = "N", default_value_t = 1024,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..), help_heading = "Performance")]
     pub prefetch_window: u32,
 
@@ -408,7 +410,7 @@ pub struct MountArgs {
 
     /// Bound on every wait for a peer: lookups, pulls, another node's fetch (a rendezvous
     /// waits at least 60s)
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration,
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration,
           help_heading = "Cluster")]
     pub peer_timeout: Duration,
 
@@ -416,7 +418,7 @@ pub struct MountArgs {
     /// every other node (SWIM gossip over UDP on the --listen address): from then on nobody
     /// waits on it, and the paths it was home of move to the next node. Before, a read waits
     /// at most one --peer-timeout on it
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration,
+    #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration,
           help_heading = "Cluster")]
     pub failure_detection: Duration,
 
@@ -427,14 +429,14 @@ pub struct MountArgs {
     /// 256 KiB array in an .npz is 262,642 bytes). On an RDMA fabric, where a get costs the
     /// holder no CPU, a smaller value (e.g. 32K) keeps bulk bytes off TCP; 0 sends every
     /// chunk by RMA
-    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size,
+    #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "1M", value_parser = parse_size,
           help_heading = "Cluster")]
     pub eager_max: u64,
 
     /// Threads that serve peers' pull connections, however many connections they open (a
     /// quarter as many more serve background copies). A connection waiting for its next
     /// request keeps a thread only while no other needs one
-    #[arg(long, value_name = "N", default_value_t = 64,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=4096), help_heading = "Cluster")]
     pub serve_threads: u32,
 
@@ -443,7 +445,7 @@ pub struct MountArgs {
     /// through an unprivileged data-plane process that shares only staged chunks with the
     /// daemon (on tcp, UCX emulates RMA in software and anyone who reaches its port can read
     /// and write that process's memory; see docs/SECURITY.md). `auto`: `ucx` where
-    /// an RDMA device is present and UCX_TLS allows it (the NIC then checks memory keys),
+    /// an RDMA device is present and UCX_TLS leaves tcp out (the NIC then checks memory keys),
     /// `stream` elsewhere
     #[arg(
         long,
@@ -458,7 +460,7 @@ pub struct MountArgs {
     /// allows tcp), `--data-plane ucx` is refused without it, since anyone who reaches the
     /// data-plane process's port can then read and write its memory (chunks there are sealed:
     /// they see ciphertext and forge nothing, but can stop it). `auto` never uses tcp
-    #[arg(long, help_heading = "Cluster")]
+    #[arg(hide_short_help = true, long, help_heading = "Cluster")]
     pub ucx_over_tcp: bool,
 
     /// Copy the files other nodes fetch into this node's cache too, in the background: at the
@@ -466,7 +468,7 @@ pub struct MountArgs {
     /// while the cache is under 90% full (nothing is evicted for it), so a later epoch that
     /// reads another shard finds it local. Each node then moves the whole dataset over the
     /// network once
-    #[arg(long, help_heading = "Cluster")]
+    #[arg(hide_short_help = true, long, help_heading = "Cluster")]
     pub replicate: bool,
 
     /// The job secret every node proves on every connection (a key file from `dyadfs keygen`,
@@ -482,7 +484,7 @@ pub struct MountArgs {
 
     /// Let a multi-node mount run without a job secret: anyone who can reach the port can then
     /// read every cached file and change the produced namespace. Only for closed test networks
-    #[arg(long, help_heading = "Cluster")]
+    #[arg(hide_short_help = true, long, help_heading = "Cluster")]
     pub insecure: bool,
 
     /// Stay in the foreground (logs to stderr) instead of daemonizing
@@ -490,7 +492,12 @@ pub struct MountArgs {
     pub foreground: bool,
 
     /// Log file of the background daemon [default: <SSD>/dyadfs.log]
-    #[arg(long, value_name = "FILE", help_heading = "Process")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "FILE",
+        help_heading = "Process"
+    )]
     pub log_file: Option<PathBuf>,
 
     /// FUSE mount options, comma separated (allow_other, allow_root, ...)
@@ -509,7 +516,12 @@ pub struct MountArgs {
 
     /// Write a trace of FUSE operations, chunk fills, pulls and locator lookups to FILE, in the
     /// Chrome trace-event JSON format (DFTracer's; open it in ui.perfetto.dev). Off by default
-    #[arg(long, value_name = "FILE", help_heading = "Process")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "FILE",
+        help_heading = "Process"
+    )]
     pub trace: Option<PathBuf>,
 }
 

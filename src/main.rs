@@ -61,9 +61,13 @@ fn main() -> ExitCode {
             if args.json {
                 println!("{}", serde_json::to_string(&r).expect("serialize"));
             } else {
+                use dyadfs::stats::counted;
                 println!(
-                    "{} files, {} chunks checked, {} bad chunks dropped, {} files unreadable",
-                    r.files, r.chunks, r.dropped, r.unreadable
+                    "{}, {} checked, {} dropped, {} unreadable",
+                    counted(r.files, "file"),
+                    counted(r.chunks, "chunk"),
+                    counted(r.dropped, "bad chunk"),
+                    counted(r.unreadable, "file"),
                 );
             }
         }),
@@ -87,13 +91,27 @@ fn main() -> ExitCode {
         Command::Prefetch(args) => {
             let stream = args.stream.clone();
             dyadfs::daemon::prefetch::prefetch(args.into()).map(|q| {
+                use dyadfs::stats::counted;
                 println!(
-                    "queued {} files for prefetch (stream {stream}); {} lines skipped",
-                    q.files, q.skipped
+                    "queued {} for prefetch (stream {stream}); {} skipped",
+                    counted(q.files, "file"),
+                    counted(q.skipped, "line")
                 )
             })
         }
-        Command::Keygen(args) => dyadfs::transport::auth::Secret::generate(&args.file)
+        // A key's directory (`~/.dyadfs`) is made if missing, private like the key.
+        Command::Keygen(args) => args
+            .file
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map_or(Ok(()), |d| {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(d)
+            })
+            .and_then(|()| dyadfs::transport::auth::Secret::generate(&args.file))
             .map(|()| println!("wrote a new job secret to {}", args.file.display()))
             .map_err(|source| UserError::KeyFile {
                 path: args.file.clone(),

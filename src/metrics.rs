@@ -58,17 +58,20 @@ pub fn render(snap: &Snapshot, latencies: &Latencies) -> String {
             registry.register(key, key.replace('_', " "), c);
         }
     }
-    registry.register(
+    // The histograms carry the node's label too, as every counter does.
+    let labelled =
+        registry.sub_registry_with_label(("node".into(), snap.node_id.to_string().into()));
+    labelled.register(
         "open_seconds",
         "latency of opens (FUSE open, including a fetch at open)",
         latencies.open.clone(),
     );
-    registry.register(
+    labelled.register(
         "fill_seconds",
         "latency of chunk fills, by source",
         latencies.fill.clone(),
     );
-    registry.register(
+    labelled.register(
         "lookup_seconds",
         "latency of locator lookups, by tier",
         latencies.lookup.clone(),
@@ -231,7 +234,13 @@ mod tests {
         );
         assert!(text.contains("dyadfs_cached_bytes{node=\"0\"} 7"), "{text}");
         assert!(
-            text.contains("dyadfs_fill_seconds_count{source=\"peer\"} 1"),
+            text.lines()
+                .filter(|l| l.starts_with("dyadfs_fill_seconds_count"))
+                .all(|l| l.contains("node=\"0\"")),
+            "{text}"
+        );
+        assert!(
+            text.contains("dyadfs_fill_seconds_count{node=\"0\",source=\"peer\"} 1"),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));

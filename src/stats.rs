@@ -512,6 +512,15 @@ impl Snapshot {
 }
 
 /// Bytes in binary units with the exact count (`dyadfs stats`' table).
+/// `n` things, in the singular for one: "1 file", "2 files".
+pub fn counted(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 pub fn human(bytes: u64) -> String {
     if bytes < 1024 {
         format!("{bytes} B")

@@ -58,11 +58,18 @@ impl Visit for Args<'_> {
     }
 
     fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
+        // A string recorded by Debug (`?name` of an OsStr) comes quoted and escaped: the
+        // trace shows its text, not its quotes.
+        let d = format!("{v:?}");
+        let text = d
+            .strip_prefix('"')
+            .and_then(|x| x.strip_suffix('"'))
+            .map(|x| x.replace("\\\"", "\"").replace("\\\\", "\\"));
         let _ = write!(
             self.0,
             ",\"{}\":{}",
             f.name(),
-            json_string(&format!("{v:?}"))
+            json_string(text.as_deref().unwrap_or(&d))
         );
     }
 }

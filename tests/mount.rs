@@ -1245,6 +1245,13 @@ fn a_dead_mount_is_always_reported_dead() {
             "attempt {attempt}: {err}"
         );
     }
+    // `dyadfs stats` on it says the same (it said "Transport endpoint is not connected").
+    let out = dyadfs().arg("stats").arg(&f.mnt).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success() && err.contains("dead FUSE mount"),
+        "{err}"
+    );
     std::mem::forget(m);
     succeeded(
         "fusermount3 -u",

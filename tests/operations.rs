@@ -386,8 +386,9 @@ fn the_metrics_endpoint_moves_with_reads() {
     assert_eq!(sample(&before, backing), 0.0);
     assert_eq!(sample(&after, backing), 500_000.0);
     assert_eq!(sample(&after, r#"dyadfs_cached_files{node="0"}"#), 5.0);
-    assert!(sample(&after, r#"dyadfs_fill_seconds_count{source="shared_fs"}"#) >= 5.0);
-    assert!(sample(&after, "dyadfs_open_seconds_count") >= 5.0);
+    let fills = r#"dyadfs_fill_seconds_count{node="0",source="shared_fs"}"#;
+    assert!(sample(&after, fills) >= 5.0);
+    assert!(sample(&after, r#"dyadfs_open_seconds_count{node="0"}"#) >= 5.0);
     m.unmount();
 }
 
@@ -570,6 +571,11 @@ fn a_read_leaves_trace_events() {
     assert_eq!(fill["args"]["bytes"], 300_000);
     assert_eq!(fill["args"]["path"], "t.bin");
     assert!(named("open").count() >= 1 && named("lookup").count() >= 1);
+    // A name recorded by Debug is its text, not its quotes (it read "\"t.bin\"").
+    let lookup = named("lookup")
+        .find(|e| e["args"]["name"] == "t.bin")
+        .expect("a lookup of t.bin, its name unquoted");
+    assert_eq!(lookup["ph"], "X");
 }
 
 /// `mount` runs the installed helper as root: `install` refuses a binary another user could

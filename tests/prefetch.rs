@@ -259,7 +259,7 @@ fn a_list_stored_on_the_mount_is_read_without_stopping_it() {
         .output()
         .unwrap();
     let out = succeeded("dyadfs prefetch with its list on the mount", out);
-    assert!(out.contains("queued 1 files"), "{out}");
+    assert!(out.contains("queued 1 file "), "{out}");
     wait_until("the file to be filled", Duration::from_secs(10), || {
         m.stat("prefetched_files") == 1
     });
@@ -312,7 +312,7 @@ fn a_long_line_is_skipped_unheld_and_too_many_path_bytes_are_refused() {
         "VmHWM grew from {hwm} to {hwm2} KiB with a 64 MiB line"
     );
     assert!(
-        out.contains("queued 2 files") && out.contains("1 lines skipped"),
+        out.contains("queued 2 files") && out.contains("1 line skipped"),
         "{out}"
     );
     assert_eq!(

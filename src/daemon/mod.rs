@@ -633,6 +633,8 @@ fn ask<T: serde::de::DeserializeOwned>(mountpoint: &Path, xattr: &str) -> Result
         let e = std::io::Error::last_os_error();
         return match e.raw_os_error() {
             Some(libc::ENODATA | libc::ENOTSUP) => Err(not_ours()),
+            // Its daemon is gone: say how to clear it.
+            Some(libc::ENOTCONN) => Err(UserError::DeadMount(mountpoint.to_path_buf())),
             _ => Err(UserError::Stats {
                 path: mountpoint.to_path_buf(),
                 source: e,

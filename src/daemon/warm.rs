@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::UserError;
-use crate::stats::{Snapshot, short as human};
+use crate::stats::{Snapshot, counted, short as human};
 
 pub struct WarmConfig {
     pub mountpoint: PathBuf,
@@ -87,13 +87,14 @@ fn under_mount(mnt: &Path, p: &Path) -> Result<PathBuf, UserError> {
 fn summary(before: &Snapshot, after: &Snapshot, files: usize, secs: f64) -> String {
     let d = |a: u64, b: u64| a.saturating_sub(b);
     format!(
-        "staged {files} files in {secs:.1} s: {} from the shared file system, {} from peers, \
-         {} files already cached here; cache now {} in {} files",
+        "staged {} in {secs:.1} s: {} from the shared file system, {} from peers, \
+         {} already cached here; cache now {} in {}",
+        counted(files as u64, "file"),
         human(d(after.bytes_from_backing, before.bytes_from_backing)),
         human(d(after.bytes_from_peers, before.bytes_from_peers)),
-        d(after.local_hits, before.local_hits),
+        counted(d(after.local_hits, before.local_hits), "file"),
         human(after.cached_bytes),
-        after.cached_files,
+        counted(after.cached_files, "file"),
     )
 }
 

@@ -15,19 +15,19 @@ pub struct Member {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PeersError {
-    #[error("peers file line {line}: expected `ID HOST:PORT RACK`, got {text:?}")]
+    #[error("line {line}: expected `ID HOST:PORT RACK`, got {text:?}")]
     Malformed { line: usize, text: String },
-    #[error("peers file line {line}: {id:?} is not a node id (a number)")]
+    #[error("line {line}: {id:?} is not a node id (a number)")]
     BadId { line: usize, id: String },
-    #[error("peers file line {line}: {addr:?} is not an address (HOST:PORT, e.g. 127.0.0.1:7400)")]
+    #[error("line {line}: {addr:?} is not an address (HOST:PORT, e.g. 127.0.0.1:7400)")]
     BadAddress { line: usize, addr: String },
-    #[error("peers file line {line}: node id {id} appears twice (first on line {first})")]
+    #[error("line {line}: node id {id} appears twice (first on line {first})")]
     DuplicateId {
         line: usize,
         id: NodeId,
         first: usize,
     },
-    #[error("peers file line {line}: address {addr} appears twice (first on line {first})")]
+    #[error("line {line}: address {addr} appears twice (first on line {first})")]
     DuplicateAddress {
         line: usize,
         addr: SocketAddr,
