@@ -66,6 +66,13 @@ fn warm_stages_a_directory_and_a_list() {
     assert_eq!(m.stat("cached_files"), 33, "the rest was staged");
     let out = warm(&[m.mnt.as_os_str(), "/etc".as_ref()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("not under the mount point"));
+    // A directory under the mount alone names both (OPERATIONS.md's `dyadfs warm /dyad/train`:
+    // it was refused as not a mount).
+    f.write("more/g.bin", &pattern(7_000, 3));
+    let out = warm(&[m.path("more").as_os_str()]);
+    let text = succeeded("warm MNT/more", out);
+    assert!(text.contains("staged 1 file "), "{text}");
+    assert_eq!(m.stat("cached_files"), 34);
     m.unmount();
 }
 

@@ -202,7 +202,7 @@ pub(super) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> 
 }
 
 /// Whether `path` (canonical) is a mount point, from /proc/self/mountinfo.
-fn is_mount_point(path: &Path) -> bool {
+pub(super) fn is_mount_point(path: &Path) -> bool {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };

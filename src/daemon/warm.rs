@@ -115,10 +115,20 @@ fn stage(path: &Path, buf: &mut [u8]) -> std::io::Result<u64> {
 }
 
 pub fn warm(cfg: WarmConfig) -> Result<(), UserError> {
-    let mnt = std::fs::canonicalize(&cfg.mountpoint)
+    let given = std::fs::canonicalize(&cfg.mountpoint)
         .map_err(|_| UserError::NotOurs(cfg.mountpoint.clone()))?;
+    // A directory under a mount names both the mount and what to stage (`dyadfs warm
+    // /dyad/train`): the mount is the nearest mount point above it.
+    let mnt = given
+        .ancestors()
+        .find(|a| super::is_mount_point(a))
+        .unwrap_or(&given)
+        .to_path_buf();
     let before = super::stats(&mnt)?;
     let mut roots = Vec::new();
+    if mnt != given && cfg.paths.is_empty() && cfg.list.is_none() {
+        roots.push(given.clone());
+    }
     for p in &cfg.paths {
         roots.push(under_mount(&mnt, p)?);
     }
@@ -142,7 +152,7 @@ pub fn warm(cfg: WarmConfig) -> Result<(), UserError> {
             }
         }
     }
-    if cfg.paths.is_empty() && cfg.list.is_none() {
+    if roots.is_empty() && cfg.paths.is_empty() && cfg.list.is_none() {
         roots.push(mnt.clone());
     }
     let (mut files, mut missing) = (Vec::new(), Vec::new());
