@@ -841,3 +841,16 @@ print(" ".join(f"{k}={v}" for k, v in sorted(said.items())))
     );
     m.unmount();
 }
+
+/// `dyadfs keygen ~/.dyadfs/job.key`, as the docs write it, on an account without `~/.dyadfs`:
+/// the directory is made, private like the key, and the key loads.
+#[test]
+fn keygen_makes_a_private_key_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new("keygen");
+    let key = f.root.join("home/.dyadfs/job.key");
+    succeeded("keygen", dyadfs().arg("keygen").arg(&key).output().unwrap());
+    let dir = fs::metadata(key.parent().unwrap()).unwrap();
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+    Secret::load(&key).unwrap();
+}
