@@ -650,3 +650,58 @@ with open(log, "w") as out:
     assert_eq!(m.stat("cached_files"), 0);
     m.unmount();
 }
+
+/// A consumer on the producer's own node may start first: its open waits for the name, and
+/// the producer's creations in that directory go on meanwhile (a lookup waiting in the daemon
+/// held the directory in the kernel, and every creation in it waited out the whole wait). The
+/// consumer gets the file once it is closed, never before, byte-exact.
+#[test]
+fn a_consumer_on_the_producers_node_waits_without_holding_its_creations() {
+    let c = cluster("samenode", 2, 10, "30s");
+    let m = &c.nodes[0];
+    fs::create_dir_all(m.path("run")).unwrap();
+    let data = pattern(300_000, 10);
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| {
+            let t = Instant::now();
+            (consume(m, "run/x"), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(700));
+        // Another name first, then the awaited one, written slowly: the consumer must not see
+        // it before its close.
+        let t = Instant::now();
+        fs::write(m.path("run/other"), b"other").unwrap();
+        let mut f = fs::File::create(m.path("run/x")).unwrap();
+        let created = t.elapsed();
+        f.write_all(&data[..1000]).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        f.write_all(&data[1000..]).unwrap();
+        drop(f);
+        let (got, waited) = consumer.join().unwrap();
+        println!("creations took {created:?}; the consumer waited {waited:?}");
+        assert!(
+            created < Duration::from_secs(2),
+            "the creations waited {created:?}"
+        );
+        assert!(
+            got == data,
+            "the consumer read {} bytes, not the file",
+            got.len()
+        );
+        assert!(
+            waited >= Duration::from_millis(900),
+            "it did not wait: {waited:?}"
+        );
+    });
+    assert!(consume(&c.nodes[1], "run/x") == data);
+    // The same through a directory that does not exist yet: the consumer's walk goes through a
+    // pending directory, which the producer's mkdir makes real (not EEXIST).
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| consume(m, "late/y"));
+        std::thread::sleep(Duration::from_millis(700));
+        fs::create_dir(m.path("late")).unwrap();
+        fs::write(m.path("late/y"), &data).unwrap();
+        assert!(consumer.join().unwrap() == data);
+    });
+    assert!(m.stat("name_waits") >= 2);
+}

@@ -74,6 +74,11 @@ fn time_of_ns(ns: i64) -> SystemTime {
     }
 }
 
+/// The object of a name a reader opens before it is produced (`--wait`), or of a directory
+/// on its way: a placeholder in this node's inode table only, never published (no object's
+/// key looks like it).
+pub(super) const PENDING: &str = "//pending";
+
 /// Attributes of a node, as the kernel will see them.
 #[derive(Debug, Clone, Copy)]
 pub struct Attr {
@@ -93,6 +98,8 @@ pub struct Attr {
     pub version: Version,
     /// Written under the mount (not in the backing tree): other nodes may change it.
     pub produced: bool,
+    /// A name not produced yet that a reader opens (`--wait`): its open waits for it.
+    pub pending: bool,
 }
 
 impl Attr {
@@ -120,6 +127,7 @@ impl Attr {
             rdev: meta.rdev() as u32,
             version: crate::core::version_of(meta),
             produced: false,
+            pending: false,
         }
     }
 
@@ -191,6 +199,7 @@ impl Attr {
                 mtime_ns: n.mtime_ns,
             },
             produced: true,
+            pending: n.object == PENDING,
         }
     }
 }

@@ -5,31 +5,81 @@
 //! must be answered at once. The caller is blocked in that system call while we answer, so
 //! `/proc/<tid>/syscall` tells which one it is.
 
-/// Whether thread `tid` is opening a name to read it: `open`, `openat` or `openat2` without
-/// `O_CREAT`, `O_DIRECTORY` or `O_PATH`, for reading or reading and writing. Anything else,
-/// and a thread that cannot be told, is not.
-pub fn is_opening_to_read(tid: u32) -> bool {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{tid}/syscall")) else {
-        return false;
-    };
+/// What a thread opening a name to read is opening.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpeningToRead {
+    /// The last component of the path it opens (empty if it could not be read): a lookup of
+    /// another name is of a directory on the way.
+    pub last: Vec<u8>,
+}
+
+/// What thread `tid` opens, if it is opening a name to read it: `open`, `openat` or `openat2`
+/// without `O_CREAT`, `O_DIRECTORY` or `O_PATH`, for reading or reading and writing. Anything
+/// else, and a thread that cannot be told, is not.
+pub fn opening_to_read(tid: u32) -> Option<OpeningToRead> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?;
     // The number of the system call in decimal, then its arguments in hex.
     let mut fields = text.split_whitespace();
-    let Some(Ok(nr)) = fields.next().map(str::parse::<i64>) else {
-        return false;
-    };
+    let nr = fields.next()?.parse::<i64>().ok()?;
     let args: Vec<u64> = fields
         .map(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).unwrap_or(0))
         .collect();
     let arg = |i: usize| args.get(i).copied().unwrap_or(0);
+    let mem = std::fs::File::open(format!("/proc/{tid}/mem")).ok();
     // openat2's flags are the first field of the `open_how` it points to, in its memory.
     let how = |at: u64| {
         use std::os::unix::fs::FileExt;
-        let mem = std::fs::File::open(format!("/proc/{tid}/mem")).ok()?;
         let mut b = [0u8; 8];
-        mem.read_exact_at(&mut b, at).ok()?;
+        mem.as_ref()?.read_exact_at(&mut b, at).ok()?;
         Some(u64::from_ne_bytes(b))
     };
-    opens_to_read(nr, arg, how)
+    if !opens_to_read(nr, arg, how) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    let at = if nr == libc::SYS_open { arg(0) } else { arg(1) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let at = arg(1);
+    let path = mem.map(|m| c_string_at(&m, at)).unwrap_or_default();
+    Some(OpeningToRead {
+        last: last_component(&path).to_vec(),
+    })
+}
+
+/// The NUL-terminated string at `at` in a process's memory (at most `PATH_MAX` bytes; empty if
+/// it cannot be read), read a page at a time (the next page may not be mapped).
+fn c_string_at(mem: &std::fs::File, mut at: u64) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    const PAGE: u64 = 4096;
+    let mut out = Vec::new();
+    while out.len() < libc::PATH_MAX as usize {
+        let mut buf = vec![0u8; (PAGE - at % PAGE) as usize];
+        let Ok(n) = mem.read_at(&mut buf, at) else {
+            return Vec::new();
+        };
+        if n == 0 {
+            return Vec::new();
+        }
+        if let Some(end) = buf[..n].iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+        at += n as u64;
+    }
+    Vec::new()
+}
+
+/// The last component of a path (trailing slashes aside).
+fn last_component(path: &[u8]) -> &[u8] {
+    let trimmed = match path.iter().rposition(|&b| b != b'/') {
+        Some(i) => &path[..=i],
+        None => return &[],
+    };
+    match trimmed.iter().rposition(|&b| b == b'/') {
+        Some(i) => &trimmed[i + 1..],
+        None => trimmed,
+    }
 }
 
 /// Names a process was just told are absent, by a lookup that did not wait (a check: `stat`,
@@ -314,6 +364,15 @@ mod tests {
     }
 
     #[test]
+    fn the_last_component_of_a_path() {
+        assert_eq!(last_component(b"/dyad/run/f.bin"), b"f.bin");
+        assert_eq!(last_component(b"run/sub/"), b"sub");
+        assert_eq!(last_component(b"f"), b"f");
+        assert_eq!(last_component(b"/"), b"");
+        assert_eq!(last_component(b""), b"");
+    }
+
+    #[test]
     fn a_thread_blocked_in_an_open_for_reading_is_told_so() {
         // An open of a FIFO for writing blocks until a reader comes: long enough to look.
         let dir = std::env::temp_dir().join(format!("dyadfs-caller-{}", std::process::id()));
@@ -335,13 +394,15 @@ mod tests {
         });
         let tid = rx.recv().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !is_opening_to_read(tid) {
+        while opening_to_read(tid).is_none() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "never seen opening to read"
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        // And what it opens: the path's last component, read from its memory.
+        assert_eq!(opening_to_read(tid).unwrap().last, b"p");
         let _writer = std::fs::OpenOptions::new()
             .write(true)
             .open(dir.join("p"))
@@ -349,7 +410,7 @@ mod tests {
         t.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         // SAFETY: gettid has no preconditions.
-        assert!(!is_opening_to_read(unsafe { libc::gettid() } as u32));
+        assert!(opening_to_read(unsafe { libc::gettid() } as u32).is_none());
     }
 
     #[test]

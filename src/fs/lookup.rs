@@ -1,50 +1,127 @@
-//! Lookups: a name found at once, or waited for (`--wait`) until a producer publishes it; the
-//! wait can be left to a thread other than the FUSE thread that asked.
+//! Lookups, answered at once: a name found, or not; or, for a reader opening a name not
+//! produced yet (`--wait`), a pending entry whose open waits until a producer publishes it
+//! ([`DyadFs::wait_produced`], on a thread other than the FUSE thread that asked).
 
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Attr, DyadFs, Error, caller, join};
+use super::attr::PENDING;
+use super::{Attr, DyadFs, Error, Found, caller, join, split};
+use crate::core::names::{Name, now_ns};
 use crate::core::source::Source;
+use crate::core::sync::lock;
 
 /// What a lookup found.
 pub enum Looked {
     Found(Attr),
-    /// Nothing yet, and the name is to be waited for (`--wait`).
-    Wait,
+    /// Nothing yet, and a reader opens it (`--wait`): answer with a pending entry.
+    Pending,
 }
 
 impl<S: Source> DyadFs<S> {
-    /// Looks a name up for thread `caller`; a name not published yet is waited for (`--wait`)
-    /// only when the caller is opening it to read (a consumer): a check or a creation of a
-    /// name (a producer's `stat`, `cp`, `mkdir`) is answered at once, and its ENOENT leaves no
+    /// Looks a name up for thread `caller`, at once. A name not published yet that the caller
+    /// opens to read (a consumer, `--wait`) is a pending entry: a regular file of nothing,
+    /// readable, never cached by the kernel, whose open waits for the name. A check or a
+    /// creation of a name (a producer's `stat`, `cp`, `mkdir`) gets ENOENT, which leaves no
     /// negative entry in the kernel, so a later reader's open still waits.
     pub fn lookup(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Attr, Error> {
-        match self.lookup_at_once(parent, name, caller)? {
-            Looked::Found(attr) => Ok(attr),
-            Looked::Wait => self.lookup_waiting(parent, name),
-        }
-    }
-
-    /// [`Self::lookup`] without the wait: says so when the name is to be waited for, so that
-    /// the wait can be left to a thread other than the one that asked.
-    pub fn lookup_at_once(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Looked, Error> {
-        self.lookup_then_wait(parent, name, true, |path| {
-            if !caller::is_opening_to_read(caller) {
+        let parent_node = self.node(parent)?;
+        let path = join(&Self::path_of(&parent_node), name);
+        // Whether the name is the last of the path a reader opens (else a directory on the
+        // way to it), once a wait is in question.
+        let mut last = true;
+        let waits = |path: &str| {
+            let Some(opening) = caller::opening_to_read(caller) else {
                 // A check or a creation: answered at once, and remembered (`ToldAbsent`).
                 self.told_absent.tell(caller, path);
                 return None;
-            }
+            };
+            last = opening.last.is_empty() || opening.last == name.as_encoded_bytes();
             (!self.told_absent.told(caller, path)).then_some(Duration::ZERO)
+        };
+        match self.lookup_then_wait(parent, name, true, waits)? {
+            Looked::Found(attr) => Ok(attr),
+            Looked::Pending => {
+                // The file it opens, or a directory on the way (looked up in as any other).
+                let pending = Name {
+                    dir: !last,
+                    object: PENDING.into(),
+                    mode: if last { 0o444 } else { 0o555 },
+                    mtime_ns: now_ns(),
+                    holder: self.names.me(),
+                    ..Name::default()
+                };
+                self.upsert(path, &Found::Produced(pending), 1)
+            }
+        }
+    }
+
+    /// Whether an open of inode `ino` by thread `tid` with `flags` waits for its name to be
+    /// published (`--wait`): a pending name's does, and so does an open to read a file being
+    /// written on this node by another process (it is not published until its close: a
+    /// consumer never reads a partial file; its writer reads what it wrote).
+    pub fn open_waits(&self, ino: u64, tid: u32, flags: i32) -> bool {
+        let Ok(node) = self.node(ino) else {
+            return false;
+        };
+        if lock(&node.attr).0.pending {
+            return true;
+        }
+        if self.config.wait.is_zero() || flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return false;
+        }
+        let path = Self::path_of(&node);
+        self.producer.staged(&path).is_some_and(|s| {
+            let writer = s.writer_process.load(Ordering::Relaxed);
+            !s.closed() && (writer == 0 || caller::process_of(tid) != Some(writer))
         })
     }
 
-    /// The lookup [`Self::lookup_at_once`] said to wait for: waits up to `--wait` for the name.
-    pub fn lookup_waiting(&self, parent: u64, name: &OsStr) -> Result<Attr, Error> {
-        match self.lookup_then_wait(parent, name, false, |_| Some(self.config.wait))? {
-            Looked::Found(attr) => Ok(attr),
-            Looked::Wait => Err(Error::NotFound),
+    /// The process of thread `tid` writes through handle `fh` (see [`Self::open_waits`]).
+    pub fn note_writer(&self, fh: u64, tid: u32) {
+        if let Ok(h) = self.handle(fh)
+            && let super::handles::Handle::Staged { staged, .. } = &*h
+            && let Some(p) = caller::process_of(tid)
+        {
+            staged.writer_process.store(p, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits (`--wait`) for pending inode `ino`'s name to be produced; then its attributes are
+    /// the file's, and `who` must be let in as `flags` ask (the kernel judged the open by the
+    /// pending entry's, which let any reader in).
+    pub fn wait_produced(
+        &self,
+        ino: u64,
+        who: &caller::Credentials,
+        flags: i32,
+    ) -> Result<(), Error> {
+        let node = self.node(ino)?;
+        let path = Self::path_of(&node);
+        self.stats().name_waits.fetch_add(1, Ordering::Relaxed);
+        // Published, not only created: a producer on this node may be writing it now, and a
+        // reader must not see it before its close.
+        let (dir, name) = split(&path);
+        match self.names.get(dir, name, self.config.wait) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(Error::NotFound),
+            Err(e) => {
+                tracing::warn!(%path, error = %e, "waiting for a name failed");
+                return Err(Error::NotFound);
+            }
+        }
+        let found = self.resolve(&path, Duration::ZERO)?;
+        let attr = self.upsert(path, &found, 0)?;
+        let want = match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => 4,
+            libc::O_WRONLY => 2,
+            _ => 6,
+        };
+        if attr.allows(who, want) {
+            Ok(())
+        } else {
+            Err(Error::Denied)
         }
     }
 
@@ -98,7 +175,7 @@ impl<S: Source> DyadFs<S> {
         }
         let found = match self.resolve(&path, Duration::ZERO) {
             Err(Error::NotFound) if !self.config.wait.is_zero() => match wait(&path) {
-                Some(d) if d.is_zero() => return Ok(Looked::Wait),
+                Some(d) if d.is_zero() => return Ok(Looked::Pending),
                 Some(d) => self.resolve(&path, d)?,
                 None => return Err(Error::NotFound),
             },

@@ -287,7 +287,10 @@ impl<S: Source> DyadFs<S> {
 
     /// How long the kernel may trust a node's name and attributes.
     pub fn ttl(&self, attr: &Attr) -> Duration {
-        if attr.produced {
+        if attr.pending {
+            // Asked again every time: it is a file once its name is produced.
+            Duration::ZERO
+        } else if attr.produced {
             self.config.metadata_ttl.min(PRODUCED_TTL)
         } else {
             self.config.metadata_ttl
@@ -477,6 +480,9 @@ impl<S: Source> DyadFs<S> {
     pub fn getattr(&self, ino: u64) -> Result<Attr, Error> {
         let node = self.node(ino)?;
         match self.fresh_attr(&node) {
+            // A pending name (`--wait`) is what it was until it is produced: the kernel asks
+            // for its attributes before letting its open through.
+            Err(Error::NotFound) if lock(&node.attr).0.pending => Ok(lock(&node.attr).0),
             Err(Error::NotFound) => self.unlinked_attr(ino, &node),
             r => r,
         }

@@ -15,7 +15,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -37,6 +37,9 @@ pub struct Staged {
     pub set: Mutex<SetAttrs>,
     /// Open writable handles; the last one to close finishes the file (see `super::close`).
     pub writers: AtomicUsize,
+    /// The process that opened it for writing (0: not known): its own opens to read it do
+    /// not wait for its close (`--wait`), others' do.
+    pub writer_process: AtomicU32,
     /// Unlinked before it was sealed: it is never published.
     pub unlinked: AtomicBool,
     /// A new version of a hard-linked file: the key of the record it is published to.
@@ -294,6 +297,7 @@ impl Producer {
                 ctime_ns: None,
             }),
             writers: AtomicUsize::new(0),
+            writer_process: AtomicU32::new(0),
             unlinked: AtomicBool::new(false),
             inode: std::sync::OnceLock::new(),
             finishing: Mutex::new(()),

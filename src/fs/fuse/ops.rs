@@ -20,7 +20,7 @@ use crate::core::sync::lock;
 use crate::fs::caller;
 use crate::fs::io_modes::{IoModes, OpenMode};
 use crate::fs::listing::page;
-use crate::fs::{Attr, Changes, DyadFs, Error, Looked, Opened};
+use crate::fs::{Attr, Changes, DyadFs, Error, Opened};
 
 /// Open reply flags (FOPEN_*).
 pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
@@ -211,35 +211,49 @@ impl<S: Source> Ops<S> {
         }
     }
 
+    /// A lookup is answered at once, even of a name not produced yet that a reader opens
+    /// (`--wait`): that one gets a pending entry, and its open waits (see [`Ops::open`]). A
+    /// lookup waiting in the daemon would hold its directory in the kernel, and every creation
+    /// in that directory on this node (the producer's, were it here) with it.
     pub fn lookup(&self, c: Caller, parent: u64, name: &OsStr, reply: impl EntryReply) {
         let _span = tracing::debug_span!("lookup", parent, ?name).entered();
-        match self.fs.lookup_at_once(parent, name, c.pid) {
-            Ok(Looked::Wait) => self.wait_elsewhere(c.uid, parent, name, reply),
-            Ok(Looked::Found(a)) => entry_or_error(&self.fs, Ok(a), reply),
-            Err(e) => entry_or_error(&self.fs, Err(e), reply),
-        }
+        entry_or_error(&self.fs, self.fs.lookup(parent, name, c.pid), reply);
     }
 
-    /// Waits (`--wait`) for a name of `parent` on a thread of its own and replies from there:
-    /// a request thread held by each waiting consumer would stop every other request of the
-    /// mount once there are as many consumers as threads. Past [`Waiters::PER_USER`] waits of
-    /// caller `uid`, the lookup answers at once, as without `--wait`.
-    fn wait_elsewhere(&self, uid: u32, parent: u64, name: &OsStr, reply: impl EntryReply) {
-        let Some(place) = Waiters::take(&self.waiters, uid) else {
+    /// Waits (`--wait`) for a pending name to be produced on a thread of its own, then opens
+    /// it and replies from there: a request thread held by each waiting consumer would stop
+    /// every other request of the mount once there are as many consumers as threads. Past
+    /// [`Waiters::PER_USER`] waits of caller `c.uid`, the open fails at once (ENOENT), as
+    /// without `--wait`.
+    fn open_when_produced(
+        self: &Arc<Self>,
+        c: Caller,
+        ino: u64,
+        flags: i32,
+        reply: impl OpenReply,
+    ) {
+        let Some(place) = Waiters::take(&self.waiters, c.uid) else {
             self.fs
                 .stats()
                 .name_waits_refused
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(uid, "too many waiting lookups of this user: not waiting");
+            tracing::debug!(
+                uid = c.uid,
+                "too many waiting opens of this user: not waiting"
+            );
             return reply.error(errno(&Error::NotFound));
         };
-        let (fs, name) = (self.fs.clone(), name.to_owned());
+        let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("name-wait".into())
             .stack_size(WAITER_STACK)
             .spawn(move || {
                 let _place = place;
-                entry_or_error(&fs, fs.lookup_waiting(parent, &name), reply);
+                let who = caller::Credentials::of_thread(c.pid, c.uid, c.gid);
+                match me.fs.wait_produced(ino, &who, flags) {
+                    Ok(()) => me.open_now(c, ino, flags, reply),
+                    Err(e) => reply.error(errno(&e)),
+                }
             });
         if let Err(e) = spawned {
             // (The reply went with the closure: a reply never sent is answered EIO.)
@@ -269,7 +283,14 @@ impl<S: Source> Ops<S> {
     }
 
     /// `flags`: the open(2) flags.
-    pub fn open(&self, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
+    pub fn open(self: &Arc<Self>, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
+        if self.fs.open_waits(ino, c.pid, flags) {
+            return self.open_when_produced(c, ino, flags, reply);
+        }
+        self.open_now(c, ino, flags, reply)
+    }
+
+    fn open_now(&self, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
         let _span = tracing::debug_span!("open", ino).entered();
         if self.unasked() {
             // The first open answered so is the last one sent: reads then come by inode.
@@ -285,6 +306,9 @@ impl<S: Source> Ops<S> {
             Ok(o) => o,
             Err(e) => return reply.error(errno(&e)),
         };
+        if write {
+            self.fs.note_writer(opened.fh, c.pid);
+        }
         let mut modes = self.modes_of(ino);
         let offered = opened.passthrough.as_ref().map(|e| e.version);
         let passthrough = match (
@@ -410,6 +434,7 @@ impl<S: Source> Ops<S> {
             .create(parent, name, mode & !umask, (exclusive, truncate), owner)
         {
             Ok((a, o)) => {
+                self.fs.note_writer(o.fh, c.pid);
                 self.modes_of(a.ino).served_by_daemon(o.fh, a.ino);
                 let flags = self.open_flags(&o, c.pid, 0);
                 reply.created(&a, self.fs.ttl(&a), o.fh, flags)

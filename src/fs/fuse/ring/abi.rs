@@ -299,6 +299,7 @@ mod tests {
                 mtime_ns: 3,
             },
             produced: false,
+            pending: false,
         }
     }
 

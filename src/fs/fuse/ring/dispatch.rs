@@ -14,7 +14,12 @@ use crate::fs::fuse::ops::{Caller, Ops};
 use crate::fs::fuse::reply::{EmptyReply, Fail};
 use crate::fs::{Changes, TimeSet};
 
-pub fn handle<S: Source>(ops: &Ops<S>, a: Arrived<'_>, buffers: Arc<Buffers>, done: Completion) {
+pub fn handle<S: Source>(
+    ops: &Arc<Ops<S>>,
+    a: Arrived<'_>,
+    buffers: Arc<Buffers>,
+    done: Completion,
+) {
     let h = a.header;
     // SAFETY: the names are copied out before any reply exists; written bytes (WRITE) are
     // borrowed only by a reply written aside (`direct` false), never over them.
