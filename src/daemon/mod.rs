@@ -45,7 +45,12 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     let mnt = &args.mountpoint;
     let meta = match fs::metadata(mnt) {
         Ok(m) => m,
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+            return Err(UserError::DeadMount(mnt.clone()));
+        }
+        // A mount point that cannot be looked at is a mount whose daemon is gone (the
+        // io_uring transport may say so otherwise than ENOTCONN).
+        Err(_) if std::path::absolute(mnt).is_ok_and(|a| is_mount_point(&a)) => {
             return Err(UserError::DeadMount(mnt.clone()));
         }
         Err(_) => return Err(UserError::NoMountPoint(mnt.clone())),
