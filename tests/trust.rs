@@ -854,3 +854,45 @@ fn keygen_makes_a_private_key_directory() {
     assert_eq!(dir.permissions().mode() & 0o777, 0o700);
     Secret::load(&key).unwrap();
 }
+
+/// The opens one user can keep waiting for names (`--wait`) are bounded: 1,024, each a thread
+/// of the root daemon; past them an open fails at once (ENOENT) and is counted
+/// (`name_waits_refused`).
+#[test]
+fn a_users_waiting_opens_are_bounded() {
+    let f = Fixture::new("waits-bound");
+    let ssd = f.root.join("ssd-waits");
+    let m = f.mount_managed_with(&ssd, &["-o", "allow_other", "--wait", "5s"]);
+    // 1,100 threads of nobody, each opening a name never produced, at once.
+    let script = r#"
+import sys, threading, time
+d, n = sys.argv[1], int(sys.argv[2])
+fast = []
+def one(i):
+    t = time.monotonic()
+    try:
+        open(f"{d}/never-{i}", "rb")
+    except FileNotFoundError:
+        if time.monotonic() - t < 2.5:
+            fast.append(i)
+ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print(len(fast))
+"#;
+    let out = as_user(65534, 65534)
+        .args(["/usr/bin/python3", "-c", script])
+        .arg(&m.mnt)
+        .arg("1100")
+        .output()
+        .unwrap();
+    let fast: usize = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert!((76..=200).contains(&fast), "{fast} opens answered at once");
+    assert!(m.stat("name_waits_refused") >= 76);
+    m.unmount();
+}
