@@ -93,7 +93,8 @@ fn main() -> ExitCode {
             dyadfs::daemon::prefetch::prefetch(args.into()).map(|q| {
                 use dyadfs::stats::counted;
                 println!(
-                    "queued {} for prefetch (stream {stream}); {} skipped",
+                    "queued {} for prefetch (stream {stream}); {} skipped; listed files \
+                     missing when reached are counted in prefetch_missing (dyadfs stats)",
                     counted(q.files, "file"),
                     counted(q.skipped, "line")
                 )

@@ -83,6 +83,8 @@ pub struct Stats {
     pub batched_pulls: AtomicU64,
     /// Listed files a prefetch left alone because its caller may not read them.
     pub prefetch_denied: AtomicU64,
+    /// Listed files that were not there when the prefetch threads reached them.
+    pub prefetch_missing: AtomicU64,
     /// Directory listings served from a read-ahead of a walk.
     pub dirs_read_ahead: AtomicU64,
     /// Listed entries handed to the kernel with their attributes (READDIRPLUS).
@@ -235,6 +237,9 @@ pub struct Snapshot {
     /// Listed files left alone because the list's owner may not read them.
     #[serde(default)]
     pub prefetch_denied: u64,
+    /// Listed files missing when reached. (Absent from older daemons: 0.)
+    #[serde(default)]
+    pub prefetch_missing: u64,
     /// Directory listings a walk (`find`, `os.walk`) found read ahead by the daemon.
     #[serde(default)]
     pub dirs_read_ahead: u64,
@@ -427,6 +432,7 @@ impl Stats {
             batched_pulls: get(&self.batched_pulls),
             prefetch_pending,
             prefetch_denied: get(&self.prefetch_denied),
+            prefetch_missing: get(&self.prefetch_missing),
             dirs_read_ahead: get(&self.dirs_read_ahead),
             listed_with_attrs: get(&self.listed_with_attrs),
             backing_stats: get(&self.backing_stats),
@@ -440,7 +446,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 55] = [
+        let rows: [(&str, String); 56] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -468,6 +474,7 @@ impl Snapshot {
             ("batched pulls", self.batched_pulls.to_string()),
             ("prefetch pending", self.prefetch_pending.to_string()),
             ("prefetch denied", self.prefetch_denied.to_string()),
+            ("prefetch missing", self.prefetch_missing.to_string()),
             ("dirs read ahead", self.dirs_read_ahead.to_string()),
             ("listed with attributes", self.listed_with_attrs.to_string()),
             ("backing stats", self.backing_stats.to_string()),

@@ -338,3 +338,26 @@ fn a_long_line_is_skipped_unheld_and_too_many_path_bytes_are_refused() {
     assert_eq!(m.stat("prefetch_pending"), 1, "the first plan stays");
     m.unmount();
 }
+
+/// A listed path that is not there (a typo, a file removed since) is not filled and is said:
+/// counted in `prefetch_missing` when the threads reach it, which `dyadfs prefetch` points to
+/// (it answered "queued 5 files; 0 lines skipped" and nothing showed them anywhere).
+#[test]
+fn missing_listed_files_are_counted() {
+    let f = Fixture::new("prefetch-missing");
+    for k in 0..3 {
+        f.write(&format!("f{k}.bin"), &pattern(5_000, k));
+    }
+    let m = f.mount(&[]);
+    let list = f.root.join("list");
+    let text: String = ["f0.bin", "nope0.bin", "f1.bin", "nope1.bin", "f2.bin"]
+        .iter()
+        .map(|p| format!("{}\n", m.path(p).display()))
+        .collect();
+    fs::write(&list, text).unwrap();
+    let out = prefetch(&m, &list);
+    assert!(out.contains("prefetch_missing"), "{out}");
+    assert_eq!(wait_stat(&m, "prefetched_files", |v| v >= 3), 3);
+    assert_eq!(wait_stat(&m, "prefetch_missing", |v| v >= 2), 2);
+    m.unmount();
+}

@@ -366,7 +366,16 @@ impl<S: Source> DyadFs<S> {
         path: &str,
         who: &Credentials,
     ) -> Result<Option<Arc<crate::cache::Entry>>, Error> {
-        let found = self.resolve(path, Duration::ZERO)?;
+        let found = match self.resolve(path, Duration::ZERO) {
+            Err(Error::NotFound) => {
+                // Listed but not there (a typo, a file removed since): said in the stats.
+                self.stats()
+                    .prefetch_missing
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(Error::NotFound);
+            }
+            r => r?,
+        };
         if let Err(e) = self.readable_by(path, &found, who) {
             self.stats().prefetch_denied.fetch_add(1, Ordering::Relaxed);
             return Err(e);
