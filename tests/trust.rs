@@ -896,3 +896,37 @@ print(len(fast))
     assert!(m.stat("name_waits_refused") >= 76);
     m.unmount();
 }
+
+/// A plain user who may not open /dev/fuse is told so in one line naming it and the fix, and
+/// nothing is made (it said "cannot mount MNT: Permission denied (os error 13)" after making the
+/// cache dir). /dev/fuse is made root's alone for the test and put back as it was.
+#[test]
+fn a_user_without_dev_fuse_is_told_which_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new("no-dev-fuse");
+    let base = f.root.join("user");
+    fs::create_dir_all(base.join("mnt")).unwrap();
+    fs::create_dir_all(base.join("data")).unwrap();
+    std::os::unix::fs::chown(&base, Some(65534), Some(65534)).unwrap();
+    for d in ["mnt", "data"] {
+        std::os::unix::fs::chown(base.join(d), Some(65534), Some(65534)).unwrap();
+    }
+    let mode = fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(mode & !0o077)).unwrap();
+    let out = as_user(65534, 65534)
+        .arg(env!("CARGO_BIN_EXE_dyadfs"))
+        .arg("mount")
+        .arg(base.join("mnt"))
+        .arg("--ssd")
+        .arg(base.join("ssd"))
+        .arg("--backing")
+        .arg(base.join("data"))
+        .output()
+        .unwrap();
+    fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(mode)).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "mounted: {err}");
+    assert!(err.contains("/dev/fuse") && err.contains("group"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!base.join("ssd").exists(), "the cache dir was made");
+}

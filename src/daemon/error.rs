@@ -9,6 +9,11 @@ use std::path::PathBuf;
 pub enum UserError {
     #[error("no /dev/fuse: load the fuse module (modprobe fuse) or run where FUSE is available")]
     NoFuse,
+    #[error(
+        "cannot open /dev/fuse: {0}: a plain user's mount needs read and write on it (see ls -l \
+         /dev/fuse: often the group fuse), or mount as root"
+    )]
+    NoFuseAccess(io::Error),
     #[error("mount point {} does not exist", .0.display())]
     NoMountPoint(PathBuf),
     #[error("mount point {p} is a dead FUSE mount: run fusermount3 -u {p}", p = .0.display())]

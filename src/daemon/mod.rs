@@ -42,6 +42,17 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
             return Err(UserError::NoFuse);
         }
     }
+    // A plain user's mount opens /dev/fuse itself first: said with the path and the fix, not
+    // as a bare "Permission denied" after the cache dir was made.
+    if crate::sys::euid() != 0
+        && let Err(e) = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open("/dev/fuse")
+    {
+        return Err(UserError::NoFuseAccess(e));
+    }
     let mnt = &args.mountpoint;
     let meta = match fs::metadata(mnt) {
         Ok(m) => m,
