@@ -15,8 +15,8 @@ use crate::core::sync::lock;
 /// What a lookup found.
 pub enum Looked {
     Found(Attr),
-    /// Nothing yet, and a reader opens it (`--wait`): answer with a pending entry.
-    Pending,
+    /// Nothing yet at this path, and a reader opens it (`--wait`): answer with a pending entry.
+    Pending(String),
 }
 
 impl<S: Source> DyadFs<S> {
@@ -26,8 +26,6 @@ impl<S: Source> DyadFs<S> {
     /// creation of a name (a producer's `stat`, `cp`, `mkdir`) gets ENOENT, which leaves no
     /// negative entry in the kernel, so a later reader's open still waits.
     pub fn lookup(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Attr, Error> {
-        let parent_node = self.node(parent)?;
-        let path = join(&Self::path_of(&parent_node), name);
         // Whether the name is the last of the path a reader opens (else a directory on the
         // way to it), once a wait is in question.
         let mut last = true;
@@ -42,7 +40,7 @@ impl<S: Source> DyadFs<S> {
         };
         match self.lookup_then_wait(parent, name, true, waits)? {
             Looked::Found(attr) => Ok(attr),
-            Looked::Pending => {
+            Looked::Pending(path) => {
                 // The file it opens, or a directory on the way (looked up in as any other).
                 let pending = Name {
                     dir: !last,
@@ -88,9 +86,10 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    /// Waits (`--wait`) for pending inode `ino`'s name to be produced; then its attributes are
-    /// the file's, and `who` must be let in as `flags` ask (the kernel judged the open by the
-    /// pending entry's, which let any reader in).
+    /// Waits (`--wait`) for inode `ino`'s name to be published (a pending name, or a file
+    /// another process is writing here: see [`Self::open_waits`]); then its attributes are the
+    /// file's, and `who` must be let in as `flags` ask (the kernel judged a pending name's open
+    /// by the pending entry's attributes, which let any reader in).
     pub fn wait_produced(
         &self,
         ino: u64,
@@ -175,7 +174,7 @@ impl<S: Source> DyadFs<S> {
         }
         let found = match self.resolve(&path, Duration::ZERO) {
             Err(Error::NotFound) if !self.config.wait.is_zero() => match wait(&path) {
-                Some(d) if d.is_zero() => return Ok(Looked::Pending),
+                Some(d) if d.is_zero() => return Ok(Looked::Pending(path)),
                 Some(d) => self.resolve(&path, d)?,
                 None => return Err(Error::NotFound),
             },
