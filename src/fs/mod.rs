@@ -479,10 +479,14 @@ impl<S: Source> DyadFs<S> {
 
     pub fn getattr(&self, ino: u64) -> Result<Attr, Error> {
         let node = self.node(ino)?;
+        // A pending name (`--wait`) is what it was until its open finds it produced (which
+        // gives the node the file's attributes): the kernel asks for them before letting that
+        // open through, and asking its home each time would cost a round trip per wait.
+        let cached = lock(&node.attr).0;
+        if cached.pending {
+            return Ok(cached);
+        }
         match self.fresh_attr(&node) {
-            // A pending name (`--wait`) is what it was until it is produced: the kernel asks
-            // for its attributes before letting its open through.
-            Err(Error::NotFound) if lock(&node.attr).0.pending => Ok(lock(&node.attr).0),
             Err(Error::NotFound) => self.unlinked_attr(ino, &node),
             r => r,
         }
