@@ -83,8 +83,11 @@ impl Cache {
     fn checksums(&self, entry: &Entry, file: &Path) -> Result<Vec<u32>, CacheError> {
         let chunk_size = self.shared.chunk_size;
         let src = self.shared.files.open_retrying(|| File::open(file))?;
-        let mut buf = vec![0; chunk_size as usize];
-        let zeros = crc32c::crc32c(&buf);
+        // As large as a chunk of this file can be, not a whole chunk size: a small file's
+        // close then reads (and faults in) what it holds, not 2 MiB.
+        let mut buf = vec![0; chunk_size.min(entry.version.size) as usize];
+        // The checksum of a whole chunk of zeros, made only for a file with a hole that size.
+        let mut zeros = None;
         let mut crcs = Vec::with_capacity(entry.chunk_count() as usize);
         // The next run of data (its start, `None`: none left; and its end), asked again once
         // a chunk starts past it. Chunks before it are holes.
@@ -101,7 +104,9 @@ impl Cache {
             }
             let hole = data.0.is_none_or(|d| d >= start + len);
             crcs.push(match hole {
-                true if len == chunk_size => zeros,
+                true if len == chunk_size => {
+                    *zeros.get_or_insert_with(|| crc32c::crc32c(&vec![0; chunk_size as usize]))
+                }
                 true => crc32c::crc32c(&vec![0; len as usize]),
                 false => {
                     let b = &mut buf[..len as usize];

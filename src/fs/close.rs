@@ -86,8 +86,12 @@ impl<S: Source> DyadFs<S> {
         let r = if staged.unlinked.load(Ordering::Relaxed) {
             Ok(())
         } else {
-            self.seal(staged)
-                .and_then(|sealed| self.publish(staged, sealed))
+            // Spans of their own in a `--trace`: where a producer's close spends its time.
+            tracing::debug_span!("seal")
+                .in_scope(|| self.seal(staged))
+                .and_then(|sealed| {
+                    tracing::debug_span!("publish").in_scope(|| self.publish(staged, sealed))
+                })
         };
         self.producer.unstage(staged);
         r
