@@ -268,17 +268,22 @@ impl Agent {
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            let now = Instant::now();
-            while let Some(&Reverse((at, seq))) = self.timers.peek() {
-                if at > now {
-                    break;
-                }
-                self.timers.pop();
-                if let Some(t) = self.pending.remove(&seq)
-                    && let Err(e) = self.foca.handle_timer(t, &mut self.runtime)
-                {
-                    tracing::debug!(error = %e, "gossip timer");
-                }
+            self.fire_timers();
+        }
+    }
+
+    /// Hands foca the timers that are due.
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(&Reverse((at, seq))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(t) = self.pending.remove(&seq)
+                && let Err(e) = self.foca.handle_timer(t, &mut self.runtime)
+            {
+                tracing::debug!(error = %e, "gossip timer");
             }
         }
     }
@@ -407,6 +412,43 @@ mod tests {
         s.local_addr().unwrap()
     }
 
+    /// `n` members on free loopback addresses, tagged with one job secret, and how fast they
+    /// detect a silent one.
+    struct TestMembers {
+        addrs: Vec<SocketAddr>,
+        key: Arc<Secret>,
+        detect_within: Duration,
+    }
+
+    impl TestMembers {
+        fn new(n: usize, detect_ms: u64) -> TestMembers {
+            TestMembers {
+                addrs: (0..n).map(|_| free_addr()).collect(),
+                key: Arc::new(Secret::new(vec![7; 32]).unwrap()),
+                detect_within: Duration::from_millis(detect_ms),
+            }
+        }
+
+        /// Member `i`'s configuration, as start `incarnation`.
+        fn cfg(&self, i: usize, incarnation: u64) -> GossipConfig {
+            GossipConfig {
+                me: Peer {
+                    id: i as u32,
+                    addr: self.addrs[i],
+                    incarnation,
+                },
+                members: self
+                    .addrs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (i as u32, *a))
+                    .collect(),
+                secret: Some(self.key.clone()),
+                detect_within: self.detect_within,
+            }
+        }
+    }
+
     fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
         let t = Instant::now();
         while !cond() {
@@ -430,27 +472,15 @@ mod tests {
     /// a member never heard from is down once the start's grace is over.
     #[test]
     fn only_holders_of_the_secret_are_heard() {
-        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
+        let m = TestMembers::new(4, 800);
         let stranger = Arc::new(Secret::new(vec![9; 32]).unwrap());
-        let addrs: Vec<SocketAddr> = (0..4).map(|_| free_addr()).collect();
-        let members: Vec<(NodeId, SocketAddr)> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (i as u32, *a))
-            .collect();
         let views: Vec<Arc<Liveness>> = (0..4).map(|_| Arc::default()).collect();
         // Node 3 never runs (its address is bound, unread).
-        let _silent = UdpSocket::bind(addrs[3]).unwrap();
-        for (i, key) in [(0, &key), (1, &key), (2, &stranger)] {
+        let _silent = UdpSocket::bind(m.addrs[3]).unwrap();
+        for (i, key) in [(0, &m.key), (1, &m.key), (2, &stranger)] {
             let cfg = GossipConfig {
-                me: Peer {
-                    id: i as u32,
-                    addr: addrs[i],
-                    incarnation: 1,
-                },
-                members: members.clone(),
                 secret: Some(key.clone()),
-                detect_within: Duration::from_millis(800),
+                ..m.cfg(i, 1)
             };
             start(cfg, views[i].clone(), Box::new(|_, _| {})).unwrap();
         }
@@ -471,51 +501,17 @@ mod tests {
 
     #[test]
     fn a_member_that_stops_is_down_everywhere_and_back_when_it_restarts() {
-        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
-        let addrs: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
-        let members: Vec<(NodeId, SocketAddr)> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (i as u32, *a))
-            .collect();
+        let m = TestMembers::new(3, 800);
         let views: Vec<Arc<Liveness>> = (0..3).map(|_| Arc::default()).collect();
-        let cfg = |i: usize, incarnation| GossipConfig {
-            me: Peer {
-                id: i as u32,
-                addr: addrs[i],
-                incarnation,
-            },
-            members: members.clone(),
-            secret: Some(key.clone()),
-            detect_within: Duration::from_millis(800),
-        };
+        let cfg = |i: usize, incarnation| m.cfg(i, incarnation);
+        let addrs = &m.addrs;
         for (i, view) in views.iter().enumerate().take(2) {
             start(cfg(i, 1), view.clone(), Box::new(|_, _| {})).unwrap();
         }
         // Node 2 runs in a thread we can stop: its agent is driven by hand below.
         let socket = UdpSocket::bind(addrs[2]).unwrap();
         let mut agent = Agent::new(cfg(2, 1), socket, 3, views[2].clone(), Box::new(|_, _| {}));
-        let stop = Instant::now() + Duration::from_secs(2);
-        let mut buf = vec![0u8; 64 << 10];
-        while Instant::now() < stop {
-            agent.drain();
-            let _ = agent
-                .socket
-                .set_read_timeout(Some(Duration::from_millis(20)));
-            if let Ok((n, from)) = agent.socket.recv_from(&mut buf) {
-                agent.receive(&buf[..n], from);
-            }
-            let now = Instant::now();
-            while let Some(&Reverse((at, seq))) = agent.timers.peek() {
-                if at > now {
-                    break;
-                }
-                agent.timers.pop();
-                if let Some(t) = agent.pending.remove(&seq) {
-                    let _ = agent.foca.handle_timer(t, &mut agent.runtime);
-                }
-            }
-        }
+        drive(&mut agent, Duration::from_secs(2));
         assert!(!views[0].is_down(2), "node 2 was up");
         // Node 2 freezes (its socket stays bound, unread).
         let frozen_at = Instant::now();
@@ -542,16 +538,7 @@ mod tests {
             if let Ok((n, from)) = agent.socket.recv_from(&mut buf) {
                 agent.receive(&buf[..n], from);
             }
-            let now = Instant::now();
-            while let Some(&Reverse((at, seq))) = agent.timers.peek() {
-                if at > now {
-                    break;
-                }
-                agent.timers.pop();
-                if let Some(t) = agent.pending.remove(&seq) {
-                    let _ = agent.foca.handle_timer(t, &mut agent.runtime);
-                }
-            }
+            agent.fire_timers();
         }
     }
 
@@ -561,24 +548,9 @@ mod tests {
     /// while the replay ran.
     #[test]
     fn replayed_datagrams_do_not_keep_a_frozen_member_alive() {
-        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
-        let addrs: Vec<SocketAddr> = (0..2).map(|_| free_addr()).collect();
-        let members: Vec<(NodeId, SocketAddr)> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (i as u32, *a))
-            .collect();
+        let m = TestMembers::new(2, 400);
+        let (addrs, cfg) = (&m.addrs, |i: usize| m.cfg(i, 1));
         let view0: Arc<Liveness> = Arc::default();
-        let cfg = |i: usize| GossipConfig {
-            me: Peer {
-                id: i as u32,
-                addr: addrs[i],
-                incarnation: 1,
-            },
-            members: members.clone(),
-            secret: Some(key.clone()),
-            detect_within: Duration::from_millis(400),
-        };
         start(cfg(0), view0.clone(), Box::new(|_, _| {})).unwrap();
         let socket = UdpSocket::bind(addrs[1]).unwrap();
         let mut b = Agent::new(cfg(1), socket, 5, Arc::default(), Box::new(|_, _| {}));
@@ -629,23 +601,8 @@ mod tests {
     /// is up again, and the locator is told both.
     #[test]
     fn a_member_that_never_started_is_down_and_up_once_it_starts() {
-        let key = Arc::new(Secret::new(vec![7; 32]).unwrap());
-        let addrs: Vec<SocketAddr> = (0..2).map(|_| free_addr()).collect();
-        let members: Vec<(NodeId, SocketAddr)> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (i as u32, *a))
-            .collect();
-        let cfg = |i: usize| GossipConfig {
-            me: Peer {
-                id: i as u32,
-                addr: addrs[i],
-                incarnation: 1,
-            },
-            members: members.clone(),
-            secret: Some(key.clone()),
-            detect_within: Duration::from_millis(600),
-        };
+        let m = TestMembers::new(2, 600);
+        let cfg = |i: usize| m.cfg(i, 1);
         let view: Arc<Liveness> = Arc::default();
         let told = Arc::new(Mutex::new(Vec::new()));
         let t = told.clone();
