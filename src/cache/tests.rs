@@ -195,18 +195,26 @@ fn tombstones_and_slot_takeovers_survive_a_restart() {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// The data file of "a", `size` bytes of 7 filled through a cache that is then closed.
+fn filled_data_file(config: &CacheConfig, stats: &Arc<Stats>, size: u64) -> PathBuf {
+    let cache = Cache::open(config, stats.clone()).unwrap();
+    let a = cache.entry("a", v(size)).unwrap();
+    fill(&cache, &a, 7);
+    a.data_path()
+}
+
+/// Changes the byte at `at` of a data file behind the cache's back.
+fn flip_byte(data_path: &Path, at: u64) {
+    let f = OpenOptions::new().write(true).open(data_path).unwrap();
+    f.write_all_at(&[8], at).unwrap();
+}
+
 #[test]
 fn checksum_failure_drops_the_chunk() {
     let (dir, config, stats) = setup(100 << 20);
-    let data_path = {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        let a = cache.entry("a", v(2 << 20)).unwrap();
-        fill(&cache, &a, 7);
-        a.data_path()
-    };
+    let data_path = filled_data_file(&config, &stats, 2 << 20);
     // Flip one byte of the second chunk behind the cache's back.
-    let f = OpenOptions::new().write(true).open(&data_path).unwrap();
-    f.write_all_at(&[8], (1 << 20) + 5).unwrap();
+    flip_byte(&data_path, (1 << 20) + 5);
     let cache = Cache::open(&config, stats.clone()).unwrap();
     let a = cache.entry("a", v(2 << 20)).unwrap();
     assert!(!a.verify(&cache, 0..2).unwrap());
@@ -223,17 +231,8 @@ fn checksum_failure_drops_the_chunk() {
 #[test]
 fn a_file_changed_after_its_repair_is_checked_again() {
     let (dir, config, stats) = setup(100 << 20);
-    let data_path = {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        let a = cache.entry("a", v(2 << 20)).unwrap();
-        fill(&cache, &a, 7);
-        a.data_path()
-    };
-    let flip = |at: u64| {
-        let f = OpenOptions::new().write(true).open(&data_path).unwrap();
-        f.write_all_at(&[8], at).unwrap();
-    };
-    flip((1 << 20) + 5);
+    let data_path = filled_data_file(&config, &stats, 2 << 20);
+    flip_byte(&data_path, (1 << 20) + 5);
     let cache = Cache::open(&config, stats.clone()).unwrap();
     let a = cache.entry("a", v(2 << 20)).unwrap();
     assert!(!a.is_verified());
@@ -242,7 +241,7 @@ fn a_file_changed_after_its_repair_is_checked_again() {
     fill(&cache, &a, 7);
     // (Past the file system's timestamp granularity where it is coarse.)
     std::thread::sleep(std::time::Duration::from_millis(20));
-    flip(5);
+    flip_byte(&data_path, 5);
     assert!(!a.is_verified(), "the change after the repair went unseen");
     assert!(!a.verify(&cache, 0..2).unwrap());
     assert!(!a.all_present(0..1) && a.all_present(1..2));
@@ -255,14 +254,8 @@ fn a_file_changed_after_its_repair_is_checked_again() {
 #[test]
 fn bytes_read_for_a_peer_are_verified_on_the_way() {
     let (dir, config, stats) = setup(100 << 20);
-    let data_path = {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        let a = cache.entry("a", v(3 << 20)).unwrap();
-        fill(&cache, &a, 7);
-        a.data_path()
-    };
-    let f = OpenOptions::new().write(true).open(&data_path).unwrap();
-    f.write_all_at(&[8], (1 << 20) + 5).unwrap();
+    let data_path = filled_data_file(&config, &stats, 3 << 20);
+    flip_byte(&data_path, (1 << 20) + 5);
     let cache = Cache::open(&config, stats.clone()).unwrap();
     let a = cache.entry("a", v(3 << 20)).unwrap();
     let mut buf = vec![0; 1 << 20];
