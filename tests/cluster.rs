@@ -296,20 +296,10 @@ fn rendezvous_bootstraps_without_a_peers_file() {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let nodes: Vec<Mounted> = (0..2)
-        .map(|i| {
-            assert!(
-                outs[i].status.success(),
-                "{}",
-                String::from_utf8_lossy(&outs[i].stderr)
-            );
-            let mut m = Mounted {
-                mnt: c.root.join(format!("m{i}")),
-                pid: 0,
-            };
-            m.pid = m.stat("pid") as u32;
-            m
-        })
+    let nodes: Vec<Mounted> = outs
+        .into_iter()
+        .enumerate()
+        .map(|(i, out)| mounted_at(&c.root.join(format!("m{i}")), out))
         .collect();
     read_check(&nodes[0], "x", &data);
     std::thread::sleep(Duration::from_millis(200));

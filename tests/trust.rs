@@ -168,32 +168,11 @@ fn a_multi_node_mount_needs_a_private_secret() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("open-secret") && err.contains("644"), "{err}");
     assert!(!is_mounted(&c.root.join("m0")));
-    let out = mount(&["--insecure"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut m = Mounted {
-        mnt: c.root.join("m0"),
-        pid: 0,
-    };
-    m.pid = m.stat("pid") as u32;
-    m.unmount();
+    mounted_at(&c.root.join("m0"), mount(&["--insecure"])).unmount();
     // A relative key file is the caller's: the daemon looked it up under `/`, where it works,
     // and failed with "No such file or directory".
     let out = mount_in(&c.root, &["--secret-file", "secret"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut m = Mounted {
-        mnt: c.root.join("m0"),
-        pid: 0,
-    };
-    m.pid = m.stat("pid") as u32;
-    m.unmount();
+    mounted_at(&c.root.join("m0"), out).unmount();
 }
 
 /// Asks for the first MiB of `x` at `version`, as request `id`.

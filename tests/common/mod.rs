@@ -97,17 +97,7 @@ impl Fixture {
 
     /// The mount a successful `mount` made; panics with the error otherwise.
     fn mounted(&self, out: Output) -> Mounted {
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut mounted = Mounted {
-            mnt: self.mnt.clone(),
-            pid: 0,
-        };
-        mounted.pid = mounted.stats()["pid"].as_u64().unwrap() as u32;
-        mounted
+        mounted_at(&self.mnt, out)
     }
 
     pub fn write(&self, rel: &str, data: &[u8]) {
@@ -184,6 +174,23 @@ impl Drop for Mounted {
             .status();
         wait_gone(self.pid);
     }
+}
+
+/// The mount at `mnt` a successful `mount` (its output `out`) made, with its daemon's pid;
+/// panics with the error otherwise.
+pub fn mounted_at(mnt: &Path, out: Output) -> Mounted {
+    assert!(
+        out.status.success(),
+        "mount of {} failed: {}",
+        mnt.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut mounted = Mounted {
+        mnt: mnt.to_path_buf(),
+        pid: 0,
+    };
+    mounted.pid = mounted.stat("pid") as u32;
+    mounted
 }
 
 pub fn wait_gone(pid: u32) {
@@ -349,16 +356,7 @@ impl Cluster {
     /// Mounts node `i` and puts it at `nodes[i]` (the nodes before it must be there).
     pub fn start_node(&mut self, i: u32) {
         let out = self.mount_cmd(i).output().unwrap();
-        assert!(
-            out.status.success(),
-            "node {i}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut m = Mounted {
-            mnt: self.root.join(format!("m{i}")),
-            pid: 0,
-        };
-        m.pid = m.stat("pid") as u32;
+        let m = mounted_at(&self.root.join(format!("m{i}")), out);
         self.nodes.insert(i as usize, m);
     }
 
