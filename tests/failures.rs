@@ -454,31 +454,6 @@ fn a_restart_of_every_node_loses_no_name() {
     }
 }
 
-/// The producer a round runs on each node: writes `d{node}/r{round}-{i}` until its daemon dies,
-/// logging each file whose close returned.
-const WRITER: &str = r#"
-import os, sys
-mnt, node, rnd, log = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-os.makedirs(f"{mnt}/d{node}", exist_ok=True)
-with open(log, "w") as out:
-    for i in range(100000):
-        name = f"d{node}/r{rnd}-{i}"
-        data = (name.encode() * 5000)[: 500 + len(name) * 997 % 40000]
-        try:
-            with open(f"{mnt}/{name}", "wb") as f:
-                f.write(data)
-        except OSError:
-            break
-        out.write(name + "\n")
-        out.flush()
-"#;
-
-/// What [`WRITER`] writes under `name`.
-fn written(name: &str) -> Vec<u8> {
-    let n = 500 + name.len() * 997 % 40000;
-    name.as_bytes().iter().cycle().take(n).copied().collect()
-}
-
 /// The names under `d0`..`d2` as node `m` lists them.
 fn produced(m: &Mounted) -> Vec<String> {
     let mut names = Vec::new();
@@ -506,15 +481,7 @@ fn every_node_killed_at_random_moments_loses_no_closed_file() {
         let writers: Vec<_> = (0..3)
             .map(|i| {
                 let log = c.root.join(format!("closed-{round}-{i}"));
-                let w = venv_python()
-                    .arg("-c")
-                    .arg(WRITER)
-                    .arg(&c.nodes[i].mnt)
-                    .arg(i.to_string())
-                    .arg(round.to_string())
-                    .arg(&log)
-                    .spawn()
-                    .unwrap();
+                let w = start_writer(&c.nodes[i].mnt, &format!("d{i}/r{round}-"), &log);
                 (w, log)
             })
             .collect();

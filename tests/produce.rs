@@ -552,52 +552,26 @@ fn published_names_survive_restarts_and_kills() {
     let f = Fixture::new("durable");
     let ssd = f.root.join("ssd-durable");
     let m = f.mount_managed(&ssd);
-    let body = |name: &str| -> Vec<u8> {
-        let n = 1000 + name.len() * 997 % 60_000;
-        name.as_bytes().iter().cycle().take(n).copied().collect()
-    };
     fs::create_dir_all(m.path("run/sub")).unwrap();
     for i in 0..20 {
         let name = format!("run/sub/a{i}");
-        fs::write(m.path(&name), body(&name)).unwrap();
+        fs::write(m.path(&name), written(&name)).unwrap();
     }
     fs::rename(m.path("run/sub/a0"), m.path("run/renamed")).unwrap();
     fs::remove_file(m.path("run/sub/a1")).unwrap();
     m.unmount();
     let mut m = f.mount_managed(&ssd);
     let mut kept: Vec<String> = (2..20).map(|i| format!("run/sub/a{i}")).collect();
-    assert!(fs::read(m.path("run/renamed")).unwrap() == body("run/sub/a0"));
+    assert!(fs::read(m.path("run/renamed")).unwrap() == written("run/sub/a0"));
     assert!(!m.path("run/sub/a1").exists());
     for name in &kept {
-        assert!(fs::read(m.path(name)).unwrap() == body(name), "{name}");
+        assert!(fs::read(m.path(name)).unwrap() == written(name), "{name}");
     }
     // A producer writes until its daemon is killed under it; what its log says closed, is.
-    let writer = r#"
-import sys
-mnt, log, rnd = sys.argv[1], sys.argv[2], sys.argv[3]
-with open(log, "w") as out:
-    for i in range(100000):
-        name = f"run/k{rnd}-{i}"
-        data = (name.encode() * 70000)[: 1000 + len(name) * 997 % 60000]
-        try:
-            with open(f"{mnt}/{name}", "wb") as f:
-                f.write(data)
-        except OSError:
-            break
-        out.write(name + "\n")
-        out.flush()
-"#;
     let mut seed = std::process::id() as u64;
     for round in 0..3 {
         let log = f.root.join(format!("closed-{round}"));
-        let mut w = venv_python()
-            .arg("-c")
-            .arg(writer)
-            .arg(&m.mnt)
-            .arg(&log)
-            .arg(round.to_string())
-            .spawn()
-            .unwrap();
+        let mut w = start_writer(&m.mnt, &format!("run/k{round}-"), &log);
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -619,13 +593,13 @@ with open(log, "w") as out:
         kept.extend(closed);
         for name in &kept {
             let got = fs::read(m.path(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert!(got == body(name), "{name} reads other bytes");
+            assert!(got == written(name), "{name} reads other bytes");
         }
         for e in fs::read_dir(m.path("run")).unwrap() {
             let name = format!("run/{}", e.unwrap().file_name().to_string_lossy());
             if name != "run/sub" && name != "run/renamed" {
                 assert!(
-                    fs::read(m.path(&name)).unwrap() == body(&name),
+                    fs::read(m.path(&name)).unwrap() == written(&name),
                     "{name} is partial"
                 );
             }

@@ -176,6 +176,46 @@ impl Drop for Mounted {
     }
 }
 
+/// A producer for killing daemons under: writes `MNT/PREFIX0`, `MNT/PREFIX1`, ... (making
+/// PREFIX's directory) until a write or a close fails, and logs each name whose close returned,
+/// a line each, to LOG. What it writes under a name is [`written`]. Start it with
+/// [`start_writer`].
+const KILLED_WRITER: &str = r#"
+import os, sys
+mnt, prefix, log = sys.argv[1], sys.argv[2], sys.argv[3]
+os.makedirs(os.path.dirname(f"{mnt}/{prefix}"), exist_ok=True)
+with open(log, "w") as out:
+    for i in range(100000):
+        name = f"{prefix}{i}"
+        n = 500 + len(name) * 997 % 40000
+        data = (name.encode() * (n // len(name) + 1))[:n]
+        try:
+            with open(f"{mnt}/{name}", "wb") as f:
+                f.write(data)
+        except OSError:
+            break
+        out.write(name + "\n")
+        out.flush()
+"#;
+
+/// Starts the killed daemons' producer (see [`KILLED_WRITER`]) on `mnt`.
+pub fn start_writer(mnt: &Path, prefix: &str, log: &Path) -> std::process::Child {
+    venv_python()
+        .arg("-c")
+        .arg(KILLED_WRITER)
+        .arg(mnt)
+        .arg(prefix)
+        .arg(log)
+        .spawn()
+        .unwrap()
+}
+
+/// The bytes the killed daemons' producer writes under `name` (a path under the mount).
+pub fn written(name: &str) -> Vec<u8> {
+    let n = 500 + name.len() * 997 % 40000;
+    name.as_bytes().iter().cycle().take(n).copied().collect()
+}
+
 /// The mount at `mnt` a successful `mount` (its output `out`) made, with its daemon's pid;
 /// panics with the error otherwise.
 pub fn mounted_at(mnt: &Path, out: Output) -> Mounted {
