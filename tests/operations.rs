@@ -361,6 +361,17 @@ fn sample(text: &str, name: &str) -> f64 {
         .unwrap()
 }
 
+/// `f` mounted with `--metrics-listen` on a free loopback port, and that port.
+fn mount_with_metrics(f: &Fixture) -> (common::Mounted, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let m = f.mount(&["--metrics-listen", &format!("127.0.0.1:{port}")]);
+    (m, port)
+}
+
 /// `--metrics-listen`: a Prometheus scrape parses, carries every stats key with the node
 /// label, and moves with reads (counters and the fill histogram).
 #[test]
@@ -369,12 +380,7 @@ fn the_metrics_endpoint_moves_with_reads() {
     for k in 0..5 {
         f.write(&format!("m{k}.bin"), &pattern(100_000, k));
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let m = f.mount(&["--metrics-listen", &format!("127.0.0.1:{port}")]);
+    let (m, port) = mount_with_metrics(&f);
     let before = scrape(port);
     assert!(before.ends_with("# EOF\n"));
     for key in [
@@ -410,12 +416,7 @@ fn a_slow_metrics_client_is_closed_and_holds_no_scrape_up() {
     use std::time::{Duration, Instant};
     let deadline = dyadfs::metrics::REQUEST_DEADLINE;
     let f = Fixture::new("metrics-slow");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let m = f.mount(&["--metrics-listen", &format!("127.0.0.1:{port}")]);
+    let (m, port) = mount_with_metrics(&f);
     let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let start = Instant::now();
     let mut writer = slow.try_clone().unwrap();
