@@ -116,30 +116,36 @@ impl ToldAbsent {
 
     /// Whether thread `tid`'s process, or its parent, was told `path` is absent just now.
     pub fn told(&self, tid: u32, path: &str) -> bool {
-        let told = crate::core::sync::lock(&self.told);
-        if told.is_empty() {
+        if crate::core::sync::lock(&self.told).is_empty() {
             return false;
         }
-        let Some(pid) = process_of(tid) else {
+        // Read before the lock is taken: other lookups need not wait on /proc.
+        let Some([pid, parent]) = status_numbers(tid, ["Tgid:", "PPid:"]) else {
             return false;
         };
+        let told = crate::core::sync::lock(&self.told);
         let recent = |p: u32| {
             told.get(&(p, path.to_string()))
                 .is_some_and(|at| at.elapsed() < Self::FOR)
         };
-        recent(pid) || parent_of(pid).is_some_and(recent)
+        recent(pid) || recent(parent)
     }
 }
 
-/// The parent of process `pid`, while it runs.
-fn parent_of(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("PPid:"))?
-        .trim()
-        .parse()
-        .ok()
+/// The numbers of fields `keys` (`"Tgid:"`, `"PPid:"`...) of thread `tid`'s
+/// `/proc/<tid>/status`, read once, while it runs.
+fn status_numbers<const N: usize>(tid: u32, keys: [&str; N]) -> Option<[u32; N]> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let mut out = [0; N];
+    for (slot, key) in out.iter_mut().zip(keys) {
+        *slot = status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .trim()
+            .parse()
+            .ok()?;
+    }
+    Some(out)
 }
 
 /// Whether system call `nr` with arguments `arg(i)` opens to read (`how(ptr)`: the first 8
@@ -194,13 +200,7 @@ impl Credentials {
 
 /// The process (thread group) of thread `tid`, while it runs.
 pub fn process_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
-        .parse()
-        .ok()
+    status_numbers(tid, ["Tgid:"]).map(|[pid]| pid)
 }
 
 /// A file: the device number (major, minor) of its file system and its inode number.
