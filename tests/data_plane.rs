@@ -502,14 +502,7 @@ fn ucx_over_tcp_must_be_acknowledged_and_auto_never_takes_it() {
     let mut c = Cluster::new("tcpack", 2, 5);
     c.extra = ["--data-plane", "ucx"].map(String::from).to_vec();
     let out = c.mount_cmd(0).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "mounted: {err}");
-    assert!(
-        err.contains("--ucx-over-tcp") && err.contains("tcp"),
-        "{err}"
-    );
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(!is_mounted(&c.root.join("m0")));
+    refused_in_one_line(&out, &c.root.join("m0"), &["--ucx-over-tcp", "tcp"]);
     c.extra = ["--data-plane", "auto"].map(String::from).to_vec();
     c.start(2);
     for m in &c.nodes {

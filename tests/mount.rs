@@ -1169,11 +1169,7 @@ fn a_refused_mount_leaves_nothing_behind() {
             .args(extra)
             .output()
             .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(!out.status.success(), "mounted: {err}");
-        assert!(err.contains(says), "{err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
-        assert!(!is_mounted(&f.mnt));
+        refused_in_one_line(&out, &f.mnt, &[says]);
         assert_eq!(
             fs::read_dir(&f.mnt).unwrap().count(),
             0,

@@ -122,14 +122,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
     Secret::generate(&other).unwrap();
     c.secret = other;
     let out = c.mount_cmd(2).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "mounted with another key: {err}");
-    assert!(
-        err.contains("peers 0, 1") && err.contains("--secret-file"),
-        "{err}"
-    );
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(!is_mounted(&c.root.join("m2")));
+    refused_in_one_line(&out, &c.root.join("m2"), &["peers 0, 1", "--secret-file"]);
     assert_eq!(c.nodes[0].stat("bytes_served_to_peers"), served);
     assert_eq!(listing(&c.nodes[1]), before);
 }
@@ -379,12 +372,7 @@ fn a_local_user_cannot_redirect_roots_files() {
     fs::write(&victim, b"untouched").unwrap();
     fs::set_permissions(&base, fs::Permissions::from_mode(0o1777)).unwrap();
     let refused = |f: &Fixture, extra: &[&str], says: &str| {
-        let out = f.try_mount(extra);
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(!out.status.success(), "mounted: {err}");
-        assert!(err.contains(says), "{err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
-        assert!(!is_mounted(&f.mnt));
+        refused_in_one_line(&f.try_mount(extra), &f.mnt, &[says]);
         assert_eq!(fs::read(&victim).unwrap(), b"untouched");
     };
     // The user's own cache dir, prepared with a probe that points at the victim.
@@ -724,15 +712,9 @@ fn a_users_rendezvous_dir_cannot_aim_roots_file_operations() {
             "--listen",
             &listen,
         ]);
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(!out.status.success(), "mounted: {err}");
-        for s in says {
-            assert!(err.contains(s), "{planted}: {err}");
-        }
-        assert!(!err.contains("ROOT-ONLY"), "{err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        let err = refused_in_one_line(&out, &f.mnt, says);
+        assert!(!err.contains("ROOT-ONLY"), "{planted}: {err}");
         assert!(started.elapsed() < Duration::from_secs(30), "{err}");
-        assert!(!is_mounted(&f.mnt));
         assert_eq!(fs::read(&victim).unwrap(), b"ROOT-ONLY 1 127.0.0.1:1 r\n");
         // The next attempt starts from a directory the user cleaned.
         assert!(as_nobody(&format!("rm -f {r}/.*.tmp {r}/*.node")), "clean");
@@ -903,9 +885,6 @@ fn a_user_without_dev_fuse_is_told_which_file() {
         .output()
         .unwrap();
     fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(mode)).unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "mounted: {err}");
-    assert!(err.contains("/dev/fuse") && err.contains("group"), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    refused_in_one_line(&out, &base.join("mnt"), &["/dev/fuse", "group"]);
     assert!(!base.join("ssd").exists(), "the cache dir was made");
 }

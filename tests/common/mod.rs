@@ -216,6 +216,19 @@ pub fn written(name: &str) -> Vec<u8> {
     name.as_bytes().iter().cycle().take(n).copied().collect()
 }
 
+/// The refusal a `mount` (its output `out`) answered: it failed, said one line holding each
+/// of `says`, and left `mnt` unmounted. Returns the line.
+pub fn refused_in_one_line(out: &Output, mnt: &Path, says: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    assert!(!out.status.success(), "mounted: {err}");
+    for s in says {
+        assert!(err.contains(s), "no {s:?} in: {err}");
+    }
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!is_mounted(mnt), "{} is mounted", mnt.display());
+    err
+}
+
 /// The mount at `mnt` a successful `mount` (its output `out`) made, with its daemon's pid;
 /// panics with the error otherwise.
 pub fn mounted_at(mnt: &Path, out: Output) -> Mounted {
