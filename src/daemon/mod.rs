@@ -110,19 +110,6 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     if ssd.starts_with(&canonical) {
         return Err(UserError::CacheInsideMount(args.ssd.clone()));
     }
-    if args.cluster.replicate && !args.cluster.is_cluster() {
-        return Err(UserError::ReplicateAlone);
-    }
-    if !args.cluster.is_cluster() {
-        // A cluster's address on a single node would be ignored: said instead. (A secret is
-        // checked even there, below: `DYADFS_SECRET_FILE` may be set for every mount of a job.)
-        if args.cluster.listen.is_some() {
-            return Err(UserError::NeedsCluster("--listen"));
-        }
-        if let Some(file) = &args.cluster.secret_file {
-            Secret::load(file).map_err(UserError::Secret)?;
-        }
-    }
     if args.cluster.is_cluster() {
         args.cluster
             .data_plane
@@ -132,11 +119,20 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
         if let Some(file) = &args.cluster.peers {
             membership(file, id)?;
         }
-        if let Some(file) = &args.cluster.secret_file {
-            Secret::load(file).map_err(UserError::Secret)?;
-        } else if args.cluster.rendezvous.is_none() && !args.cluster.insecure {
-            return Err(UserError::NoSecret);
-        }
+    } else if args.cluster.replicate {
+        return Err(UserError::ReplicateAlone);
+    } else if args.cluster.listen.is_some() {
+        // A cluster's address on a single node would be ignored: said instead.
+        return Err(UserError::NeedsCluster("--listen"));
+    }
+    // Checked on a single node too: `DYADFS_SECRET_FILE` may be set for every mount of a job.
+    if let Some(file) = &args.cluster.secret_file {
+        Secret::load(file).map_err(UserError::Secret)?;
+    } else if args.cluster.is_cluster()
+        && args.cluster.rendezvous.is_none()
+        && !args.cluster.insecure
+    {
+        return Err(UserError::NoSecret);
     }
     if !args.managed {
         match fs::metadata(&args.backing) {
