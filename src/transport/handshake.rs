@@ -152,8 +152,9 @@ pub enum KeyCheck {
     NoAnswer(String),
 }
 
-/// Asks the node at `peer` to prove the job key (the first half of a handshake: the server
-/// proves first), then hangs up: whether this node's `key` is the job's, seen from a peer.
+/// Asks the node at `peer` to prove the job key (the server proves first, see
+/// [`super::auth`]) through a client handshake, then hangs up: whether this node's `key` is
+/// the job's, seen from a peer.
 pub fn check_key(peer: SocketAddr, key: &Secret, me: u32, timeout: Duration) -> KeyCheck {
     let no = |e: &dyn std::fmt::Display| KeyCheck::NoAnswer(e.to_string());
     let s = match std::net::TcpStream::connect_timeout(&peer, timeout) {
@@ -164,21 +165,11 @@ pub fn check_key(peer: SocketAddr, key: &Secret, me: u32, timeout: Duration) -> 
     if let Err(e) = s.bound(timeout) {
         return no(&e);
     }
-    let (hello, handshake) = match super::auth::client_hello(me) {
-        Ok(h) => h,
-        Err(e) => return no(&e),
-    };
-    if let Err(e) = s.s.write_all(&wire::encode(&hello)) {
-        return no(&e);
-    }
-    let challenge = match s.next(true) {
-        Ok(Some(c)) => c,
-        Ok(None) => return no(&"no challenge"),
-        Err(e) => return no(&e),
-    };
-    match handshake.answer(key, challenge) {
+    match authenticate_blocking(&mut s, key, me) {
         Ok(_) => KeyCheck::Accepted,
-        Err(AuthError::BadMac) => KeyCheck::WrongKey,
+        Err(e) if e.get_ref().and_then(|i| i.downcast_ref()) == Some(&AuthError::BadMac) => {
+            KeyCheck::WrongKey
+        }
         Err(e) => no(&e),
     }
 }
