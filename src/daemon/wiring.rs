@@ -162,10 +162,22 @@ fn sweep_unnamed(producer: &Producer, names: &[(String, String, Name)], stats: &
         .filter(|(_, _, n)| !n.dir)
         .map(|(_, _, n)| n.object.as_str())
         .collect();
-    for (object, version) in producer.kept_objects() {
-        if !named.contains(object.as_str()) {
+    reclaim(producer, stats, &producer.kept_objects(), |o| {
+        !named.contains(o)
+    });
+}
+
+/// Deletes the objects of `kept` that are `unnamed`, counted.
+fn reclaim(
+    producer: &Producer,
+    stats: &Stats,
+    kept: &[(String, Version)],
+    unnamed: impl Fn(&str) -> bool,
+) {
+    for (object, version) in kept {
+        if unnamed(object) {
             tracing::info!(object, "a kept object no name reaches: deleted");
-            producer.released(&object, version, true);
+            producer.released(object, *version, true);
             stats.unnamed_reclaimed.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -202,14 +214,8 @@ fn start_sweep(
                     None if now.is_empty() => return,
                     None => unnamed = Some(now),
                     Some(before) => {
-                        for (object, version) in &kept {
-                            if before.contains(object) && now.contains(object) {
-                                tracing::info!(object, "a kept object no name reaches: deleted");
-                                producer.released(object, *version, true);
-                                stats.unnamed_reclaimed.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        return;
+                        let twice = |o: &str| before.contains(o) && now.contains(o);
+                        return reclaim(&producer, &stats, &kept, twice);
                     }
                 }
             }
