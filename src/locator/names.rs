@@ -37,9 +37,20 @@ pub const MAX_NAMES_PER_UID: u64 = 4 << 20;
 pub const OVER_QUOTA: &str = "quota:";
 
 impl NameTable {
-    /// Bounds the names one user may own here.
-    pub fn bound_per_uid(&mut self, max: u64) {
-        self.max_per_uid = Some(max);
+    /// The table a restart finds (`names`, its journal's), its users' names bounded by
+    /// `max_per_uid`.
+    pub fn restored(
+        names: impl IntoIterator<Item = ((String, String), Name)>,
+        max_per_uid: u64,
+    ) -> NameTable {
+        let mut table = NameTable {
+            max_per_uid: Some(max_per_uid),
+            ..NameTable::default()
+        };
+        for ((dir, name), entry) in names {
+            table.set(&dir, &name, Some(entry));
+        }
+        table
     }
 
     /// Why `new` (replacing `old`) may not be set: its owner would own more names here than
@@ -225,13 +236,8 @@ impl LocalNames {
         journal: Arc<dyn NameJournal>,
         max_per_uid: u64,
     ) -> LocalNames {
-        let mut table = NameTable::default();
-        table.bound_per_uid(max_per_uid);
-        for ((dir, name), entry) in names {
-            table.set(&dir, &name, Some(entry));
-        }
         LocalNames {
-            table: Mutex::new(table),
+            table: Mutex::new(NameTable::restored(names, max_per_uid)),
             changed: Condvar::new(),
             journal: Some(journal),
         }
@@ -409,8 +415,7 @@ mod tests {
     /// still replace or remove its own; a removal gives the place back.
     #[test]
     fn a_users_names_are_bounded() {
-        let mut t = NameTable::default();
-        t.bound_per_uid(3);
+        let mut t = NameTable::restored([], 3);
         let of = |uid: u32| Name { uid, ..file("o") };
         for i in 0..3 {
             let n = of(7);

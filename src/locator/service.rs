@@ -140,11 +140,7 @@ impl LocatorService {
         names: impl IntoIterator<Item = ((String, String), Name)>,
         max_per_uid: u64,
     ) {
-        let mut table = lock(&self.names);
-        table.bound_per_uid(max_per_uid);
-        for ((dir, name), entry) in names {
-            table.set(&dir, &name, Some(entry));
-        }
+        *lock(&self.names) = NameTable::restored(names, max_per_uid);
     }
 
     pub fn suspect(&self, node: NodeId) {
