@@ -1,12 +1,13 @@
-//! Bounds on the requests that wait on threads of their own: lookups waiting for a produced
-//! name (`--wait`), per caller, and threads reading prefetch lists, for the whole mount.
+//! Bounds on the requests whose replies are made on threads of their own: opens waiting for a
+//! produced name (`--wait`), per caller and for the whole mount, and threads reading prefetch
+//! lists. (Over io_uring each ring thread bounds its own as well: see `ring::queue::AWAY`.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::core::sync::lock;
 
-/// Lookups waiting for names (`--wait`), by caller.
+/// Opens waiting for names (`--wait`), by caller.
 #[derive(Default)]
 pub struct Waiters(Mutex<std::collections::HashMap<u32, usize>>);
 
@@ -16,9 +17,14 @@ pub struct Waiter(Arc<Waiters>, u32);
 impl Waiters {
     /// Waits one user may have at once (a thread each, asleep).
     pub const PER_USER: usize = 1024;
+    /// Waits all users may have at once.
+    pub const TOTAL: usize = 4096;
 
     pub fn take(this: &Arc<Waiters>, uid: u32) -> Option<Waiter> {
         let mut by_user = lock(&this.0);
+        if by_user.values().sum::<usize>() >= Self::TOTAL {
+            return None;
+        }
         let n = by_user.entry(uid).or_default();
         (*n < Self::PER_USER).then(|| {
             *n += 1;
@@ -62,5 +68,31 @@ impl ListReaders {
 impl Drop for ListReader {
     fn drop(&mut self) {
         self.0.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_bounded_per_user_and_for_the_mount() {
+        let w = Arc::new(Waiters::default());
+        let mine: Vec<_> = (0..Waiters::PER_USER)
+            .map(|_| Waiters::take(&w, 7).expect("under the user's bound"))
+            .collect();
+        assert!(Waiters::take(&w, 7).is_none(), "past the user's bound");
+        let users = Waiters::TOTAL / Waiters::PER_USER;
+        let others: Vec<_> = (1..users as u32)
+            .flat_map(|u| (0..Waiters::PER_USER).map(move |_| u + 100))
+            .map(|u| Waiters::take(&w, u).expect("under both bounds"))
+            .collect();
+        assert!(Waiters::take(&w, 9).is_none(), "past the mount's bound");
+        drop(mine);
+        assert!(
+            Waiters::take(&w, 9).is_some(),
+            "places come back when dropped"
+        );
+        drop(others);
     }
 }

@@ -223,8 +223,9 @@ impl<S: Source> Ops<S> {
     /// Waits (`--wait`) for a pending name to be produced on a thread of its own, then opens
     /// it and replies from there: a request thread held by each waiting consumer would stop
     /// every other request of the mount once there are as many consumers as threads. Past
-    /// [`Waiters::PER_USER`] waits of caller `c.uid`, the open fails at once (ENOENT), as
-    /// without `--wait`.
+    /// [`Waiters::PER_USER`] waits of caller `c.uid` ([`Waiters::TOTAL`] of all users, and
+    /// over io_uring a few per ring thread: see `ring::queue::AWAY`), the open fails at once
+    /// (ENOENT), as without `--wait`.
     fn open_when_produced(
         self: &Arc<Self>,
         c: Caller,
@@ -232,14 +233,18 @@ impl<S: Source> Ops<S> {
         flags: i32,
         reply: impl OpenReply,
     ) {
-        let Some(place) = Waiters::take(&self.waiters, c.uid) else {
+        let place = reply
+            .may_leave()
+            .then(|| Waiters::take(&self.waiters, c.uid))
+            .flatten();
+        let Some(place) = place else {
             self.fs
                 .stats()
                 .name_waits_refused
                 .fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 uid = c.uid,
-                "too many waiting opens of this user: not waiting"
+                "too many waiting opens (this user's, all, or this ring thread's): not waiting"
             );
             return reply.error(errno(&Error::NotFound));
         };
@@ -641,7 +646,11 @@ impl<S: Source> Ops<S> {
         // A prefetch list is read on a thread of its own: a list stored on this very mount is
         // read through the request threads, and with each of them waiting on such a read the
         // mount would stop. A few at once: they are one request per rank and epoch.
-        let Some(permit) = ListReaders::take(&self.list_readers) else {
+        let permit = reply
+            .may_leave()
+            .then(|| ListReaders::take(&self.list_readers))
+            .flatten();
+        let Some(permit) = permit else {
             return reply.error(errno(&Error::PrefetchFull));
         };
         let (fs, name) = (self.fs.clone(), name.to_owned());

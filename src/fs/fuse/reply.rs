@@ -12,6 +12,12 @@ use crate::fs::{Attr, Kind};
 pub trait Fail: Send + 'static {
     /// Answers with `errno` (positive).
     fn error(self, errno: i32);
+
+    /// Whether this reply may be made later on another thread. A ring entry's reply holds its
+    /// entry until then, and a ring thread lets only so many go (see `ring::queue::AWAY`).
+    fn may_leave(&self) -> bool {
+        true
+    }
 }
 
 pub trait EntryReply: Fail {

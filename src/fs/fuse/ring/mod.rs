@@ -5,7 +5,7 @@
 //! for), FORGET and INTERRUPT on /dev/fuse; the ring carries everything else once every
 //! queue has an entry.
 //!
-//! Each ring thread owns an io_uring with one entry (`queue`): a request's handler runs on it
+//! Each ring thread owns an io_uring with its entries (`queue`): a request's handler runs on it
 //! (`dispatch`, the same handlers as fuser's) and answers into the entry (`reply`); the kernel
 //! structures are `abi`.
 
@@ -66,12 +66,14 @@ pub fn start<S: Source>(
         Arc::new((0..queues).map(|_| AtomicUsize::new(0)).collect());
     let on_ready = Arc::new(on_ready);
     for qid in 0..queues {
+        let away = Arc::new(queue::Away::for_queue(per_queue.max(1)));
         for t in 0..per_queue.max(1) {
-            let (ops, dev, registered, on_ready) = (
+            let (ops, dev, registered, on_ready, away) = (
                 ops.clone(),
                 dev.clone(),
                 registered.clone(),
                 on_ready.clone(),
+                away.clone(),
             );
             std::thread::Builder::new()
                 .name(format!("fuse-ring-{qid}.{t}"))
@@ -87,7 +89,7 @@ pub fn start<S: Source>(
                     };
                     let handler =
                         move |a: queue::Arrived<'_>, b, d| dispatch::handle(&ops, a, b, d);
-                    match queue::serve(&dev, qid as u16, PAYLOAD, &handler, &first) {
+                    match queue::serve(&dev, qid as u16, PAYLOAD, &handler, &away, &first) {
                         Ok(()) => tracing::debug!(qid, "ring queue ended"),
                         Err(e) => tracing::warn!(qid, error = %e, "a ring thread stopped"),
                     }

@@ -10,6 +10,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::ThreadId;
 use std::time::Duration;
 
@@ -25,9 +26,35 @@ const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// The completion of the eventfd read that says replies came back from other threads.
 const WAKE: u64 = u64::MAX;
 
-/// The most entries one thread registers (one serving, the others held by replies made on
-/// other threads); past it, such a request holds the thread's serving entry.
-const MAX_ENTRIES: usize = 1024;
+/// The entries each ring thread registers, all before its first request. The kernel hands a
+/// request that finds none of its queue's entries free to the next commit on that queue, and
+/// gives an entry registered later only requests that arrive after it. So every entry is
+/// registered up front, and fewer than the queue's entries hold requests whose replies are made
+/// on other threads (waiting opens, for up to `--wait`; see [`Away`]): whenever requests queue,
+/// some entries hold requests answered on a ring thread, whose commits hand the queued ones
+/// out. (Registering one more only when the last was taken let a burst of waiting opens queue
+/// everything behind them, anyone's requests, for the whole wait.)
+const ENTRIES: usize = AWAY + 16;
+
+/// The requests whose replies may be out on other threads at once, per ring thread of a queue.
+pub const AWAY: usize = 128;
+
+/// A queue's requests whose replies are out on other threads, shared by its ring threads:
+/// past [`AWAY`] for each of them, such a request is answered as if it could not wait (see
+/// `Fail::may_leave`). (Two threads may both take the last place: each has entries to spare.)
+pub struct Away {
+    out: AtomicUsize,
+    most: usize,
+}
+
+impl Away {
+    pub fn for_queue(threads: usize) -> Away {
+        Away {
+            out: AtomicUsize::new(0),
+            most: threads * AWAY,
+        }
+    }
+}
 
 /// One ring entry's memory, shared with the kernel: it writes a request in and reads the reply
 /// out, each only between a submission of ours and its completion; between a completion and the
@@ -116,11 +143,18 @@ pub struct Completion {
     wake: Arc<OwnedFd>,
     owner: ThreadId,
     sent: bool,
+    /// The queue had places left for replies made elsewhere (see [`Away`]).
+    may_leave: bool,
 }
 
 impl Completion {
     pub fn finish(mut self, done: Done) {
         self.send(done);
+    }
+
+    /// Whether the reply may be made later on another thread (see [`Away`]).
+    pub fn may_leave(&self) -> bool {
+        self.may_leave
     }
 
     fn send(&mut self, done: Done) {
@@ -181,6 +215,8 @@ struct Entry {
     holds: Option<u64>,
     /// The kernel refused its last submission: it serves no more.
     dead: bool,
+    /// Its reply is made on another thread: it holds one of the queue's [`Away`] places.
+    away: bool,
 }
 
 struct Ring<'a> {
@@ -194,6 +230,7 @@ struct Ring<'a> {
     wake: Arc<OwnedFd>,
     wake_buf: Box<[u8; 8]>,
     handle: &'a Handler<'a>,
+    away: &'a Away,
 }
 
 /// Serves queue `qid` of the FUSE connection behind `dev` until the connection ends: an
@@ -204,6 +241,7 @@ pub fn serve(
     qid: u16,
     payload_len: usize,
     handle: &Handler,
+    away: &Away,
     registered: &dyn Fn(),
 ) -> io::Result<()> {
     // SQE128: the FUSE command sits in the big entry's command area. One issuer (this
@@ -232,6 +270,7 @@ pub fn serve(
         wake: Arc::new(wake),
         wake_buf: Box::new([0u8; 8]),
         handle,
+        away,
     };
     ring.arm_wake()?;
     ring.register_entry()?;
@@ -249,6 +288,11 @@ pub fn serve(
             Some(r) => return Err(io::Error::from_raw_os_error(-r)),
         }
     }
+    // The others, now the kernel takes registrations (see ENTRIES).
+    for _ in 1..ENTRIES {
+        ring.register_entry()?;
+    }
+    ring.uring.submit()?;
     registered();
     ring.run()
 }
@@ -295,6 +339,7 @@ impl Ring<'_> {
             iov,
             holds: None,
             dead: false,
+            away: false,
         });
         self.register(self.entries.len() - 1)
     }
@@ -358,15 +403,11 @@ impl Ring<'_> {
             wake: self.wake.clone(),
             owner: std::thread::current().id(),
             sent: false,
+            may_leave: self.away.out.load(Ordering::Acquire) < self.away.most,
         };
         self.entries[i].holds = Some(commit_id);
-        // Another entry is made free to the kernel before the handler runs: a request the
-        // kernel queues while none is free waits for a commit, not for a registration, so a
-        // reply made on another thread that needs a request of its own first (a prefetch list
-        // stored on this mount, read on a thread of its own) would wait on itself.
-        // (Submitted only when something is queued, that registration or the wake's re-arm:
-        // an empty submit is a syscall for nothing.)
-        self.keep_serving()?;
+        // (Submitted only when something is queued, the wake's re-arm: an empty submit is a
+        // syscall for nothing.)
         if !self.uring.submission().is_empty() {
             self.uring.submit()?;
         }
@@ -384,13 +425,20 @@ impl Ring<'_> {
         };
         (self.handle)(request, buffers.clone(), completion);
         // Replies made on this thread are in the channel already; the others hold entries.
-        self.commit_done()
+        self.commit_done()?;
+        if self.entries[i].holds.is_some() {
+            self.entries[i].away = true;
+            self.away.out.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
-    /// Registers one more entry if none of this thread's is free to take a request.
+    /// Registers an entry in place of each one the kernel refused (see ENTRIES).
+    /// (At most ENTRIES times over: a kernel refusing every entry is not asked forever.)
     fn keep_serving(&mut self) -> io::Result<()> {
-        let serving = self.entries.iter().filter(|e| e.holds.is_none() && !e.dead);
-        if serving.count() == 0 && self.entries.len() < MAX_ENTRIES {
+        let dead = self.entries.iter().filter(|e| e.dead).count();
+        let replaced = self.entries.len().saturating_sub(ENTRIES);
+        for _ in replaced..dead.min(ENTRIES) {
             self.register_entry()?;
         }
         Ok(())
@@ -404,6 +452,9 @@ impl Ring<'_> {
                 // (Already answered: a reply sends once.)
                 continue;
             };
+            if std::mem::take(&mut self.entries[i].away) {
+                self.away.out.fetch_sub(1, Ordering::AcqRel);
+            }
             let buffers = self.entries[i].buffers.clone();
             // SAFETY: the reply is done (it said so): the entry is this thread's again.
             let (header, payload) = unsafe { (buffers.header(), buffers.payload()) };

@@ -97,6 +97,10 @@ impl Fail for RingReply {
     fn error(self, errno: i32) {
         self.done.finish(failed(errno));
     }
+
+    fn may_leave(&self) -> bool {
+        self.done.may_leave()
+    }
 }
 
 impl EntryReply for RingReply {
