@@ -16,9 +16,9 @@ use fuser::{
 };
 
 use super::FuseTransport;
-use super::backing::Backing;
 use super::convert::{file_attr, file_type, time_set};
 use super::ops::{Caller, Ops};
+use super::passthrough::Passthrough;
 use super::reply::{
     AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, Fail,
     OpenReply, StatfsReply, WriteReply, XattrReply,
@@ -426,10 +426,10 @@ impl OpenReply for ReplyOpen {
         ReplyOpen::opened(self, FileHandle(fh), FopenFlags::from_bits_retain(flags))
     }
 
-    fn opened_passthrough(self, fh: u64, flags: u32, backing: &Backing) {
+    fn opened_passthrough(self, fh: u64, flags: u32, file: &Passthrough) {
         // SAFETY: the id is open on this session's connection while `backing` lives, which
         // outlasts this call; the wrapper is given back unclosed (`into_raw`) right after.
-        let id = unsafe { self.wrap_backing(backing.id()) };
+        let id = unsafe { self.wrap_backing(file.id()) };
         let flags = FopenFlags::from_bits_retain(flags);
         ReplyOpen::opened_passthrough(self, FileHandle(fh), flags, &id);
         let _ = id.into_raw();

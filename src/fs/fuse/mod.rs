@@ -6,10 +6,10 @@
 //! the session's kernel resources (its device, passthrough backing ids) are held here.
 
 mod admission;
-pub mod backing;
 mod convert;
 pub mod dev;
 pub mod ops;
+pub mod passthrough;
 pub mod reply;
 pub mod ring;
 

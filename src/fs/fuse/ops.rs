@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::admission::{ListReaders, Waiters};
-use super::backing::Backing;
+use super::passthrough::Passthrough;
 use super::reply::{
     AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, OpenReply,
     StatfsReply, WriteReply, XattrReply,
@@ -68,7 +68,7 @@ pub struct Ops<S: Source> {
     /// The I/O modes of open inodes, in shards by inode: an open's decision, its backing-file
     /// registration (an ioctl) and its reply stay atomic for the inode without making every
     /// other open and release of the mount wait behind those syscalls.
-    modes: Box<[Mutex<IoModes<Backing>>]>,
+    modes: Box<[Mutex<IoModes<Passthrough>>]>,
     /// The process that opened each handle whose close may finish a file being written: only
     /// its own `close()` finishes it at flush (a forked child closing an inherited descriptor
     /// must not publish the parent's half-written file; the last release still does).
@@ -183,7 +183,7 @@ impl<S: Source> Ops<S> {
     }
 
     /// The shard of the I/O-mode table that holds inode `ino`.
-    fn modes_of(&self, ino: u64) -> std::sync::MutexGuard<'_, IoModes<Backing>> {
+    fn modes_of(&self, ino: u64) -> std::sync::MutexGuard<'_, IoModes<Passthrough>> {
         lock(&self.modes[(ino % MODE_SHARDS as u64) as usize])
     }
 
@@ -326,7 +326,7 @@ impl<S: Source> Ops<S> {
                     .dev
                     .get()
                     .ok_or_else(|| std::io::Error::other("the session's device was not found"));
-                match dev.and_then(|d| entry.data_file().and_then(|f| Backing::open(d, &*f))) {
+                match dev.and_then(|d| entry.data_file().and_then(|f| Passthrough::open(d, &*f))) {
                     Ok(id) => {
                         modes.bind(ino, id, entry.version);
                         true

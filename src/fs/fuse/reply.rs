@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
-use super::backing::Backing;
+use super::passthrough::Passthrough;
 use crate::fs::{Attr, Kind};
 
 /// Every reply can fail; a reply may be sent from another thread than the request's.
@@ -36,7 +36,7 @@ pub trait OpenReply: Fail {
     /// `flags`: FOPEN_* bits.
     fn opened(self, fh: u64, flags: u32);
     /// Reads and writes of this open go to `backing` in the kernel.
-    fn opened_passthrough(self, fh: u64, flags: u32, backing: &Backing);
+    fn opened_passthrough(self, fh: u64, flags: u32, file: &Passthrough);
 }
 
 pub trait CreateReply: Fail {

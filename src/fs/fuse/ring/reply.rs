@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::abi::{self, Writer};
 use super::queue::{Buffers, Completion, Done};
-use crate::fs::fuse::backing::Backing;
+use crate::fs::fuse::passthrough::Passthrough;
 use crate::fs::fuse::reply::{
     AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, Fail,
     OpenReply, StatfsReply, WriteReply, XattrReply,
@@ -127,9 +127,9 @@ impl OpenReply for RingReply {
         self.send(16, |w| abi::open_out(w, fh, flags, 0));
     }
 
-    fn opened_passthrough(self, fh: u64, flags: u32, backing: &Backing) {
+    fn opened_passthrough(self, fh: u64, flags: u32, file: &Passthrough) {
         let flags = flags | abi::FOPEN_PASSTHROUGH;
-        self.send(16, |w| abi::open_out(w, fh, flags, backing.id()));
+        self.send(16, |w| abi::open_out(w, fh, flags, file.id()));
     }
 }
 

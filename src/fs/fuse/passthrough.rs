@@ -18,14 +18,14 @@ struct BackingMap {
     padding: u64,
 }
 
-pub struct Backing {
+pub struct Passthrough {
     id: u32,
     dev: Arc<OwnedFd>,
 }
 
-impl Backing {
+impl Passthrough {
     /// Registers `file` as a backing file on the connection of `dev` (a /dev/fuse descriptor).
-    pub fn open(dev: &Arc<OwnedFd>, file: impl AsFd) -> io::Result<Backing> {
+    pub fn open(dev: &Arc<OwnedFd>, file: impl AsFd) -> io::Result<Passthrough> {
         let map = BackingMap {
             fd: file.as_fd().as_raw_fd(),
             flags: 0,
@@ -37,7 +37,7 @@ impl Backing {
         if id < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(Backing {
+        Ok(Passthrough {
             id: id as u32,
             dev: dev.clone(),
         })
@@ -48,7 +48,7 @@ impl Backing {
     }
 }
 
-impl Drop for Backing {
+impl Drop for Passthrough {
     fn drop(&mut self) {
         // SAFETY: the ioctl reads one u32 from a live local; the descriptor is open (held).
         let r = unsafe { libc::ioctl(self.dev.as_raw_fd(), BACKING_CLOSE, &self.id as *const u32) };
