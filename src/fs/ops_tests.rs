@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 
 use proptest::prelude::*;
 
+use super::open::ToOpen;
 use super::test_source::MemSource;
 use super::*;
 use crate::cache::CacheConfig;
