@@ -1,5 +1,7 @@
-//! dyadfs: a FUSE filesystem that caches a shared-file-system dataset on node-local NVMe.
-//! See README.md for usage and ../GUIDE-style design notes in each module.
+//! dyadfs: a FUSE filesystem that caches a shared-file-system dataset on node-local NVMe and
+//! hands produced files between the nodes of a job. README.md says how to use it;
+//! docs/ARCHITECTURE.md draws the modules below and which uses which; each module's header
+//! says what it holds.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
