@@ -273,6 +273,13 @@ pub struct MountArgs {
           help_heading = "Metadata")]
     pub wait: Duration,
 
+    /// Most opens one user may keep waiting for names (--wait) at once; past it an open fails
+    /// at once with ENOENT (root is bounded too). Each is a sleeping thread of the daemon and a
+    /// line in its name home's table; the mount waits for at most 4 times this in all
+    #[arg(hide_short_help = true, long, value_name = "N", default_value = "12288",
+          value_parser = clap::value_parser!(u32).range(1..=65536), help_heading = "Metadata")]
+    pub max_waits_per_user: u32,
+
     /// Inodes the daemon keeps for the kernel: past this, the least recently looked up are
     /// invalidated (the kernel forgets them; a later lookup makes them anew). Bounds the
     /// daemon's memory on datasets of millions of files (about 400 bytes per inode)
@@ -636,6 +643,7 @@ impl From<MountArgs> for MountConfig {
                 passthrough_min: a.passthrough_min,
                 readahead_threads: a.readahead_threads.into(),
                 wait: a.wait,
+                max_waits_per_user: a.max_waits_per_user as usize,
                 max_inodes: a.max_inodes as usize,
                 backing_stat_cache: a.backing_stat_cache,
                 prefetch_threads: a.prefetch_threads.into(),

@@ -298,6 +298,51 @@ fn names_survive_their_home_and_then_its_backup_dying() {
     assert!(got == data);
 }
 
+/// A consumer waits (`--wait 40s`) for a name whose home is then killed: once the home is
+/// declared down its node registers the wait again with the directory's next home, which
+/// tells it when the producer publishes there, long before the consumer's deadline (without
+/// that the word went to the dead home, and the consumer learned of the file only at its
+/// deadline's last look; with a refresh every 10 s alone, 8.6 s after the produce).
+#[test]
+fn a_consumer_waiting_while_the_name_home_dies_gets_its_file_from_the_next_home() {
+    let mut c = Cluster::new("waithome", 4, 12);
+    c.extra = vec![
+        "--failure-detection".into(),
+        "1s".into(),
+        "--wait".into(),
+        "40s".into(),
+    ];
+    c.start(4);
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
+    let home = m.global_home("") as usize;
+    let backup = m.live_global_home("", |n| n as usize == home) as usize;
+    let others: Vec<usize> = (0..4).filter(|&i| i != home && i != backup).collect();
+    let (producer, consumer) = (others[0], others[1]);
+    let data = pattern(64 * KIB, 9);
+    let waiting = c.nodes[consumer].path("later");
+    let reader = std::thread::spawn(move || {
+        let got = fs::read(&waiting);
+        (got, Instant::now())
+    });
+    wait_until("the consumer waiting", Duration::from_secs(10), || {
+        c.nodes[consumer].stat("name_waits") >= 1
+    });
+    signal(&c.nodes[home], libc::SIGKILL);
+    wait_members_down(&c.nodes[producer], 1);
+    wait_members_down(&c.nodes[consumer], 1);
+    fs::write(c.nodes[producer].path("later"), &data).unwrap();
+    let produced = Instant::now();
+    let (got, at) = reader.join().unwrap();
+    let after = at.duration_since(produced);
+    println!("the consumer got the file {after:?} after it was produced");
+    assert!(got.expect("the waiting read") == data);
+    assert!(
+        after < Duration::from_secs(20),
+        "told at the deadline, not by the next home: {after:?}"
+    );
+}
+
 /// Both holders of a file (in two racks) freeze and the cluster does not know yet (slow failure
 /// detection): a read waits one --peer-timeout (2 s) in all, locating and trying each frozen
 /// holder in turn, before the shared file system serves it; not one timeout per frozen holder.

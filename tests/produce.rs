@@ -423,6 +423,72 @@ fn sixty_four_waiting_consumers_leave_the_mount_answering() {
     }
 }
 
+/// Two thousand consumers on one node wait at once for names not produced yet, in 20
+/// directories whose homes are both nodes: each waiting open registers its name with the home,
+/// which tells the node when it is published, so the waits hold no connection each (before,
+/// each held a `NameGet` open on a connection of its own, and a home takes at most 256 from one
+/// node). Then every name is produced on the other node, and every consumer gets its bytes.
+#[test]
+fn two_thousand_waiting_consumers_hold_no_connection_each_and_all_get_their_files() {
+    use std::process::{Command, Stdio};
+    const N: usize = 2000;
+    let c = cluster("wait-many", 2, 11, "60s");
+    let m = &c.nodes[1];
+    let script = r#"
+import sys, threading
+d, n = sys.argv[1], int(sys.argv[2])
+threading.stack_size(256 << 10)
+ok = []
+def one(i):
+    try:
+        with open(f"{d}/w/d{i % 20}/f{i}", "rb") as f:
+            if f.read() == f"file {i}".encode() * 100:
+                ok.append(i)
+    except OSError as e:
+        print(i, e, file=sys.stderr)
+ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print(len(ok))
+"#;
+    let consumers = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(&m.mnt)
+        .arg(N.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    wait_until("every consumer waiting", Duration::from_secs(60), || {
+        m.stat("name_waits") >= N as u64
+    });
+    println!("{N} waiting after {:?}", t.elapsed());
+    let sockets = fs::read_dir(format!("/proc/{}/fd", m.pid))
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.unwrap().path()).ok())
+        .filter(|t| t.to_string_lossy().starts_with("socket:"))
+        .count();
+    assert!(sockets < 200, "{sockets} sockets for {N} waiting consumers");
+    println!("{sockets} sockets");
+    let t = Instant::now();
+    for i in 0..N {
+        let data = format!("file {i}").repeat(100);
+        produce(&c.nodes[0], &format!("w/d{}/f{i}", i % 20), data.as_bytes());
+    }
+    println!("produced in {:?}", t.elapsed());
+    let out = consumers.wait_with_output().unwrap();
+    println!("all read {:?} after the first produced", t.elapsed());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        N.to_string(),
+        "consumers that got their bytes; {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Only a consumer's open waits (`--wait`): a producer's tools, which look at the destination
 /// before they create it, return at once on a mount that waits 60 s for unpublished names,
 /// and what they wrote reads byte-exact on the other node. (Before: `cp` and `stat` took the

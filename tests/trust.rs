@@ -816,8 +816,8 @@ fn keygen_makes_a_private_key_directory() {
     Secret::load(&key).unwrap();
 }
 
-/// The opens one user can keep waiting for names (`--wait`) are bounded: 1,024, each a thread
-/// of the root daemon; past them an open fails at once (ENOENT) and is counted
+/// The opens one user can keep waiting for names (`--wait`) are bounded (`--max-waits-per-user`,
+/// 1,024 here), each a thread of the root daemon; past them an open fails at once (ENOENT) and is counted
 /// (`name_waits_refused`). The waits all come from one CPU, so over io_uring they land on one
 /// queue, whose ring threads let fewer wait; that queue still answers at once, the refusals
 /// and another file's read alike (entries were registered one by one as waits took them: the
@@ -827,7 +827,17 @@ fn keygen_makes_a_private_key_directory() {
 fn a_users_waiting_opens_are_bounded() {
     let f = Fixture::new("waits-bound");
     let ssd = f.root.join("ssd-waits");
-    let m = f.mount_managed_with(&ssd, &["-o", "allow_other", "--wait", "5s"]);
+    let m = f.mount_managed_with(
+        &ssd,
+        &[
+            "-o",
+            "allow_other",
+            "--wait",
+            "5s",
+            "--max-waits-per-user",
+            "1024",
+        ],
+    );
     fs::write(m.mnt.join("present"), b"here").unwrap();
     // 1,100 threads of nobody on one CPU, each opening a name never produced, at once; then,
     // while they wait, a read of a file that is there.

@@ -12,6 +12,7 @@ use crate::locator::error::LocatorError;
 use crate::locator::names::OVER_QUOTA;
 use crate::locator::proto::Msg;
 use crate::locator::service::LocatorService;
+use crate::locator::watching::{KEPT, NAMES_PER_WATCH, REFRESH};
 
 /// The produced namespace of a cluster: each directory's names live at its name home.
 pub struct ClusterNames {
@@ -21,6 +22,8 @@ pub struct ClusterNames {
     /// declare that home down (its directories then move to the next live node, which holds
     /// their backup copies): the failure detection time, with a margin.
     pub failover_wait: Duration,
+    /// This node's refresh of its readers' watches, started by the first wait.
+    pub refresher: std::sync::OnceLock<()>,
 }
 
 /// How often a question whose home failed checks whether the directory moved.
@@ -74,12 +77,93 @@ impl ClusterNames {
     }
 }
 
+impl ClusterNames {
+    /// Waits up to `wait` for `name` of `dir` to be published: registered with its home, which
+    /// tells this node the moment it is (nothing polls; see `locator::watching`). At the
+    /// deadline one last look, for a word lost with a home that died.
+    fn wait_for(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
+        let deadline = std::time::Instant::now() + wait;
+        let slot = self.locator.wait_for_name(dir, name);
+        self.keep_watches_registered();
+        let msg = Msg::NameWatch {
+            node: self.locator.me(),
+            names: vec![(dir.into(), name.into())],
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.ask(dir, msg, Duration::ZERO)? {
+            Msg::NamesAre(found) => {
+                if let Some((_, _, n)) = found.into_iter().find(|(d, m, _)| d == dir && m == name) {
+                    return self.checked(Some(n));
+                }
+            }
+            m => return Err(unexpected(m)),
+        }
+        if let Some(n) = slot.until(deadline) {
+            return self.checked(Some(n));
+        }
+        drop(slot);
+        self.get(dir, name, Duration::ZERO)
+    }
+
+    /// Starts, once, this node's refresh of its readers' watches: each name waited for is
+    /// registered again with its directory's home as it is now, every [`REFRESH`] and soon
+    /// after a member is declared down or comes back (a home that died hands its directories
+    /// to the next; one that restarted lost its table of watchers).
+    fn keep_watches_registered(&self) {
+        let locator = self.locator.clone();
+        self.refresher.get_or_init(|| {
+            self.runtime.spawn(async move {
+                let (mut seen, mut at) = (locator.liveness.changes(), tokio::time::Instant::now());
+                loop {
+                    tokio::time::sleep(MEMBERS_LOOKED_AT).await;
+                    let now = locator.liveness.changes();
+                    if now == seen && at.elapsed() < REFRESH {
+                        continue;
+                    }
+                    (seen, at) = (now, tokio::time::Instant::now());
+                    register_again(&locator).await;
+                }
+            });
+        });
+    }
+}
+
+/// How often the refresh looks whether a member's state changed (a look is a load).
+const MEMBERS_LOOKED_AT: Duration = Duration::from_millis(250);
+
+/// Registers every name this node's readers wait for with its directory's home, in messages of
+/// at most [`NAMES_PER_WATCH`] names; those published already wake their readers.
+async fn register_again(locator: &Arc<LocatorService>) {
+    let mut by_home: std::collections::HashMap<_, Vec<_>> = Default::default();
+    for (dir, name) in locator.names_waited() {
+        by_home
+            .entry(locator.global_home(&dir))
+            .or_default()
+            .push((dir, name));
+    }
+    for (home, names) in by_home {
+        for part in names.chunks(NAMES_PER_WATCH) {
+            let msg = Msg::NameWatch {
+                node: locator.me(),
+                names: part.to_vec(),
+                wait_ms: KEPT.as_millis() as u64,
+            };
+            if let Some(Msg::NamesAre(found)) = locator.call(home, msg).await {
+                locator.names_are(&found);
+            }
+        }
+    }
+}
+
 impl Namespace for ClusterNames {
     fn get(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
+        if !wait.is_zero() {
+            return self.wait_for(dir, name, wait);
+        }
         let msg = Msg::NameGet {
             dir: dir.into(),
             name: name.into(),
-            wait_ms: wait.as_millis() as u64,
+            wait_ms: 0,
         };
         match self.ask(dir, msg, wait)? {
             Msg::NameIs(n) => self.checked(n),

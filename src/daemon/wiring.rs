@@ -384,6 +384,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         locator: locator.clone(),
         runtime: runtime.handle().clone(),
         failover_wait: args.cluster.failure_detection * 2,
+        refresher: Default::default(),
     });
     let pull_config = PullConfig {
         node_id: id,

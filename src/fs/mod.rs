@@ -119,6 +119,8 @@ pub struct FsConfig {
     pub readahead_threads: usize,
     /// How long a lookup of a name nobody has published yet waits for a producer.
     pub wait: Duration,
+    /// Opens one user may keep waiting for names at once (`--max-waits-per-user`).
+    pub max_waits_per_user: usize,
     /// Inodes the daemon keeps for the kernel before asking it to forget the least recently
     /// used (see [`InodeShedder`]).
     pub max_inodes: usize,

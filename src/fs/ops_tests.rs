@@ -114,6 +114,7 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
         passthrough_min: 0,
         readahead_threads: 1,
         wait: Duration::ZERO,
+        max_waits_per_user: 1024,
         max_inodes: 1024,
         backing_stat_cache: 1 << 20,
         prefetch_threads: 1,

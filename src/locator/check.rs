@@ -6,6 +6,7 @@
 use super::membership::{Membership, NodeId};
 use super::proto::Msg;
 use super::service::LocatorService;
+use super::watching::NAMES_PER_WATCH;
 use crate::core::names::{FILE_SIZE_MAX, Name, TARGET_MAX, is_links_dir};
 
 impl LocatorService {
@@ -118,6 +119,33 @@ impl LocatorService {
             },
             Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
             Msg::ObjectsNamed { holder, .. } => member(*holder),
+            Msg::NameWatch { node, names, .. } => {
+                sender(*node)?;
+                if names.len() > NAMES_PER_WATCH {
+                    return Err(format!("{} names in one watch", names.len()));
+                }
+                names.iter().try_for_each(|(d, name)| {
+                    dir(d)?;
+                    one(name)
+                })
+            }
+            Msg::NamesAre(found) => {
+                if found.len() > NAMES_PER_WATCH {
+                    return Err(format!("{} names in one message", found.len()));
+                }
+                found.iter().try_for_each(|(d, name, n)| {
+                    dir(d)?;
+                    one(name)?;
+                    check_name(n, &self.membership)?;
+                    // Only a node that keeps the directory's names tells of them.
+                    match peer {
+                        Some(p) if !self.keepers(d).contains(&p) => {
+                            Err(format!("node {p} keeps no names of {d:?}"))
+                        }
+                        _ => Ok(()),
+                    }
+                })
+            }
             _ => Ok(()),
         }
     }

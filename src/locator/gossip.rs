@@ -90,6 +90,8 @@ impl foca::Identity for Peer {
 pub struct Liveness {
     /// (up, down)
     sets: RwLock<(HashSet<NodeId>, HashSet<NodeId>)>,
+    /// How many changes the sets have seen: what moved may have moved directories' homes.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl Liveness {
@@ -117,13 +119,23 @@ impl Liveness {
     pub fn set(&self, node: NodeId, down: bool) -> bool {
         let mut sets = self.sets.write().unwrap_or_else(|e| e.into_inner());
         let (up, gone) = &mut *sets;
-        if down {
+        let changed = if down {
             up.remove(&node);
             gone.insert(node)
         } else {
             gone.remove(&node);
             up.insert(node)
+        };
+        if changed {
+            self.changes
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
+        changed
+    }
+
+    /// A number that moves with every change of a member's state.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

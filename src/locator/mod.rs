@@ -30,6 +30,7 @@ mod service_tests;
 mod status;
 mod table;
 pub mod tiers;
+pub mod watching;
 
 pub use membership::{Member, Membership, NodeId, PeersError};
 pub use tiers::{GlobalHome, Key, RackHome, RackLookup, Reply, pick_holder};

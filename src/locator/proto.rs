@@ -133,6 +133,17 @@ pub enum Msg {
         objects: Vec<String>,
         more: bool,
     },
+    /// From `node`, whose readers wait for these names (of directories the addressee is name
+    /// home of): tell it when each is published, for up to `wait_ms`. Answered at once by a
+    /// `NamesAre` of those published already (see `locator::watching`).
+    NameWatch {
+        node: NodeId,
+        names: Vec<(String, String)>,
+        wait_ms: u64,
+    },
+    /// Names published: the answer to `NameWatch`, and a name home's word to a watching node
+    /// (answered `Ack`).
+    NamesAre(Vec<(String, String, Name)>),
 }
 
 /// A message as an RPC payload.
@@ -232,12 +243,22 @@ mod tests {
                 bytes: 4 << 30,
             },
             Msg::Refused("no".into()),
+            Msg::NameWatch {
+                node: 3,
+                names: vec![("out".into(), "step_1001".into())],
+                wait_ms: 60_000,
+            },
+            Msg::NamesAre(vec![(
+                "out".into(),
+                "step_1001".into(),
+                Name::pointer("2-5-8", 2),
+            )]),
         ]
     }
 
     #[test]
     fn golden_payloads() {
-        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v9.bin");
+        const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/locator-v10.bin");
         let all: Vec<u8> = samples().iter().flat_map(frame::encode).collect();
         // After a deliberate change (and a protocol version bump), regenerate with
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden

@@ -21,6 +21,7 @@ use super::pages::batches;
 use super::peers::Peers;
 use super::proto::Msg;
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
+use super::watching::{Wait, Waiting, Watchers};
 use crate::core::Version;
 use crate::core::names::{Name, NameJournal};
 use crate::core::sync::lock;
@@ -44,6 +45,10 @@ pub struct LocatorService {
     pub(super) names: Mutex<NameTable>,
     /// Lookups waiting here for names not set yet.
     pub(super) name_waits: NameWaits,
+    /// This node's readers waiting for names, woken by their homes' `NamesAre`.
+    waiting: Waiting,
+    /// The nodes watching names of the directories this node is home of.
+    watchers: Watchers,
     /// What the daemon does for the locator (release, holdings, bad chunks).
     pub(super) hooks: Hooks,
     /// Bound on every RPC and on how long a fetch may hold off the others.
@@ -108,6 +113,8 @@ impl LocatorService {
             global: Mutex::default(),
             names: Mutex::default(),
             name_waits: NameWaits::default(),
+            waiting: Waiting::default(),
+            watchers: Watchers::default(),
             hooks,
             timeout,
             suspects: Mutex::default(),
@@ -120,6 +127,25 @@ impl LocatorService {
 
     pub fn me(&self) -> NodeId {
         self.membership.own()
+    }
+
+    /// A reader of this node waits for `name` of `dir`: its slot, which the name's home fills
+    /// when told of it (the caller registers it there with `NameWatch`).
+    pub fn wait_for_name(&self, dir: &str, name: &str) -> Wait<'_> {
+        self.waiting.register(dir, name)
+    }
+
+    /// The names this node's readers wait for now.
+    pub fn names_waited(&self) -> Vec<super::watching::Key> {
+        self.waiting.keys()
+    }
+
+    /// Names published, from a home (pushed, or its answer to a `NameWatch`): their readers
+    /// here wake with them.
+    pub fn names_are(&self, found: &[(String, String, Name)]) {
+        for (dir, name, n) in found {
+            self.waiting.deliver(dir, name, n);
+        }
     }
 
     /// The rack home of `path` in `rack` among the members not known to be down.

@@ -14,7 +14,7 @@ use crate::core::Version;
 /// handshake is sealed (`session`), and a hello without UCX blobs means every chunk inline.
 /// Version 8: a produced directory is listed a page at a time (`NameList` names a cursor).
 /// Version 9: a staged chunk is sealed (`Staged` carries its record number and tag).
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn golden_frames() {
-        let golden = include_bytes!("../../fixtures/wire/frames-v9.bin");
+        let golden = include_bytes!("../../fixtures/wire/frames-v10.bin");
         let mut all = Vec::new();
         for m in samples() {
             all.extend(encode(&m));
@@ -193,7 +193,7 @@ mod tests {
         // DYADFS_REGENERATE_FIXTURES=1 cargo test --lib golden_frames
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v9.bin"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wire/frames-v10.bin"),
                 &all,
             )
             .unwrap();

@@ -7,26 +7,36 @@ use std::sync::{Arc, Mutex};
 
 use crate::core::sync::lock;
 
-/// Opens waiting for names (`--wait`), by caller.
-#[derive(Default)]
-pub struct Waiters(Mutex<std::collections::HashMap<u32, usize>>);
+/// Opens waiting for names (`--wait`), by caller: at most `per_user` of one, four times that in
+/// all (`--max-waits-per-user`).
+pub struct Waiters {
+    by_user: Mutex<std::collections::HashMap<u32, usize>>,
+    per_user: usize,
+}
 
 /// One waiting lookup's place; given back when dropped.
 pub struct Waiter(Arc<Waiters>, u32);
 
 impl Waiters {
-    /// Waits one user may have at once (a thread each, asleep).
-    pub const PER_USER: usize = 1024;
-    /// Waits all users may have at once.
-    pub const TOTAL: usize = 4096;
+    pub fn new(per_user: usize) -> Waiters {
+        Waiters {
+            by_user: Mutex::default(),
+            per_user,
+        }
+    }
+
+    /// Waits all users may have at once (a thread each, asleep).
+    pub fn total(&self) -> usize {
+        4 * self.per_user
+    }
 
     pub fn take(this: &Arc<Waiters>, uid: u32) -> Option<Waiter> {
-        let mut by_user = lock(&this.0);
-        if by_user.values().sum::<usize>() >= Self::TOTAL {
+        let mut by_user = lock(&this.by_user);
+        if by_user.values().sum::<usize>() >= this.total() {
             return None;
         }
         let n = by_user.entry(uid).or_default();
-        (*n < Self::PER_USER).then(|| {
+        (*n < this.per_user).then(|| {
             *n += 1;
             Waiter(this.clone(), uid)
         })
@@ -35,7 +45,7 @@ impl Waiters {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let mut by_user = lock(&self.0.0);
+        let mut by_user = lock(&self.0.by_user);
         if let Some(n) = by_user.get_mut(&self.1) {
             *n -= 1;
             if *n == 0 {
@@ -77,14 +87,14 @@ mod tests {
 
     #[test]
     fn waits_are_bounded_per_user_and_for_the_mount() {
-        let w = Arc::new(Waiters::default());
-        let mine: Vec<_> = (0..Waiters::PER_USER)
+        let w = Arc::new(Waiters::new(100));
+        let mine: Vec<_> = (0..100)
             .map(|_| Waiters::take(&w, 7).expect("under the user's bound"))
             .collect();
         assert!(Waiters::take(&w, 7).is_none(), "past the user's bound");
-        let users = Waiters::TOTAL / Waiters::PER_USER;
+        let users = w.total() / 100;
         let others: Vec<_> = (1..users as u32)
-            .flat_map(|u| (0..Waiters::PER_USER).map(move |_| u + 100))
+            .flat_map(|u| (0..100).map(move |_| u + 100))
             .map(|u| Waiters::take(&w, u).expect("under both bounds"))
             .collect();
         assert!(Waiters::take(&w, 9).is_none(), "past the mount's bound");

@@ -126,6 +126,7 @@ impl<S: Source> Ops<S> {
         DyadFs::start_prefetch(&fs)?;
         DyadFs::start_dir_ahead(&fs)?;
         DyadFs::start_stat_ahead(&fs)?;
+        let waiters = Arc::new(Waiters::new(fs.config.max_waits_per_user));
         Ok(Ops {
             fs,
             modes: (0..MODE_SHARDS).map(|_| Mutex::default()).collect(),
@@ -137,7 +138,7 @@ impl<S: Source> Ops<S> {
             notifier: OnceLock::new(),
             access: OnceLock::new(),
             list_readers: Arc::default(),
-            waiters: Arc::default(),
+            waiters,
         })
     }
 
@@ -223,7 +224,7 @@ impl<S: Source> Ops<S> {
     /// Waits (`--wait`) for a pending name to be produced on a thread of its own, then opens
     /// it and replies from there: a request thread held by each waiting consumer would stop
     /// every other request of the mount once there are as many consumers as threads. Past
-    /// [`Waiters::PER_USER`] waits of caller `c.uid` ([`Waiters::TOTAL`] of all users, and
+    /// `--max-waits-per-user` waits of caller `c.uid` ([`Waiters::total`] of all users, and
     /// over io_uring a few per ring thread: see `ring::queue::AWAY`), the open fails at once
     /// (ENOENT), as without `--wait`.
     fn open_when_produced(

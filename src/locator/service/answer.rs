@@ -104,6 +104,15 @@ impl LocatorService {
                 Msg::Ack
             }
             Msg::ObjectsNamed { holder, after } => self.objects_page(holder, after.as_deref()),
+            Msg::NameWatch {
+                node,
+                names,
+                wait_ms,
+            } => self.name_watch(node, names, wait_ms),
+            Msg::NamesAre(found) => {
+                self.names_are(&found);
+                Msg::Ack
+            }
             Msg::CountHeld => {
                 let held = (self.hooks.holdings)();
                 Msg::Held {
@@ -196,6 +205,36 @@ impl LocatorService {
         }
     }
 
+    /// At a name home: `node` watches `names` for up to `wait_ms` (bounded); those published
+    /// already are the answer, the others it is told of when they are (see `tell_watchers`).
+    fn name_watch(&self, node: NodeId, names: Vec<(String, String)>, wait_ms: u64) -> Msg {
+        let until = Instant::now() + Duration::from_millis(wait_ms).min(MAX_NAME_WAIT);
+        let mut found = Vec::new();
+        let table = lock(&self.names);
+        for (dir, name) in names {
+            match table.get(&dir, &name) {
+                Some(n) => found.push((dir, name, n)),
+                None => {
+                    // (Past its bound a node learns of the name at its reader's deadline.)
+                    self.watchers.add(node, (dir, name), until);
+                }
+            }
+        }
+        Msg::NamesAre(found)
+    }
+
+    /// `name` of `dir` was published as `entry` here: the nodes watching it are told, each in
+    /// a message of its own, off this task.
+    fn tell_watchers(self: &Arc<Self>, dir: &str, name: &str, entry: &Name) {
+        for node in self.watchers.take(dir, name) {
+            let me = self.clone();
+            let told = Msg::NamesAre(vec![(dir.to_string(), name.to_string(), entry.clone())]);
+            tokio::spawn(async move {
+                me.call(node, told).await;
+            });
+        }
+    }
+
     /// The copies the global tier gained since `after`, a page of at most `max`.
     fn gained_page(&self, after: u64, max: u32) -> Msg {
         let max = (max as usize).min(GAINED_MAX);
@@ -240,6 +279,9 @@ impl LocatorService {
             names.set(&dir, &name, entry.clone())
         };
         self.name_waits.wake(&dir, &name);
+        if let Some(n) = &entry {
+            self.tell_watchers(&dir, &name, n);
+        }
         // The next node in the directory's order keeps a copy: it answers for the directory
         // if this node dies, and gives it back if this node restarts.
         let backup = self
@@ -262,15 +304,19 @@ impl LocatorService {
 
     /// At a directory's backup node: keeps (and journals) the copy of a name its home sent,
     /// and wakes anyone here waiting for it.
-    fn store_name(&self, dir: &str, name: &str, entry: Option<Name>) {
+    fn store_name(self: &Arc<Self>, dir: &str, name: &str, entry: Option<Name>) {
         {
             let mut names = lock(&self.names);
             if let Some(j) = &self.hooks.journal {
                 j.record(dir, name, entry.as_ref());
             }
-            names.set(dir, name, entry);
+            names.set(dir, name, entry.clone());
         }
         self.name_waits.wake(dir, name);
+        // (A restarted home given its names back tells the nodes that watched them meanwhile.)
+        if let Some(n) = &entry {
+            self.tell_watchers(dir, name, n);
+        }
     }
 
     /// The objects that names kept here say `holder` keeps, after `after`, a page of them
