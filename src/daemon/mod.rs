@@ -332,10 +332,18 @@ pub fn mount(args: MountConfig) -> Result<(), UserError> {
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(start("cannot start the daemon"))?;
+    let mut child = cmd.spawn().map_err(start("cannot start the daemon"))?;
     drop(write_end);
     let mut msg = String::new();
     let _ = fs::File::from(read_end).read_to_string(&mut msg);
+    if msg.trim() != "ready" {
+        // A refused mount leaves nothing: not even the daemon, still letting go of the cache
+        // directory's lock (the next mount of it was refused as "in use", now and then).
+        let deadline = std::time::Instant::now() + STOP_GRACE;
+        while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     match msg.trim() {
         "ready" => Ok(()),
         "" => Err(UserError::DaemonDied {
