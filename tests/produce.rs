@@ -428,11 +428,17 @@ fn sixty_four_waiting_consumers_leave_the_mount_answering() {
 /// which tells the node when it is published, so the waits hold no connection each (before,
 /// each held a `NameGet` open on a connection of its own, and a home takes at most 256 from one
 /// node). Then every name is produced on the other node, and every consumer gets its bytes.
+/// (FUSE by /dev/fuse in both runs of the suite: over io_uring each waiting open holds a ring
+/// entry, and a ring thread lets 128 wait, `a_users_waiting_opens_are_bounded`.)
 #[test]
 fn two_thousand_waiting_consumers_hold_no_connection_each_and_all_get_their_files() {
     use std::process::{Command, Stdio};
     const N: usize = 2000;
-    let c = cluster("wait-many", 2, 11, "60s");
+    let mut c = Cluster::new("wait-many", 2, 11);
+    c.extra = ["--wait", "60s", "--fuse-transport", "dev"]
+        .map(String::from)
+        .to_vec();
+    c.start(2);
     let m = &c.nodes[1];
     let script = r#"
 import sys, threading
