@@ -102,15 +102,20 @@ impl<S: Source> DyadFs<S> {
         // Published, not only created: a producer on this node may be writing it now, and a
         // reader must not see it before its close.
         let (dir, name) = split(&path);
-        match self.names.get(dir, name, self.config.wait) {
-            Ok(Some(_)) => {}
+        let published = match self.names.get(dir, name, self.config.wait) {
+            Ok(Some(n)) => n,
             Ok(None) => return Err(Error::NotFound),
             Err(e) => {
                 tracing::warn!(%path, error = %e, "waiting for a name failed");
                 return Err(Error::NotFound);
             }
-        }
-        let found = self.resolve(&path, Duration::ZERO)?;
+        };
+        // The name as its home told it: not asked again (a round trip per hand-off), unless
+        // something here took the path meanwhile.
+        let found = match self.resolve_here(&path)? {
+            Some(here) => here,
+            None => self.found_name(&path, Ok(Some(published)))?,
+        };
         let attr = self.upsert(path, &found, 0)?;
         let want = match flags & libc::O_ACCMODE {
             libc::O_RDONLY => 4,

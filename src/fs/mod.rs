@@ -360,13 +360,8 @@ impl<S: Source> DyadFs<S> {
     /// What `path` is now: being written here, in the backing tree, or a published name
     /// (waited for up to `wait`).
     fn resolve(&self, path: &str, wait: Duration) -> Result<Found, Error> {
-        if let Some(s) = self.producer.staged(path) {
-            return Ok(Found::Staged(s));
-        }
-        match self.backing_stat(path) {
-            Ok(meta) => return Ok(Found::Backing(meta)),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
-            Err(e) => return Err(Error::Backing(e)),
+        if let Some(found) = self.resolve_here(path)? {
+            return Ok(found);
         }
         if path.is_empty() {
             return Err(Error::NotFound);
@@ -375,7 +370,25 @@ impl<S: Source> DyadFs<S> {
         if !wait.is_zero() {
             self.stats().name_waits.fetch_add(1, Ordering::Relaxed);
         }
-        match self.names.get(dir, name, wait) {
+        self.found_name(path, self.names.get(dir, name, wait))
+    }
+
+    /// What `path` is on this node: being written here, or in the backing tree (`None`: it is
+    /// neither, so a published name if anything).
+    fn resolve_here(&self, path: &str) -> Result<Option<Found>, Error> {
+        if let Some(s) = self.producer.staged(path) {
+            return Ok(Some(Found::Staged(s)));
+        }
+        match self.backing_stat(path) {
+            Ok(meta) => Ok(Some(Found::Backing(meta))),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
+            Err(e) => Err(Error::Backing(e)),
+        }
+    }
+
+    /// What the namespace said of `path` (`got`), as what it resolves to.
+    fn found_name(&self, path: &str, got: std::io::Result<Option<Name>>) -> Result<Found, Error> {
+        match got {
             // A hard link: the record holds what the file's names share.
             Ok(Some(n)) if n.is_pointer() => match self.record(&n.meta.inode) {
                 Ok(Some(r)) => Ok(Found::Produced(r)),
