@@ -24,7 +24,12 @@ pub struct ClusterNames {
     pub failover_wait: Duration,
     /// This node's refresh of its readers' watches, started by the first wait.
     pub refresher: std::sync::OnceLock<()>,
+    /// Places for this node's name questions out at once ([`CALLS_AT_ONCE`]).
+    pub calls: tokio::sync::Semaphore,
 }
+
+/// The most name questions a node has out at once (each on a connection of its own).
+pub const CALLS_AT_ONCE: usize = 32;
 
 /// How often a question whose home failed checks whether the directory moved.
 const FAILOVER_POLL: Duration = Duration::from_millis(50);
@@ -36,6 +41,10 @@ impl ClusterNames {
     /// was only slow (never declared down) keeps its directories, so nothing is orphaned at a
     /// backup.
     fn ask(&self, dir: &str, msg: Msg, wait: Duration) -> std::io::Result<Msg> {
+        // A call holds a connection to the home while it is out: thousands of waiting opens
+        // registering at once would open thousands (a home takes 256 from one node, and a
+        // refused call makes it suspect here).
+        let _out = self.runtime.block_on(self.calls.acquire());
         let l = &self.locator;
         let mut home = l.global_home(dir);
         let deadline = std::time::Instant::now() + self.failover_wait;

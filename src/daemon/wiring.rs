@@ -385,6 +385,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         runtime: runtime.handle().clone(),
         failover_wait: args.cluster.failure_detection * 2,
         refresher: Default::default(),
+        calls: tokio::sync::Semaphore::new(crate::cluster::names::CALLS_AT_ONCE),
     });
     let pull_config = PullConfig {
         node_id: id,
