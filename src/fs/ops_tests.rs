@@ -17,13 +17,33 @@ use crate::cache::CacheConfig;
 use crate::core::NodeId;
 
 /// The produced namespace, in memory (the single-node daemon's is alike; the filesystem only
-/// sees the trait).
+/// sees the trait): the names, whether sets are refused, and what wakes a waiting lookup.
 #[derive(Default)]
-struct MemNames(Mutex<BTreeMap<(String, String), Name>>, AtomicBool);
+pub(crate) struct MemNames(
+    Mutex<BTreeMap<(String, String), Name>>,
+    AtomicBool,
+    std::sync::Condvar,
+);
 
 impl Namespace for MemNames {
-    fn get(&self, dir: &str, name: &str, _wait: Duration) -> io::Result<Option<Name>> {
-        Ok(lock(&self.0).get(&(dir.into(), name.into())).cloned())
+    fn get(&self, dir: &str, name: &str, wait: Duration) -> io::Result<Option<Name>> {
+        let deadline = std::time::Instant::now() + wait;
+        let key = (dir.to_string(), name.to_string());
+        let mut names = lock(&self.0);
+        loop {
+            if let Some(n) = names.get(&key) {
+                return Ok(Some(n.clone()));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            names = self
+                .2
+                .wait_timeout(names, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
     fn list(&self, dir: &str) -> io::Result<Vec<(String, Name)>> {
         let names = lock(&self.0);
@@ -37,10 +57,12 @@ impl Namespace for MemNames {
         }
         let key = (dir.to_string(), name.to_string());
         let mut names = lock(&self.0);
-        Ok(match entry {
+        let old = match entry {
             Some(e) => names.insert(key, e),
             None => names.remove(&key),
-        })
+        };
+        self.2.notify_all();
+        Ok(old)
     }
     fn release(&self, _: NodeId, _: &str, _: u64, _: i64, _: bool) {}
     fn me(&self) -> NodeId {
@@ -51,7 +73,7 @@ impl Namespace for MemNames {
 static TEST_ID: AtomicU64 = AtomicU64::new(0);
 
 /// The dataset: two files the namespace may never change.
-const DATASET: [(&str, usize); 2] = [("b0", 3000), ("b1", 1 << 20)];
+pub(crate) const DATASET: [(&str, usize); 2] = [("b0", 3000), ("b1", 1 << 20)];
 /// Names the operations use: the dataset's and free ones.
 const NAMES: [&str; 5] = ["b0", "b1", "p0", "p1", "p2"];
 
@@ -73,6 +95,49 @@ fn world() -> (World, BTreeMap<String, Vec<u8>>) {
 
 /// [`world`] with `--max-staged-per-user`.
 fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Vec<u8>>) {
+    let names = Arc::new(MemNames::default());
+    let (fs, dir, model) = build(max_staged_per_user, Duration::ZERO, names.clone());
+    (World { fs, names, dir }, model)
+}
+
+/// The kernel adapter's handlers over [`build`]'s file system (its lookups wait, `--wait`),
+/// for `fuse::ops_tests`.
+pub(crate) struct AdapterWorld {
+    pub ops: Arc<crate::fs::fuse::ops::Ops<MemSource>>,
+    pub names: Arc<MemNames>,
+    pub model: BTreeMap<String, Vec<u8>>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for AdapterWorld {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub(crate) fn adapter_world(wait: Duration) -> AdapterWorld {
+    let names = Arc::new(MemNames::default());
+    let (fs, dir, model) = build(None, wait, names.clone());
+    let ops = crate::fs::fuse::ops::Ops::new(fs, &dir.join("not-mounted")).unwrap();
+    AdapterWorld {
+        ops: Arc::new(ops),
+        names,
+        model,
+        dir,
+    }
+}
+
+/// A file system over a fresh temp backing tree of [`DATASET`] (read through a [`MemSource`])
+/// and cache, its produced names in `names`; its directory, and the dataset's bytes.
+fn build(
+    max_staged_per_user: Option<u64>,
+    wait: Duration,
+    names: Arc<dyn Namespace>,
+) -> (
+    DyadFs<MemSource>,
+    std::path::PathBuf,
+    BTreeMap<String, Vec<u8>>,
+) {
     let dir = std::env::temp_dir().join(format!(
         "dyadfs-ops-test-{}-{}",
         std::process::id(),
@@ -113,7 +178,7 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
         passthrough: false,
         passthrough_min: 0,
         readahead_threads: 1,
-        wait: Duration::ZERO,
+        wait,
         max_waits_per_user: 1024,
         max_inodes: 1024,
         backing_stat_cache: 1 << 20,
@@ -121,10 +186,9 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
         prefetch_window: 16,
         no_open: false,
     };
-    let names = Arc::new(MemNames::default());
     let fs = DyadFs::new(
         BackingStore::new(backing),
-        names.clone(),
+        names,
         producer,
         source,
         cache,
@@ -132,7 +196,7 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
         fs_config,
     )
     .unwrap();
-    (World { fs, names, dir }, model)
+    (fs, dir, model)
 }
 
 #[derive(Debug, Clone)]

@@ -9,6 +9,8 @@ mod admission;
 mod convert;
 pub mod dev;
 pub mod ops;
+#[cfg(test)]
+mod ops_tests;
 pub mod passthrough;
 pub mod reply;
 pub mod ring;
