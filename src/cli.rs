@@ -1,18 +1,14 @@
-//! Command-line interface: clap definitions and their conversion into config structs. The
-//! command and flag names are a contract with scripts outside the project.
+//! Command-line interface: clap definitions (here) and their conversion into config structs
+//! (`convert`). The command and flag names are a contract with scripts outside the project.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::daemon::config::{
-    ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PackMax, PullToolConfig, ServeConfig,
-    UcxConfig,
-};
-use crate::fs::FsConfig;
-use crate::fs::fuse::FuseTransport;
+use crate::daemon::config::PackMax;
 
+mod convert;
 mod units;
 use units::{parse_capacity, parse_chunk_size, parse_readahead, parse_wait};
 pub use units::{parse_duration, parse_size};
@@ -593,141 +589,4 @@ pub struct PrefetchArgs {
     /// Which of your lists this one replaces (e.g. one per rank on the node)
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub stream: String,
-}
-
-// The conversions into the daemon's plain config structs: nothing below the command line
-// knows clap.
-
-impl From<WarmArgs> for crate::daemon::warm::WarmConfig {
-    fn from(a: WarmArgs) -> Self {
-        crate::daemon::warm::WarmConfig {
-            mountpoint: a.mountpoint,
-            paths: a.paths,
-            list: a.list,
-            threads: a.threads as usize,
-            cluster: a.cluster,
-        }
-    }
-}
-
-impl From<PrefetchArgs> for crate::daemon::prefetch::PrefetchConfig {
-    fn from(a: PrefetchArgs) -> Self {
-        crate::daemon::prefetch::PrefetchConfig {
-            mountpoint: a.mountpoint,
-            list: a.list,
-            stream: a.stream,
-        }
-    }
-}
-
-impl From<MountArgs> for MountConfig {
-    fn from(a: MountArgs) -> MountConfig {
-        let backing = a.backing.clone();
-        MountConfig {
-            mountpoint: a.mountpoint,
-            managed: backing.is_none(),
-            backing: backing.unwrap_or_else(|| a.ssd.join(MANAGED_ROOT)),
-            ssd: a.ssd,
-            capacity: a.capacity,
-            max_staged_per_user: a.max_staged_per_user,
-            max_names_per_user: a.max_names_per_user,
-            open_files: a.open_files,
-            chunk_size: a.chunk_size,
-            pack_max: a.pack_max,
-            scrub_interval: a.scrub_interval,
-            scrub_rate: a.scrub_rate,
-            fs: FsConfig {
-                metadata_ttl: a.metadata_ttl,
-                passthrough: !a.no_passthrough && !a.no_open,
-                pack_auto: a.pack_max == PackMax::Auto,
-                passthrough_min: a.passthrough_min,
-                readahead_threads: a.readahead_threads.into(),
-                wait: a.wait,
-                max_waits_per_user: a.max_waits_per_user as usize,
-                max_inodes: a.max_inodes as usize,
-                backing_stat_cache: a.backing_stat_cache,
-                prefetch_threads: a.prefetch_threads.into(),
-                prefetch_window: a.prefetch_window as usize,
-                no_open: a.no_open,
-            },
-            threads: a.threads,
-            kernel_readahead: a.kernel_readahead,
-            fuse_transport: match a.fuse_transport {
-                FuseTransportArg::Auto => FuseTransport::Auto,
-                FuseTransportArg::Uring => FuseTransport::Uring,
-                FuseTransportArg::Dev => FuseTransport::Dev,
-            },
-            read_only: a.read_only || a.no_open,
-            options: a.options,
-            metrics_listen: a.metrics_listen,
-            foreground: a.foreground,
-            log_file: a.log_file,
-            cluster: ClusterConfig {
-                node_id: a.node_id,
-                peers: a.peers,
-                rendezvous: a.rendezvous,
-                nodes: a.nodes,
-                listen: a.listen,
-                rack: a.rack,
-                peer_timeout: a.peer_timeout,
-                eager_max: a.eager_max,
-                serve_threads: a.serve_threads as usize,
-                data_plane: a.data_plane.into(),
-                ucx_over_tcp: a.ucx_over_tcp,
-                failure_detection: a.failure_detection,
-                replicate: a.replicate,
-                secret_file: a.secret_file,
-                insecure: a.insecure,
-            },
-        }
-    }
-}
-
-impl From<DataPlaneArg> for DataPlaneKind {
-    fn from(a: DataPlaneArg) -> DataPlaneKind {
-        match a {
-            DataPlaneArg::Auto => DataPlaneKind::Auto,
-            DataPlaneArg::Ucx => DataPlaneKind::Ucx,
-            DataPlaneArg::Stream => DataPlaneKind::Stream,
-        }
-    }
-}
-
-impl From<UcxArgs> for UcxConfig {
-    fn from(a: UcxArgs) -> UcxConfig {
-        UcxConfig {
-            data_plane: a.data_plane.into(),
-            slots: a.slots,
-            slot_size: a.slot_size,
-            timeout: a.timeout,
-            node_id: a.node_id,
-        }
-    }
-}
-
-impl From<ServeArgs> for ServeConfig {
-    fn from(a: ServeArgs) -> ServeConfig {
-        ServeConfig {
-            root: a.root,
-            listen: a.listen,
-            ucx: a.ucx.into(),
-            corrupt: a.corrupt,
-        }
-    }
-}
-
-impl From<PullArgs> for PullToolConfig {
-    fn from(a: PullArgs) -> PullToolConfig {
-        PullToolConfig {
-            peer: a.peer,
-            path: a.path,
-            version_of: a.version_of,
-            out: a.out,
-            offset: a.offset,
-            len: a.len,
-            window: a.window,
-            eager_max: a.eager_max,
-            ucx: a.ucx.into(),
-        }
-    }
 }
