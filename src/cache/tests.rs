@@ -51,150 +51,6 @@ fn drop_pages(e: &Entry) {
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
 
-#[test]
-fn reload_after_restart_keeps_complete_and_partial_entries() {
-    let (dir, config, stats) = setup(100 << 20);
-    {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        let a = cache.entry("a", v(3 << 20)).unwrap();
-        fill(&cache, &a, 1);
-        let b = cache.entry("dir/b", v(3 << 20)).unwrap();
-        let claim = b.claim(1..2);
-        assert_eq!(claim.mine, vec![1]);
-        assert!(cache.reserve(&b, 1 << 20));
-        let buf = vec![2u8; 1 << 20];
-        b.write_at(1 << 20, &buf).unwrap();
-        b.complete(1, crc32c::crc32c(&buf));
-        b.persist().unwrap();
-        assert_eq!(cache.used_bytes(), 4 << 20);
-        // A second daemon on the same directory is refused.
-        assert!(matches!(
-            Cache::open(&config, stats.clone()),
-            Err(CacheError::Locked(_))
-        ));
-    }
-    let cache = Cache::open(&config, stats).unwrap();
-    assert_eq!(cache.used_bytes(), 4 << 20);
-    assert_eq!(cache.cached_files(), 2);
-    let a = cache.entry("a", v(3 << 20)).unwrap();
-    assert!(a.is_complete());
-    assert!(a.verify(&cache, 0..3).unwrap());
-    let b = cache.entry("dir/b", v(3 << 20)).unwrap();
-    assert!(!b.is_complete());
-    assert!(b.all_present(1..2));
-    let _ = fs::remove_dir_all(dir);
-}
-
-#[test]
-fn crash_leftovers_are_discarded() {
-    let (dir, config, stats) = setup(100 << 20);
-    let (a_data, orphan_data) = {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        let a = cache.entry("a", v(1 << 20)).unwrap();
-        fill(&cache, &a, 1);
-        // Data written but never recorded in a header: a fill cut short by a crash.
-        let orphan = cache.entry("orphan", v(10)).unwrap();
-        orphan.write_at(0, b"0123456789").unwrap();
-        (a.data_path(), orphan.data_path())
-    };
-    let stray = a_data.with_extension("meta.tmp");
-    fs::write(&stray, b"foreign").unwrap();
-    let log = dir.join("index.log");
-    let cache = Cache::open(&config, stats.clone()).unwrap();
-    assert_eq!(cache.sweep_orphans().unwrap(), 2);
-    assert_eq!(cache.cached_files(), 1);
-    assert!(!stray.exists() && !orphan_data.exists());
-    // A record torn by a crash mid-append is ignored: the entry it described is dropped.
-    let a = cache.entry("a", v(1 << 20)).unwrap();
-    a.persist().unwrap();
-    drop((a, cache));
-    let bytes = fs::read(&log).unwrap();
-    let one_record = bytes.len() / 2 - 6;
-    fs::write(&log, &bytes[..bytes.len() - one_record - 3]).unwrap();
-    let cache = Cache::open(&config, stats).unwrap();
-    assert_eq!(cache.cached_files(), 0);
-    assert_eq!(cache.used_bytes(), 0);
-    cache.sweep_orphans().unwrap();
-    assert!(!a_data.exists());
-    let _ = fs::remove_dir_all(dir);
-}
-
-/// A corrupt record in the middle of the header log (a bad sector, not a crash) loses only
-/// the entry it described: the entries recorded after it are reloaded and served.
-#[test]
-fn a_corrupt_record_mid_log_keeps_the_entries_after_it() {
-    let (dir, config, stats) = setup(100 << 20);
-    {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        for (p, byte) in [("a", 1), ("b", 2), ("c", 3)] {
-            let e = cache.entry(p, v(1 << 20)).unwrap();
-            fill(&cache, &e, byte);
-        }
-    }
-    // The log as rewritten at the last start holds a, b, c in some order: corrupt the second
-    // record's payload.
-    let log = dir.join("index.log");
-    let bytes = fs::read(&log).unwrap();
-    let records = journal::decode(&bytes);
-    assert_eq!(records.len(), 3);
-    let first_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize + 4;
-    let mut bad = bytes.clone();
-    bad[12 + first_len + 10] ^= 0xff;
-    fs::write(&log, &bad).unwrap();
-    let lost = match &records[1] {
-        journal::Record::Put(h) => h.path.clone(),
-        other => panic!("{other:?}"),
-    };
-    let cache = Cache::open(&config, stats).unwrap();
-    assert_eq!(
-        cache.cached_files(),
-        2,
-        "the entries after the bad record are kept"
-    );
-    for (p, byte) in [("a", 1u8), ("b", 2), ("c", 3)] {
-        let kept = cache.lookup(p, v(1 << 20));
-        if *p == *lost {
-            assert!(kept.is_none());
-            continue;
-        }
-        let e = kept.unwrap_or_else(|| panic!("{p} was lost"));
-        let mut buf = vec![0; 1 << 20];
-        assert!(e.read_verified(&cache, 0, &mut buf, 1 << 20).unwrap());
-        assert!(buf.iter().all(|&b| b == byte));
-    }
-    let _ = fs::remove_dir_all(dir);
-}
-
-/// A dropped entry stays dropped across a restart, even when another path took its data file.
-#[test]
-fn tombstones_and_slot_takeovers_survive_a_restart() {
-    let (dir, config, stats) = setup(100 << 20);
-    {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        let a = cache.entry("a", v(1 << 20)).unwrap();
-        fill(&cache, &a, 1);
-        let b = cache.entry("b", v(1 << 20)).unwrap();
-        fill(&cache, &b, 2);
-        cache.forget("a", v(1 << 20));
-        // "b" replaced by a new version, half filled.
-        let b2 = cache.entry("b", v(2 << 20)).unwrap();
-        let claim = b2.claim(0..1);
-        assert!(cache.reserve(&b2, 1 << 20));
-        let buf = vec![3u8; 1 << 20];
-        b2.write_at(0, &buf).unwrap();
-        b2.complete(claim.mine[0], crc32c::crc32c(&buf));
-        b2.persist().unwrap();
-    }
-    let cache = Cache::open(&config, stats).unwrap();
-    assert_eq!(cache.cached_files(), 1);
-    assert!(cache.lookup("a", v(1 << 20)).is_none());
-    assert!(cache.lookup("b", v(1 << 20)).is_none());
-    let b2 = cache.lookup("b", v(2 << 20)).unwrap();
-    assert!(b2.all_present(0..1) && !b2.all_present(1..2));
-    assert!(b2.verify(&cache, 0..1).unwrap());
-    let _ = fs::remove_dir_all(dir);
-}
-
 /// The data file of "a", `size` bytes of 7 filled through a cache that is then closed.
 fn filled_data_file(config: &CacheConfig, stats: &Arc<Stats>, size: u64) -> PathBuf {
     let cache = Cache::open(config, stats.clone()).unwrap();
@@ -360,53 +216,6 @@ fn cold_chunks_read_for_a_peer_are_exact() {
     let _ = fs::remove_dir_all(dir);
 }
 
-/// A long-running daemon's log is rewritten with the live headers once it has grown past them,
-/// and a restart after that reloads exactly the live entries.
-#[test]
-fn the_log_is_rewritten_when_it_grows() {
-    let (dir, config, stats) = setup(100 << 20);
-    {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        cache.shared.journal.set_slack(4096);
-        let keep = cache.entry("keep", v(1 << 20)).unwrap();
-        fill(&cache, &keep, 1);
-        // Many versions of one path come and go: tombstones and stale headers pile up.
-        for i in 0..200 {
-            let e = cache
-                .entry(
-                    "churn",
-                    Version {
-                        size: 1 << 20,
-                        mtime_ns: i,
-                    },
-                )
-                .unwrap();
-            fill(&cache, &e, 2);
-            for _ in 0..5 {
-                e.persist().unwrap();
-            }
-        }
-        // Every new entry checks the log: it never grew far past its live size.
-        let bytes = cache.shared.journal.bytes();
-        assert!(bytes < 3 * 4096, "log {bytes} bytes");
-    }
-    let cache = Cache::open(&config, stats).unwrap();
-    assert_eq!(cache.cached_files(), 2);
-    assert!(cache.lookup("keep", v(1 << 20)).unwrap().is_complete());
-    let last = Version {
-        size: 1 << 20,
-        mtime_ns: 199,
-    };
-    assert!(
-        cache
-            .lookup("churn", last)
-            .unwrap()
-            .verify(&cache, 0..1)
-            .unwrap()
-    );
-    let _ = fs::remove_dir_all(dir);
-}
-
 /// Many more entries than open descriptors: every one is written and read back byte-exact,
 /// and an entry that left the cache never reopens its slot's path (a newcomer's file).
 #[test]
@@ -434,34 +243,6 @@ fn more_entries_than_descriptors_and_dropped_entries_stay_closed() {
     let e = old.write_at(0, b"stale").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
     assert!(new.read_bytes(0, 100, None).unwrap() == vec![99; 100]);
-    let _ = fs::remove_dir_all(dir);
-}
-
-/// A reloaded entry whose data file vanished (or was resized) behind the cache's back is
-/// emptied at its first use and filled again, not served and not treated as an I/O error.
-#[test]
-fn a_missing_data_file_is_noticed_at_first_use_after_restart() {
-    let (dir, config, stats) = setup(100 << 20);
-    let data = {
-        let cache = Cache::open(&config, stats.clone()).unwrap();
-        let a = cache.entry("a", v(2 << 20)).unwrap();
-        fill(&cache, &a, 5);
-        a.data_path()
-    };
-    fs::remove_file(&data).unwrap();
-    let cache = Cache::open(&config, stats.clone()).unwrap();
-    assert_eq!(cache.used_bytes(), 2 << 20);
-    let a = cache.entry("a", v(2 << 20)).unwrap();
-    assert!(a.is_complete());
-    assert!(a.map().is_some());
-    assert!(!a.is_complete());
-    assert_eq!(cache.used_bytes(), 0);
-    fill(&cache, &a, 6);
-    assert!(a.read_bytes(0, 10, None).unwrap() == vec![6; 10]);
-    drop((a, cache));
-    let cache = Cache::open(&config, stats).unwrap();
-    let a = cache.entry("a", v(2 << 20)).unwrap();
-    assert!(a.verify(&cache, 0..2).unwrap());
     let _ = fs::remove_dir_all(dir);
 }
 
@@ -681,6 +462,8 @@ fn events_go_to_one_reader_complete_copies_first() {
     let _ = fs::remove_dir_all(dir);
 }
 
+#[path = "restart_tests.rs"]
+mod restart;
 #[path = "segment_tests.rs"]
 mod segments;
 
