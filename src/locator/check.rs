@@ -16,20 +16,10 @@ impl LocatorService {
     /// A message that speaks for its sender (a publish, a failed fetch, a rejoin, a member's
     /// own lookup, a rack's change) must come from that sender: `peer` is the authenticated id.
     pub(super) fn check(&self, msg: &Msg, peer: Option<NodeId>) -> Result<(), String> {
-        use crate::core::paths::{cache_key, dataset_path, name as one_name, object_id};
+        use crate::core::paths::{cache_key, object_id};
         let member = |id: NodeId| self.membership.check_member(id);
         let key = |p: &str| cache_key(p).map_err(|e| format!("{p:?}: {e}"));
-        let dir = |p: &str| {
-            if is_links_dir(p) {
-                return Ok(());
-            }
-            dataset_path(p).map_err(|e| format!("{p:?}: {e}"))
-        };
-        let one = |n: &str| one_name(n).map_err(|e| format!("{n:?}: {e}"));
-        let sender = |id: NodeId| match peer {
-            Some(p) if p != id => Err(format!("node {p} spoke for node {id}")),
-            _ => member(id),
-        };
+        let sender = |id: NodeId| self.sender(id, peer);
         match msg {
             // A rack home forwards a member's miss to the global home (`global: true`).
             Msg::Lookup {
@@ -67,45 +57,12 @@ impl LocatorService {
             }
             Msg::Rejoined { node } => sender(*node),
             Msg::BadChunk { path, .. } => key(path),
-            Msg::NameGet { dir: d, name, .. } => {
-                dir(d)?;
-                one(name)
-            }
-            Msg::NameList { dir: d, after } => {
-                dir(d)?;
-                after.as_deref().map_or(Ok(()), one)
-            }
-            Msg::NameSet {
-                dir: d,
-                name,
-                entry,
-            } => {
-                dir(d)?;
-                one(name)?;
-                match entry {
-                    Some(n) => check_name(n, &self.membership),
-                    None => Ok(()),
-                }
-            }
-            Msg::NameReplica {
-                dir: d,
-                name,
-                entry,
-            } => {
-                dir(d)?;
-                one(name)?;
-                if let Some(n) = entry {
-                    check_name(n, &self.membership)?;
-                }
-                // Only the nodes that keep the directory's names (its home and backup) copy
-                // them to one another: a replica is what a restarted home is given back.
-                match peer {
-                    Some(p) if !self.keepers(d).contains(&p) => {
-                        Err(format!("node {p} keeps no names of {d:?}"))
-                    }
-                    _ => Ok(()),
-                }
-            }
+            Msg::NameGet { .. }
+            | Msg::NameList { .. }
+            | Msg::NameSet { .. }
+            | Msg::NameReplica { .. }
+            | Msg::NameWatch { .. }
+            | Msg::NamesAre(_) => self.check_names(msg, peer),
             // Replies are checked like requests: a home's answer goes into this node's tables.
             Msg::GainedList { copies, .. } => copies.iter().try_for_each(|(path, _, node)| {
                 key(path)?;
@@ -119,36 +76,94 @@ impl LocatorService {
             },
             Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
             Msg::ObjectsNamed { holder, .. } => member(*holder),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`LocatorService::check`] for the produced namespace's messages.
+    fn check_names(&self, msg: &Msg, peer: Option<NodeId>) -> Result<(), String> {
+        let entry = |d: &str, name: &str, n: Option<&Name>| {
+            named(d, name)?;
+            n.map_or(Ok(()), |n| check_name(n, &self.membership))
+        };
+        match msg {
+            Msg::NameGet { dir, name, .. } => named(dir, name),
+            Msg::NameList { dir, after } => {
+                dir_ok(dir)?;
+                after.as_deref().map_or(Ok(()), one_ok)
+            }
+            Msg::NameSet {
+                dir,
+                name,
+                entry: n,
+            } => entry(dir, name, n.as_ref()),
+            // Only the nodes that keep the directory's names (its home and backup) copy them to
+            // one another: a replica is what a restarted home is given back.
+            Msg::NameReplica {
+                dir,
+                name,
+                entry: n,
+            } => {
+                entry(dir, name, n.as_ref())?;
+                self.kept_by(dir, peer)
+            }
             Msg::NameWatch { node, names, .. } => {
-                sender(*node)?;
+                self.sender(*node, peer)?;
                 if names.len() > NAMES_PER_WATCH {
                     return Err(format!("{} names in one watch", names.len()));
                 }
-                names.iter().try_for_each(|(d, name)| {
-                    dir(d)?;
-                    one(name)
-                })
+                names.iter().try_for_each(|(d, name)| named(d, name))
             }
+            // Only a node that keeps the directory's names tells of them.
             Msg::NamesAre(found) => {
                 if found.len() > NAMES_PER_WATCH {
                     return Err(format!("{} names in one message", found.len()));
                 }
                 found.iter().try_for_each(|(d, name, n)| {
-                    dir(d)?;
-                    one(name)?;
-                    check_name(n, &self.membership)?;
-                    // Only a node that keeps the directory's names tells of them.
-                    match peer {
-                        Some(p) if !self.keepers(d).contains(&p) => {
-                            Err(format!("node {p} keeps no names of {d:?}"))
-                        }
-                        _ => Ok(()),
-                    }
+                    entry(d, name, Some(n))?;
+                    self.kept_by(d, peer)
                 })
             }
             _ => Ok(()),
         }
     }
+
+    /// A message that speaks for node `id` comes from it (`peer`, the authenticated sender).
+    fn sender(&self, id: NodeId, peer: Option<NodeId>) -> Result<(), String> {
+        match peer {
+            Some(p) if p != id => Err(format!("node {p} spoke for node {id}")),
+            _ => self.membership.check_member(id),
+        }
+    }
+
+    /// `peer` keeps `dir`'s names (its home or backup).
+    fn kept_by(&self, dir: &str, peer: Option<NodeId>) -> Result<(), String> {
+        match peer {
+            Some(p) if !self.keepers(dir).contains(&p) => {
+                Err(format!("node {p} keeps no names of {dir:?}"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A directory of produced names: a dataset path, or the links directory.
+fn dir_ok(p: &str) -> Result<(), String> {
+    if is_links_dir(p) {
+        return Ok(());
+    }
+    crate::core::paths::dataset_path(p).map_err(|e| format!("{p:?}: {e}"))
+}
+
+/// One name (no slash, not `.` or `..`).
+fn one_ok(n: &str) -> Result<(), String> {
+    crate::core::paths::name(n).map_err(|e| format!("{n:?}: {e}"))
+}
+
+/// A name in a directory.
+fn named(dir: &str, name: &str) -> Result<(), String> {
+    dir_ok(dir)?;
+    one_ok(name)
 }
 
 impl LocatorService {
