@@ -271,60 +271,11 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     if let Some(key) = &secret {
         check_key(&members, id, key, args.cluster.peer_timeout)?;
     }
-    // One worker: the runtime only answers locator RPCs and sends publishes (pulls run on the
-    // threads that need the bytes), and a second worker mostly costs wake-ups to steal work.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("control")
-        .enable_all()
-        .build()
-        .map_err(|source| UserError::Start {
-            what: "tokio runtime",
-            source,
-        })?;
-    let ucx = args.cluster.data_plane.uses_ucx();
-    b.stats
-        .data_plane
-        .store(if ucx { 2 } else { 1 }, Ordering::Relaxed);
-    let tls = args
-        .cluster
-        .data_plane
-        .ucx_tls(args.cluster.ucx_over_tcp)
-        .map_err(UserError::UcxOverTcp)?;
-    let plane = |slots: usize, background: bool| -> Result<Arc<DataPlane>, UserError> {
-        let size = args.chunk_size as usize;
-        Ok(Arc::new(DataPlane::new(ucx, slots, size, background, tls)?))
-    };
-    tracing::info!(
-        ucx,
-        "data plane: chunks by UCX RMA above --eager-max, or all inline"
-    );
-    let worker = plane(32, false)?;
-    // Background copies (`--replicate`, ours or a peer's) go through a data plane of their own
-    // whose UCX progress thread has the lowest CPU priority.
-    let background = plane(4, true)?;
+    let runtime = control_runtime()?;
+    let (worker, background) = data_planes(args, &b.stats)?;
     let producer = producer(&b, args, id)?;
-    // What the locator does for this node: release objects it is told to, re-announce copies,
-    // check a chunk a peer found bad.
-    let (p, c, cc) = (producer.clone(), b.cache.clone(), b.cache.clone());
     let (journal, restored) = names_log(args)?;
-    let hooks = Hooks {
-        journal: Some(journal),
-        on_release: Box::new(move |object, size, mtime_ns, drop| {
-            p.released(object, Version { size, mtime_ns }, drop)
-        }),
-        holdings: Box::new(move || c.complete_entries()),
-        on_bad_chunk: Box::new(move |path, version, offset| {
-            if let Some(e) = cc.lookup(path, version) {
-                match e.recheck(&cc, e.chunks_for(offset, 1)) {
-                    Ok((_, dropped)) => {
-                        tracing::warn!(%path, offset, dropped, "a peer received a bad chunk")
-                    }
-                    Err(err) => tracing::warn!(%path, error = %err, "rechecking a chunk failed"),
-                }
-            }
-        }),
-    };
+    let hooks = locator_hooks(&producer, &b.cache, journal);
     let locator = LocatorService::new(
         members,
         args.cluster.peer_timeout,
@@ -359,17 +310,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         serving: Serving::new(args.cluster.serve_threads),
     };
     start_gossip(args, id, listen, &locator, secret.clone(), runtime.handle())?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(listen))
-        .map_err(|source| UserError::Listen {
-            addr: listen,
-            source,
-        })?;
-    runtime.spawn(async move {
-        if let Err(e) = crate::transport::server::serve(listener, server).await {
-            tracing::error!(error = %e, "control server stopped");
-        }
-    });
+    start_control_port(&runtime, listen, server)?;
     let events = b
         .cache
         .take_events()
@@ -419,6 +360,91 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let r = run(args, b, names, producer, source, Some(status));
     runtime.shutdown_timeout(Duration::from_secs(1));
     r
+}
+
+/// The runtime of the control port, gossip and publishes. One worker: it only answers locator
+/// RPCs and sends publishes (pulls run on the threads that need the bytes), and a second worker
+/// mostly costs wake-ups to steal work.
+fn control_runtime() -> Result<tokio::runtime::Runtime, UserError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("control")
+        .enable_all()
+        .build()
+        .map_err(|source| UserError::Start {
+            what: "tokio runtime",
+            source,
+        })
+}
+
+/// The data planes chunks move through (`--data-plane`): the readers', and one for background
+/// copies (`--replicate`, ours or a peer's) whose UCX progress thread has the lowest CPU
+/// priority.
+fn data_planes(
+    args: &MountConfig,
+    stats: &Stats,
+) -> Result<(Arc<DataPlane>, Arc<DataPlane>), UserError> {
+    let ucx = args.cluster.data_plane.uses_ucx();
+    stats
+        .data_plane
+        .store(if ucx { 2 } else { 1 }, Ordering::Relaxed);
+    let tls = args
+        .cluster
+        .data_plane
+        .ucx_tls(args.cluster.ucx_over_tcp)
+        .map_err(UserError::UcxOverTcp)?;
+    let plane = |slots: usize, background: bool| -> Result<Arc<DataPlane>, UserError> {
+        let size = args.chunk_size as usize;
+        Ok(Arc::new(DataPlane::new(ucx, slots, size, background, tls)?))
+    };
+    tracing::info!(
+        ucx,
+        "data plane: chunks by UCX RMA above --eager-max, or all inline"
+    );
+    Ok((plane(32, false)?, plane(4, true)?))
+}
+
+/// What the locator does for this node: journal its names, release objects it is told to,
+/// re-announce copies, check a chunk a peer found bad.
+fn locator_hooks(producer: &Arc<Producer>, cache: &Arc<Cache>, journal: Arc<NamesLog>) -> Hooks {
+    let (p, c, cc) = (producer.clone(), cache.clone(), cache.clone());
+    Hooks {
+        journal: Some(journal),
+        on_release: Box::new(move |object, size, mtime_ns, drop| {
+            p.released(object, Version { size, mtime_ns }, drop)
+        }),
+        holdings: Box::new(move || c.complete_entries()),
+        on_bad_chunk: Box::new(move |path, version, offset| {
+            if let Some(e) = cc.lookup(path, version) {
+                match e.recheck(&cc, e.chunks_for(offset, 1)) {
+                    Ok((_, dropped)) => {
+                        tracing::warn!(%path, offset, dropped, "a peer received a bad chunk")
+                    }
+                    Err(err) => tracing::warn!(%path, error = %err, "rechecking a chunk failed"),
+                }
+            }
+        }),
+    }
+}
+
+/// Binds the control port and serves it on `runtime`.
+fn start_control_port(
+    runtime: &tokio::runtime::Runtime,
+    listen: std::net::SocketAddr,
+    server: Server,
+) -> Result<(), UserError> {
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|source| UserError::Listen {
+            addr: listen,
+            source,
+        })?;
+    runtime.spawn(async move {
+        if let Err(e) = crate::transport::server::serve(listener, server).await {
+            tracing::error!(error = %e, "control server stopped");
+        }
+    });
+    Ok(())
 }
 
 /// Gossip on the control port's address (UDP): the locator learns who is down, and re-homes
