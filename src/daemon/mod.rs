@@ -411,6 +411,49 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     fs: DyadFs<S>,
     set: crate::sys::StopSignals,
 ) -> Result<(), UserError> {
+    let config = session_config(args);
+    let shedder = fs.shedder();
+    let adapter =
+        FuseAdapter::new(fs, &args.mountpoint, args.fuse_transport).map_err(|source| {
+            UserError::Start {
+                what: "prefetch threads",
+                source,
+            }
+        })?;
+    let ops = adapter.ops();
+    let owner = crate::sys::euid();
+    ops.set_access(match config.acl {
+        fuser::SessionACL::All => Access::All,
+        fuser::SessionACL::RootAndOwner => Access::RootAndOwner(owner),
+        fuser::SessionACL::Owner => Access::Owner(owner),
+    });
+    let mut session =
+        fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| {
+            UserError::Mount {
+                path: args.mountpoint.clone(),
+                source,
+            }
+        })?;
+    ops.set_notifier(session.notifier());
+    start_transport(args, &ops, &mut session)?;
+    start_inode_shedding(shedder, session.notifier())?;
+    start_stop_on_signal(set, session.unmount_callable(), &args.mountpoint)?;
+    start_kernel_readahead(args)?;
+    tracing::info!(
+        mountpoint = %args.mountpoint.display(),
+        backing = %args.backing.display(),
+        ssd = %args.ssd.display(),
+        "mounted"
+    );
+    report("ready");
+    session.run().map_err(UserError::Session)?;
+    tracing::info!("unmounted; exiting");
+    Ok(())
+}
+
+/// fuser's configuration of the mount: its source and type as the mount table shows them, the
+/// options every mount has, those asked for (`-o`), the request threads.
+fn session_config(args: &MountConfig) -> fuser::Config {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         // The source an fstab line names (`managed`, or the dataset's directory), so `mount -a`
@@ -450,32 +493,14 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     }
     config.n_threads = Some(args.threads.into());
     config.clone_fd = true;
+    config
+}
 
-    let shedder = fs.shedder();
-    let adapter =
-        FuseAdapter::new(fs, &args.mountpoint, args.fuse_transport).map_err(|source| {
-            UserError::Start {
-                what: "prefetch threads",
-                source,
-            }
-        })?;
-    let ops = adapter.ops();
-    let owner = crate::sys::euid();
-    ops.set_access(match config.acl {
-        fuser::SessionACL::All => Access::All,
-        fuser::SessionACL::RootAndOwner => Access::RootAndOwner(owner),
-        fuser::SessionACL::Owner => Access::Owner(owner),
-    });
-    let mut session =
-        fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| {
-            UserError::Mount {
-                path: args.mountpoint.clone(),
-                source,
-            }
-        })?;
-    ops.set_notifier(session.notifier());
-    start_transport(args, &ops, &mut session)?;
-    let notifier = session.notifier();
+/// Every half second, asks the kernel to forget the inodes the daemon sheds.
+fn start_inode_shedding(
+    shedder: crate::fs::InodeShedder,
+    notifier: fuser::Notifier,
+) -> Result<(), UserError> {
     std::thread::Builder::new()
         .name("inode-shed".into())
         .spawn(move || {
@@ -496,8 +521,17 @@ pub(super) fn run_session<S: crate::core::source::Source>(
             what: "inode-shed thread",
             source,
         })?;
-    let mut unmounter = session.unmount_callable();
-    let mountpoint: PathBuf = args.mountpoint.clone();
+    Ok(())
+}
+
+/// On a stop signal, unmounts (or detaches) the mount, and exits if requests still run
+/// [`STOP_GRACE`] later.
+fn start_stop_on_signal(
+    set: crate::sys::StopSignals,
+    mut unmounter: fuser::SessionUnmounter,
+    mountpoint: &Path,
+) -> Result<(), UserError> {
+    let mountpoint: PathBuf = mountpoint.to_path_buf();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -522,10 +556,14 @@ pub(super) fn run_session<S: crate::core::source::Source>(
             what: "signal thread",
             source,
         })?;
-    // The kernel reads ahead of a daemon-served file (a packed sample, a large file not passed
-    // through, `--no-open`) as far as its readahead, which INIT sets to at most 128 KiB, in
-    // READs of at most MAX_REQUEST: a 256 KiB sample takes two READs. Set to
-    // --kernel-readahead once INIT is done (the stat waits for it).
+    Ok(())
+}
+
+/// The kernel reads ahead of a daemon-served file (a packed sample, a large file not passed
+/// through, `--no-open`) as far as its readahead, which INIT sets to at most 128 KiB, in READs
+/// of at most MAX_REQUEST: a 256 KiB sample takes two READs. Set to --kernel-readahead once INIT
+/// is done (the stat waits for it).
+fn start_kernel_readahead(args: &MountConfig) -> Result<(), UserError> {
     if args.kernel_readahead > 0 {
         let mountpoint = args.mountpoint.clone();
         let kib = u32::try_from(args.kernel_readahead.div_ceil(1024)).unwrap_or(u32::MAX);
@@ -541,15 +579,6 @@ pub(super) fn run_session<S: crate::core::source::Source>(
                 source,
             })?;
     }
-    tracing::info!(
-        mountpoint = %args.mountpoint.display(),
-        backing = %args.backing.display(),
-        ssd = %args.ssd.display(),
-        "mounted"
-    );
-    report("ready");
-    session.run().map_err(UserError::Session)?;
-    tracing::info!("unmounted; exiting");
     Ok(())
 }
 
