@@ -6,6 +6,7 @@
 
 pub mod cache;
 pub mod cli;
+pub mod client;
 pub mod cluster;
 pub mod core;
 pub mod daemon;

@@ -50,14 +50,14 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Mount(args) => dyadfs::daemon::mount(args.into()),
-        Command::Stats(args) => dyadfs::daemon::stats(&args.mountpoint).map(|s| {
+        Command::Stats(args) => dyadfs::client::stats(&args.mountpoint).map(|s| {
             if args.json {
                 println!("{}", serde_json::to_string(&s).expect("serialize"));
             } else {
                 print!("{}", s.table());
             }
         }),
-        Command::Scrub(args) => dyadfs::daemon::scrub(&args.mountpoint).map(|r| {
+        Command::Scrub(args) => dyadfs::client::scrub(&args.mountpoint).map(|r| {
             if args.json {
                 println!("{}", serde_json::to_string(&r).expect("serialize"));
             } else {
@@ -71,7 +71,7 @@ fn main() -> ExitCode {
                 );
             }
         }),
-        Command::Status(args) => dyadfs::daemon::status(&args.mountpoint).map(|(r, s)| {
+        Command::Status(args) => dyadfs::client::status(&args.mountpoint).map(|(r, s)| {
             let hits = dyadfs::stats::HitRatios::of(&s);
             if args.json {
                 let v = serde_json::json!({
@@ -87,10 +87,10 @@ fn main() -> ExitCode {
                 print!("{}", r.table(&hits));
             }
         }),
-        Command::Warm(args) => dyadfs::daemon::warm::warm(args.into()),
+        Command::Warm(args) => dyadfs::client::warm::warm(args.into()),
         Command::Prefetch(args) => {
             let stream = args.stream.clone();
-            dyadfs::daemon::prefetch::prefetch(args.into()).map(|q| {
+            dyadfs::client::prefetch::prefetch(args.into()).map(|q| {
                 use dyadfs::stats::counted;
                 println!(
                     "queued {} for prefetch (stream {stream}); {} skipped; listed files \

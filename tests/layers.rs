@@ -11,7 +11,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("stats", &[]),
     ("metrics", &["stats"]),
     ("trace", &["core", "sys"]),
-    ("cli", &["core", "fs", "daemon"]),
+    ("cli", &["core", "fs", "daemon", "client"]),
     ("fstab", &["cli", "sys"]),
     ("install", &["fstab", "sys"]),
     ("cache", &["core", "sys", "stats"]),
@@ -44,13 +44,19 @@ const LAYERS: &[(&str, &[&str])] = &[
             "metrics",
         ],
     ),
+    // The commands that talk to a running mount: what they need of the daemon is its errors
+    // and whether a path is a mount point.
+    ("client", &["core", "sys", "stats", "cache", "fs", "daemon"]),
 ];
 
 /// Layers that may use only some of a module below: (user, used, the items it may name). The
 /// locator speaks to its peers through its port (`locator::peers`); the connections behind it
-/// are the cluster layer's, so it names the transport's error, framing and secret only.
-const NARROW: &[(&str, &str, &[&str])] =
-    &[("locator", "transport", &["TransportError", "frame", "auth"])];
+/// are the cluster layer's, so it names the transport's error, framing and secret only. The
+/// client names the daemon's error type and its mount-point test, never a mount's parts.
+const NARROW: &[(&str, &str, &[&str])] = &[
+    ("locator", "transport", &["TransportError", "frame", "auth"]),
+    ("client", "daemon", &["UserError", "is_mount_point"]),
+];
 
 fn rust_files(path: &Path, out: &mut Vec<std::path::PathBuf>) {
     if path.is_dir() {

@@ -8,9 +8,9 @@ use crate::daemon::config::{
 use crate::fs::FsConfig;
 use crate::fs::fuse::FuseTransport;
 
-impl From<WarmArgs> for crate::daemon::warm::WarmConfig {
+impl From<WarmArgs> for crate::client::warm::WarmConfig {
     fn from(a: WarmArgs) -> Self {
-        crate::daemon::warm::WarmConfig {
+        crate::client::warm::WarmConfig {
             mountpoint: a.mountpoint,
             paths: a.paths,
             list: a.list,
@@ -20,9 +20,9 @@ impl From<WarmArgs> for crate::daemon::warm::WarmConfig {
     }
 }
 
-impl From<PrefetchArgs> for crate::daemon::prefetch::PrefetchConfig {
+impl From<PrefetchArgs> for crate::client::prefetch::PrefetchConfig {
     fn from(a: PrefetchArgs) -> Self {
-        crate::daemon::prefetch::PrefetchConfig {
+        crate::client::prefetch::PrefetchConfig {
             mountpoint: a.mountpoint,
             list: a.list,
             stream: a.stream,

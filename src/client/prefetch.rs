@@ -6,7 +6,7 @@ use std::io::{BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::UserError;
+use crate::daemon::UserError;
 use crate::fs::prefetch::{MAX_LIST_BYTES, MAX_PATH_BYTES, MAX_PATHS, MAX_PLANS, PREFETCH_XATTR};
 
 pub struct PrefetchConfig {

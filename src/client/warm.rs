@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::UserError;
+use crate::daemon::UserError;
 use crate::stats::{Snapshot, counted, short as human};
 
 pub struct WarmConfig {
@@ -121,7 +121,7 @@ pub fn warm(cfg: WarmConfig) -> Result<(), UserError> {
     // /dyad/train`): the mount is the nearest mount point above it.
     let mnt = given
         .ancestors()
-        .find(|a| super::is_mount_point(a))
+        .find(|a| crate::daemon::is_mount_point(a))
         .unwrap_or(&given)
         .to_path_buf();
     let before = super::stats(&mnt)?;
