@@ -34,6 +34,43 @@ const READY_FD_ENV: &str = "DYADFS_READY_FD";
 /// Checks everything that can be checked before mounting, so bad input fails fast with a
 /// message naming the culprit and nothing is left mounted.
 pub fn validate(args: &MountConfig) -> Result<(), UserError> {
+    check_dev_fuse()?;
+    let canonical = check_mount_point(&args.mountpoint)?;
+    let ssd = cache_dir_path(args)?;
+    if ssd.starts_with(&canonical) {
+        return Err(UserError::CacheInsideMount(args.ssd.clone()));
+    }
+    check_cluster_args(args)?;
+    let not_writable = |source| UserError::CacheNotWritable {
+        path: args.ssd.clone(),
+        source,
+    };
+    if !args.managed {
+        match fs::metadata(&args.backing) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(UserError::BackingNotDir(args.backing.clone())),
+            Err(_) => return Err(UserError::NoBacking(args.backing.clone())),
+        }
+    }
+    // Everything that could be checked without it is: now the cache dir. A refusal from here
+    // on removes what this call created, so a corrected mount finds things as they were.
+    let created = match fs::DirBuilder::new().mode(0o700).create(&args.ssd) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(not_writable(e)),
+    };
+    let prepared = prepare_cache_dir(args);
+    if prepared.is_err() && created {
+        if args.managed {
+            let _ = fs::remove_dir(&args.backing);
+        }
+        let _ = fs::remove_dir(&args.ssd);
+    }
+    prepared
+}
+
+/// /dev/fuse is there, and a plain user may open it.
+fn check_dev_fuse() -> Result<(), UserError> {
     match fs::metadata("/dev/fuse") {
         Ok(m) if m.file_type().is_char_device() => {}
         _ => {
@@ -51,7 +88,12 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     {
         return Err(UserError::NoFuseAccess(e));
     }
-    let mnt = &args.mountpoint;
+    Ok(())
+}
+
+/// The mount point is an empty directory nothing is mounted on (a dead mount said as such);
+/// its canonical path.
+fn check_mount_point(mnt: &PathBuf) -> Result<PathBuf, UserError> {
     let meta = match fs::metadata(mnt) {
         Ok(m) => m,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
@@ -84,14 +126,18 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     if listing.next().is_some() {
         return Err(UserError::MountPointNotEmpty(mnt.clone()));
     }
+    Ok(canonical)
+}
+
+/// Where the cache dir is or will be: only its last component may be missing (a typo in its
+/// parent is an error, not a chain of new directories). It must not be inside the mount.
+fn cache_dir_path(args: &MountConfig) -> Result<PathBuf, UserError> {
     let not_writable = |source| UserError::CacheNotWritable {
         path: args.ssd.clone(),
         source,
     };
-    // Where the cache dir is or will be: only its last component may be missing (a typo in
-    // its parent is an error, not a chain of new directories), and never inside the mount.
-    let ssd = match fs::canonicalize(&args.ssd) {
-        Ok(real) => real,
+    match fs::canonicalize(&args.ssd) {
+        Ok(real) => Ok(real),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let (Some(parent), Some(name)) = (args.ssd.parent(), args.ssd.file_name()) else {
                 return Err(not_writable(e));
@@ -101,13 +147,15 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
             } else {
                 parent
             };
-            fs::canonicalize(parent).map_err(not_writable)?.join(name)
+            Ok(fs::canonicalize(parent).map_err(not_writable)?.join(name))
         }
-        Err(e) => return Err(not_writable(e)),
-    };
-    if ssd.starts_with(&canonical) {
-        return Err(UserError::CacheInsideMount(args.ssd.clone()));
+        Err(e) => Err(not_writable(e)),
     }
+}
+
+/// A cluster's options hold together (the data plane, the node id, the peers file); cluster
+/// options on a single node are refused; a job secret given loads.
+fn check_cluster_args(args: &MountConfig) -> Result<(), UserError> {
     if args.cluster.is_cluster() {
         args.cluster
             .data_plane
@@ -132,28 +180,7 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
     {
         return Err(UserError::NoSecret);
     }
-    if !args.managed {
-        match fs::metadata(&args.backing) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(UserError::BackingNotDir(args.backing.clone())),
-            Err(_) => return Err(UserError::NoBacking(args.backing.clone())),
-        }
-    }
-    // Everything that could be checked without it is: now the cache dir. A refusal from here
-    // on removes what this call created, so a corrected mount finds things as they were.
-    let created = match fs::DirBuilder::new().mode(0o700).create(&args.ssd) {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-        Err(e) => return Err(not_writable(e)),
-    };
-    let prepared = prepare_cache_dir(args);
-    if prepared.is_err() && created {
-        if args.managed {
-            let _ = fs::remove_dir(&args.backing);
-        }
-        let _ = fs::remove_dir(&args.ssd);
-    }
-    prepared
+    Ok(())
 }
 
 /// Checks the cache dir is private and writable, and makes a managed directory's root in it.
