@@ -7,18 +7,8 @@ use dyadfs::daemon::UserError;
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // Started as /sbin/mount.fuse.dyadfs by mount(8): SOURCE MOUNTPOINT -o OPTIONS.
-    // It becomes `dyadfs mount ...` (exec'd, so the daemon it starts sees those arguments).
     if argv.first().is_some_and(dyadfs::fstab::is_helper) {
-        use std::os::unix::process::CommandExt;
-        let err = match dyadfs::fstab::mount_argv(&argv[1..]) {
-            Ok(args) => match std::env::current_exe() {
-                Ok(exe) => std::process::Command::new(exe).args(&args[1..]).exec(),
-                Err(e) => e,
-            },
-            Err(e) => std::io::Error::other(e),
-        };
-        eprintln!("dyadfs: {err}");
-        return ExitCode::FAILURE;
+        return exec_as_mount(&argv);
     }
     let cli = Cli::parse_from(argv);
     let trace = match trace_layer(&cli) {
@@ -29,26 +19,60 @@ fn main() -> ExitCode {
         }
     };
     let flusher = trace.as_ref().map(|t| t.flusher());
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        use tracing_subscriber::{EnvFilter, Layer, filter::Targets};
-        let log = tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_filter(
-                EnvFilter::try_from_env("DYADFS_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-            );
-        // The trace takes the daemon's own spans, whatever the log level.
-        let spans = Targets::new().with_target("dyadfs", tracing::Level::DEBUG);
-        tracing_subscriber::registry()
-            .with(log)
-            .with(trace.map(|t| t.with_filter(spans)))
-            .init();
-    }
+    init_logging(trace);
     if let Some(f) = &flusher {
         f.clone().every_second();
     }
-    let result = match cli.command {
+    let result = run(cli.command);
+    if let Some(f) = &flusher {
+        f.flush();
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dyadfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// As the mount helper: becomes `dyadfs mount ...` (exec'd, so the daemon it starts sees those
+/// arguments); returns only if that fails.
+fn exec_as_mount(argv: &[std::ffi::OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let err = match dyadfs::fstab::mount_argv(&argv[1..]) {
+        Ok(args) => match std::env::current_exe() {
+            Ok(exe) => std::process::Command::new(exe).args(&args[1..]).exec(),
+            Err(e) => e,
+        },
+        Err(e) => std::io::Error::other(e),
+    };
+    eprintln!("dyadfs: {err}");
+    ExitCode::FAILURE
+}
+
+/// Logs to stderr at `DYADFS_LOG` (info by default), and the trace, if any, takes the daemon's
+/// own spans whatever the log level.
+fn init_logging(trace: Option<dyadfs::trace::TraceLayer>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, filter::Targets};
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
+            EnvFilter::try_from_env("DYADFS_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        );
+    // The trace takes the daemon's own spans, whatever the log level.
+    let spans = Targets::new().with_target("dyadfs", tracing::Level::DEBUG);
+    tracing_subscriber::registry()
+        .with(log)
+        .with(trace.map(|t| t.with_filter(spans)))
+        .init();
+}
+
+/// Runs one command.
+fn run(command: Command) -> Result<(), UserError> {
+    match command {
         Command::Mount(args) => dyadfs::daemon::mount(args.into()),
         Command::Stats(args) => dyadfs::client::stats(&args.mountpoint).map(|s| {
             if args.json {
@@ -136,16 +160,6 @@ fn main() -> ExitCode {
         Command::DataPlane(a) => {
             dyadfs::transport::ucx::child::run(a.slots, a.slot_size, a.background)
                 .map_err(Into::into)
-        }
-    };
-    if let Some(f) = &flusher {
-        f.flush();
-    }
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("dyadfs: {e}");
-            ExitCode::FAILURE
         }
     }
 }
