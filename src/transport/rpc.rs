@@ -15,11 +15,11 @@ use super::session::{Opener, Sealer};
 use super::stream::{AsyncConn, FrameReader, IdlePool, stream_error};
 use super::wire::Message;
 
-/// Sends one-message RPCs (locator traffic), keeping idle connections per peer between calls:
-/// a lookup then costs one round trip instead of a TCP handshake and a round trip.
 /// What a blocking RPC waits for, in its timeout errors.
 const RPC_REPLY: &str = "an RPC reply";
 
+/// Sends one-message RPCs (locator traffic), keeping idle connections per peer between calls:
+/// a lookup then costs one round trip instead of a TCP handshake and a round trip.
 #[derive(Default)]
 pub struct Rpcs {
     idle: IdlePool<AsyncConn>,
