@@ -12,6 +12,7 @@ pub mod core;
 pub mod daemon;
 pub mod fs;
 pub mod fstab;
+pub mod fuse;
 pub mod install;
 pub mod locator;
 pub mod metrics;

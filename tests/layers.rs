@@ -11,11 +11,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("stats", &[]),
     ("metrics", &["stats"]),
     ("trace", &["core", "sys"]),
-    ("cli", &["core", "fs", "daemon", "client"]),
+    ("cli", &["core", "fs", "fuse", "daemon", "client"]),
     ("fstab", &["cli", "sys"]),
     ("install", &["fstab", "sys"]),
     ("cache", &["core", "sys", "stats"]),
     ("fs", &["core", "sys", "stats", "cache"]),
+    // The kernel adapter: what the kernel sends, brought to the file system's calls; the file
+    // system knows nothing of the kernel.
+    ("fuse", &["core", "sys", "stats", "cache", "fs"]),
     ("transport", &["core", "sys"]),
     ("locator", &["core", "sys", "stats", "transport"]),
     (
@@ -42,6 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "locator",
             "cluster",
             "metrics",
+            "fuse",
         ],
     ),
     // The commands that talk to a running mount: what they need of the daemon is its errors

@@ -6,7 +6,7 @@ use crate::daemon::config::{
     ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PullToolConfig, ServeConfig, UcxConfig,
 };
 use crate::fs::FsConfig;
-use crate::fs::fuse::FuseTransport;
+use crate::fuse::FuseTransport;
 
 impl From<WarmArgs> for crate::client::warm::WarmConfig {
     fn from(a: WarmArgs) -> Self {

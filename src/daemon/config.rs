@@ -45,7 +45,7 @@ pub struct MountConfig {
     /// The mount's readahead in bytes, set once it is up (0: the kernel's).
     pub kernel_readahead: u64,
     /// How FUSE requests arrive.
-    pub fuse_transport: crate::fs::fuse::FuseTransport,
+    pub fuse_transport: crate::fuse::FuseTransport,
     /// Mount read-only (also asked by `-o ro`).
     pub read_only: bool,
     /// FUSE mount options (`-o`).

@@ -22,8 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::fs::DyadFs;
-use crate::fs::fuse::ops::{Access, Ops};
-use crate::fs::fuse::{FuseAdapter, FuseTransport, ring};
+use crate::fuse::ops::{Access, Ops};
+use crate::fuse::{FuseAdapter, FuseTransport, ring};
 use crate::locator::Membership;
 use crate::transport::auth::Secret;
 use config::MountConfig;

@@ -1,12 +1,12 @@
-//! The filesystem core, as plain Rust calls returning plain structs; [`fuse`] speaks the
-//! kernel's protocol (fuser's /dev/fuse loop and the io_uring ring) and adapts these calls to
-//! it. This file holds [`DyadFs`] itself, path resolution and attributes; [`lookup`] the
-//! lookups and waits for produced names, [`open`] opens, reads and the last close, [`attr`] the
-//! attributes, [`inodes`] the inode table, [`handles`] open handles, [`listing`] directory
-//! listings, [`read`] the cache-filling read path, [`readahead`] work off the request's
-//! thread, [`namespace`] the operations that change produced files, [`write`] staging them,
-//! [`close`] the close that finishes one (sealed, then published), [`error`] the one errno
-//! table.
+//! The filesystem core, as plain Rust calls returning plain structs; the kernel adapter
+//! (`src/fuse/`, a room of its own) speaks the kernel's protocol and adapts these calls to it;
+//! nothing here knows the kernel. This file holds [`DyadFs`] itself, path resolution and
+//! attributes; [`lookup`] the lookups and waits for produced names, [`open`] opens, reads and
+//! the last close, [`attr`] the attributes, [`inodes`] the inode table, [`handles`] open
+//! handles, [`listing`] directory listings, [`read`] the cache-filling read path, [`readahead`]
+//! work off the request's thread, [`namespace`] the operations that change produced files,
+//! [`write`] staging them, [`close`] the close that finishes one (sealed, then published),
+//! [`error`] the one errno table.
 //!
 //! A path resolves, in order, to a file being written on this node ([`write`]), an entry of the
 //! backing tree (read-only: dyadfs never modifies it), or a produced name published by any node
@@ -16,15 +16,13 @@
 mod acl;
 mod attr;
 mod backing;
-mod caller;
+pub mod caller;
 mod close;
 mod control;
 mod dir_ahead;
 mod error;
-pub mod fuse;
 mod handles;
 mod inodes;
-pub mod io_modes;
 pub mod listing;
 mod lookup;
 mod namespace;
@@ -39,9 +37,9 @@ mod stat_ahead;
 pub mod write;
 
 #[cfg(test)]
-mod ops_tests;
+pub(crate) mod ops_tests;
 #[cfg(test)]
-mod test_source;
+pub(crate) mod test_source;
 
 pub use attr::{Attr, Changes, Kind, TimeSet};
 use handles::Handle;
@@ -343,8 +341,13 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
+    /// Opens one user may keep waiting for names at once (`--max-waits-per-user`).
+    pub fn max_waits_per_user(&self) -> usize {
+        self.config.max_waits_per_user
+    }
+
     /// What the kernel agreed to (nothing before INIT).
-    fn kernel(&self) -> Capabilities {
+    pub fn kernel(&self) -> Capabilities {
         self.kernel.get().copied().unwrap_or_default()
     }
 

@@ -100,36 +100,9 @@ fn world_capped(max_staged_per_user: Option<u64>) -> (World, BTreeMap<String, Ve
     (World { fs, names, dir }, model)
 }
 
-/// The kernel adapter's handlers over [`build`]'s file system (its lookups wait, `--wait`),
-/// for `fuse::ops_tests`.
-pub(crate) struct AdapterWorld {
-    pub ops: Arc<crate::fs::fuse::ops::Ops<MemSource>>,
-    pub names: Arc<MemNames>,
-    pub model: BTreeMap<String, Vec<u8>>,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for AdapterWorld {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-pub(crate) fn adapter_world(wait: Duration) -> AdapterWorld {
-    let names = Arc::new(MemNames::default());
-    let (fs, dir, model) = build(None, wait, names.clone());
-    let ops = crate::fs::fuse::ops::Ops::new(fs, &dir.join("not-mounted")).unwrap();
-    AdapterWorld {
-        ops: Arc::new(ops),
-        names,
-        model,
-        dir,
-    }
-}
-
 /// A file system over a fresh temp backing tree of [`DATASET`] (read through a [`MemSource`])
 /// and cache, its produced names in `names`; its directory, and the dataset's bytes.
-fn build(
+pub(crate) fn build(
     max_staged_per_user: Option<u64>,
     wait: Duration,
     names: Arc<dyn Namespace>,

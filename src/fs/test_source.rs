@@ -11,7 +11,7 @@ use crate::core::source::{Origin, Source};
 
 /// An in-memory source that counts reads, can be slowed down, and can fail its next reads.
 #[derive(Default)]
-pub(super) struct MemSource {
+pub(crate) struct MemSource {
     pub(super) files: Mutex<HashMap<String, (Version, Vec<u8>)>>,
     pub(super) reads: AtomicU64,
     pub(super) bytes: AtomicU64,

@@ -10,9 +10,9 @@ use super::abi::{self, Reader};
 use super::queue::{Arrived, Buffers, Completion};
 use super::reply::RingReply;
 use crate::core::source::Source;
-use crate::fs::fuse::ops::{Caller, Ops};
-use crate::fs::fuse::reply::{EmptyReply, Fail};
 use crate::fs::{Changes, TimeSet};
+use crate::fuse::ops::{Caller, Ops};
+use crate::fuse::reply::{EmptyReply, Fail};
 
 pub fn handle<S: Source>(
     ops: &Arc<Ops<S>>,

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use super::abi::{self, Writer};
 use super::queue::{Buffers, Completion, Done};
-use crate::fs::fuse::passthrough::Passthrough;
-use crate::fs::fuse::reply::{
+use crate::fs::{Attr, Kind};
+use crate::fuse::passthrough::Passthrough;
+use crate::fuse::reply::{
     AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, Fail,
     OpenReply, StatfsReply, WriteReply, XattrReply,
 };
-use crate::fs::{Attr, Kind};
 
 pub struct RingReply {
     buffers: Arc<Buffers>,

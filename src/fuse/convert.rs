@@ -4,7 +4,7 @@ use std::time::UNIX_EPOCH;
 
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 
-use super::super::{Attr, Kind, TimeSet};
+use crate::fs::{Attr, Kind, TimeSet};
 
 pub(super) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {

@@ -3,6 +3,7 @@
 //! [`Recorder`], a reply that writes down what it was told. What the kernel would do with the
 //! answers is the integration tests' part; the rules the handlers apply are tested here.
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,8 +14,36 @@ use super::ops::{Caller, Ops};
 use super::passthrough::Passthrough;
 use super::reply::*;
 use crate::core::names::Namespace;
-use crate::fs::ops_tests::{DATASET, adapter_world};
+use crate::fs::ops_tests::{DATASET, MemNames, build};
+use crate::fs::test_source::MemSource;
 use crate::fs::{Attr, Kind, ROOT_INO};
+
+/// The kernel adapter's handlers over [`build`](crate::fs::ops_tests::build)'s file system (its lookups wait, `--wait`),
+/// for `fuse::ops_tests`.
+struct AdapterWorld {
+    ops: Arc<Ops<MemSource>>,
+    names: Arc<MemNames>,
+    model: BTreeMap<String, Vec<u8>>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for AdapterWorld {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn adapter_world(wait: Duration) -> AdapterWorld {
+    let names = Arc::new(MemNames::default());
+    let (fs, dir, model) = build(None, wait, names.clone());
+    let ops = Ops::new(fs, &dir.join("not-mounted")).unwrap();
+    AdapterWorld {
+        ops: Arc::new(ops),
+        names,
+        model,
+        dir,
+    }
+}
 
 /// What a reply was told.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,9 +18,9 @@ use super::reply::{
 use crate::core::source::Source;
 use crate::core::sync::lock;
 use crate::fs::caller;
-use crate::fs::io_modes::{IoModes, OpenMode};
 use crate::fs::listing::page;
 use crate::fs::{Attr, Changes, DyadFs, Error, Opened};
+use crate::fuse::io_modes::{IoModes, OpenMode};
 
 /// Open reply flags (FOPEN_*).
 pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
@@ -126,7 +126,7 @@ impl<S: Source> Ops<S> {
         DyadFs::start_prefetch(&fs)?;
         DyadFs::start_dir_ahead(&fs)?;
         DyadFs::start_stat_ahead(&fs)?;
-        let waiters = Arc::new(Waiters::new(fs.config.max_waits_per_user));
+        let waiters = Arc::new(Waiters::new(fs.max_waits_per_user()));
         Ok(Ops {
             fs,
             modes: (0..MODE_SHARDS).map(|_| Mutex::default()).collect(),
@@ -639,7 +639,7 @@ impl<S: Source> Ops<S> {
         let caller = (c.uid, c.gid, c.pid);
         let is_prefetch = name
             .to_str()
-            .and_then(super::super::prefetch::request)
+            .and_then(crate::fs::prefetch::request)
             .is_some();
         if !is_prefetch {
             return xattr_or_error(self.fs.getxattr(ino, name, caller), size, reply);
