@@ -104,6 +104,17 @@ fn a_dead_rack_home_sends_nobody_to_the_shared_file_system() {
     assert!(c.nodes[0].stat("failovers") + c.nodes[1].stat("failovers") > 0);
 }
 
+/// In a cluster of 4: the name home of the mount's root directory, the next in the directory's
+/// order (it keeps the copies and is home once the first is dead), and the two others.
+fn name_home_backup_and_others(c: &Cluster) -> (usize, usize, usize, usize) {
+    let peers = fs::read_to_string(&c.peers).unwrap();
+    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
+    let home = m.global_home("") as usize;
+    let backup = m.live_global_home("", |n| n as usize == home) as usize;
+    let others: Vec<usize> = (0..4).filter(|&i| i != home && i != backup).collect();
+    (home, backup, others[0], others[1])
+}
+
 /// The node that is name home of the mount's root directory, and the two others.
 fn name_home_and_others(c: &Cluster) -> (usize, usize, usize) {
     let peers = fs::read_to_string(&c.peers).unwrap();
@@ -279,13 +290,7 @@ fn names_survive_their_home_and_then_its_backup_dying() {
     let mut c = Cluster::new("namesdead2", 4, 6);
     c.extra = vec!["--failure-detection".into(), "1s".into()];
     c.start(4);
-    let peers = fs::read_to_string(&c.peers).unwrap();
-    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
-    let home = m.global_home("") as usize;
-    // The next in the directory's order: it keeps the copies and is home once `home` is dead.
-    let backup = m.live_global_home("", |n| n as usize == home) as usize;
-    let others: Vec<usize> = (0..4).filter(|&i| i != home && i != backup).collect();
-    let (producer, consumer) = (others[0], others[1]);
+    let (home, backup, producer, consumer) = name_home_backup_and_others(&c);
     let data = pattern(64 * KIB, 7);
     fs::write(c.nodes[producer].path("kept"), &data).unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -313,12 +318,7 @@ fn a_consumer_waiting_while_the_name_home_dies_gets_its_file_from_the_next_home(
         "40s".into(),
     ];
     c.start(4);
-    let peers = fs::read_to_string(&c.peers).unwrap();
-    let m = dyadfs::locator::Membership::parse(&peers, 0).unwrap();
-    let home = m.global_home("") as usize;
-    let backup = m.live_global_home("", |n| n as usize == home) as usize;
-    let others: Vec<usize> = (0..4).filter(|&i| i != home && i != backup).collect();
-    let (producer, consumer) = (others[0], others[1]);
+    let (home, _, producer, consumer) = name_home_backup_and_others(&c);
     let data = pattern(64 * KIB, 9);
     let waiting = c.nodes[consumer].path("later");
     let reader = std::thread::spawn(move || {

@@ -119,8 +119,8 @@ impl ClusterNames {
     /// after a member is declared down or comes back (a home that died hands its directories
     /// to the next; one that restarted lost its table of watchers).
     fn keep_watches_registered(&self) {
-        let locator = self.locator.clone();
         self.refresher.get_or_init(|| {
+            let locator = self.locator.clone();
             self.runtime.spawn(async move {
                 let (mut seen, mut at) = (locator.liveness.changes(), tokio::time::Instant::now());
                 loop {

@@ -191,6 +191,32 @@ fn lookup<S: crate::core::source::Source>(ops: &Ops<S>, name: &str) -> Said {
     at_once(&said)
 }
 
+/// Creates `name` in the root as this thread (0644, for writing) and writes `data` at its
+/// start; its inode and handle, still open.
+fn create_and_write<S: crate::core::source::Source>(
+    ops: &Ops<S>,
+    name: &str,
+    data: &[u8],
+) -> (u64, u64) {
+    let (r, said) = recorder(true);
+    ops.create(
+        me(),
+        ROOT_INO,
+        OsStr::new(name),
+        0o644,
+        0o022,
+        libc::O_WRONLY,
+        r,
+    );
+    let Said::Created { ino, fh } = at_once(&said) else {
+        panic!("{name} not created")
+    };
+    let (r, said) = recorder(true);
+    ops.write(fh, 0, data, r);
+    assert_eq!(at_once(&said), Said::Written(data.len() as u32));
+    (ino, fh)
+}
+
 #[test]
 fn a_backing_file_is_looked_up_opened_read_and_released_and_a_missing_one_is_enoent() {
     let w = adapter_world(Duration::ZERO);
@@ -233,22 +259,7 @@ fn a_backing_file_opened_to_write_is_read_only() {
 fn a_created_file_is_written_and_named_at_its_last_release() {
     let w = adapter_world(Duration::ZERO);
     let ops = &w.ops;
-    let (r, said) = recorder(true);
-    ops.create(
-        me(),
-        ROOT_INO,
-        OsStr::new("made"),
-        0o644,
-        0o022,
-        libc::O_WRONLY,
-        r,
-    );
-    let Said::Created { ino, fh } = at_once(&said) else {
-        panic!("not created")
-    };
-    let (r, said) = recorder(true);
-    ops.write(fh, 0, b"bytes", r);
-    assert_eq!(at_once(&said), Said::Written(5));
+    let (ino, fh) = create_and_write(ops, "made", b"bytes");
     assert_eq!(w.names.get("", "made", Duration::ZERO).unwrap(), None);
     let (r, said) = recorder(true);
     ops.release(ino, fh, r);
@@ -284,22 +295,7 @@ fn a_prefetch_list_is_read_elsewhere_only_where_the_reply_may_leave() {
 fn a_readers_open_waits_for_a_file_being_written_unless_its_reply_may_not_leave() {
     let w = adapter_world(Duration::from_secs(10));
     let ops = &w.ops;
-    let (r, said) = recorder(true);
-    ops.create(
-        me(),
-        ROOT_INO,
-        OsStr::new("being"),
-        0o644,
-        0o022,
-        libc::O_WRONLY,
-        r,
-    );
-    let Said::Created { ino, fh } = at_once(&said) else {
-        panic!("not created")
-    };
-    let (r, said) = recorder(true);
-    ops.write(fh, 0, b"0123456789", r);
-    assert_eq!(at_once(&said), Said::Written(10));
+    let (ino, fh) = create_and_write(ops, "being", b"0123456789");
     // Another process (init) opens it to read.
     let other = Caller {
         uid: 0,
@@ -325,5 +321,4 @@ fn a_readers_open_waits_for_a_file_being_written_unless_its_reply_may_not_leave(
     let (r, said) = recorder(true);
     ops.read(ino, rfh, 0, 100, r);
     assert_eq!(at_once(&said), Said::Data(b"0123456789".to_vec()));
-    let _ = Arc::strong_count(&w.ops);
 }
