@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# The ledger of one sample (issue 49): what a DataLoader-like reader's sample costs the daemons,
+# request by request, for the three paths a sample takes. Two nodes on 127.0.0.1 (A, B, racks of
+# their own), FILES files of SIZE bytes on the shared directory, read whole in shuffled order by
+# 4 Python processes with buffered `open(path, "rb").read()` (as `torch.utils.data` workers do):
+#   fill  A reads them: each is fetched from the shared FS into A's cache;
+#   pull  B reads them: each is located, pulled from A and stored in B's cache;
+#   hit   B reads them again after the page cache (and the kernel's dentries) was dropped.
+# Per sample and phase it prints the FUSE requests the kernel sent (by opcode, from the
+# `fuse:fuse_request_send` tracepoint), both daemons' CPU and context switches, and, in a second
+# pass over other files with `strace -c -f` attached to both daemons (which slows them, so its
+# CPU is not counted), every system call the daemons made. PERF=1 adds `perf record -g` of B
+# over the pull and hit phases of run 1 and prints where B's CPU went (top symbols, children). RUNS passes of the first kind, whose
+# CPU is printed run by run; one strace pass. MOUNT_ARGS: extra options for both mounts.
+# Both caches are on one fresh journaled ext4 loop image (CACHE_FS=ext4, the default; empty: the
+# directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
+# cache file's inode allocation scans for recently deleted inodes).
+# Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
+# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
+RUNS=${RUNS:-3} FILES=${FILES:-2048} SIZE=${SIZE:-262144}
+build_dyadfs
+T=/sys/kernel/tracing
+if [ ! -d "$T/events/fuse" ]; then
+  mountpoint -q "$T" || { mount -t tracefs nodev "$T"; UNMOUNT_TRACEFS=1; }
+fi
+W=$(mktemp -d /var/tmp/dyadfs-sample-bench.XXXX)
+cleanup() {
+  echo 0 > "$T/events/fuse/fuse_request_send/enable" 2>/dev/null || true
+  unmount_mounted "$W"/{a,b}/mnt
+  for m in "$W"/{a,b}/ssd "$W/img"; do if mountpoint -q "$m"; then umount "$m"; fi; done
+  rm -rf "$W"
+  [ -z "${UNMOUNT_TRACEFS:-}" ] || umount "$T"
+}
+trap cleanup EXIT
+mkdir -p "$W"/backing "$W"/{a,b}/{mnt,ssd}
+if [ "${CACHE_FS-ext4}" = ext4 ]; then
+  mkdir "$W/img"
+  truncate -s $((FILES * SIZE * (RUNS + 1) * 3 + (1 << 30))) "$W/cache.img"
+  mkfs.ext4 -q -F "$W/cache.img"
+  mount -o loop "$W/cache.img" "$W/img"
+  for n in a b; do mkdir "$W/img/$n"; mount --bind "$W/img/$n" "$W/$n/ssd"; done
+fi
+job_secret "$W/secret"
+# One set of files per pass (RUNS counted passes and the strace pass), each its own directory.
+python3 - "$W/backing" "$FILES" "$SIZE" "$((RUNS + 1))" <<'PY'
+import os, sys
+root, files, size, sets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+for s in range(sets):
+    os.makedirs(os.path.join(root, f"set{s}"))
+    for i in range(files):
+        with open(os.path.join(root, f"set{s}", f"{i:05}.bin"), "wb") as f:
+            f.write(os.urandom(size))
+PY
+PORT=$((9000 + RANDOM % 1000))
+printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
+mount_node a 0
+mount_node b 1
+A=$(pgrep -f -- " mount $W/a/mnt ") B=$(pgrep -f -- " mount $W/b/mnt ")
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
+switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
+# read_set MNT SET: the 4 readers over set SET through MNT, each its quarter of a shuffled order.
+read_set() {
+  python3 - "$1/set$2" <<'PY'
+import os, random, sys
+root = sys.argv[1]
+names = sorted(os.listdir(root))
+random.Random(7).shuffle(names)
+kids = []
+for q in range(4):
+    pid = os.fork()
+    if pid == 0:
+        for n in names[q::4]:
+            with open(os.path.join(root, n), "rb") as f:
+                f.read()
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+PY
+}
+# The phase's reads: fill (A), pull (B), hit (B, after a drop) of set $2 (the listing that
+# read_set makes goes with each phase: a DataLoader's dataset lists its directory once, first).
+phase_mnt() { case $1 in fill) echo "$W/a/mnt" ;; *) echo "$W/b/mnt" ;; esac; }
+trace_on() {
+  echo 0 > "$T/tracing_on"; echo > "$T/trace"
+  echo 16384 > "$T/buffer_size_kb"
+  echo 1 > "$T/events/fuse/fuse_request_send/enable"; echo 1 > "$T/tracing_on"
+}
+# FUSE requests per sample (per FILES) by opcode, as "LOOKUP 1.00 OPEN 1.00 ...", those of
+# at least 0.01 per sample.
+trace_off() {
+  echo 0 > "$T/tracing_on"; echo 0 > "$T/events/fuse/fuse_request_send/enable"
+  grep -o '(FUSE_[A-Z_]*)' "$T/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
+    awk -v n="$FILES" '{t += $1; if ($1 / n >= 0.01) printf "%s %.2f  ", $2, $1 / n} END {printf "= %.2f", t / n}'
+}
+for r in $(seq "$RUNS"); do
+  s=$((r - 1))
+  for ph in fill pull hit; do
+    [ "$ph" != hit ] || sleep 0.5   # B's publishes trail its reads
+    drop
+    a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
+    trace_on
+    if [ "${PERF:-0}" = 1 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
+      perf record -q -g -p "$B" -o "$W/perf.$ph" 2>/dev/null &
+      pf=$!; sleep 0.5
+    fi
+    t0=$(now); read_set "$(phase_mnt $ph)" "$s"; t1=$(now)
+    if [ -n "${pf:-}" ]; then kill -INT "$pf"; wait "$pf" || true; pf=; fi
+    req=$(trace_off)
+    a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+    awk -v ph=$ph -v r="$r" -v n="$FILES" -v t="$t0 $t1" -v a="$a0 $a1" -v b="$b0 $b1" \
+      -v sa="$sa0 $sa1" -v sb="$sb0 $sb1" 'BEGIN {
+      split(t, T, " "); split(a, A, " "); split(b, B, " "); split(sa, SA, " "); split(sb, SB, " ")
+      printf "run %d %-4s %6.0f files/s  CPU per file A %4.0f us B %4.0f us  switches A %.1f B %.1f\n",
+        r, ph, n / (T[2] - T[1]), (A[2] - A[1]) * 1000 / n, (B[2] - B[1]) * 1000 / n,
+        (SA[2] - SA[1]) / n, (SB[2] - SB[1]) / n }' | tee -a "$W/runs.txt"
+    echo "  FUSE requests per file: $req"
+    awk -v ph=$ph -v n="$FILES" -v d="$a0 $a1 $b0 $b1" 'BEGIN {
+      split(d, D, " "); printf "%s %.1f\n", ph, (D[2] - D[1] + D[4] - D[3]) * 1000 / n }' >> "$W/cpu.txt"
+  done
+done
+# What each FUSE request of a hit costs B alone, on set 0 (cached on B): one request many times
+# and as little else as can be (the kernel's dentries and B's inodes kept between them; CPU from
+# the threads' schedstat, in ns: /proc's ticks are 10 ms).
+on_cpu_us() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.0f", s / 1000}'; }
+one_kind() {
+  python3 - "$W/b/mnt/set0" "$1" <<'PY'
+import os, sys
+root, kind = sys.argv[1], sys.argv[2]
+names = sorted(os.listdir(root))
+path = os.path.join(root, names[0])
+if kind == "ioctl":            # Python's isatty on a buffered open: FUSE_IOCTL
+    fd = os.open(path, os.O_RDONLY)
+    for _ in range(10 * len(names)):
+        os.isatty(fd)
+    os.close(fd)
+elif kind == "open":           # os.open + os.close of one cached file: OPEN and RELEASE
+    for _ in range(10 * len(names)):
+        os.close(os.open(path, os.O_RDONLY))
+elif kind == "lookup":         # a stat of every name after the dentries were dropped: LOOKUP
+    for n in names:
+        os.stat(os.path.join(root, n))
+PY
+}
+echo "a hit's requests on B alone (set 0, $FILES each), run by run:"
+for r in $(seq "$RUNS"); do
+  for k in ioctl open lookup; do
+    [ "$k" != lookup ] || drop
+    n=$((FILES * 10)); [ $k != lookup ] || n=$FILES
+    b0=$(on_cpu_us "$B") sb0=$(switches "$B")
+    trace_on; one_kind $k; req=$(FILES=$n trace_off)
+    b1=$(on_cpu_us "$B") sb1=$(switches "$B")
+    awk -v k=$k -v r="$r" -v n="$n" -v b="$b0 $b1" -v sb="$sb0 $sb1" -v req="$req" 'BEGIN {
+      split(b, B, " "); split(sb, SB, " ")
+      printf "  run %d %-6s B %5.1f us, %.1f switches each  (%s)\n", r, k,
+        (B[2] - B[1]) / n, (SB[2] - SB[1]) / n, req }'
+  done
+done
+echo "strace pass (set $RUNS): system calls per file of both daemons, calls over 0.05 per file"
+for ph in fill pull hit; do
+  [ "$ph" != hit ] || sleep 0.5
+  drop
+  strace -q -c -f -U name,calls -S calls -p "$A" -p "$B" -o "$W/strace.$ph" &
+  st=$!
+  sleep 1   # attached to every thread
+  read_set "$(phase_mnt $ph)" "$RUNS"
+  [ "$ph" != pull ] || sleep 0.5
+  kill -INT "$st"; wait "$st" || true
+  awk -v n="$FILES" -v ph=$ph 'NF == 2 && $2 ~ /^[0-9]+$/ && $1 != "total" {
+      c = $2 / n; if (c >= 0.05) s = s sprintf("%s %.2f  ", $1, c); t += c }
+    END { printf "  %-4s %.1f calls per file: %s\n", ph, t, s }' "$W/strace.$ph"
+done
+if [ "${PERF:-0}" = 1 ]; then
+  for ph in pull hit; do
+    echo "perf of B, $ph (run 1; self time, symbols over 1%):"
+    perf report -q -i "$W/perf.$ph" --no-children --sort sym --percent-limit 1 2>/dev/null |
+      grep -E '^ +[0-9]' | head -40
+  done
+fi
+echo "medians over $RUNS runs (both daemons' CPU per file):"
+for ph in fill pull hit; do
+  awk -v ph=$ph '$1 == ph {print $2}' "$W/cpu.txt" | median |
+    awk -v ph=$ph '{printf "  %-4s %.0f us\n", ph, $1}'
+done
