@@ -7,8 +7,8 @@
 use std::io::{BufRead, Read};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::daemon::UserError;
@@ -125,36 +125,7 @@ pub fn warm(cfg: WarmConfig) -> Result<(), UserError> {
         .unwrap_or(&given)
         .to_path_buf();
     let before = super::stats(&mnt)?;
-    let mut roots = Vec::new();
-    if mnt != given && cfg.paths.is_empty() && cfg.list.is_none() {
-        roots.push(given.clone());
-    }
-    for p in &cfg.paths {
-        roots.push(under_mount(&mnt, p)?);
-    }
-    if let Some(list) = &cfg.list {
-        let read = |source| UserError::WarmRead {
-            path: list.clone(),
-            source,
-        };
-        let reader: Box<dyn BufRead> = if list == Path::new("-") {
-            Box::new(std::io::stdin().lock())
-        } else {
-            Box::new(std::io::BufReader::new(
-                std::fs::File::open(list).map_err(read)?,
-            ))
-        };
-        for line in reader.lines() {
-            let line = line.map_err(read)?;
-            let line = line.trim();
-            if !line.is_empty() {
-                roots.push(under_mount(&mnt, Path::new(line))?);
-            }
-        }
-    }
-    if roots.is_empty() && cfg.paths.is_empty() && cfg.list.is_none() {
-        roots.push(mnt.clone());
-    }
+    let roots = roots(&cfg, &mnt, &given)?;
     let (mut files, mut missing) = (Vec::new(), Vec::new());
     expand(&roots, &mut files, &mut missing)?;
     for m in &missing {
@@ -173,29 +144,88 @@ pub fn warm(cfg: WarmConfig) -> Result<(), UserError> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+    let started = Instant::now();
+    let (staged, failed) = stage_all(&files, cfg.threads);
+    let after = super::stats(&mnt)?;
+    println!(
+        "{}",
+        summary(&before, &after, staged, started.elapsed().as_secs_f64())
+    );
+    for (f, e) in &failed {
+        eprintln!("dyadfs warm: {}: {e}", f.display());
+    }
+    if STOP.load(Ordering::Relaxed) {
+        return Err(UserError::WarmInterrupted {
+            staged,
+            total: files.len(),
+        });
+    }
+    if !missing.is_empty() || !failed.is_empty() {
+        return Err(UserError::WarmIncomplete {
+            missing: missing.len(),
+            failed: failed.len(),
+        });
+    }
+    Ok(())
+}
+
+/// What to stage, as the command line names it: the paths given, the lines of `--list` (`-`:
+/// standard input), the directory under the mount the command was given, else the whole mount.
+fn roots(cfg: &WarmConfig, mnt: &Path, given: &Path) -> Result<Vec<PathBuf>, UserError> {
+    let mut roots = Vec::new();
+    if mnt != given && cfg.paths.is_empty() && cfg.list.is_none() {
+        roots.push(given.to_path_buf());
+    }
+    for p in &cfg.paths {
+        roots.push(under_mount(mnt, p)?);
+    }
+    if let Some(list) = &cfg.list {
+        let read = |source| UserError::WarmRead {
+            path: list.clone(),
+            source,
+        };
+        let reader: Box<dyn BufRead> = if list == Path::new("-") {
+            Box::new(std::io::stdin().lock())
+        } else {
+            Box::new(std::io::BufReader::new(
+                std::fs::File::open(list).map_err(read)?,
+            ))
+        };
+        for line in reader.lines() {
+            let line = line.map_err(read)?;
+            let line = line.trim();
+            if !line.is_empty() {
+                roots.push(under_mount(mnt, Path::new(line))?);
+            }
+        }
+    }
+    if roots.is_empty() && cfg.paths.is_empty() && cfg.list.is_none() {
+        roots.push(mnt.to_path_buf());
+    }
+    Ok(roots)
+}
+
+/// Reads `files` through the mount on `threads` threads, with progress, until done or a signal
+/// stops them; returns how many were read (failed ones included) and the failures.
+fn stage_all(files: &[PathBuf], threads: usize) -> (usize, Vec<(PathBuf, std::io::Error)>) {
     let total_bytes: u64 = files
         .iter()
         .filter_map(|f| std::fs::metadata(f).ok())
         .map(|m| m.len())
         .sum();
     let bar = progress(files.len() as u64, total_bytes);
-    let started = Instant::now();
     let next = AtomicUsize::new(0);
-    let (done_files, done_bytes) = (AtomicU64::new(0), AtomicU64::new(0));
+    let done_files = AtomicU64::new(0);
     let failed: Mutex<Vec<(PathBuf, std::io::Error)>> = Mutex::default();
-    let files = Arc::new(files);
     std::thread::scope(|s| {
-        for _ in 0..cfg.threads.min(files.len().max(1)) {
+        for _ in 0..threads.min(files.len().max(1)) {
             s.spawn(|| {
                 let mut buf = vec![0u8; 1 << 20];
                 while !STOP.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(f) = files.get(i) else { break };
                     match stage(f, &mut buf) {
-                        Ok(n) => {
-                            done_bytes.fetch_add(n, Ordering::Relaxed);
-                            bar.inc_bytes(n);
-                        }
+                        Ok(n) => bar.inc_bytes(n),
                         Err(e) => crate::core::sync::lock(&failed).push((f.clone(), e)),
                     }
                     done_files.fetch_add(1, Ordering::Relaxed);
@@ -214,29 +244,8 @@ pub fn warm(cfg: WarmConfig) -> Result<(), UserError> {
         });
     });
     bar.finish();
-    let after = super::stats(&mnt)?;
-    let staged = done_files.load(Ordering::Relaxed) as usize;
-    println!(
-        "{}",
-        summary(&before, &after, staged, started.elapsed().as_secs_f64())
-    );
     let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
-    for (f, e) in &failed {
-        eprintln!("dyadfs warm: {}: {e}", f.display());
-    }
-    if STOP.load(Ordering::Relaxed) {
-        return Err(UserError::WarmInterrupted {
-            staged,
-            total: files.len(),
-        });
-    }
-    if !missing.is_empty() || !failed.is_empty() {
-        return Err(UserError::WarmIncomplete {
-            missing: missing.len(),
-            failed: failed.len(),
-        });
-    }
-    Ok(())
+    (done_files.load(Ordering::Relaxed) as usize, failed)
 }
 
 /// A live bar (files, bytes, rate, ETA) on a terminal; plain lines otherwise.
