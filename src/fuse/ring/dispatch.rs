@@ -37,21 +37,7 @@ pub fn handle<S: Source>(
         pid: h.pid,
     };
     let ino = h.nodeid;
-    // As fuser on /dev/fuse: a user the mount's options do not name is turned away, but for the
-    // requests the kernel may send without the caller's uid (on a file already open).
-    let uid_free = matches!(
-        h.opcode,
-        abi::READ
-            | abi::READDIR
-            | abi::READDIRPLUS
-            | abi::WRITE
-            | abi::FSYNC
-            | abi::FSYNCDIR
-            | abi::RELEASE
-            | abi::RELEASEDIR
-            | abi::DESTROY
-    );
-    if !uid_free && !ops.access().permits(h.uid) {
+    if !sent_without_caller(h.opcode) && !ops.access().permits(h.uid) {
         return reply(true, limit).error(libc::EACCES);
     }
     let mut op = Reader(a.op_in);
@@ -141,6 +127,23 @@ pub fn handle<S: Source>(
             RingReply::new(buffers, done, true, 0).error(libc::EINVAL);
         }
     }
+}
+
+/// As fuser on /dev/fuse: a user the mount's options do not name is turned away, but for the
+/// requests the kernel may send without the caller's uid (on a file already open).
+fn sent_without_caller(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        abi::READ
+            | abi::READDIR
+            | abi::READDIRPLUS
+            | abi::WRITE
+            | abi::FSYNC
+            | abi::FSYNCDIR
+            | abi::RELEASE
+            | abi::RELEASEDIR
+            | abi::DESTROY
+    )
 }
 
 /// `fuse_setattr_in` as the core's changes.
