@@ -389,62 +389,22 @@ fn pull_chunks(
             } else {
                 Duration::ZERO
             };
-            let Some(mut slot) = worker.slab().take(wait) else {
+            let Some(slot) = worker.slab().take(wait) else {
                 if arriving.is_empty() {
                     return Err(TransportError::NoSlot(t));
                 }
                 break;
             };
-            let reply = conn.frames.next(true).map_err(err("a staged chunk"))?;
-            // The holder's numbers are checked against the request before any buffer is used.
-            let (id, l) = (replied, at(replied).1);
-            let next = match reply {
-                Some(Message::Data { id: i, len, crc32c })
-                    if i == id && len == l && (len <= cfg.eager_max || conn.ucx_peer.is_none()) =>
-                {
-                    conn.frames
-                        .read_raw(slot.bytes_mut(len as usize))
-                        .map_err(err("an inline chunk"))?;
-                    Arriving {
-                        id,
-                        crc: crc32c,
-                        bytes: Bytes::Inline(slot),
-                    }
-                }
-                Some(Message::Staged {
-                    id: i,
-                    addr,
-                    len,
-                    crc32c,
-                    record,
-                    tag,
-                }) if i == id && len == l && conn.ucx_peer.is_some() => {
-                    let ucx_peer = conn.ucx_peer.expect("checked above");
-                    // A chunk read ahead takes a shared slot only if one is free, as above.
-                    let get = worker
-                        .get(ucx_peer, addr, slot, len as usize, wait)
-                        .map_err(|e| TransportError::Local(e.to_string()))?;
-                    Arriving {
-                        id,
-                        crc: crc32c,
-                        bytes: Bytes::Getting {
-                            addr,
-                            get,
-                            record,
-                            tag,
-                        },
-                    }
-                }
-                Some(Message::Error { message, .. }) => {
-                    return Err(TransportError::Remote { peer, message });
-                }
-                other => {
-                    return Err(TransportError::Protocol {
-                        peer,
-                        what: format!("expected Staged or Data {id}, got {other:?}"),
-                    });
-                }
-            };
+            let next = arrival(
+                worker,
+                cfg,
+                conn,
+                peer,
+                (replied, at(replied).1),
+                slot,
+                wait,
+                t,
+            )?;
             arriving.push_back(next);
             replied += 1;
         }
@@ -452,32 +412,7 @@ fn pull_chunks(
             unreachable!("every chunk not yet sunk has had its request sent")
         };
         let (off, l) = at(id);
-        let slot = match bytes {
-            Bytes::Inline(slot) => slot,
-            Bytes::Getting {
-                addr,
-                get,
-                record,
-                tag,
-            } => {
-                let mut slot = finish_get(get, peer, t)?;
-                outgoing.extend(conn.frames.encode(&Message::Release { addr }));
-                if sent == n {
-                    // No request follows to carry it.
-                    conn.send(&mut outgoing)
-                        .map_err(err("a release to be sent"))?;
-                }
-                // Opened in our own slot: the shared copy may change under us.
-                if conn
-                    .frames
-                    .open_staged(slot.bytes_mut(l as usize), record, &tag)
-                    .is_err()
-                {
-                    return Err(TransportError::Forged { peer, offset: off });
-                }
-                slot
-            }
-        };
+        let slot = landed(conn, bytes, &mut outgoing, sent == n, peer, (off, l), t)?;
         let bytes = slot.bytes(l as usize);
         if crc32c::crc32c(bytes) != crc {
             return Err(TransportError::Checksum { peer, offset: off });
@@ -486,6 +421,103 @@ fn pull_chunks(
         done += 1;
     }
     Ok(len)
+}
+
+/// The holder's reply to request `id` (of `l` bytes) as a chunk on its way: inline bytes read
+/// into `slot`, or a get started into it. The holder's numbers are checked against the request
+/// before any buffer is used. `wait`: how long the get may wait for a shared slot.
+#[allow(clippy::too_many_arguments)]
+fn arrival(
+    worker: &Arc<DataPlane>,
+    cfg: &PullConfig,
+    conn: &mut Conn,
+    peer: SocketAddr,
+    (id, l): (u64, u32),
+    mut slot: Slot,
+    wait: Duration,
+    t: Duration,
+) -> Result<Arriving, TransportError> {
+    let err = |what| move |e| stream_error(peer, e, what, t);
+    match conn.frames.next(true).map_err(err("a staged chunk"))? {
+        Some(Message::Data { id: i, len, crc32c })
+            if i == id && len == l && (len <= cfg.eager_max || conn.ucx_peer.is_none()) =>
+        {
+            conn.frames
+                .read_raw(slot.bytes_mut(len as usize))
+                .map_err(err("an inline chunk"))?;
+            Ok(Arriving {
+                id,
+                crc: crc32c,
+                bytes: Bytes::Inline(slot),
+            })
+        }
+        Some(Message::Staged {
+            id: i,
+            addr,
+            len,
+            crc32c,
+            record,
+            tag,
+        }) if i == id && len == l && conn.ucx_peer.is_some() => {
+            let ucx_peer = conn.ucx_peer.expect("checked above");
+            // A chunk read ahead takes a shared slot only if one is free (see `pull_chunks`).
+            let get = worker
+                .get(ucx_peer, addr, slot, len as usize, wait)
+                .map_err(|e| TransportError::Local(e.to_string()))?;
+            Ok(Arriving {
+                id,
+                crc: crc32c,
+                bytes: Bytes::Getting {
+                    addr,
+                    get,
+                    record,
+                    tag,
+                },
+            })
+        }
+        Some(Message::Error { message, .. }) => Err(TransportError::Remote { peer, message }),
+        other => Err(TransportError::Protocol {
+            peer,
+            what: format!("expected Staged or Data {id}, got {other:?}"),
+        }),
+    }
+}
+
+/// The slot holding chunk bytes that arrived: inline ones as they are, a get's once it is done,
+/// opened in our own slot (the shared copy may change under us), its release queued in
+/// `outgoing` (sent now if `last`: no request follows to carry it). `(off, l)`: the chunk's.
+fn landed(
+    conn: &mut Conn,
+    bytes: Bytes,
+    outgoing: &mut Vec<u8>,
+    last: bool,
+    peer: SocketAddr,
+    (off, l): (u64, u32),
+    t: Duration,
+) -> Result<Slot, TransportError> {
+    let (addr, get, record, tag) = match bytes {
+        Bytes::Inline(slot) => return Ok(slot),
+        Bytes::Getting {
+            addr,
+            get,
+            record,
+            tag,
+        } => (addr, get, record, tag),
+    };
+    let mut slot = finish_get(get, peer, t)?;
+    outgoing.extend(conn.frames.encode(&Message::Release { addr }));
+    if last {
+        conn.send(outgoing)
+            .map_err(|e| stream_error(peer, e, "a release to be sent", t))?;
+    }
+    if conn
+        .frames
+        .open_staged(slot.bytes_mut(l as usize), record, &tag)
+        .is_err()
+    {
+        return Err(TransportError::Forged { peer, offset: off });
+    }
+    Ok(slot)
 }
 
 /// Waits for a get and takes its bytes into a slot of ours. On timeout the get is abandoned;
