@@ -64,6 +64,10 @@ pub struct Stats {
     pub lookups_node: AtomicU64,
     pub lookups_rack: AtomicU64,
     pub lookups_global: AtomicU64,
+    /// Locator messages this node sent to other nodes (each a round trip; a batch counts once),
+    /// and those it answered for other nodes.
+    pub locator_calls: AtomicU64,
+    pub locator_answers: AtomicU64,
     pub coordinated_waits: AtomicU64,
     pub bytes_served_to_peers: AtomicU64,
     pub files_produced: AtomicU64,
@@ -182,6 +186,12 @@ pub struct Snapshot {
     pub lookups_node: u64,
     pub lookups_rack: u64,
     pub lookups_global: u64,
+    /// Locator round trips this node made to other nodes (a batch counts once), and those it
+    /// answered for them. (Absent from older daemons: 0.)
+    #[serde(default)]
+    pub locator_calls: u64,
+    #[serde(default)]
+    pub locator_answers: u64,
     /// Times this node waited for another node's fetch instead of reading the backing store.
     pub coordinated_waits: u64,
     /// Bytes this node's cache served to other nodes.
@@ -411,6 +421,8 @@ impl Stats {
             lookups_node: get(&self.lookups_node),
             lookups_rack: get(&self.lookups_rack),
             lookups_global: get(&self.lookups_global),
+            locator_calls: get(&self.locator_calls),
+            locator_answers: get(&self.locator_answers),
             coordinated_waits: get(&self.coordinated_waits),
             bytes_served_to_peers: get(&self.bytes_served_to_peers),
             files_produced: get(&self.files_produced),
@@ -446,7 +458,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 56] = [
+        let rows: [(&str, String); 58] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -460,6 +472,8 @@ impl Snapshot {
             ("lookups node", self.lookups_node.to_string()),
             ("lookups rack", self.lookups_rack.to_string()),
             ("lookups global", self.lookups_global.to_string()),
+            ("locator calls", self.locator_calls.to_string()),
+            ("locator answers", self.locator_answers.to_string()),
             ("coordinated waits", self.coordinated_waits.to_string()),
             ("bytes served to peers", human(self.bytes_served_to_peers)),
             ("files produced", self.files_produced.to_string()),

@@ -85,6 +85,12 @@ fn shifted_epochs(name: &str, extra: &[&str]) {
     }
     assert_eq!(c.total("home_rack_files"), 64);
     assert_eq!(c.total("home_global_files"), 32);
+    // The locator's round trips are counted on both ends: every one answered was sent.
+    let (calls, answers) = (c.total("locator_calls"), c.total("locator_answers"));
+    assert!(
+        answers > 0 && answers <= calls,
+        "{answers} answered of {calls} sent"
+    );
 }
 
 #[test]

@@ -65,6 +65,7 @@ pub struct Handler(pub Arc<LocatorService>);
 impl RpcHandler for Handler {
     fn handle(&self, peer: Option<u32>, payload: Vec<u8>) -> RpcFuture {
         let service = self.0.clone();
+        service.arrived();
         Box::pin(async move {
             let msg = proto::decode(&payload)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;

@@ -238,8 +238,15 @@ impl LocatorService {
                 .ok();
         }
         let addr = self.reachable(to)?;
+        self.stats.locator_calls.fetch_add(1, Ordering::Relaxed);
         let reply = self.peers.call_blocking(to, addr, &msg, within);
         self.outcome(to, reply)
+    }
+
+    /// Counts a message that arrived from another node, to be answered (`locator_answers`:
+    /// one per round trip, a batch once), as its sender counted it in `locator_calls`.
+    pub fn arrived(&self) {
+        self.stats.locator_answers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One locator message to member `to` at `addr` and its answer, through the port.
@@ -250,6 +257,7 @@ impl LocatorService {
         msg: &Msg,
         timeout: Duration,
     ) -> Result<Msg, TransportError> {
+        self.stats.locator_calls.fetch_add(1, Ordering::Relaxed);
         self.peers.call(to, addr, msg, timeout).await
     }
 
