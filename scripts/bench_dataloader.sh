@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The DataLoader comparison of issue 49 on one machine, offline: an unmodified PyTorch input
+# pipeline (scripts/workload/train.py: np.load in __getitem__, DistributedSampler with set_epoch,
+# batch 32, WORKERS workers) as 4 ranks at once, each through its own node's mount of a 4-node
+# dyadfs cluster on 127.0.0.1 (2 racks), against the same 4 ranks reading a local copy on the
+# same disk. EPOCHS epochs per run, the page cache dropped before each; dyadfs starts every run
+# with empty caches, so epoch 1 fills from the shared directory and later epochs pull from peers
+# or hit their own node's cache. Configurations alternate run by run; every epoch of every run
+# is printed, then medians of the ratio to the local copy's same epoch, with the 4 daemons' CPU
+# per sample (their threads' schedstat).
+# Unlike scripts/workload.sh it installs nothing, throttles nothing and uses no namespaces, so
+# it runs where only python3 with torch and numpy is (a lent machine with many cores): it
+# measures the later epochs, not epoch 1 against a slow shared file system.
+# Needs root (mounts, drop_caches). Usage: scripts/bench_dataloader.sh (env: RUNS, FILES, SIZE,
+# EPOCHS, WORKERS, PY (python3 with torch), MOUNT_ARGS, DYADFS_BIN, REQUESTS, THREADS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/common.sh
+RUNS=${RUNS:-3} FILES=${FILES:-4096} SIZE=${SIZE:-262144} EPOCHS=${EPOCHS:-3} WORKERS=${WORKERS:-4}
+PY=${PY:-python3}
+NODES=4
+"$PY" -c 'import torch, numpy' || { echo "$PY has no torch or numpy (set PY)" >&2; exit 1; }
+if [ -n "${DYADFS_BIN:-}" ]; then BIN=$DYADFS_BIN; else cargo build --release --quiet; BIN=$PWD/target/release/dyadfs; fi
+W=$(mktemp -d /var/tmp/dyadfs-dataloader.XXXX)
+cleanup() {
+  for i in $(seq 0 $((NODES - 1))); do unmount_mounted "$W/n$i/mnt"; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+job_secret "$W/secret"
+"$PY" scripts/workload/dataset.py "$W/backing/dl" "$FILES" "$SIZE"
+mkdir -p "$W/local"; cp -r "$W/backing/dl" "$W/local/"
+PORT=$((9000 + RANDOM % 1000))
+for i in $(seq 0 $((NODES - 1))); do
+  echo "$i 127.0.0.1:$((PORT + i)) r$((i / 2))"
+done > "$W/peers"
+T=/sys/kernel/tracing
+# REQUESTS=1: the FUSE requests the kernel sent per sample, by opcode, printed for each dyadfs
+# epoch (the fuse:fuse_request_send tracepoint; tracefs mounted).
+trace_on() {
+  [ "${REQUESTS:-0}" = 1 ] || return 0
+  echo 0 > "$T/tracing_on"; echo > "$T/trace"; echo 16384 > "$T/buffer_size_kb"
+  echo 1 > "$T/events/fuse/fuse_request_send/enable"; echo 1 > "$T/tracing_on"
+}
+trace_off() {
+  [ "${REQUESTS:-0}" = 1 ] || return 0
+  echo 0 > "$T/tracing_on"; echo 0 > "$T/events/fuse/fuse_request_send/enable"
+  printf '    FUSE requests per sample: '
+  grep -o '(FUSE_[A-Z_]*)' "$T/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
+    awk -v n="$1" '{t += $1; if ($1 / n >= 0.01) printf "%s %.2f  ", $2, $1 / n} END {printf "= %.2f\n", t / n}'
+}
+cpu_ms() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.3f", s / 1e6}'; }
+daemons_cpu_ms() {
+  local p s=0
+  for p in $DAEMONS; do s=$(awk -v a="$s" -v b="$(cpu_ms "$p")" 'BEGIN {print a + b}'); done
+  echo "$s"
+}
+# THREADS=1: each dyadfs epoch's daemon CPU by thread name (the 4 daemons' threads of one name
+# together), per sample.
+thread_cpu() {
+  local p t
+  for p in $DAEMONS; do
+    for t in /proc/"$p"/task/*; do
+      echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"
+    done
+  done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}' | sort
+}
+# The locator round trips the 4 nodes made so far (`locator_calls`, summed).
+locator_calls() {
+  local i s=0
+  for i in $(seq 0 $((NODES - 1))); do
+    s=$((s + $("$BIN" stats "$W/n$i/mnt" --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("locator_calls", 0))')))
+  done
+  echo "$s"
+}
+# epoch E ROOT_PATTERN: the 4 ranks, rank i reading ROOT_PATTERN with %d replaced by i; prints
+# the slowest rank's seconds and the samples read.
+epoch() {
+  local i barrier
+  barrier=$(mktemp -d "$W/barrier.XXXX")
+  for i in $(seq 0 $((NODES - 1))); do
+    # shellcheck disable=SC2059 # the pattern is ours
+    "$PY" scripts/workload/train.py --data "$(printf "$2" "$i")" --rank "$i" --world $NODES \
+      --first-epoch "$1" --workers "$WORKERS" --barrier "$barrier" > "$W/rank$i.json" &
+  done
+  wait
+  cat "$W"/rank*.json | "$PY" -c '
+import json, sys
+r = [json.loads(l) for l in sys.stdin]
+print(max(x["seconds"] for x in r), sum(x["samples"] for x in r))'
+}
+: > "$W/results"
+for r in $(seq "$RUNS"); do
+  for cfg in local dyadfs; do
+    DAEMONS=
+    if [ "$cfg" = dyadfs ]; then
+      for i in $(seq 0 $((NODES - 1))); do
+        rm -rf "$W/n$i"; mkdir -p "$W/n$i/mnt" "$W/n$i/ssd"
+        # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options
+        "$BIN" mount "$W/n$i/mnt" --ssd "$W/n$i/ssd" --backing "$W/backing" --node-id "$i" \
+          --peers "$W/peers" ${MOUNT_ARGS:-}
+        DAEMONS+=" $(pgrep -f -- " mount $W/n$i/mnt ")"
+      done
+    fi
+    for e in $(seq "$EPOCHS"); do
+      drop
+      c0=$([ -z "$DAEMONS" ] && echo 0 || daemons_cpu_ms)
+      l0=$([ -z "$DAEMONS" ] && echo 0 || locator_calls)
+      [ "${THREADS:-0}" != 1 ] || [ -z "$DAEMONS" ] || thread_cpu > "$W/threads0"
+      if [ "$cfg" = local ]; then read -r secs n < <(epoch "$e" "$W/local/dl")
+      else trace_on; read -r secs n < <(epoch "$e" "$W/n%d/mnt/dl"); fi
+      c1=$([ -z "$DAEMONS" ] && echo 0 || daemons_cpu_ms)
+      l1=$([ -z "$DAEMONS" ] && echo 0 || locator_calls)
+      us=$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN {printf "%.0f", (b - a) * 1000 / n}')
+      printf 'run %d %-6s epoch %d  %6.2f s  %d samples  daemons %4d us/sample  %.2f locator round trips/sample\n' \
+        "$r" "$cfg" "$e" "$secs" "$n" "$us" "$(awk -v a="$l0" -v b="$l1" -v n="$n" 'BEGIN {print (b - a) / n}')"
+      echo "$r $cfg $e $secs $us" >> "$W/results"
+      [ "$cfg" = local ] || trace_off "$n"
+      if [ "${THREADS:-0}" = 1 ] && [ -n "$DAEMONS" ]; then
+        thread_cpu > "$W/threads1"
+        join -a 2 "$W/threads0" "$W/threads1" | awk -v n="$n" 'NF == 2 {$3 = $2; $2 = 0}
+          {d = ($3 - $2) / 1000 / n; if (d >= 1) printf "%s %.0f  ", $1, d}' |
+          sed 's/^/    daemon threads, us per sample: /'; echo
+      fi
+    done
+    if [ "$cfg" = dyadfs ]; then
+      for i in $(seq 0 $((NODES - 1))); do fusermount3 -u "$W/n$i/mnt"; done
+      # The daemons let go of their caches as they exit.
+      for _ in $(seq 50); do pgrep -f -- " mount $W/" > /dev/null || break; sleep 0.1; done
+    fi
+  done
+done
+printf '%d x %d bytes, %d ranks x %d workers, medians of %d runs (ratio: dyadfs / local copy,\n' \
+  "$FILES" "$SIZE" $NODES "$WORKERS" "$RUNS"
+echo "the same run and epoch; every ratio listed):"
+for e in $(seq "$EPOCHS"); do
+  awk -v e="$e" '$3 == e {t[$1 " " $2] = $4; c[$1 " " $2] = $5}
+    END {for (k in t) if (k ~ / dyadfs$/) {split(k, K, " "); print t[k] / t[K[1] " local"], c[k]}}' \
+    "$W/results" | sort -g > "$W/ratios"
+  printf '  epoch %d: %.2fx the local copy (%s), daemons %s us/sample\n' "$e" \
+    "$(awk '{print $1}' "$W/ratios" | median)" "$(awk '{printf "%.2f ", $1}' "$W/ratios")" \
+    "$(awk '{print $2}' "$W/ratios" | median)"
+done
