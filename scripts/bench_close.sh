@@ -4,30 +4,50 @@
 # writing N files of SIZE bytes with open/write/close; per run the close's p50 and p90 (the
 # producer's own clock) and the daemon's median `seal` and `publish` spans (its --trace), and
 # the medians of RUNS runs. The close is what a consumer on another node waits behind.
-# Needs root. Usage: scripts/bench_close.sh   (env: RUNS (3), N (300), SIZE (262144), BINS)
+# PY=<python with torch> IMPORT=torch: the producer imports torch first, as a training job's
+# checkpointing or in-situ producer would (hundreds of mappings, which a close looks through:
+# caller::held_elsewhere). CACHE_FS=ext4: both caches on a fresh journaled ext4 image (the
+# 2-vCPU VM's own ext4, without a journal, makes every new file's inode slow to allocate).
+# Needs root. Usage: scripts/bench_close.sh   (env: RUNS (3), N (300), SIZE (262144), BINS, PY,
+# IMPORT, CACHE_FS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-3} N=${N:-300} SIZE=${SIZE:-262144}
 if [ -z "${BINS:-}" ]; then build_dyadfs; BINS=$BIN; fi
 W=$(mktemp -d /var/tmp/dyadfs-close-bench.XXXX)
-cleanup() { unmount_mounted "$W"/m0 "$W"/m1; rm -rf "$W"; }
+cleanup() {
+  unmount_mounted "$W"/m0 "$W"/m1
+  # The daemons let go of their caches as they exit.
+  for _ in $(seq 50); do pgrep -f -- " mount $W/" > /dev/null || break; sleep 0.1; done
+  if mountpoint -q "$W/img"; then umount "$W/img"; fi
+  rm -rf "$W"
+}
 trap cleanup EXIT
+C=$W
+if [ "${CACHE_FS:-}" = ext4 ]; then
+  mkdir "$W/img"; C=$W/img
+  truncate -s $((N * SIZE * RUNS * 4 + (1 << 30))) "$W/cache.img"
+  mkfs.ext4 -q -F "$W/cache.img"
+  mount -o loop "$W/cache.img" "$W/img"
+fi
 job_secret "$W/secret"
 PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r0\n' "$PORT" $((PORT + 1)) > "$W/peers"
 # run BIN: one run; appends "close_p50 close_p90 seal publish" (ms, ms, us, us) to $W/<bin>.txt
 run() {
   local bin=$1 out=$W/$(echo "$1" | tr / _).txt
-  rm -rf "$W"/m0 "$W"/m1 "$W"/s0 "$W"/s1 "$W/trace.json"
+  rm -rf "$W"/m0 "$W"/m1 "$C"/s0 "$C"/s1 "$W/trace.json"
   mkdir -p "$W"/m0 "$W"/m1
-  "$bin" mount "$W/m0" --ssd "$W/s0" --node-id 0 --peers "$W/peers" --trace "$W/trace.json"
-  "$bin" mount "$W/m1" --ssd "$W/s1" --node-id 1 --peers "$W/peers"
+  "$bin" mount "$W/m0" --ssd "$C/s0" --node-id 0 --peers "$W/peers" --trace "$W/trace.json"
+  "$bin" mount "$W/m1" --ssd "$C/s1" --node-id 1 --peers "$W/peers"
   mkdir "$W/m0/run"
   local close
-  close=$(python3 - "$W/m0/run" "$N" "$SIZE" <<'PY'
-import os, sys, time
+  close=$("${PY:-python3}" - "$W/m0/run" "$N" "$SIZE" "${IMPORT:-}" <<'PY'
+import importlib, os, sys, time
 d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if sys.argv[4]:
+    importlib.import_module(sys.argv[4])
 data, ts = os.urandom(size), []
 for i in range(n):
     f = open(f"{d}/f{i}", "wb"); f.write(data)
@@ -38,6 +58,7 @@ PY
 )
   unmount_mounted "$W"/m0 "$W"/m1
   sleep 0.5
+  for _ in $(seq 50); do pgrep -f -- " mount $W/" > /dev/null || break; sleep 0.1; done
   local spans
   spans=$(python3 - "$W/trace.json" <<'PY'
 import json, statistics, sys
@@ -50,7 +71,7 @@ PY
   echo "$close $spans" >> "$out"
   printf '  %-40s close p50 %s ms p90 %s ms  seal %s us  publish %s us\n' "$bin" $close $spans
 }
-echo "$N closes of $SIZE-byte files on node 0 of 2, every run:"
+echo "$N closes of $SIZE-byte files on node 0 of 2${IMPORT:+, the producer importing $IMPORT}${CACHE_FS:+, caches on a $CACHE_FS image}, every run:"
 for _ in $(seq "$RUNS"); do
   for b in $BINS; do run "$b"; done
 done

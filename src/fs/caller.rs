@@ -259,8 +259,15 @@ fn holds(pid: u32, id: FileId) -> bool {
             }
         }
     }
-    // Each line: range, perms, offset, dev (hex major:minor), inode, path.
     let ((major, minor), ino) = id;
+    match crate::sys::maps_file(pid, (major, minor), ino) {
+        Ok(Some(mapped)) => return mapped,
+        // Gone, or not ours to look at: as reading its maps would find.
+        Err(_) => return false,
+        Ok(None) => {}
+    }
+    // A kernel before 6.11: its maps as text. Each line: range, perms, offset, dev (hex
+    // major:minor), inode, path.
     let dev = format!("{major:02x}:{minor:02x}");
     std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
         maps.lines().any(|l| {

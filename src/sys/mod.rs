@@ -226,6 +226,68 @@ pub fn pages_cached(file: &std::fs::File, offset: u64, len: usize) -> Option<boo
     (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
 }
 
+/// Whether process `pid` maps file `ino` of device `(major, minor)`, asked of the kernel one
+/// file-backed mapping at a time (`PROCMAP_QUERY` on `/proc/PID/maps`, Linux >= 6.11): no text
+/// is made, where reading `maps` formats every mapping's path (hundreds of microseconds for a
+/// process with torch loaded). `Ok(None)` where the kernel has no such query.
+pub fn maps_file(pid: u32, (major, minor): (u32, u32), ino: u64) -> io::Result<Option<bool>> {
+    use std::os::fd::AsRawFd;
+    /// `struct procmap_query` (include/uapi/linux/fs.h).
+    #[repr(C)]
+    #[derive(Default)]
+    struct Query {
+        size: u64,
+        query_flags: u64,
+        query_addr: u64,
+        vma_start: u64,
+        vma_end: u64,
+        vma_flags: u64,
+        vma_page_size: u64,
+        vma_offset: u64,
+        inode: u64,
+        dev_major: u32,
+        dev_minor: u32,
+        vma_name_size: u32,
+        build_id_size: u32,
+        vma_name_addr: u64,
+        build_id_addr: u64,
+    }
+    /// `_IOWR('f', 17, struct procmap_query)`.
+    const PROCMAP_QUERY: libc::c_ulong = 0xC068_6611;
+    /// The mapping at the address or the next one after it, file-backed ones only.
+    const COVERING_OR_NEXT_VMA: u64 = 0x10;
+    const FILE_BACKED_VMA: u64 = 0x20;
+    let maps = std::fs::File::open(format!("/proc/{pid}/maps"))?;
+    let mut addr = 0u64;
+    loop {
+        let mut q = Query {
+            size: std::mem::size_of::<Query>() as u64,
+            query_flags: COVERING_OR_NEXT_VMA | FILE_BACKED_VMA,
+            query_addr: addr,
+            ..Query::default()
+        };
+        // SAFETY: the kernel reads and writes one `procmap_query` (repr(C), its layout, its
+        // size given in `size`) in a live local; no name or build id buffer is given.
+        let r = unsafe { libc::ioctl(maps.as_raw_fd(), PROCMAP_QUERY, &mut q as *mut Query) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                // No mapping at or after `addr`: none of them is the file.
+                Some(libc::ENOENT) => Ok(Some(false)),
+                Some(libc::ENOTTY) | Some(libc::EINVAL) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        if (q.dev_major, q.dev_minor, q.inode) == (major, minor, ino) {
+            return Ok(Some(true));
+        }
+        if q.vma_end <= addr {
+            return Ok(Some(false));
+        }
+        addr = q.vma_end;
+    }
+}
+
 /// Sets or clears O_DIRECT on an open file (`fcntl(F_SETFL)`); a file system that cannot read
 /// around its page cache refuses it (EINVAL).
 pub fn set_direct(file: &std::fs::File, on: bool) -> io::Result<()> {
@@ -288,4 +350,49 @@ pub fn preallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
         return Err(e);
     }
     file.set_len(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_mapping_of_a_file_is_found_by_the_kernels_query() {
+        let path = std::env::temp_dir().join(format!("dyadfs-maps-{}", std::process::id()));
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let dev = (libc::major(meta.dev()), libc::minor(meta.dev()));
+        let me = std::process::id();
+        let before = super::maps_file(me, dev, meta.ino()).unwrap();
+        let Some(false) = before else {
+            // (Linux before 6.11 has no PROCMAP_QUERY: `None`, and callers read the text.)
+            assert_eq!(before, None, "mapped before it was mapped");
+            return;
+        };
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: a private read-only mapping of a file this test owns, unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        drop(f);
+        assert_eq!(super::maps_file(me, dev, meta.ino()).unwrap(), Some(true));
+        // Another file system's file with the same inode number is not it.
+        let other = (dev.0 + 1, dev.1);
+        assert_eq!(
+            super::maps_file(me, other, meta.ino()).unwrap(),
+            Some(false)
+        );
+        // SAFETY: the mapping made above, of that length, not used after.
+        unsafe { libc::munmap(map, 4096) };
+        assert_eq!(super::maps_file(me, dev, meta.ino()).unwrap(), Some(false));
+        std::fs::remove_file(&path).unwrap();
+    }
 }
