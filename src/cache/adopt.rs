@@ -19,7 +19,7 @@ impl Cache {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC).into());
         }
         // A file of its own, whatever its size: it is renamed in.
-        let entry = self.entry_packed_if(path, version, false)?;
+        let entry = self.entry_made(path, version, Making::Adopted)?;
         let adopted = self.adopt_into(&entry, file);
         if adopted.is_err() {
             // The empty entry, or the adopted one with the file's bytes: neither may stay (a
@@ -46,7 +46,7 @@ impl Cache {
                 return Err(e);
             }
         };
-        // The file replaces the empty data file, and a new entry (a new id: its descriptor is
+        // The file becomes the entry's data file, and a new entry (a new id: its descriptor is
         // opened anew) replaces the empty one.
         if let Err(e) = fs::rename(file, entry.data_path()) {
             self.release(version.size);

@@ -428,17 +428,23 @@ impl Cache {
     /// The entry for `path` at `version`, created empty if absent. A cached copy of another
     /// version is dropped (its open handles keep reading their own, now unlinked, copy).
     pub fn entry(&self, path: &str, version: Version) -> Result<Arc<Entry>, CacheError> {
-        self.entry_packed_if(path, version, self.shared.segments.packs(version.size))
+        let making = if self.shared.segments.packs(version.size) {
+            Making::Packed
+        } else {
+            Making::OwnFile
+        };
+        self.entry_made(path, version, making)
     }
 
-    /// [`Cache::entry`], packed into a segment if `pack` (else with a data file of its own,
-    /// replacing a packed one).
-    fn entry_packed_if(
+    /// [`Cache::entry`], its bytes placed as `making` says (an entry packed in a segment is
+    /// replaced when a file of its own is wanted).
+    fn entry_made(
         &self,
         path: &str,
         version: Version,
-        pack: bool,
+        making: Making,
     ) -> Result<Arc<Entry>, CacheError> {
+        let pack = making == Making::Packed;
         let fits = |e: &Arc<Entry>| pack || !e.packed();
         {
             let index = lock(&self.index);
@@ -484,6 +490,13 @@ impl Cache {
                 vec![Chunk::Absent].into(),
                 self.next_tick(),
             ));
+            lock(&self.index).insert(entry.clone());
+            return Ok(entry);
+        }
+        if making == Making::Adopted {
+            // Its file is renamed in next (`Cache::adopt`): making an empty one first would
+            // cost a create and the unlink of what the rename replaces.
+            let entry = Arc::new(self.empty_entry(path, version));
             lock(&self.index).insert(entry.clone());
             return Ok(entry);
         }
@@ -662,6 +675,17 @@ fn private_file(path: &Path) -> io::Result<File> {
 /// A new file at `path` made by `create` (a `create_new` open), never one an old copy's open
 /// handles may still read: a leftover of another run is unlinked first and `create` tried
 /// again. Usually there is none, so one name lookup, not two.
+/// How a new entry's bytes are placed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Making {
+    /// In a region of the open segment (`--pack-max`).
+    Packed,
+    /// In a data file of its own, made empty now.
+    OwnFile,
+    /// In a data file of its own that the caller renames into place ([`Cache::adopt`]).
+    Adopted,
+}
+
 fn create_fresh(path: &Path, create: impl Fn() -> io::Result<File>) -> io::Result<File> {
     match create() {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
