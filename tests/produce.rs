@@ -344,9 +344,22 @@ os.close(fd)
     assert!(consume(&c.nodes[1], "forked") == want);
     // A close while the file is still held elsewhere seals nothing: the mapping `np.memmap`
     // writes through after closing its file, and a child still writing after its parent's
-    // close. Each file is published whole by the last close or release.
+    // close. Each file is published whole by the last close or release. A private mapping
+    // writes nothing back: it holds nothing, and its reads go on after the seal.
     let held = r#"
-import mmap, os, sys, time
+import ctypes, mmap, os, sys, time
+data = bytes(range(256)) * 256
+f = open(sys.argv[1] + "/private", "w+b")
+f.write(data); f.flush()
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+addr = libc.mmap(None, 65536, mmap.PROT_READ, mmap.MAP_PRIVATE, f.fileno(), 0)
+f.close()
+if "private" not in os.listdir(sys.argv[2]):
+    sys.exit("a file mapped privately was not published at its close")
+if ctypes.string_at(addr, 65536) != data:
+    sys.exit("a private mapping read other bytes after the seal")
 f = open(sys.argv[1] + "/mapped", "w+b")
 f.seek(65535); f.write(b"\0"); f.flush()
 m = mmap.mmap(f.fileno(), 65536)
@@ -368,6 +381,7 @@ sys.exit(status)
         .arg("-c")
         .arg(held)
         .arg(c.nodes[0].path("."))
+        .arg(c.nodes[1].path("."))
         .output()
         .unwrap();
     succeeded("the python writer", out);

@@ -207,10 +207,12 @@ pub fn process_of(tid: u32) -> Option<u32> {
 pub type FileId = ((u32, u32), u64);
 
 /// Whether process `pid` or one of its descendants still holds file `id`: a descriptor (a
-/// `dup`, or a copy a child inherited) or a mapping. A `close()` reaches FUSE as a flush after
-/// its descriptor left the table, so what is found here is another reference to the open file
-/// (`np.memmap` closes its file and writes through the mapping; a parent closes a file its
-/// child is still writing to): sealing it now would fail their later writes.
+/// `dup`, or a copy a child inherited) or a shared mapping. A `close()` reaches FUSE as a flush
+/// after its descriptor left the table, so what is found here is another reference to the open
+/// file that may write to it (`np.memmap` closes its file and writes through the mapping; a
+/// parent closes a file its child is still writing to): sealing it now would fail their later
+/// writes. A private mapping never writes to its file (its reads keep going to the handle's
+/// staged copy after the seal), so it holds nothing back.
 pub fn held_elsewhere(pid: u32, id: FileId) -> bool {
     /// Processes looked at, at most (a process with more descendants defers the seal).
     const MAX_PROCESSES: usize = 4096;
@@ -250,7 +252,7 @@ pub fn device_of(mountpoint: &std::path::Path) -> Option<(u32, u32)> {
     cached_id(mountpoint).map(|(dev, _)| dev)
 }
 
-/// Whether process `pid` has a descriptor of, or a mapping of, file `id`.
+/// Whether process `pid` has a descriptor of, or a shared mapping of, file `id`.
 fn holds(pid: u32, id: FileId) -> bool {
     if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for fd in fds.flatten() {
@@ -260,19 +262,23 @@ fn holds(pid: u32, id: FileId) -> bool {
         }
     }
     let ((major, minor), ino) = id;
-    match crate::sys::maps_file(pid, (major, minor), ino) {
+    match crate::sys::maps_shared(pid, (major, minor), ino) {
         Ok(Some(mapped)) => return mapped,
         // Gone, or not ours to look at: as reading its maps would find.
         Err(_) => return false,
         Ok(None) => {}
     }
-    // A kernel before 6.11: its maps as text. Each line: range, perms, offset, dev (hex
-    // major:minor), inode, path.
+    // A kernel before 6.11: its maps as text. Each line: range, perms ("rw-s": shared),
+    // offset, dev (hex major:minor), inode, path.
     let dev = format!("{major:02x}:{minor:02x}");
     std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
         maps.lines().any(|l| {
-            let mut f = l.split_whitespace().skip(3);
-            f.next() == Some(dev.as_str()) && f.next().and_then(|i| i.parse().ok()) == Some(ino)
+            let mut f = l.split_whitespace().skip(1);
+            let shared = f.next().is_some_and(|perms| perms.ends_with('s'));
+            let mut f = f.skip(1);
+            shared
+                && f.next() == Some(dev.as_str())
+                && f.next().and_then(|i| i.parse().ok()) == Some(ino)
         })
     })
 }
@@ -299,7 +305,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn a_descriptor_or_a_mapping_of_the_file_is_found() {
+    fn a_descriptor_or_a_shared_mapping_of_the_file_is_found() {
         let dir = std::env::temp_dir().join(format!("dyadfs-held-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");
@@ -312,25 +318,39 @@ mod tests {
         assert!(!held_elsewhere(me, id));
         // Another file system's file with the same inode number is not it.
         assert!(!held_elsewhere(me, ((dev.0 + 1, dev.1), meta.ino())));
-        let f = std::fs::File::open(&path).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
         assert!(held_elsewhere(me, id));
-        // SAFETY: a private read-only mapping of a file this test owns, unmapped below.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
+        let map = |flags| {
+            // SAFETY: a mapping of a file this test owns, unmapped below.
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    0,
+                )
+            };
+            assert_ne!(m, libc::MAP_FAILED);
+            m
         };
-        assert_ne!(map, libc::MAP_FAILED);
+        let private = map(libc::MAP_PRIVATE);
+        let shared = map(libc::MAP_SHARED);
         drop(f);
-        assert!(held_elsewhere(me, id), "the mapping holds it");
+        assert!(held_elsewhere(me, id), "the shared mapping holds it");
         // SAFETY: the mapping made above, of that length, not used after.
-        unsafe { libc::munmap(map, 4096) };
-        assert!(!held_elsewhere(me, id));
+        unsafe { libc::munmap(shared, 4096) };
+        assert!(
+            !held_elsewhere(me, id),
+            "a private mapping never writes to the file: it holds nothing back"
+        );
+        // SAFETY: the mapping made above, of that length, not used after.
+        unsafe { libc::munmap(private, 4096) };
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

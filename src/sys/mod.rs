@@ -226,11 +226,13 @@ pub fn pages_cached(file: &std::fs::File, offset: u64, len: usize) -> Option<boo
     (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
 }
 
-/// Whether process `pid` maps file `ino` of device `(major, minor)`, asked of the kernel one
-/// file-backed mapping at a time (`PROCMAP_QUERY` on `/proc/PID/maps`, Linux >= 6.11): no text
-/// is made, where reading `maps` formats every mapping's path (hundreds of microseconds for a
-/// process with torch loaded). `Ok(None)` where the kernel has no such query.
-pub fn maps_file(pid: u32, (major, minor): (u32, u32), ino: u64) -> io::Result<Option<bool>> {
+/// Whether process `pid` has a shared mapping of file `ino` of device `(major, minor)`, asked
+/// of the kernel one shared file-backed mapping at a time (`PROCMAP_QUERY` on
+/// `/proc/PID/maps`, Linux >= 6.11): no text is made, where reading `maps` formats every
+/// mapping's path (hundreds of microseconds for a process with torch loaded), and the kernel
+/// skips the private mappings (a process's libraries) itself. `Ok(None)` where the kernel has
+/// no such query.
+pub fn maps_shared(pid: u32, (major, minor): (u32, u32), ino: u64) -> io::Result<Option<bool>> {
     use std::os::fd::AsRawFd;
     /// `struct procmap_query` (include/uapi/linux/fs.h).
     #[repr(C)]
@@ -254,7 +256,8 @@ pub fn maps_file(pid: u32, (major, minor): (u32, u32), ino: u64) -> io::Result<O
     }
     /// `_IOWR('f', 17, struct procmap_query)`.
     const PROCMAP_QUERY: libc::c_ulong = 0xC068_6611;
-    /// The mapping at the address or the next one after it, file-backed ones only.
+    /// The mapping at the address or the next one after it, shared file-backed ones only.
+    const VMA_SHARED: u64 = 0x08;
     const COVERING_OR_NEXT_VMA: u64 = 0x10;
     const FILE_BACKED_VMA: u64 = 0x20;
     let maps = std::fs::File::open(format!("/proc/{pid}/maps"))?;
@@ -262,7 +265,7 @@ pub fn maps_file(pid: u32, (major, minor): (u32, u32), ino: u64) -> io::Result<O
     loop {
         let mut q = Query {
             size: std::mem::size_of::<Query>() as u64,
-            query_flags: COVERING_OR_NEXT_VMA | FILE_BACKED_VMA,
+            query_flags: VMA_SHARED | COVERING_OR_NEXT_VMA | FILE_BACKED_VMA,
             query_addr: addr,
             ..Query::default()
         };
@@ -357,42 +360,62 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn a_mapping_of_a_file_is_found_by_the_kernels_query() {
+    fn a_shared_mapping_of_a_file_is_found_by_the_kernels_query() {
         let path = std::env::temp_dir().join(format!("dyadfs-maps-{}", std::process::id()));
         std::fs::write(&path, [0u8; 4096]).unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         let dev = (libc::major(meta.dev()), libc::minor(meta.dev()));
         let me = std::process::id();
-        let before = super::maps_file(me, dev, meta.ino()).unwrap();
+        let before = super::maps_shared(me, dev, meta.ino()).unwrap();
         let Some(false) = before else {
             // (Linux before 6.11 has no PROCMAP_QUERY: `None`, and callers read the text.)
             assert_eq!(before, None, "mapped before it was mapped");
             return;
         };
-        let f = std::fs::File::open(&path).unwrap();
-        // SAFETY: a private read-only mapping of a file this test owns, unmapped below.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let map = |flags| {
+            // SAFETY: a mapping of a file this test owns, unmapped by the caller.
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    0,
+                )
+            };
+            assert_ne!(m, libc::MAP_FAILED);
+            m
         };
-        assert_ne!(map, libc::MAP_FAILED);
+        // A private mapping never writes to its file: not looked for.
+        let private = map(libc::MAP_PRIVATE);
+        assert_eq!(
+            super::maps_shared(me, dev, meta.ino()).unwrap(),
+            Some(false)
+        );
+        let shared = map(libc::MAP_SHARED);
         drop(f);
-        assert_eq!(super::maps_file(me, dev, meta.ino()).unwrap(), Some(true));
+        assert_eq!(super::maps_shared(me, dev, meta.ino()).unwrap(), Some(true));
         // Another file system's file with the same inode number is not it.
         let other = (dev.0 + 1, dev.1);
         assert_eq!(
-            super::maps_file(me, other, meta.ino()).unwrap(),
+            super::maps_shared(me, other, meta.ino()).unwrap(),
             Some(false)
         );
-        // SAFETY: the mapping made above, of that length, not used after.
-        unsafe { libc::munmap(map, 4096) };
-        assert_eq!(super::maps_file(me, dev, meta.ino()).unwrap(), Some(false));
+        // SAFETY: the mappings made above, of that length, not used after.
+        unsafe {
+            libc::munmap(shared, 4096);
+            libc::munmap(private, 4096);
+        }
+        assert_eq!(
+            super::maps_shared(me, dev, meta.ino()).unwrap(),
+            Some(false)
+        );
         std::fs::remove_file(&path).unwrap();
     }
 }
