@@ -13,13 +13,20 @@
 # Also the split of that latency (close, queueing, wake-up and open, read: see stats below).
 # PRODUCER=--shutil or --cp: dyadfs's producers copy each file in with shutil.copy or cp (the
 # whole copy counts as the close); the plain directory's keep renaming.
-# Needs root. Usage: scripts/bench_handoff.sh   (env: RUNS (5), N (500), SIZE (262144), PRODUCER)
+# PACE_MS=N: each producer waits N ms after each file, a stream the consumers keep up with (as
+# they do not with 256 KiB files, or with producers whose close is quick): then the latency is
+# the hand-off's own, not a queue behind the consumers.
+# BINS lists dyadfs builds to compare (e.g. two commits'), interleaved run by run with each
+# other and the plain directory.
+# Needs root. Usage: scripts/bench_handoff.sh   (env: RUNS (5), N (500), SIZE (262144), PRODUCER,
+# BINS, PACE_MS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-5} N=${N:-500} SIZE=${SIZE:-262144}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-build_dyadfs
+if [ -z "${BINS:-}" ]; then build_dyadfs; BINS=$BIN; fi
+read -r -a BINS <<< "$BINS"
 W=$(mktemp -d /var/tmp/dyadfs-handoff-bench.XXXX)
 cleanup() {
   unmount_mounted "$W"/{0,1,2,3}/mnt
@@ -57,9 +64,11 @@ for xs in parts:
 print(" ".join(cols))
 PY
 }
-# run KIND: one hand-off through managed dyadfs mounts ("dyadfs") or a plain directory ("plain").
+# run KIND [BIN]: one hand-off through managed mounts of dyadfs build BIN ("dyadfs") or a plain
+# directory ("plain"); its line goes to $W/KIND.txt ($W/dyadfs-I.txt for the I-th of BINS).
 run() {
-  local kind=$1 out dirs=()
+  local kind=$1 out dirs=() BIN=${2:-} key=$1
+  [ -z "${3:-}" ] || key=$kind-$3
   out=$W/logs-$kind; rm -rf "$out"; mkdir -p "$out"
   if [ "$kind" = dyadfs ]; then
     for i in 0 1 2 3; do
@@ -84,22 +93,32 @@ run() {
   local p0=$!
   "$PY" scripts/handoff.py produce "${dirs[1]}" 1 "$N" "$SIZE" "$out/p1" $pflag
   wait $p0 $c0 $c1
-  stats "$out/p0" "$out/p1" "$out/c0" "$out/c1" >> "$W/$kind.txt"
+  stats "$out/p0" "$out/p1" "$out/c0" "$out/c1" >> "$W/$key.txt"
   if [ "$kind" = dyadfs ]; then
     for i in 0 1 2 3; do fusermount3 -u "$W/$i/mnt"; done
     sleep 0.3
   fi
 }
 for _ in $(seq "$RUNS"); do
-  run dyadfs
+  for i in "${!BINS[@]}"; do run dyadfs "${BINS[$i]}" "$i"; done
   run plain
 done
-printf '%d + %d files of %d bytes handed from producers on 2 nodes to consumers on 2 others, medians of %d runs%s\n' \
-  "$N" "$N" "$SIZE" "$RUNS" "${PRODUCER:+ (dyadfs producers: ${PRODUCER#--})}"
-for k in dyadfs plain; do
+printf '%d + %d files of %d bytes handed from producers on 2 nodes to consumers on 2 others, medians of %d runs%s%s\n' \
+  "$N" "$N" "$SIZE" "$RUNS" "${PRODUCER:+ (dyadfs producers: ${PRODUCER#--})}" \
+  "${PACE_MS:+, producers pausing $PACE_MS ms after each file}"
+for i in "${!BINS[@]}"; do
+  [ "${#BINS[@]}" -eq 1 ] || echo "  B$i = ${BINS[$i]}"
+done
+keys=()
+for i in "${!BINS[@]}"; do keys+=("dyadfs-$i"); done
+for k in "${keys[@]}" plain; do
   col() { cut -d' ' -f"$1" "$W/$k.txt"; }
-  printf '  %-46s %8.1f files/s  close->open p50 %6.2f ms  p99 %7.2f ms\n' \
-    "$([ $k = dyadfs ] && echo "(a) dyadfs, 4 managed mounts, --wait" || echo "(b) plain directory, rename + 1 ms polling")" \
+  what="(b) plain directory, rename + 1 ms polling"
+  if [ "$k" != plain ]; then
+    what="(a) dyadfs, 4 managed mounts, --wait"
+    [ "${#BINS[@]}" -eq 1 ] || what+=", B${k#dyadfs-}"
+  fi
+  printf '  %-46s %8.1f files/s  close->open p50 %6.2f ms  p99 %7.2f ms\n' "$what" \
     "$(col 1 | median)" "$(col 2 | median)" "$(col 3 | median)"
   printf '      runs: files/s %s| p50 %s| p99 %s\n' "$(col 1 | tr '\n' ' ')" "$(col 2 | tr '\n' ' ')" "$(col 3 | tr '\n' ' ')"
   printf '      split, medians of p50/p99 (ms): close %s/%s  queued %s/%s  wake-up+open %s/%s  read %s/%s\n' \

@@ -2,7 +2,8 @@
 benchmark's probe). Python's own open/write/close, as a simulation or a DataLoader would.
 
   produce DIR P N SIZE LOG [--rename|--shutil|--cp]   writes DIR/f-P-IIIII (N files of SIZE
-      bytes), logging for each [time just before its close, time its close returned];
+      bytes), logging for each [time just before its close, time its close returned]; with
+      PACE_MS set, waits that long after each file (a stream the consumers keep up with);
       --rename writes DIR/.f-P-IIIII.tmp and renames it (how a plain shared directory hands
       over a whole file); --shutil copies a file of the bytes from a temp dir with shutil.copy,
       --cp with the cp command (a producer's tools, which look at the destination first: the
@@ -30,8 +31,11 @@ def main():
     flag = sys.argv[7] if len(sys.argv) > 7 else ""
     out = []
     scratch = tempfile.mkdtemp(prefix="dyadfs-handoff-") if flag in ("--shutil", "--cp") else None
+    pace = float(os.environ.get("PACE_MS", "0")) / 1000
     for i in range(n):
         name = os.path.join(d, f"f-{p}-{i:05}")
+        if mode == "produce" and pace and i:
+            time.sleep(pace)
         if mode == "produce":
             data = body(p, i, size)
             if scratch:
