@@ -1,5 +1,6 @@
 //! A finished file taken in whole: a produced file sealed at its close becomes a kept entry.
 
+use super::making::Making;
 use super::*;
 
 impl Cache {
