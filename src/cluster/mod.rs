@@ -7,6 +7,8 @@
 //! The locator below it is tables, tiers, membership and messages only.
 
 pub mod names;
+#[cfg(test)]
+mod names_tests;
 pub mod peers;
 pub mod replicate;
 pub mod source;

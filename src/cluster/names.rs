@@ -34,6 +34,9 @@ pub const CALLS_AT_ONCE: usize = 32;
 /// How often a question whose home failed checks whether the directory moved.
 const FAILOVER_POLL: Duration = Duration::from_millis(50);
 
+/// How soon a wait whose registration failed registers again (doubling up to [`REFRESH`]).
+const REGISTER_AGAIN: Duration = Duration::from_millis(100);
+
 impl ClusterNames {
     /// Asks the directory's name home. A home that fails to answer may be dying before the
     /// cluster has declared it down: rather than lose a produced name (or answer "no such
@@ -49,7 +52,7 @@ impl ClusterNames {
         let mut home = l.global_home(dir);
         let deadline = std::time::Instant::now() + self.failover_wait;
         loop {
-            let call = l.call_within(home, msg.clone(), wait + l.timeout);
+            let call = l.call_home(home, msg.clone(), wait + l.timeout);
             if let Some(reply) = self.runtime.block_on(call) {
                 return Ok(reply);
             }
@@ -94,24 +97,55 @@ impl ClusterNames {
         let deadline = std::time::Instant::now() + wait;
         let slot = self.locator.wait_for_name(dir, name);
         self.keep_watches_registered();
-        let msg = Msg::NameWatch {
-            node: self.locator.me(),
-            names: vec![(dir.into(), name.into())],
-            wait_ms: wait.as_millis() as u64,
-        };
-        match self.ask(dir, msg, Duration::ZERO)? {
-            Msg::NamesAre(found) => {
-                if let Some((_, _, n)) = found.into_iter().find(|(d, m, _)| d == dir && m == name) {
-                    return self.checked(Some(n));
+        // A registration that failed (its home unreachable for longer than a failover takes,
+        // or its answer refused) is tried again until the deadline: a reader that waits must
+        // not be told "no such file" before it, while the name may yet be published.
+        let mut again = REGISTER_AGAIN;
+        loop {
+            match self.register(dir, name, deadline) {
+                Ok(Some(n)) => return self.checked(Some(n)),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(dir, name, error = %e, "registering a wait failed; trying again");
+                    let now = std::time::Instant::now();
+                    if let Some(n) = slot.until(deadline.min(now + again)) {
+                        return self.checked(Some(n));
+                    }
+                    if std::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    again = (again * 2).min(REFRESH);
                 }
             }
-            m => return Err(unexpected(m)),
         }
         if let Some(n) = slot.until(deadline) {
             return self.checked(Some(n));
         }
         drop(slot);
         self.get(dir, name, Duration::ZERO)
+    }
+
+    /// Registers this node's wait for `dir/name` (until `deadline`) with the directory's home;
+    /// the name if it is published already.
+    fn register(
+        &self,
+        dir: &str,
+        name: &str,
+        deadline: std::time::Instant,
+    ) -> std::io::Result<Option<Name>> {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let msg = Msg::NameWatch {
+            node: self.locator.me(),
+            names: vec![(dir.into(), name.into())],
+            wait_ms: left.as_millis() as u64,
+        };
+        match self.ask(dir, msg, Duration::ZERO)? {
+            Msg::NamesAre(found) => Ok(found
+                .into_iter()
+                .find(|(d, m, _)| d == dir && m == name)
+                .map(|(_, _, n)| n)),
+            m => Err(unexpected(m)),
+        }
     }
 
     /// Starts, once, this node's refresh of its readers' watches: each name waited for is
@@ -157,7 +191,8 @@ async fn register_again(locator: &Arc<LocatorService>) {
                 names: part.to_vec(),
                 wait_ms: KEPT.as_millis() as u64,
             };
-            if let Some(Msg::NamesAre(found)) = locator.call(home, msg).await {
+            if let Some(Msg::NamesAre(found)) = locator.call_home(home, msg, locator.timeout).await
+            {
                 locator.names_are(&found);
             }
         }

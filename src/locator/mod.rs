@@ -15,7 +15,7 @@ mod failover;
 mod fetching;
 pub mod gossip;
 #[cfg(test)]
-mod loopback;
+pub(crate) mod loopback;
 pub mod membership;
 mod named;
 pub mod names;

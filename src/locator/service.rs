@@ -215,6 +215,23 @@ impl LocatorService {
         self.outcome(to, self.rpc(to, addr, &msg, timeout).await)
     }
 
+    /// As [`LocatorService::call_within`], to the one member that can answer (a directory's
+    /// name home): asked even while suspect here, as no other node answers for its names (a
+    /// suspect holder is passed over for another copy; a name has no other copy to ask). Only
+    /// a home declared down is not asked: its directories have moved to the next member.
+    pub async fn call_home(
+        self: &Arc<Self>,
+        to: NodeId,
+        msg: Msg,
+        timeout: Duration,
+    ) -> Option<Msg> {
+        if to == self.me() || self.liveness.is_down(to) {
+            return self.call_within(to, msg, timeout).await;
+        }
+        let addr = self.membership.member(to)?.addr;
+        self.outcome(to, self.rpc(to, addr, &msg, timeout).await)
+    }
+
     /// As [`LocatorService::call`], from a plain thread (a FUSE request's), with blocking I/O:
     /// the reply wakes the thread directly. `runtime` answers messages addressed to this node.
     /// Waits at most `within` (and the peer timeout); with no time left, asks nobody.
