@@ -324,33 +324,16 @@ mod tests {
             .open(&path)
             .unwrap();
         assert!(held_elsewhere(me, id));
-        let map = |flags| {
-            // SAFETY: a mapping of a file this test owns, unmapped below.
-            let m = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    flags,
-                    std::os::fd::AsRawFd::as_raw_fd(&f),
-                    0,
-                )
-            };
-            assert_ne!(m, libc::MAP_FAILED);
-            m
-        };
-        let private = map(libc::MAP_PRIVATE);
-        let shared = map(libc::MAP_SHARED);
+        let private = crate::sys::MappedPage::new(&f, libc::MAP_PRIVATE);
+        let shared = crate::sys::MappedPage::new(&f, libc::MAP_SHARED);
         drop(f);
         assert!(held_elsewhere(me, id), "the shared mapping holds it");
-        // SAFETY: the mapping made above, of that length, not used after.
-        unsafe { libc::munmap(shared, 4096) };
+        drop(shared);
         assert!(
             !held_elsewhere(me, id),
             "a private mapping never writes to the file: it holds nothing back"
         );
-        // SAFETY: the mapping made above, of that length, not used after.
-        unsafe { libc::munmap(private, 4096) };
+        drop(private);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -355,6 +355,40 @@ pub fn preallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
     file.set_len(len)
 }
 
+/// A page of a file mapped for reading and writing (`MAP_PRIVATE` or `MAP_SHARED`), unmapped
+/// when dropped: what the tests of [`maps_shared`] and its callers hold a file with.
+#[cfg(test)]
+pub(crate) struct MappedPage(*mut libc::c_void);
+
+#[cfg(test)]
+impl MappedPage {
+    pub(crate) fn new(file: &std::fs::File, flags: i32) -> MappedPage {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a new mapping of one page of an open file; nothing else refers to it, and
+        // it is unmapped once, when dropped.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(m, libc::MAP_FAILED, "{}", io::Error::last_os_error());
+        MappedPage(m)
+    }
+}
+
+#[cfg(test)]
+impl Drop for MappedPage {
+    fn drop(&mut self) {
+        // SAFETY: the page `new` mapped, never unmapped before, not used after.
+        unsafe { libc::munmap(self.0, 4096) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
@@ -377,28 +411,13 @@ mod tests {
             .write(true)
             .open(&path)
             .unwrap();
-        let map = |flags| {
-            // SAFETY: a mapping of a file this test owns, unmapped by the caller.
-            let m = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    flags,
-                    std::os::fd::AsRawFd::as_raw_fd(&f),
-                    0,
-                )
-            };
-            assert_ne!(m, libc::MAP_FAILED);
-            m
-        };
         // A private mapping never writes to its file: not looked for.
-        let private = map(libc::MAP_PRIVATE);
+        let private = super::MappedPage::new(&f, libc::MAP_PRIVATE);
         assert_eq!(
             super::maps_shared(me, dev, meta.ino()).unwrap(),
             Some(false)
         );
-        let shared = map(libc::MAP_SHARED);
+        let shared = super::MappedPage::new(&f, libc::MAP_SHARED);
         drop(f);
         assert_eq!(super::maps_shared(me, dev, meta.ino()).unwrap(), Some(true));
         // Another file system's file with the same inode number is not it.
@@ -407,11 +426,7 @@ mod tests {
             super::maps_shared(me, other, meta.ino()).unwrap(),
             Some(false)
         );
-        // SAFETY: the mappings made above, of that length, not used after.
-        unsafe {
-            libc::munmap(shared, 4096);
-            libc::munmap(private, 4096);
-        }
+        drop((shared, private));
         assert_eq!(
             super::maps_shared(me, dev, meta.ino()).unwrap(),
             Some(false)
