@@ -18,8 +18,7 @@ if [ -z "${BINS:-}" ]; then build_dyadfs; BINS=$BIN; fi
 W=$(mktemp -d /var/tmp/dyadfs-close-bench.XXXX)
 cleanup() {
   unmount_mounted "$W"/m0 "$W"/m1
-  # The daemons let go of their caches as they exit.
-  for _ in $(seq 50); do pgrep -f -- " mount $W/" > /dev/null || break; sleep 0.1; done
+  wait_daemons_gone "$W"
   if mountpoint -q "$W/img"; then umount "$W/img"; fi
   rm -rf "$W"
 }
@@ -58,7 +57,7 @@ PY
 )
   unmount_mounted "$W"/m0 "$W"/m1
   sleep 0.5
-  for _ in $(seq 50); do pgrep -f -- " mount $W/" > /dev/null || break; sleep 0.1; done
+  wait_daemons_gone "$W"
   local spans
   spans=$(python3 - "$W/trace.json" <<'PY'
 import json, statistics, sys

@@ -24,6 +24,7 @@ if [ -n "${DYADFS_BIN:-}" ]; then BIN=$DYADFS_BIN; else cargo build --release --
 W=$(mktemp -d /var/tmp/dyadfs-dataloader.XXXX)
 cleanup() {
   for i in $(seq 0 $((NODES - 1))); do unmount_mounted "$W/n$i/mnt"; done
+  [ -z "${FUSE_TRACEFS_MOUNTED:-}" ] || umount "$FUSE_TRACE"
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -34,25 +35,17 @@ PORT=$((9000 + RANDOM % 1000))
 for i in $(seq 0 $((NODES - 1))); do
   echo "$i 127.0.0.1:$((PORT + i)) r$((i / 2))"
 done > "$W/peers"
-T=/sys/kernel/tracing
 # REQUESTS=1: the FUSE requests the kernel sent per sample, by opcode, printed for each dyadfs
-# epoch (the fuse:fuse_request_send tracepoint; tracefs mounted).
-trace_on() {
-  [ "${REQUESTS:-0}" = 1 ] || return 0
-  echo 0 > "$T/tracing_on"; echo > "$T/trace"; echo 16384 > "$T/buffer_size_kb"
-  echo 1 > "$T/events/fuse/fuse_request_send/enable"; echo 1 > "$T/tracing_on"
-}
+# epoch (the fuse:fuse_request_send tracepoint).
+[ "${REQUESTS:-0}" != 1 ] || fuse_trace_ready
+trace_on() { [ "${REQUESTS:-0}" != 1 ] || fuse_trace_start; }
 trace_off() {
   [ "${REQUESTS:-0}" = 1 ] || return 0
-  echo 0 > "$T/tracing_on"; echo 0 > "$T/events/fuse/fuse_request_send/enable"
-  printf '    FUSE requests per sample: '
-  grep -o '(FUSE_[A-Z_]*)' "$T/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
-    awk -v n="$1" '{t += $1; if ($1 / n >= 0.01) printf "%s %.2f  ", $2, $1 / n} END {printf "= %.2f\n", t / n}'
+  echo "    FUSE requests per sample: $(fuse_trace_stop "$1")"
 }
-cpu_ms() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.3f", s / 1e6}'; }
 daemons_cpu_ms() {
   local p s=0
-  for p in $DAEMONS; do s=$(awk -v a="$s" -v b="$(cpu_ms "$p")" 'BEGIN {print a + b}'); done
+  for p in $DAEMONS; do s=$(awk -v a="$s" -v b="$(threads_cpu_ms "$p")" 'BEGIN {print a + b}'); done
   echo "$s"
 }
 # THREADS=1: each dyadfs epoch's daemon CPU by thread name (the 4 daemons' threads of one name
@@ -125,8 +118,7 @@ for r in $(seq "$RUNS"); do
     done
     if [ "$cfg" = dyadfs ]; then
       for i in $(seq 0 $((NODES - 1))); do fusermount3 -u "$W/n$i/mnt"; done
-      # The daemons let go of their caches as they exit.
-      for _ in $(seq 50); do pgrep -f -- " mount $W/" > /dev/null || break; sleep 0.1; done
+      wait_daemons_gone "$W"
     fi
   done
 done

@@ -22,22 +22,15 @@ cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-3} FILES=${FILES:-2048} SIZE=${SIZE:-262144}
 build_dyadfs
-T=/sys/kernel/tracing
-if [ ! -d "$T/events/fuse" ]; then
-  mountpoint -q "$T" || { mount -t tracefs nodev "$T"; UNMOUNT_TRACEFS=1; }
-fi
+fuse_trace_ready
 W=$(mktemp -d /var/tmp/dyadfs-sample-bench.XXXX)
 cleanup() {
-  echo 0 > "$T/events/fuse/fuse_request_send/enable" 2>/dev/null || true
+  echo 0 > "$FUSE_TRACE/events/fuse/fuse_request_send/enable" 2>/dev/null || true
   unmount_mounted "$W"/{a,b}/mnt
-  # The daemons let go of their caches as they exit, after the unmount returned.
-  for _ in $(seq 50); do
-    pgrep -f -- " mount $W/" > /dev/null || break
-    sleep 0.1
-  done
+  wait_daemons_gone "$W"
   for m in "$W"/{a,b}/ssd "$W/img"; do if mountpoint -q "$m"; then umount "$m"; fi; done
   rm -rf "$W"
-  [ -z "${UNMOUNT_TRACEFS:-}" ] || umount "$T"
+  [ -z "${FUSE_TRACEFS_MOUNTED:-}" ] || umount "$FUSE_TRACE"
 }
 trap cleanup EXIT
 mkdir -p "$W"/backing "$W"/{a,b}/{mnt,ssd}
@@ -64,11 +57,6 @@ printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
 mount_node a 0
 mount_node b 1
 A=$(pgrep -f -- " mount $W/a/mnt ") B=$(pgrep -f -- " mount $W/b/mnt ")
-# CPU in ms of all of a process's threads, from their schedstat (ns on a CPU): /proc/PID/stat
-# counts 10 ms ticks, which also charge the interrupts a tick lands in (the readers' disk reads)
-# to whichever thread it interrupted.
-cpu_ms() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.3f", s / 1e6}'; }
-switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
 # read_set MNT SET: the 4 readers over set SET through MNT, each its quarter of a shuffled order.
 read_set() {
   python3 - "$1/set$2" <<'PY'
@@ -92,33 +80,21 @@ PY
 # The phase's reads: fill (A), pull (B), hit (B, after a drop) of set $2 (the listing that
 # read_set makes goes with each phase: a DataLoader's dataset lists its directory once, first).
 phase_mnt() { case $1 in fill) echo "$W/a/mnt" ;; *) echo "$W/b/mnt" ;; esac; }
-trace_on() {
-  echo 0 > "$T/tracing_on"; echo > "$T/trace"
-  echo 16384 > "$T/buffer_size_kb"
-  echo 1 > "$T/events/fuse/fuse_request_send/enable"; echo 1 > "$T/tracing_on"
-}
-# FUSE requests per sample (per FILES) by opcode, as "LOOKUP 1.00 OPEN 1.00 ...", those of
-# at least 0.01 per sample.
-trace_off() {
-  echo 0 > "$T/tracing_on"; echo 0 > "$T/events/fuse/fuse_request_send/enable"
-  grep -o '(FUSE_[A-Z_]*)' "$T/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
-    awk -v n="$FILES" '{t += $1; if ($1 / n >= 0.01) printf "%s %.2f  ", $2, $1 / n} END {printf "= %.2f", t / n}'
-}
 for r in $(seq "$RUNS"); do
   s=$((r - 1))
   for ph in fill pull hit; do
     [ "$ph" != hit ] || sleep 0.5   # B's publishes trail its reads
     drop
-    a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
-    trace_on
+    a0=$(threads_cpu_ms "$A") b0=$(threads_cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
+    fuse_trace_start
     if [ "${PERF:-0}" = 1 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
       perf record -q -g -p "$B" -o "$W/perf.$ph" 2>/dev/null &
       pf=$!; sleep 0.5
     fi
     t0=$(now); read_set "$(phase_mnt $ph)" "$s"; t1=$(now)
     if [ -n "${pf:-}" ]; then kill -INT "$pf"; wait "$pf" || true; pf=; fi
-    req=$(trace_off)
-    a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+    req=$(fuse_trace_stop "$FILES")
+    a1=$(threads_cpu_ms "$A") b1=$(threads_cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
     awk -v ph=$ph -v r="$r" -v n="$FILES" -v t="$t0 $t1" -v a="$a0 $a1" -v b="$b0 $b1" \
       -v sa="$sa0 $sa1" -v sb="$sb0 $sb1" 'BEGIN {
       split(t, T, " "); split(a, A, " "); split(b, B, " "); split(sa, SA, " "); split(sb, SB, " ")
@@ -156,9 +132,9 @@ for r in $(seq "$RUNS"); do
   for k in ioctl open lookup; do
     [ "$k" != lookup ] || drop
     n=$((FILES * 10)); [ $k != lookup ] || n=$FILES
-    b0=$(cpu_ms "$B") sb0=$(switches "$B")
-    trace_on; one_kind $k; req=$(FILES=$n trace_off)
-    b1=$(cpu_ms "$B") sb1=$(switches "$B")
+    b0=$(threads_cpu_ms "$B") sb0=$(switches "$B")
+    fuse_trace_start; one_kind $k; req=$(fuse_trace_stop "$n")
+    b1=$(threads_cpu_ms "$B") sb1=$(switches "$B")
     awk -v k=$k -v r="$r" -v n="$n" -v b="$b0 $b1" -v sb="$sb0 $sb1" -v req="$req" 'BEGIN {
       split(b, B, " "); split(sb, SB, " ")
       printf "  run %d %-6s B %5.1f us, %.1f switches each  (%s)\n", r, k,

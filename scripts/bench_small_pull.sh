@@ -73,8 +73,6 @@ PORT=$((9000 + RANDOM % 1000))
 printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
 daemon_of() { pgrep -f -- " mount $W/$1/mnt "; }
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
-# Context switches of all of a process's threads (each costs CPU: on this VM, a lot).
-switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
 # Reads every file in $W/order under $1 whole, 4 processes: `cat`s, or (READER=python) 4 Python
 # processes each reading its quarter with `open(path, "rb").read()`, as a DataLoader's workers do.
 if [ "${READER:-cat}" = python ]; then

@@ -13,6 +13,10 @@
 #   ucx_home         the UCX dyadfs links
 #   ucx_perftest_run ucx_perftest of that UCX
 #   perftest_get     one ucx_perftest -t ucp_get run, in MB/s
+#   threads_cpu_ms   a process's CPU so far, its threads' schedstat summed
+#   switches         a process's context switches so far, its threads' summed
+#   wait_daemons_gone  waits for the daemons mounted under a directory to exit
+#   fuse_trace_*     the FUSE requests the kernel sends, counted by opcode (tracefs)
 
 # Benchmarks report medians of RUNS runs: the middle value (the lower middle one of an even count).
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -121,4 +125,46 @@ perftest_get() {
   ucx_perftest_run 127.0.0.1 -t ucp_get -s "$1" -n "$2" -p "$3" 2>/dev/null |
     awk '/^Final:/ {printf "%.1f\n", $7 * 1.048576}'
   wait "$srv" || true
+}
+
+# threads_cpu_ms PID: the CPU all of process PID's threads have used, in ms, from their schedstat
+# (nanoseconds on a CPU): /proc/PID/stat counts 10 ms ticks, too coarse for a few microseconds a
+# request.
+threads_cpu_ms() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.3f", s / 1e6}'; }
+
+# switches PID: the context switches of all of process PID's threads (each costs CPU: on a VM,
+# a lot).
+switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
+
+# wait_daemons_gone DIR: waits (5 s at most) until no dyadfs mounted under DIR runs: a daemon
+# lets go of its cache directory as it exits, after its unmount returned.
+wait_daemons_gone() {
+  local _
+  for _ in $(seq 50); do
+    pgrep -f -- " mount $1/" > /dev/null || return 0
+    sleep 0.1
+  done
+}
+
+# fuse_trace_ready: mounts tracefs at /sys/kernel/tracing unless the fuse events are there
+# already; sets FUSE_TRACEFS_MOUNTED=1 when it mounted it (the caller's cleanup unmounts it).
+FUSE_TRACE=/sys/kernel/tracing
+fuse_trace_ready() {
+  [ ! -d "$FUSE_TRACE/events/fuse" ] || return 0
+  mountpoint -q "$FUSE_TRACE" || { mount -t tracefs nodev "$FUSE_TRACE"; FUSE_TRACEFS_MOUNTED=1; }
+}
+
+# fuse_trace_start: clears the trace buffer and starts recording fuse:fuse_request_send.
+fuse_trace_start() {
+  echo 0 > "$FUSE_TRACE/tracing_on"; echo > "$FUSE_TRACE/trace"
+  echo 16384 > "$FUSE_TRACE/buffer_size_kb"
+  echo 1 > "$FUSE_TRACE/events/fuse/fuse_request_send/enable"; echo 1 > "$FUSE_TRACE/tracing_on"
+}
+
+# fuse_trace_stop N: stops recording; prints the requests sent per N (a sample) by opcode, as
+# "LOOKUP 1.00  OPEN 1.00  ... = 4.00", those of at least 0.01 per sample.
+fuse_trace_stop() {
+  echo 0 > "$FUSE_TRACE/tracing_on"; echo 0 > "$FUSE_TRACE/events/fuse/fuse_request_send/enable"
+  grep -o '(FUSE_[A-Z_]*)' "$FUSE_TRACE/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
+    awk -v n="$1" '{t += $1; if ($1 / n >= 0.01) printf "%s %.2f  ", $2, $1 / n} END {printf "= %.2f", t / n}'
 }
