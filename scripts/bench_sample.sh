@@ -16,7 +16,7 @@
 # directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
 # cache file's inode allocation scans for recently deleted inodes).
 # Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
-# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN)
+# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN; STRACE=0 leaves out the strace pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -57,6 +57,14 @@ printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
 mount_node a 0
 mount_node b 1
 A=$(pgrep -f -- " mount $W/a/mnt ") B=$(pgrep -f -- " mount $W/b/mnt ")
+# The locator round trips both nodes made so far (`locator_calls`).
+round_trips() {
+  local s=0 m
+  for m in "$W"/{a,b}/mnt; do
+    s=$((s + $("$BIN" stats "$m" --json | python3 -c 'import json, sys; print(json.load(sys.stdin).get("locator_calls", 0))')))
+  done
+  echo $s
+}
 # read_set MNT SET: the 4 readers over set SET through MNT, each its quarter of a shuffled order.
 read_set() {
   python3 - "$1/set$2" <<'PY'
@@ -86,6 +94,7 @@ for r in $(seq "$RUNS"); do
     [ "$ph" != hit ] || sleep 0.5   # B's publishes trail its reads
     drop
     a0=$(threads_cpu_ms "$A") b0=$(threads_cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
+    l0=$(round_trips)
     fuse_trace_start
     if [ "${PERF:-0}" = 1 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
       perf record -q -g -p "$B" -o "$W/perf.$ph" 2>/dev/null &
@@ -95,12 +104,14 @@ for r in $(seq "$RUNS"); do
     if [ -n "${pf:-}" ]; then kill -INT "$pf"; wait "$pf" || true; pf=; fi
     req=$(fuse_trace_stop "$FILES")
     a1=$(threads_cpu_ms "$A") b1=$(threads_cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+    l1=$(round_trips)
     awk -v ph=$ph -v r="$r" -v n="$FILES" -v t="$t0 $t1" -v a="$a0 $a1" -v b="$b0 $b1" \
-      -v sa="$sa0 $sa1" -v sb="$sb0 $sb1" 'BEGIN {
+      -v sa="$sa0 $sa1" -v sb="$sb0 $sb1" -v l="$l0 $l1" 'BEGIN {
       split(t, T, " "); split(a, A, " "); split(b, B, " "); split(sa, SA, " "); split(sb, SB, " ")
-      printf "run %d %-4s %6.0f files/s  CPU per file A %4.0f us B %4.0f us  switches A %.1f B %.1f\n",
+      split(l, L, " ")
+      printf "run %d %-4s %6.0f files/s  CPU per file A %4.0f us B %4.0f us  switches A %.1f B %.1f  locator round trips %.2f\n",
         r, ph, n / (T[2] - T[1]), (A[2] - A[1]) * 1000 / n, (B[2] - B[1]) * 1000 / n,
-        (SA[2] - SA[1]) / n, (SB[2] - SB[1]) / n }' | tee -a "$W/runs.txt"
+        (SA[2] - SA[1]) / n, (SB[2] - SB[1]) / n, (L[2] - L[1]) / n }' | tee -a "$W/runs.txt"
     echo "  FUSE requests per file: $req"
     awk -v ph=$ph -v n="$FILES" -v d="$a0 $a1 $b0 $b1" 'BEGIN {
       split(d, D, " "); printf "%s %.1f\n", ph, (D[2] - D[1] + D[4] - D[3]) * 1000 / n }' >> "$W/cpu.txt"
@@ -141,7 +152,9 @@ for r in $(seq "$RUNS"); do
         (B[2] - B[1]) * 1000 / n, (SB[2] - SB[1]) / n, req }'
   done
 done
-if command -v strace > /dev/null; then
+if [ "${STRACE:-1}" = 0 ]; then
+  phases=
+elif command -v strace > /dev/null; then
   echo "strace pass (set $RUNS): system calls per file of both daemons, calls over 0.05 per file"
   phases="fill pull hit"
 else

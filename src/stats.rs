@@ -68,6 +68,8 @@ pub struct Stats {
     /// and those it answered for other nodes.
     pub locator_calls: AtomicU64,
     pub locator_answers: AtomicU64,
+    /// Holders the node tier learned from the global homes' feeds (holder hints).
+    pub locator_hints: AtomicU64,
     pub coordinated_waits: AtomicU64,
     pub bytes_served_to_peers: AtomicU64,
     pub files_produced: AtomicU64,
@@ -192,6 +194,9 @@ pub struct Snapshot {
     pub locator_calls: u64,
     #[serde(default)]
     pub locator_answers: u64,
+    /// Holders learned from the global homes' feeds instead of asked file by file.
+    #[serde(default)]
+    pub locator_hints: u64,
     /// Times this node waited for another node's fetch instead of reading the backing store.
     pub coordinated_waits: u64,
     /// Bytes this node's cache served to other nodes.
@@ -423,6 +428,7 @@ impl Stats {
             lookups_global: get(&self.lookups_global),
             locator_calls: get(&self.locator_calls),
             locator_answers: get(&self.locator_answers),
+            locator_hints: get(&self.locator_hints),
             coordinated_waits: get(&self.coordinated_waits),
             bytes_served_to_peers: get(&self.bytes_served_to_peers),
             files_produced: get(&self.files_produced),
@@ -458,7 +464,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 58] = [
+        let rows: [(&str, String); 59] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -474,6 +480,7 @@ impl Snapshot {
             ("lookups global", self.lookups_global.to_string()),
             ("locator calls", self.locator_calls.to_string()),
             ("locator answers", self.locator_answers.to_string()),
+            ("locator hints", self.locator_hints.to_string()),
             ("coordinated waits", self.coordinated_waits.to_string()),
             ("bytes served to peers", human(self.bytes_served_to_peers)),
             ("files produced", self.files_produced.to_string()),

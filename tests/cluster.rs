@@ -1,6 +1,7 @@
 //! Several real daemons on 127.0.0.1 (2 racks), UCX over tcp on loopback, one shared backing
 //! directory: shifted epochs come from peers, simultaneous misses read the backing store once,
-//! dead or frozen holders never break or hang reads, bad peers files are refused.
+//! dead or frozen holders never break or hang reads, nodes learn holders in bulk from the
+//! feeds of copies, bad peers files are refused.
 
 mod common;
 
@@ -178,6 +179,55 @@ fn rack_local_holders_are_preferred() {
         "no cross-rack transfer"
     );
     assert_eq!(c.total("bytes_from_backing"), data.len() as u64);
+}
+
+#[test]
+fn nodes_reading_what_others_hold_learn_the_holders_in_bulk_and_keep_to_their_rack() {
+    let mut c = Cluster::new("hints", 4, 8);
+    let files: Vec<(String, Vec<u8>)> = (0..200)
+        .map(|k| (format!("set/f{k:03}"), pattern(4096 + k, 60 + k as u64)))
+        .collect();
+    fs::create_dir_all(c.backing.join("set")).unwrap();
+    for (p, d) in &files {
+        fs::write(c.backing.join(p), d).unwrap();
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    c.start(4);
+    // Node 2 (rack r1) fills every file; node 1 (rack r0) then reads them all, then node 0.
+    for (p, d) in &files {
+        read_check(&c.nodes[2], p, d);
+    }
+    c.wait_published(200);
+    for (p, d) in &files {
+        read_check(&c.nodes[1], p, d);
+    }
+    wait_until(
+        "rack r0's copies are published",
+        Duration::from_secs(10),
+        || c.total("home_rack_files") >= 400,
+    );
+    let served = c.nodes[2].stat("bytes_served_to_peers");
+    for (p, d) in &files {
+        read_check(&c.nodes[0], p, d);
+    }
+    for i in [0, 1] {
+        let (hints, asked) = (
+            c.nodes[i].stat("locator_hints"),
+            c.nodes[i].stat("lookups_rack"),
+        );
+        // A read starts after 16 answers naming holders; until it lands, a few more are asked.
+        assert!(
+            hints >= 150 && asked < 100,
+            "node {i}: {hints} holders learned from the feeds, {asked} of 200 files asked one by one"
+        );
+    }
+    assert_eq!(
+        c.nodes[2].stat("bytes_served_to_peers"),
+        served,
+        "node 0 pulled from node 1, in its rack, although the feeds named node 2 as well"
+    );
+    assert_eq!(c.total("bytes_from_backing"), total);
+    assert_eq!(c.total("bytes_from_peers"), 2 * total);
 }
 
 #[test]

@@ -421,6 +421,8 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         let range = (offset, len, deadline);
         let mut pause = Duration::from_millis(10);
         let mut waited = false;
+        // Holders already tried: a file located again is pulled only from others.
+        let mut tried: Option<Vec<NodeId>> = None;
         loop {
             let within = deadline.saturating_duration_since(Instant::now());
             if within.is_zero() {
@@ -431,9 +433,21 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                 None => self.locator.locate(path, version, within),
             };
             match reply {
-                Reply::Holders(h) => {
-                    if self.pull_with(&self.puller, path, version, &h, range, sink)? {
+                Reply::Holders(mut h) => {
+                    if let Some(before) = &tried {
+                        h.retain(|n| !before.contains(n));
+                    }
+                    if !h.is_empty()
+                        && self.pull_with(&self.puller, path, version, &h, range, sink)?
+                    {
                         return Ok(Origin::Peer);
+                    }
+                    // The node tier's holders (a hint from a feed, an answer kept a while) may
+                    // have dropped the file: they are forgotten now, and the file is located
+                    // once more, for other holders, before the shared file system is read.
+                    if tried.is_none() {
+                        tried = Some(h);
+                        continue;
                     }
                     return self.read_backing(path, version, offset, len, sink);
                 }

@@ -286,6 +286,24 @@ fn when_every_holder_fails_the_shared_file_system_serves() {
 }
 
 #[test]
+fn holders_that_dropped_the_file_are_passed_over_for_those_located_again() {
+    // The node tier named node 1 (a hint from a feed) which has dropped the file; located
+    // again, the file is at 1 and 3: only 3 is tried, and the shared file system is not read.
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![1]), Reply::Holders(vec![1, 3])]),
+        Peers {
+            broken: [1].into(),
+            ..Default::default()
+        },
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Peer);
+    assert_eq!(tried(&s), [1, 3]);
+    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 2);
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+}
+
+#[test]
 fn suspect_holders_are_tried_last() {
     let mut script = Script::new(vec![Reply::Holders(vec![1, 2])]);
     script.suspects = vec![1];

@@ -1,7 +1,7 @@
 //! The hierarchical sample locator: which nodes hold a copy of a file, asked tier by tier
 //! (node -> rack -> global). `membership` says who is in the cluster and who is home for a
 //! path (from a peers file or a `rendezvous` directory); `node` is the node tier's answer
-//! cache; `tiers` holds the rack and global tables and their coordination rules; `names` is
+//! cache, which `hints` fills from the global homes' feeds; `tiers` holds the rack and global tables and their coordination rules; `names` is
 //! the namespace of produced files. `proto` is what the tiers say to one another (an RPC
 //! payload of the transport), `pages` how large one may grow, `check` what a message from the
 //! wire must satisfy, `peers` the port its messages leave by, and `service` one daemon's
@@ -14,6 +14,7 @@ pub mod error;
 mod failover;
 mod fetching;
 pub mod gossip;
+mod hints;
 #[cfg(test)]
 pub(crate) mod loopback;
 pub mod membership;

@@ -52,6 +52,17 @@ impl NodeTier {
         }
     }
 
+    /// A feed says `node` gained a copy (see `hints`): one more holder, kept like an answer.
+    pub fn hint(&self, key: Key, node: NodeId) {
+        let holders = match self.holders.get(&key) {
+            Some(h) if h.contains(&node) => return,
+            Some(h) => h.iter().copied().chain([node]).collect(),
+            None => vec![node],
+        };
+        self.misses.invalidate(&key);
+        self.holders.insert(key, Arc::new(holders));
+    }
+
     /// A pull from `node` failed: it is no longer offered for this file.
     pub fn holder_failed(&self, key: &Key, node: NodeId) {
         if let Some(h) = self.holders.get(key) {
@@ -93,6 +104,14 @@ mod tests {
         assert_eq!(t.get(&key("b")), Some(Known::Nobody));
         std::thread::sleep(Duration::from_millis(80));
         assert_eq!(t.get(&key("b")), None, "negative answers expire sooner");
+        t.hint(key("b"), 4);
+        t.hint(key("b"), 5);
+        t.hint(key("b"), 4);
+        assert_eq!(
+            t.get(&key("b")),
+            Some(Known::Holders(Arc::new(vec![4, 5]))),
+            "hints add holders once each"
+        );
         t.remember(key("c"), vec![3]);
         std::thread::sleep(Duration::from_millis(350));
         assert_eq!(t.get(&key("c")), None);

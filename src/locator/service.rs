@@ -14,6 +14,7 @@ mod answer;
 
 use super::fetching::Fetching;
 use super::gossip::Liveness;
+use super::hints::{self, Hints};
 use super::membership::{Membership, NodeId};
 use super::names::{HoldingsFn, NameTable, NameWaits, ReleaseFn};
 use super::node::{Known, NodeTier};
@@ -39,6 +40,8 @@ pub(super) struct RackState {
 pub struct LocatorService {
     pub membership: Membership,
     pub node: NodeTier,
+    /// When to fill the node tier from the global homes' feeds.
+    hints: Hints,
     pub(super) rack: Mutex<RackState>,
     global: Mutex<GlobalHome>,
     /// Produced names of the directories this node is name home of.
@@ -95,6 +98,9 @@ impl Default for Hooks {
     }
 }
 
+/// How long the node tier keeps an answer (or a hint).
+const NODE_TTL: Duration = Duration::from_secs(30);
+
 /// How long a failed node stays suspect.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
 
@@ -108,7 +114,8 @@ impl LocatorService {
     ) -> Arc<Self> {
         Arc::new(LocatorService {
             membership,
-            node: NodeTier::new(Duration::from_secs(30), Duration::from_millis(500), 1 << 20),
+            node: NodeTier::new(NODE_TTL, Duration::from_millis(500), 1 << 20),
+            hints: Hints::new(NODE_TTL),
             rack: Mutex::default(),
             global: Mutex::default(),
             names: Mutex::default(),
@@ -341,7 +348,12 @@ impl LocatorService {
             Some(Msg::Located(l)) => {
                 let r = l;
                 match &r {
-                    Reply::Holders(h) => self.node.remember(key, h.clone()),
+                    Reply::Holders(h) => {
+                        self.node.remember(key, h.clone());
+                        if let Some(from_start) = self.hints.answered(Instant::now()) {
+                            runtime.spawn(self.clone().read_hints(from_start));
+                        }
+                    }
                     Reply::Fetch => lock(&self.fetching).start(key),
                     Reply::WaitFor(_) => {}
                 }
@@ -350,6 +362,46 @@ impl LocatorService {
             // An unreachable home is a miss: read the backing store.
             _ => Reply::Fetch,
         }
+    }
+
+    /// Reads the global homes' feeds of copies gained into the node tier (see [`hints`]): from
+    /// their start, or on from where the last read stopped. Produced objects are left out (their
+    /// producer is their holder, named in their key); so are this node's own copies.
+    async fn read_hints(self: Arc<Self>, from_start: bool) {
+        let homes: Vec<NodeId> = self.membership.members().map(|m| m.id).collect();
+        let mut learned = 0;
+        'homes: for home in homes {
+            let mut after = if from_start {
+                0
+            } else {
+                self.hints.position(home)
+            };
+            while learned < hints::MOST_PER_READ {
+                let ask = Msg::Gained {
+                    after,
+                    max: hints::PAGE,
+                };
+                let Some(Msg::GainedList { next, copies }) = self.call(home, ask).await else {
+                    continue 'homes;
+                };
+                let last = copies.len() < hints::PAGE as usize || next == after;
+                for (path, version, node) in copies {
+                    if node != self.me() && !crate::core::names::is_object(&path) {
+                        self.node.hint((path, version), node);
+                        learned += 1;
+                    }
+                }
+                self.hints.advanced(home, next);
+                if last {
+                    break;
+                }
+                after = next;
+            }
+        }
+        self.hints.done();
+        self.stats
+            .locator_hints
+            .fetch_add(learned as u64, Ordering::Relaxed);
     }
 
     /// Whether this node is the designated fetcher of `path` at `version`: peers waiting for it
