@@ -4,12 +4,14 @@
 //! says what it holds.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod backing;
 pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod core;
 pub mod daemon;
+pub mod fill;
 pub mod fs;
 pub mod fstab;
 pub mod fuse;

@@ -15,7 +15,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("fstab", &["cli", "sys"]),
     ("install", &["fstab", "sys"]),
     ("cache", &["core", "sys", "stats"]),
-    ("fs", &["core", "sys", "stats", "cache"]),
+    // The shared file system's port (the one way to it), and the engine that fills the cache
+    // from a source: the file system and the cluster each use them, neither through the other.
+    ("backing", &["core", "sys", "cache"]),
+    ("fill", &["core", "sys", "stats", "cache"]),
+    ("fs", &["core", "sys", "stats", "cache", "backing", "fill"]),
     // The kernel adapter: what the kernel sends, brought to the file system's calls; the file
     // system knows nothing of the kernel.
     ("fuse", &["core", "sys", "stats", "cache", "fs"]),
@@ -28,7 +32,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sys",
             "stats",
             "cache",
-            "fs",
+            "backing",
+            "fill",
             "transport",
             "locator",
         ],
@@ -40,6 +45,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sys",
             "stats",
             "cache",
+            "backing",
+            "fill",
             "fs",
             "transport",
             "locator",

@@ -186,7 +186,7 @@ mod shuttle_tests {
         })
     }
 
-    /// What a reader of the whole range does (as `fs::read`'s fill): claim, fill its share
+    /// What a reader of the whole range does (as the fill engine's fill): claim, fill its share
     /// (giving up on it the first time when `flaky`), wait for the others, until all is present.
     fn reader(chunks: &ChunkStates, fills: &Mutex<[u32; CHUNKS]>, flaky: bool) {
         let mut failed_once = !flaky;

@@ -21,7 +21,7 @@ use super::source::{ClusterSource, Locate, read_at_via_pieces};
 use crate::cache::Cache;
 use crate::core::Version;
 use crate::core::source::{FillSink, Origin, Source};
-use crate::fs::read::Reader;
+use crate::fill::Reader;
 use crate::locator::error::LocatorError;
 use crate::locator::membership::NodeId;
 use crate::locator::tiers::Key;
@@ -248,7 +248,7 @@ impl Replicator {
         !copies.is_empty()
     }
 
-    fn copy(&self, (path, version): &Key, holder: NodeId) -> Result<(), crate::fs::Error> {
+    fn copy(&self, (path, version): &Key, holder: NodeId) -> Result<(), crate::fill::FillError> {
         if self
             .cache
             .lookup(path, *version)

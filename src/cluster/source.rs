@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::backing::BackingStore;
 use crate::cache::{Cache, CacheEvent};
 use crate::core::Version;
 use crate::core::source::{BatchSink, FillSink, Origin, Piece, Source};
-use crate::fs::BackingStore;
-use crate::fs::read::Reader;
+use crate::fill::Reader;
 use crate::locator::error::LocatorError;
 use crate::locator::membership::{Membership, NodeId};
 use crate::locator::proto::Msg;

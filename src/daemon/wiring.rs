@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::UserError;
 use super::config::MountConfig;
+use crate::backing::BackingStore;
 use crate::cache::names_log::NamesLog;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::names::ClusterNames;
@@ -17,11 +18,11 @@ use crate::cluster::source::{CacheStore, ClusterSource, Fetcher, ServiceLink, st
 use crate::core::Version;
 use crate::core::names::{Name, Namespace};
 use crate::core::source::Source;
+use crate::fill::Reader;
 use crate::fs::StatusFn;
 use crate::fs::quota::Quota;
-use crate::fs::read::Reader;
 use crate::fs::write::Producer;
-use crate::fs::{BackingStore, DyadFs, FsConfig};
+use crate::fs::{DyadFs, FsConfig};
 use crate::locator::Membership;
 use crate::locator::gossip::{self, GossipConfig, Peer};
 use crate::locator::service::{Hooks, LocatorService};

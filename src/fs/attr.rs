@@ -7,64 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Error;
 use super::write::Staged;
-use crate::core::Version;
 use crate::core::names::Name;
 use crate::core::sync::lock;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    File,
-    Dir,
-    Symlink,
-    Fifo,
-    Char,
-    Block,
-    Socket,
-}
-
-impl Kind {
-    pub(super) fn of(ft: std::fs::FileType) -> Kind {
-        use std::os::unix::fs::FileTypeExt;
-        if ft.is_file() {
-            Kind::File
-        } else if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_char_device() {
-            Kind::Char
-        } else if ft.is_block_device() {
-            Kind::Block
-        } else if ft.is_socket() {
-            Kind::Socket
-        } else {
-            Kind::Fifo
-        }
-    }
-
-    /// The kind a produced name is.
-    pub(super) fn of_name(n: &Name) -> Kind {
-        if n.dir {
-            return Kind::Dir;
-        }
-        match n.meta.special {
-            libc::S_IFLNK => Kind::Symlink,
-            libc::S_IFIFO => Kind::Fifo,
-            libc::S_IFCHR => Kind::Char,
-            libc::S_IFBLK => Kind::Block,
-            libc::S_IFSOCK => Kind::Socket,
-            _ => Kind::File,
-        }
-    }
-
-    /// The `S_IFMT` bits of a special kind a name may be made as (`mknod`, `symlink`).
-    pub(super) fn special_bits(mode: u32) -> Option<u32> {
-        match mode & libc::S_IFMT {
-            b @ (libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK) => Some(b),
-            _ => None,
-        }
-    }
-}
+use crate::core::{Kind, Version};
 
 fn time_of_ns(ns: i64) -> SystemTime {
     if ns >= 0 {

@@ -5,6 +5,7 @@
 use std::io;
 
 use crate::cache::CacheError;
+use crate::fill::FillError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -46,13 +47,8 @@ pub enum Error {
     NoAttr,
     #[error("buffer too small for the reply")]
     Range,
-    #[error("chunk of {0} failed its checksum again after refetching")]
-    Corrupt(String),
-    #[error("source read failed: {0}")]
-    Source(io::Error),
-    /// A source broke the port's contract (a bug of the source, not of the data).
-    #[error("the source {0}")]
-    BadSource(&'static str),
+    #[error(transparent)]
+    Fill(#[from] FillError),
     #[error("backing store: {0}")]
     Backing(io::Error),
     #[error(transparent)]
@@ -106,19 +102,17 @@ impl Error {
             Error::BadHandle(_) => libc::EBADF,
             Error::NoAttr => libc::ENODATA,
             Error::Range => libc::ERANGE,
-            Error::Corrupt(_) | Error::BadSource(_) => libc::EIO,
+            Error::Fill(FillError::Corrupt(_) | FillError::BadSource(_)) => libc::EIO,
             // A source that vanished or changed under a read is an I/O error to the reader.
-            Error::Source(e) => match e.raw_os_error() {
+            Error::Fill(FillError::Source(e)) => match e.raw_os_error() {
                 Some(libc::ESTALE) => libc::ESTALE,
                 _ => libc::EIO,
             },
+            Error::Fill(FillError::Cache(e)) | Error::Cache(e) => cache_errno(e),
             Error::Backing(e) => match e.kind() {
                 io::ErrorKind::NotFound => libc::ENOENT,
                 _ => e.raw_os_error().unwrap_or(libc::EIO),
             },
-            Error::Cache(CacheError::Io(_) | CacheError::Corrupt(_)) => libc::EIO,
-            Error::Cache(CacheError::Locked(_)) => libc::EBUSY,
-            Error::Cache(CacheError::FillTimeout(_)) => libc::ETIMEDOUT,
             // As a file size limit would say: no write can make it fit.
             Error::TooLarge { .. } => libc::EFBIG,
             Error::NoRoom { .. } => libc::ENOSPC,
@@ -129,5 +123,35 @@ impl Error {
             // Busy with writers: the opener may try again.
             Error::Contended => libc::EBUSY,
         }
+    }
+}
+
+/// A cache's failure, as the reader of the file sees it.
+fn cache_errno(e: &CacheError) -> i32 {
+    match e {
+        CacheError::Io(_) | CacheError::Corrupt(_) => libc::EIO,
+        CacheError::Locked(_) => libc::EBUSY,
+        CacheError::FillTimeout(_) => libc::ETIMEDOUT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fill_fails_with_the_errno_of_its_cause() {
+        let stale = FillError::Source(io::Error::from_raw_os_error(libc::ESTALE));
+        assert_eq!(Error::from(stale).errno(), libc::ESTALE);
+        let gone = FillError::Source(io::Error::from_raw_os_error(libc::ECONNRESET));
+        assert_eq!(Error::from(gone).errno(), libc::EIO);
+        assert_eq!(
+            Error::from(FillError::Corrupt("f".into())).errno(),
+            libc::EIO
+        );
+        let locked = CacheError::Locked("/nvme".into());
+        assert_eq!(Error::from(FillError::Cache(locked)).errno(), libc::EBUSY);
+        let timeout = CacheError::FillTimeout("f".into());
+        assert_eq!(Error::from(timeout).errno(), libc::ETIMEDOUT);
     }
 }

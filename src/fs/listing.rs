@@ -6,9 +6,9 @@ use std::ffi::OsString;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::attr::Kind;
 use super::inodes::listed_number;
 use super::{DyadFs, Error};
+use crate::core::Kind;
 use crate::core::source::Source;
 use crate::core::sync::lock;
 

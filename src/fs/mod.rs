@@ -3,8 +3,8 @@
 //! nothing here knows the kernel. This file holds [`DyadFs`] itself, path resolution and
 //! attributes; [`lookup`] the lookups and waits for produced names, [`open`] opens, reads and
 //! the last close, [`attr`] the attributes, [`inodes`] the inode table, [`handles`] open
-//! handles, [`listing`] directory listings, [`read`] the cache-filling read path, [`readahead`]
-//! work off the request's thread, [`namespace`] the operations that change produced files,
+//! handles, [`listing`] directory listings, [`readahead`] work off the request's thread (the
+//! cache-filling read path is [`crate::fill`], the shared file system [`crate::backing`]), [`namespace`] the operations that change produced files,
 //! [`write`] staging them, [`close`] the close that finishes one (sealed, then published),
 //! [`error`] the one errno table.
 //!
@@ -13,9 +13,7 @@
 //! (a [`Namespace`](crate::core::names::Namespace)). New files and directories may be created
 //! anywhere a name is free.
 
-mod acl;
 mod attr;
-mod backing;
 pub mod caller;
 mod close;
 mod control;
@@ -29,7 +27,6 @@ mod namespace;
 mod open;
 pub mod prefetch;
 pub mod quota;
-pub mod read;
 mod readahead;
 mod remembered;
 mod rename;
@@ -38,10 +35,8 @@ pub mod write;
 
 #[cfg(test)]
 pub(crate) mod ops_tests;
-#[cfg(test)]
-pub(crate) mod test_source;
 
-pub use attr::{Attr, Changes, Kind, TimeSet};
+pub use attr::{Attr, Changes, TimeSet};
 use handles::Handle;
 pub use handles::Opened;
 pub use inodes::InodeShedder;
@@ -57,10 +52,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::backing::{BackingStat, BackingStore};
+use crate::core::Kind;
 use crate::core::source::Source;
-pub use backing::{BackingStat, BackingStore};
+use crate::fill::Reader;
 pub use error::Error;
-use read::Reader;
 
 use crate::cache::Cache;
 use crate::core::names::{self, Name, Namespace};

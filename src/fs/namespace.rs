@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::attr::{Attr, Changes, Kind, TimeSet};
+use super::attr::{Attr, Changes, TimeSet};
 use super::handles::{Handle, Opened};
 use super::inodes::{Node, link_id};
 use super::write::Staged;
 use super::{DyadFs, Error, Found, join, split};
+use crate::core::Kind;
 use crate::core::Version;
 use crate::core::names::{Name, NameMeta, TARGET_MAX, links_dir, now_ns};
 use crate::core::source::Source;

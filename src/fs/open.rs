@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::handles::{CachedHandle, Handle, Opened};
 use super::inodes::Node;
-use super::read::WHOLE_FILE_MAX;
 use super::{Attr, DyadFs, Error, Found, Kind, close};
 use crate::cache::{Entry, ReadBytes};
 use crate::core::names::{self, FILE_SIZE_MAX};
 use crate::core::source::Source;
 use crate::core::sync::lock;
+use crate::fill::WHOLE_FILE_MAX;
 
 /// What an open found: a handle made already (a file being written), or the cache key and
 /// attributes of a file to read.

@@ -11,10 +11,10 @@ use std::sync::atomic::AtomicBool;
 use proptest::prelude::*;
 
 use super::open::ToOpen;
-use super::test_source::MemSource;
 use super::*;
 use crate::cache::CacheConfig;
 use crate::core::NodeId;
+use crate::core::mem_source::MemSource;
 
 /// The produced namespace, in memory (the single-node daemon's is alike; the filesystem only
 /// sees the trait): the names, whether sets are refused, and what wakes a waiting lookup.

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 
 use super::DyadFs;
 use super::handles::CachedHandle;
-use super::read::MAX_READAHEAD_CHUNKS;
 use crate::cache::Entry;
 use crate::core::source::Source;
+use crate::fill::MAX_READAHEAD_CHUNKS;
 
 pub(super) type Job = Box<dyn FnOnce() + Send>;
 

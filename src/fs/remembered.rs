@@ -15,7 +15,7 @@ use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::backing::BackingStat;
+use crate::backing::BackingStat;
 use crate::core::sync::lock;
 
 /// A remembered stat and the path it is of (kept to tell two paths of one hash apart).

@@ -237,7 +237,7 @@ impl<S: Source> DyadFs<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::attr::Kind;
+    use crate::core::Kind;
 
     fn listing(n: usize) -> Arc<Vec<DirEntry>> {
         Arc::new(

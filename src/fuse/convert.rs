@@ -4,7 +4,8 @@ use std::time::UNIX_EPOCH;
 
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 
-use crate::fs::{Attr, Kind, TimeSet};
+use crate::core::Kind;
+use crate::fs::{Attr, TimeSet};
 
 pub(super) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {

@@ -23,8 +23,9 @@ use super::reply::{
     AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, Fail,
     OpenReply, StatfsReply, WriteReply, XattrReply,
 };
+use crate::core::Kind;
 use crate::core::source::Source;
-use crate::fs::{Attr, Capabilities, Changes, DyadFs, Kind};
+use crate::fs::{Attr, Capabilities, Changes, DyadFs};
 
 /// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB (reads
 /// no larger than the mount's readahead: 128 KiB unless `mount --kernel-readahead` raises it).

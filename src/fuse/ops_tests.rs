@@ -13,10 +13,11 @@ use std::time::Duration;
 use super::ops::{Caller, Ops};
 use super::passthrough::Passthrough;
 use super::reply::*;
+use crate::core::Kind;
+use crate::core::mem_source::MemSource;
 use crate::core::names::Namespace;
 use crate::fs::ops_tests::{DATASET, MemNames, build};
-use crate::fs::test_source::MemSource;
-use crate::fs::{Attr, Kind, ROOT_INO};
+use crate::fs::{Attr, ROOT_INO};
 
 /// The kernel adapter's handlers over [`build`](crate::fs::ops_tests::build)'s file system (its lookups wait, `--wait`),
 /// for `fuse::ops_tests`.

@@ -6,7 +6,8 @@ use std::ffi::OsStr;
 use std::time::Duration;
 
 use super::passthrough::Passthrough;
-use crate::fs::{Attr, Kind};
+use crate::core::Kind;
+use crate::fs::Attr;
 
 /// Every reply can fail; a reply may be sent from another thread than the request's.
 pub trait Fail: Send + 'static {

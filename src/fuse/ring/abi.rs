@@ -5,7 +5,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::fs::{Attr, Kind};
+use crate::core::Kind;
+use crate::fs::Attr;
 
 // Opcodes (enum fuse_opcode).
 pub const LOOKUP: u32 = 1;

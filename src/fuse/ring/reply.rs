@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::abi::{self, Writer};
 use super::queue::{Buffers, Completion, Done};
-use crate::fs::{Attr, Kind};
+use crate::core::Kind;
+use crate::fs::Attr;
 use crate::fuse::passthrough::Passthrough;
 use crate::fuse::reply::{
     AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, Fail,

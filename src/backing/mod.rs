@@ -6,6 +6,8 @@
 //! by a string check: a symlink in the dataset (or one swapped in after a lookup) never leads a
 //! read out of it, and a path that is not relative and normalised is refused outright (see
 //! [`crate::core::paths`]).
+//!
+//! `acl` says what a file's POSIX ACL lets the mount present.
 
 use std::ffi::{CString, OsString};
 use std::fs::{File, Metadata};
@@ -17,8 +19,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Kind;
+mod acl;
+
 use crate::cache::files::DataFiles;
+use crate::core::Kind;
 use crate::core::Version;
 use crate::core::source::{
     DIRECT_ALIGN, FillSink, Origin, Source, with_aligned_scratch, with_scratch,
@@ -257,7 +261,7 @@ fn read_direct(file: &File, buf: &mut [u8], offset: u64, len: usize) -> io::Resu
 pub struct BackingStat {
     pub meta: Metadata,
     /// The permission bits (of 0o7777) the mount may present: all but where an ACL narrows
-    /// them (see [`super::acl`]).
+    /// them (see [`acl`]).
     pub allowed: u16,
     /// When it was read: what the metadata TTL counts from, however long it is kept.
     pub read: Instant,
@@ -281,7 +285,7 @@ fn acl_bits(file: &File, rel: &str) -> u16 {
         let n = unsafe {
             libc::getxattr(
                 path.as_ptr(),
-                super::acl::ACL_XATTR.as_ptr(),
+                acl::ACL_XATTR.as_ptr(),
                 buf.as_mut_ptr().cast(),
                 buf.len(),
             )
@@ -310,7 +314,7 @@ fn acl_bits(file: &File, rel: &str) -> u16 {
         Err(e) if no_acl(&e) => return 0o7777,
         Err(_) => return OWNER_ONLY,
     };
-    let allowed = super::acl::allowed_bits(acl).unwrap_or(OWNER_ONLY);
+    let allowed = acl::allowed_bits(acl).unwrap_or(OWNER_ONLY);
     static TOLD: std::sync::Once = std::sync::Once::new();
     TOLD.call_once(|| {
         tracing::warn!(

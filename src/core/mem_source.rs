@@ -1,4 +1,5 @@
-//! The in-memory [`Source`] the filesystem's unit tests read through.
+//! The in-memory [`Source`] the unit tests of the fill engine, the file system and the kernel
+//! adapter read through: it can fail its next reads, or be slow.
 
 use std::collections::HashMap;
 use std::io;
@@ -12,19 +13,19 @@ use crate::core::source::{Origin, Source};
 /// An in-memory source that counts reads, can be slowed down, and can fail its next reads.
 #[derive(Default)]
 pub(crate) struct MemSource {
-    pub(super) files: Mutex<HashMap<String, (Version, Vec<u8>)>>,
-    pub(super) reads: AtomicU64,
-    pub(super) bytes: AtomicU64,
-    pub(super) fail_next: AtomicU64,
-    pub(super) delay: Option<Duration>,
+    pub(crate) files: Mutex<HashMap<String, (Version, Vec<u8>)>>,
+    pub(crate) reads: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) fail_next: AtomicU64,
+    pub(crate) delay: Option<Duration>,
 }
 
 impl MemSource {
-    pub(super) fn add(&self, path: &str, data: Vec<u8>) -> Version {
+    pub(crate) fn add(&self, path: &str, data: Vec<u8>) -> Version {
         self.add_version(path, data, 1)
     }
 
-    pub(super) fn add_version(&self, path: &str, data: Vec<u8>, mtime_ns: i64) -> Version {
+    pub(crate) fn add_version(&self, path: &str, data: Vec<u8>, mtime_ns: i64) -> Version {
         let version = Version {
             size: data.len() as u64,
             mtime_ns,

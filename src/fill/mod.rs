@@ -1,16 +1,21 @@
-//! The read path: serve bytes of a file from its cache entry, filling absent chunks from a
-//! [`Source`] first (single flight: one filler per chunk, other readers wait for it).
+//! The fill engine: serve bytes of a file from its cache entry, filling absent chunks from a
+//! [`Source`] first (single flight: one filler per chunk, other readers wait for it). The file
+//! system's reads, its readahead and prefetch, and the cluster's replication use it; it knows
+//! neither.
 //!
 //! It is generic over the source so unit tests drive it with an in-memory double, the
 //! single-node daemon with the backing store, and the multi-node daemon with peers that fall
 //! back to the backing store.
+
+mod error;
+
+pub use error::FillError;
 
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::Error;
 use crate::cache::{Cache, Entry, Mapping, Pooled, ReadBytes};
 use crate::core::source::{Origin, Piece, Source};
 use crate::stats::Stats;
@@ -41,7 +46,7 @@ impl<S: ?Sized> Clone for Reader<S> {
 
 impl<S: Source + ?Sized> Reader<S> {
     /// Reads up to `len` bytes at `offset` (short only at end of file).
-    pub fn read(&self, entry: &Arc<Entry>, offset: u64, len: u32) -> Result<ReadBytes, Error> {
+    pub fn read(&self, entry: &Arc<Entry>, offset: u64, len: u32) -> Result<ReadBytes, FillError> {
         self.read_mapped(entry, offset, len, None)
     }
 
@@ -52,7 +57,7 @@ impl<S: Source + ?Sized> Reader<S> {
         offset: u64,
         len: u32,
         map: Option<&Arc<Mapping>>,
-    ) -> Result<ReadBytes, Error> {
+    ) -> Result<ReadBytes, FillError> {
         let size = entry.version.size;
         let end = (offset + u64::from(len)).min(size);
         if offset >= end {
@@ -89,7 +94,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 }
             }
         }
-        Err(Error::Corrupt(entry.path.to_string()))
+        Err(FillError::Corrupt(entry.path.to_string()))
     }
 
     /// The bytes `[offset, end)` from the cache once chunks `want` are verified; `None` if one
@@ -121,13 +126,13 @@ impl<S: Source + ?Sized> Reader<S> {
     /// those another reader is filling. `Ok(false)`: this caller's chunks were not cached (the
     /// cache is full of open files, or its file system failed a write: the entry is then
     /// dropped).
-    pub fn fill(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
+    pub fn fill(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, FillError> {
         self.fill_claimed(entry, range, true, None)
     }
 
     /// Readahead: fills the absent chunks of `range` nobody else is filling, without waiting
     /// for the others (a reader that needs them waits; the readahead thread moves on).
-    pub fn fill_ahead(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, Error> {
+    pub fn fill_ahead(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, FillError> {
         self.fill_claimed(entry, range, false, None)
     }
 
@@ -221,7 +226,7 @@ impl<S: Source + ?Sized> Reader<S> {
         range: Range<u64>,
         wait: bool,
         mut kept: Option<&mut Kept>,
-    ) -> Result<bool, Error> {
+    ) -> Result<bool, FillError> {
         let claim = entry.claim(range.clone());
         let mut fill = Fill {
             entry,
@@ -274,7 +279,7 @@ impl<S: Source + ?Sized> Reader<S> {
                     self.cache.fill_failed(entry, &e);
                     return Ok(false);
                 }
-                let origin = read.map_err(Error::Source)?;
+                let origin = read.map_err(FillError::Source)?;
                 let source = match origin {
                     Origin::Peer => "peer",
                     Origin::Backing => "shared_fs",
@@ -284,7 +289,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 drop(span);
                 self.count(entry, origin, len);
                 for (idx, crc) in run.zip(crcs) {
-                    let crc = crc.ok_or(Error::BadSource("skipped a chunk"))?;
+                    let crc = crc.ok_or(FillError::BadSource("skipped a chunk"))?;
                     fill.complete(idx, crc);
                 }
             }
@@ -297,12 +302,12 @@ impl<S: Source + ?Sized> Reader<S> {
     }
 
     /// Serves a read straight from the source, without caching (the cache is full).
-    fn read_uncached(&self, entry: &Entry, offset: u64, end: u64) -> Result<ReadBytes, Error> {
+    fn read_uncached(&self, entry: &Entry, offset: u64, end: u64) -> Result<ReadBytes, FillError> {
         let mut buf = vec![0; (end - offset) as usize];
         let origin = self
             .source
             .read_at(&entry.path, entry.version, offset, &mut buf)
-            .map_err(Error::Source)?;
+            .map_err(FillError::Source)?;
         self.stats.uncached_reads.fetch_add(1, Ordering::Relaxed);
         self.count(entry, origin, buf.len() as u64);
         Ok(ReadBytes::Owned(buf))
@@ -463,5 +468,4 @@ fn same_error(e: &io::Error) -> io::Error {
 }
 
 #[cfg(test)]
-#[path = "read_tests.rs"]
 mod tests;
