@@ -286,7 +286,7 @@ pub struct MountArgs {
     /// Memory for attributes read from the shared file system, remembered by path for
     /// --metadata-ttl after the kernel forgets their inode (memory pressure, drop_caches,
     /// --max-inodes), so that looking the name up again within the TTL asks the shared file
-    /// system nothing; a stat read ahead of a scan serves its lookups too. About 310 bytes a
+    /// system nothing; a stat read ahead of a scan serves its lookups too. About 230 bytes a
     /// name; 0 turns it off
     #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "16M", value_parser = parse_size,
           help_heading = "Metadata")]

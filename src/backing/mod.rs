@@ -7,7 +7,8 @@
 //! read out of it, and a path that is not relative and normalised is refused outright (see
 //! [`crate::core::paths`]).
 //!
-//! `acl` says what a file's POSIX ACL lets the mount present.
+//! The file system reaches it through [`SharedFs`], so its unit tests put `memory`'s double in
+//! its place, which can fail any call; `acl` says what a file's POSIX ACL lets the mount present.
 
 use std::ffi::{CString, OsString};
 use std::fs::{File, Metadata};
@@ -20,6 +21,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod acl;
+#[cfg(test)]
+pub(crate) mod memory;
 
 use crate::cache::files::DataFiles;
 use crate::core::Kind;
@@ -27,6 +30,19 @@ use crate::core::Version;
 use crate::core::source::{
     DIRECT_ALIGN, FillSink, Origin, Source, with_aligned_scratch, with_scratch,
 };
+
+/// What the file system asks of the shared file system (its bytes come through a
+/// [`Source`], which [`BackingStore`] is too).
+pub trait SharedFs: Send + Sync + 'static {
+    /// The attributes of `rel` itself (a symlink is not followed).
+    fn stat(&self, rel: &str) -> io::Result<BackingStat>;
+    /// Every entry of directory `rel` with its kind.
+    fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>>;
+    /// The target of symlink `rel`.
+    fn read_link(&self, rel: &str) -> io::Result<PathBuf>;
+    /// The figures of the file system it is (`statfs`).
+    fn statvfs(&self) -> io::Result<libc::statvfs>;
+}
 
 pub struct BackingStore {
     root: PathBuf,
@@ -109,21 +125,12 @@ impl BackingStore {
         }
     }
 
-    /// The backing path of a path relative to the mount root ("" is the root).
-    pub fn path(&self, rel: &str) -> PathBuf {
-        if rel.is_empty() {
-            self.root.clone()
-        } else {
-            self.root.join(rel)
-        }
-    }
-
     /// The attributes of `rel` itself (a symlink is not followed), with the bits its POSIX
     /// ACL lets the mount present.
-    pub fn stat(&self, rel: &str) -> io::Result<BackingStat> {
+    fn stat_beneath(&self, rel: &str) -> io::Result<BackingStat> {
         let file = self.open_beneath(rel, libc::O_PATH | libc::O_NOFOLLOW)?;
-        let meta = file.metadata()?;
-        let allowed = if meta.file_type().is_symlink() {
+        let meta = Meta::of(&file.metadata()?);
+        let allowed = if meta.kind == Kind::Symlink {
             0o7777
         } else {
             acl_bits(&file, rel)
@@ -137,7 +144,7 @@ impl BackingStore {
 
     /// Every entry of a directory with its type, from the directory alone (no stat per entry
     /// where the file system reports types, as every Linux one does).
-    pub fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>> {
+    fn list_beneath(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>> {
         let dir = self.open_beneath(rel, libc::O_DIRECTORY)?;
         let mut out = Vec::new();
         // The directory is read through the descriptor just resolved beneath the root.
@@ -151,7 +158,7 @@ impl BackingStore {
         Ok(out)
     }
 
-    pub fn read_link(&self, rel: &str) -> io::Result<PathBuf> {
+    fn read_link_beneath(&self, rel: &str) -> io::Result<PathBuf> {
         let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
         let parent = self.open_beneath(dir, libc::O_PATH | libc::O_DIRECTORY)?;
         let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -187,6 +194,24 @@ impl BackingStore {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         Ok(file)
+    }
+}
+
+impl SharedFs for BackingStore {
+    fn stat(&self, rel: &str) -> io::Result<BackingStat> {
+        self.stat_beneath(rel)
+    }
+
+    fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>> {
+        self.list_beneath(rel)
+    }
+
+    fn read_link(&self, rel: &str) -> io::Result<PathBuf> {
+        self.read_link_beneath(rel)
+    }
+
+    fn statvfs(&self) -> io::Result<libc::statvfs> {
+        crate::sys::statvfs(&self.root)
     }
 }
 
@@ -257,9 +282,9 @@ fn read_direct(file: &File, buf: &mut [u8], offset: u64, len: usize) -> io::Resu
 }
 
 /// A backing entry's attributes.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct BackingStat {
-    pub meta: Metadata,
+    pub meta: Meta,
     /// The permission bits (of 0o7777) the mount may present: all but where an ACL narrows
     /// them (see [`acl`]).
     pub allowed: u16,
@@ -268,9 +293,64 @@ pub struct BackingStat {
 }
 
 impl std::ops::Deref for BackingStat {
-    type Target = Metadata;
-    fn deref(&self) -> &Metadata {
+    type Target = Meta;
+    fn deref(&self) -> &Meta {
         &self.meta
+    }
+}
+
+/// What the shared file system says of an entry: the parts of a `stat` the mount presents, as
+/// plain data (a double makes them without a file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub kind: Kind,
+    pub size: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    /// The permission and set-id bits (of 0o7777).
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    /// Seconds and nanoseconds since the epoch.
+    pub atime: (i64, i64),
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+impl Meta {
+    pub fn of(m: &Metadata) -> Meta {
+        use std::os::unix::fs::MetadataExt;
+        Meta {
+            kind: Kind::of(m.file_type()),
+            size: m.len(),
+            blocks: m.blocks(),
+            mode: m.mode() & 0o7777,
+            nlink: m.nlink(),
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev(),
+            atime: (m.atime(), m.atime_nsec()),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == Kind::Dir
+    }
+
+    pub fn is_file(&self) -> bool {
+        self.kind == Kind::File
+    }
+
+    /// The version a cache entry of this file is keyed by (as [`crate::core::version_of`]).
+    pub fn version(&self) -> Version {
+        Version {
+            size: self.size,
+            mtime_ns: self.mtime.0 * 1_000_000_000 + self.mtime.1,
+        }
     }
 }
 

@@ -237,8 +237,16 @@ fn run<S: Source>(
     status: Option<StatusFn>,
 ) -> Result<(), UserError> {
     let backing = backing(args, &b.cache);
-    let fs = DyadFs::new(backing, names, producer, source, b.cache, b.stats, b.config)
-        .map_err(backing_err(args))?;
+    let fs = DyadFs::new(
+        Arc::new(backing),
+        names,
+        producer,
+        source,
+        b.cache,
+        b.stats,
+        b.config,
+    )
+    .map_err(backing_err(args))?;
     if let Some(f) = status {
         fs.set_status(f);
     }

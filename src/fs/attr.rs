@@ -1,12 +1,11 @@
 //! What the kernel is told about a file: its kind and attributes, from the backing tree, a
 //! file being written here, or a produced name.
 
-use std::fs::Metadata;
-use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Error;
 use super::write::Staged;
+use crate::backing::Meta;
 use crate::core::names::Name;
 use crate::core::sync::lock;
 use crate::core::{Kind, Version};
@@ -48,29 +47,29 @@ pub struct Attr {
 }
 
 impl Attr {
-    pub(super) fn from_meta(ino: u64, meta: &Metadata) -> Attr {
-        let kind = Kind::of(meta.file_type());
-        let time = |s: i64, ns: i64| UNIX_EPOCH + Duration::new(s.max(0) as u64, ns as u32);
+    pub(super) fn from_meta(ino: u64, meta: &Meta) -> Attr {
+        let kind = meta.kind;
+        let time = |(s, ns): (i64, i64)| UNIX_EPOCH + Duration::new(s.max(0) as u64, ns as u32);
         Attr {
             ino,
             kind,
-            size: meta.len(),
-            blocks: meta.blocks(),
-            atime: time(meta.atime(), meta.atime_nsec()),
-            mtime: time(meta.mtime(), meta.mtime_nsec()),
-            ctime: time(meta.ctime(), meta.ctime_nsec()),
+            size: meta.size,
+            blocks: meta.blocks,
+            atime: time(meta.atime),
+            mtime: time(meta.mtime),
+            ctime: time(meta.ctime),
             // Backing files are read-only: drop their write bits so tools do not try and fail.
             // Directories take new (produced) files.
             perm: if kind == Kind::Dir {
-                (meta.mode() & 0o7777) as u16
+                (meta.mode & 0o7777) as u16
             } else {
-                (meta.mode() & 0o7555) as u16
+                (meta.mode & 0o7555) as u16
             },
-            nlink: meta.nlink() as u32,
-            uid: meta.uid(),
-            gid: meta.gid(),
-            rdev: meta.rdev() as u32,
-            version: crate::core::version_of(meta),
+            nlink: meta.nlink as u32,
+            uid: meta.uid,
+            gid: meta.gid,
+            rdev: meta.rdev as u32,
+            version: meta.version(),
             produced: false,
             pending: false,
         }
@@ -103,7 +102,7 @@ impl Attr {
 
     pub(super) fn from_staged(ino: u64, s: &Staged) -> Result<Attr, Error> {
         let meta = s.file.metadata().map_err(Error::Write)?;
-        let mut a = Attr::from_meta(ino, &meta);
+        let mut a = Attr::from_meta(ino, &Meta::of(&meta));
         let set = lock(&s.set);
         a.perm = set.mode as u16;
         (a.uid, a.gid) = set.owner;

@@ -35,6 +35,8 @@ pub mod write;
 
 #[cfg(test)]
 pub(crate) mod ops_tests;
+#[cfg(test)]
+mod shared_fs_tests;
 
 pub use attr::{Attr, Changes, TimeSet};
 use handles::Handle;
@@ -52,7 +54,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::backing::{BackingStat, BackingStore};
+use crate::backing::{BackingStat, SharedFs};
 use crate::core::Kind;
 use crate::core::source::Source;
 use crate::fill::Reader;
@@ -140,7 +142,7 @@ pub struct Capabilities {
 }
 
 pub struct DyadFs<S: Source> {
-    backing: BackingStore,
+    backing: Arc<dyn SharedFs>,
     remembered: Option<remembered::RememberedStats>,
     names: Arc<dyn Namespace>,
     producer: Arc<Producer>,
@@ -204,7 +206,7 @@ fn spawn_worker<S: Source, J>(
 impl<S: Source> DyadFs<S> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        backing: BackingStore,
+        backing: Arc<dyn SharedFs>,
         names: Arc<dyn Namespace>,
         producer: Arc<Producer>,
         source: Arc<S>,
@@ -524,6 +526,6 @@ impl<S: Source> DyadFs<S> {
     /// (blocks, free blocks, available blocks, files, free files, block size, name length)
     /// of the backing file system: the space the dataset lives in.
     pub fn statfs(&self) -> Result<libc::statvfs, Error> {
-        crate::sys::statvfs(&self.backing.path("")).map_err(Error::Backing)
+        self.backing.statvfs().map_err(Error::Backing)
     }
 }

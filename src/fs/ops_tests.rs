@@ -133,9 +133,23 @@ pub(crate) fn build(
         );
         model.insert(name.to_string(), data);
     }
+    let backing = Arc::new(crate::backing::BackingStore::new(backing));
+    let fs = fs_over(&ssd, backing, source, names, (max_staged_per_user, wait));
+    (fs, dir, model)
+}
+
+/// A file system over `backing` (its bytes from `source`) with its cache in `ssd`, its
+/// produced names in `names`, with `--max-staged-per-user` and `--wait`.
+pub(crate) fn fs_over(
+    ssd: &std::path::Path,
+    backing: Arc<dyn crate::backing::SharedFs>,
+    source: Arc<MemSource>,
+    names: Arc<dyn Namespace>,
+    (max_staged_per_user, wait): (Option<u64>, Duration),
+) -> DyadFs<MemSource> {
     let stats = Arc::new(Stats::default());
     let config = CacheConfig {
-        dir: ssd.clone(),
+        dir: ssd.to_path_buf(),
         chunk_size: 256 << 10,
         capacity: Some(64 << 20),
         open_files: 8,
@@ -144,7 +158,7 @@ pub(crate) fn build(
     };
     let cache = Arc::new(Cache::open(&config, stats.clone()).unwrap());
     let quota = quota::Quota::new(max_staged_per_user, stats.clone());
-    let producer = Arc::new(Producer::open(&ssd, cache.clone(), 0, quota).unwrap());
+    let producer = Arc::new(Producer::open(ssd, cache.clone(), 0, quota).unwrap());
     let fs_config = FsConfig {
         metadata_ttl: Duration::from_secs(1),
         pack_auto: false,
@@ -159,17 +173,7 @@ pub(crate) fn build(
         prefetch_window: 16,
         no_open: false,
     };
-    let fs = DyadFs::new(
-        BackingStore::new(backing),
-        names,
-        producer,
-        source,
-        cache,
-        stats,
-        fs_config,
-    )
-    .unwrap();
-    (fs, dir, model)
+    DyadFs::new(backing, names, producer, source, cache, stats, fs_config).unwrap()
 }
 
 #[derive(Debug, Clone)]

@@ -32,7 +32,6 @@ use super::caller::Credentials;
 use super::{Attr, DyadFs, Error, Found, spawn_worker};
 use crate::core::source::Source;
 use crate::core::sync::lock;
-use crate::core::version_of;
 
 /// The extended attribute name's prefix; `STREAM:LIST` follows.
 pub const PREFETCH_XATTR: &str = "user.dyadfs.prefetch:";
@@ -382,7 +381,7 @@ impl<S: Source> DyadFs<S> {
             return Err(e);
         }
         let (key, version) = match found {
-            Found::Backing(meta) if meta.is_file() => (path.to_string(), version_of(&meta)),
+            Found::Backing(meta) if meta.is_file() => (path.to_string(), meta.version()),
             Found::Produced(n) if n.is_file() => {
                 let version = Attr::from_name(0, &n).version;
                 (n.object, version)

@@ -119,7 +119,6 @@ impl RememberedStats {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::MetadataExt;
     use std::path::Path;
     use std::time::Instant;
 
@@ -127,7 +126,7 @@ mod tests {
 
     fn stat_of(dir: &Path) -> BackingStat {
         BackingStat {
-            meta: std::fs::symlink_metadata(dir).unwrap(),
+            meta: crate::backing::Meta::of(&std::fs::symlink_metadata(dir).unwrap()),
             allowed: 0o7777,
             read: Instant::now(),
         }
@@ -140,7 +139,7 @@ mod tests {
         assert!(r.get("a").is_none());
         r.keep("a", &stat_of(&dir));
         let got = r.get("a").expect("remembered");
-        assert_eq!(got.ino(), std::fs::metadata(&dir).unwrap().ino());
+        assert_eq!(got.meta, stat_of(&dir).meta);
         std::thread::sleep(Duration::from_millis(400));
         assert!(r.get("a").is_none(), "kept past its TTL");
     }
