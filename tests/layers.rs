@@ -1,6 +1,8 @@
 //! The layers of docs/ARCHITECTURE.md, held against the code: every `crate::` path in a
 //! module's files names only the modules below it. A new arrow that points up (or sideways,
-//! like the transport reaching into the locator) fails here with the file and the line.
+//! like the transport reaching into the locator) fails here with the file and the line. The page
+//! itself is held to them too: its table of what each module may use is this file's, and its
+//! list of files names every file under src/.
 
 use std::path::Path;
 
@@ -209,4 +211,117 @@ fn no_cycles_inside_a_folder() {
     }
     cycles.sort();
     assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+/// docs/ARCHITECTURE.md's section between `## {title}` and the next `## `.
+fn architecture_section(title: &str) -> String {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/ARCHITECTURE.md"))
+            .unwrap();
+    let start = page
+        .find(&format!("\n## {title}"))
+        .unwrap_or_else(|| panic!("no section {title} in ARCHITECTURE.md"));
+    let rest = &page[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
+    rest[..end].to_string()
+}
+
+/// The page's table of modules says what the table above says each may use.
+#[test]
+fn the_architecture_page_draws_these_layers() {
+    let layers = architecture_section("Layers");
+    let mut rows = 0;
+    for line in layers.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let module = cells[1].trim_matches('`').trim_end_matches('/');
+        let module = module.strip_suffix(".rs").unwrap_or(module);
+        let documented: Vec<&str> = match cells[2] {
+            "—" => Vec::new(),
+            // "transport (only `TransportError`, `frame` and `auth`)": the module's name.
+            used => used
+                .split(" (")
+                .enumerate()
+                .flat_map(|(i, part)| {
+                    match i {
+                        0 => part,
+                        _ => part.split_once(')').map_or("", |(_, after)| after),
+                    }
+                    .split(", ")
+                })
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .collect(),
+        };
+        let Some((_, allowed)) = LAYERS.iter().find(|(name, _)| *name == module) else {
+            panic!("ARCHITECTURE.md has a row for {module}, which has no layer here");
+        };
+        let (mut a, mut b) = (documented.clone(), allowed.to_vec());
+        a.sort();
+        b.sort();
+        assert_eq!(
+            a, b,
+            "what {module} may use: ARCHITECTURE.md against tests/layers.rs"
+        );
+        rows += 1;
+    }
+    assert_eq!(
+        rows,
+        LAYERS.len(),
+        "every layer has its row in ARCHITECTURE.md"
+    );
+}
+
+/// Every file under src/ is on the page's list of files: in its folder's list, in the item of
+/// its subfolder there (`- \`ring/\`: \`mod.rs\` ...`), or by its path from src/.
+#[test]
+fn the_architecture_page_lists_every_file() {
+    let section = architecture_section("Files");
+    // Each item of the list with the folder its names are in: a folder's heading ("`fs/`:",
+    // "`fuse/`, the kernel adapter ...") starts a folder, an item "- `sub/`: ..." a subfolder.
+    let mut items: Vec<(String, String)> = Vec::new();
+    let mut folder = String::new();
+    for line in section.lines() {
+        let heading = line
+            .strip_prefix('`')
+            .and_then(|l| l.split_once("/`"))
+            .filter(|(f, _)| !f.contains(' '));
+        if let Some((f, _)) = heading {
+            folder = format!("{f}/");
+        } else if let Some(item) = line.strip_prefix("- ") {
+            let sub = item
+                .strip_prefix('`')
+                .and_then(|l| l.split_once("/`"))
+                .filter(|(f, _)| !f.contains(' ') && !f.contains('.'));
+            let prefix = match sub {
+                Some((s, _)) => format!("{folder}{s}/"),
+                None => folder.clone(),
+            };
+            items.push((prefix, item.to_string()));
+        } else if let Some((_, text)) = items.last_mut() {
+            text.push(' ');
+            text.push_str(line);
+        }
+    }
+    let named = |text: &str, file: &str| text.contains(&format!("`{file}`"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut missing = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+        let listed = named(&section, &rel)
+            || items.iter().any(|(prefix, text)| {
+                rel.strip_prefix(prefix.as_str())
+                    .is_some_and(|rest| named(text, rest))
+            });
+        if !listed {
+            missing.push(rel);
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "files ARCHITECTURE.md does not list:\n{}",
+        missing.join("\n")
+    );
 }
