@@ -20,7 +20,7 @@ use crate::stats::{Latencies, Snapshot};
 type Labels = Vec<(String, String)>;
 
 /// Keys of `dyadfs stats` that are levels, not counts.
-const GAUGES: [&str; 15] = [
+const GAUGES: [&str; 16] = [
     "cached_bytes",
     "cached_files",
     "cache_segments",
@@ -36,6 +36,7 @@ const GAUGES: [&str; 15] = [
     "prefetch_pending",
     "home_rack_files",
     "home_global_files",
+    "home_names",
 ];
 
 /// The text a scrape returns.

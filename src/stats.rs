@@ -111,6 +111,8 @@ pub struct Stats {
     /// Files this node's tables hold as a rack home and as a global home (their rows).
     pub home_rack_files: AtomicU64,
     pub home_global_files: AtomicU64,
+    /// Produced names this node keeps, as their directory's home or its backup.
+    pub home_names: AtomicU64,
     /// Passthrough opens allowed. This and `no_open` are what the kernel agreed to at INIT,
     /// reported only: `DyadFs::kernel_offers` sets them, the core decides from its own copy.
     pub passthrough: AtomicBool,
@@ -275,6 +277,8 @@ pub struct Snapshot {
     pub home_rack_files: u64,
     #[serde(default)]
     pub home_global_files: u64,
+    #[serde(default)]
+    pub home_names: u64,
 }
 
 /// This node's opens by where their bytes came from: its cache, a peer's, the shared file
@@ -457,6 +461,7 @@ impl Stats {
             backing_stats_remembered: get(&self.backing_stats_remembered),
             home_rack_files: get(&self.home_rack_files),
             home_global_files: get(&self.home_global_files),
+            home_names: get(&self.home_names),
         }
     }
 }
@@ -464,7 +469,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 59] = [
+        let rows: [(&str, String); 60] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -530,6 +535,7 @@ impl Snapshot {
             ("members", self.members.to_string()),
             ("home rack files", self.home_rack_files.to_string()),
             ("home global files", self.home_global_files.to_string()),
+            ("home names", self.home_names.to_string()),
         ];
         // One column for the values, however long the longest label is.
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);

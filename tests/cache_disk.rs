@@ -232,7 +232,7 @@ fn a_full_cache_disk_serves_pulled_files_uncached() {
         assert!(fs::read(c.nodes[0].path(p)).unwrap() == *d, "{p} on node 0");
     }
     // Node 0's copies are published (batched) before node 1 asks.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.wait_published(files.len() as u64);
     for (p, d) in &files {
         let got = fs::read(c.nodes[1].path(p)).unwrap_or_else(|e| panic!("{p} on node 1: {e}"));
         assert!(got == *d, "{p} differs on node 1");

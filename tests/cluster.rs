@@ -162,9 +162,13 @@ fn rack_local_holders_are_preferred() {
     c.start(4);
     // Node 2 (rack r1) and node 1 (rack r0) hold copies; node 0 (rack r0) must pull from node 1.
     read_check(&c.nodes[2], "x.npz", &data);
-    std::thread::sleep(Duration::from_millis(300));
+    c.wait_published(1);
     read_check(&c.nodes[1], "x.npz", &data);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(
+        "rack r0's copy is published",
+        Duration::from_secs(10),
+        || c.total("home_rack_files") >= 2,
+    );
     let before = c.nodes[2].stat("bytes_served_to_peers");
     read_check(&c.nodes[0], "x.npz", &data);
     assert_eq!(c.nodes[0].stat("bytes_from_peers"), data.len() as u64);
@@ -358,7 +362,17 @@ fn rendezvous_bootstraps_without_a_peers_file() {
         .map(|(i, out)| mounted_at(&c.root.join(format!("m{i}")), out))
         .collect();
     read_check(&nodes[0], "x", &data);
-    std::thread::sleep(Duration::from_millis(200));
+    wait_until(
+        "node 0's copy is published",
+        Duration::from_secs(10),
+        || {
+            nodes
+                .iter()
+                .map(|m| m.stat("home_global_files"))
+                .sum::<u64>()
+                >= 1
+        },
+    );
     read_check(&nodes[1], "x", &data);
     assert_eq!(nodes[1].stat("bytes_from_peers"), MIB as u64);
     assert_eq!(nodes[1].stat("bytes_from_backing"), 0);

@@ -115,6 +115,19 @@ fn name_home_backup_and_others(c: &Cluster) -> (usize, usize, usize, usize) {
     (home, backup, others[0], others[1])
 }
 
+/// Waits until the nodes but `except` keep `n` produced names in all (`home_names`: a name at
+/// its directory's home and its backup copy count once each).
+fn names_kept(c: &Cluster, except: &[usize], n: u64) {
+    wait_until("the names are kept", Duration::from_secs(10), || {
+        let nodes = c
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !except.contains(i));
+        nodes.map(|(_, m)| m.stat("home_names")).sum::<u64>() >= n
+    });
+}
+
 /// The node that is name home of the mount's root directory, and the two others.
 fn name_home_and_others(c: &Cluster) -> (usize, usize, usize) {
     let peers = fs::read_to_string(&c.peers).unwrap();
@@ -131,7 +144,7 @@ fn a_restarted_name_home_still_resolves_produced_names() {
     let (home, producer, _) = name_home_and_others(&c);
     let data = pattern(100 * KIB, 5);
     fs::write(c.nodes[producer].path("made"), &data).unwrap();
-    std::thread::sleep(Duration::from_millis(300)); // the backup copy lands
+    names_kept(&c, &[], 2); // at its home and the backup copy
     // The name home restarts with empty tables (its cache is kept: it is not the producer).
     c.nodes.remove(home).unmount();
     c.start_node(home as u32);
@@ -152,7 +165,7 @@ fn a_dead_name_home_loses_no_name() {
     let (home, producer, consumer) = name_home_and_others(&c);
     let data = pattern(100 * KIB, 6);
     fs::write(c.nodes[producer].path("before"), &data).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    names_kept(&c, &[], 2);
     signal(&c.nodes[home], libc::SIGKILL);
     // A name made at once, before anyone has declared the home down: the producer's publish
     // waits for the directory to move rather than lose the name.
@@ -293,10 +306,11 @@ fn names_survive_their_home_and_then_its_backup_dying() {
     let (home, backup, producer, consumer) = name_home_backup_and_others(&c);
     let data = pattern(64 * KIB, 7);
     fs::write(c.nodes[producer].path("kept"), &data).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    names_kept(&c, &[], 2);
     signal(&c.nodes[home], libc::SIGKILL);
     wait_members_down(&c.nodes[backup], 1);
-    std::thread::sleep(Duration::from_millis(500)); // the backup copies the names on
+    // The backup, home now, copies the names on to the next backup.
+    names_kept(&c, &[home], 2);
     signal(&c.nodes[backup], libc::SIGKILL);
     wait_members_down(&c.nodes[consumer], 2);
     let got = fs::read(c.nodes[consumer].path("kept")).expect("the name outlived two homes");
@@ -355,7 +369,11 @@ fn frozen_holders_not_known_down_cost_a_read_one_peer_timeout() {
     // Node 0 (rack r0) and node 2 (rack r1) hold every file; node 4 (rack r2) reads them.
     read_all(&c.nodes[0], &files);
     read_all(&c.nodes[2], &files);
-    std::thread::sleep(Duration::from_millis(500)); // the publishes land
+    wait_until(
+        "both racks' copies are published",
+        Duration::from_secs(10),
+        || c.total("home_rack_files") >= 2 * files.len() as u64,
+    );
     signal(&c.nodes[0], libc::SIGSTOP);
     signal(&c.nodes[2], libc::SIGSTOP);
     let mut took = Vec::new();

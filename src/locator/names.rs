@@ -75,6 +75,11 @@ impl NameTable {
         self.dirs.get(dir)?.get(name).cloned()
     }
 
+    /// How many names the table holds (every name is some user's).
+    pub fn count(&self) -> u64 {
+        self.per_uid.values().sum()
+    }
+
     /// Every name of every directory: (directory, name, entry).
     pub fn entries(&self) -> impl Iterator<Item = (&str, &str, &Name)> {
         self.dirs

@@ -175,7 +175,9 @@ impl LocatorService {
         names: impl IntoIterator<Item = ((String, String), Name)>,
         max_per_uid: u64,
     ) {
-        *lock(&self.names) = NameTable::restored(names, max_per_uid);
+        let table = NameTable::restored(names, max_per_uid);
+        self.stats.home_names.store(table.count(), Ordering::Relaxed);
+        *lock(&self.names) = table;
     }
 
     pub fn suspect(&self, node: NodeId) {

@@ -276,7 +276,9 @@ impl LocatorService {
             if let Some(j) = &self.hooks.journal {
                 j.record(&dir, &name, entry.as_ref());
             }
-            names.set(&dir, &name, entry.clone())
+            let old = names.set(&dir, &name, entry.clone());
+            self.stats.home_names.store(names.count(), Ordering::Relaxed);
+            old
         };
         self.name_waits.wake(&dir, &name);
         if let Some(n) = &entry {
@@ -311,6 +313,7 @@ impl LocatorService {
                 j.record(dir, name, entry.as_ref());
             }
             names.set(dir, name, entry.clone());
+            self.stats.home_names.store(names.count(), Ordering::Relaxed);
         }
         self.name_waits.wake(dir, name);
         // (A restarted home given its names back tells the nodes that watched them meanwhile.)
