@@ -93,7 +93,9 @@ fn a_dead_rack_home_sends_nobody_to_the_shared_file_system() {
         eprintln!("node {i} knew node 3 was down after {took:?}");
     }
     // The survivors re-home what node 3 was home of (rack r1's paths, and global paths).
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("every survivor re-homed", Duration::from_secs(10), || {
+        (0..3).all(|i| c.nodes[i].stat("failovers") >= 1)
+    });
     read_all(&c.nodes[2], &files);
     assert_eq!(
         c.nodes[2].stat("bytes_from_backing"),

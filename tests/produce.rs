@@ -28,6 +28,13 @@ fn consume(m: &Mounted, rel: &str) -> Vec<u8> {
     fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()))
 }
 
+/// Waits until a consumer on `m` is waiting for a name (`name_waits` past `before`).
+fn consumer_waits(m: &Mounted, before: u64) {
+    wait_until("the consumer waits", Duration::from_secs(20), || {
+        m.stat("name_waits") > before
+    });
+}
+
 /// Waits until `f` holds (another node's view changes within the kernel's 1 s name TTL).
 fn eventually(what: &str, f: impl Fn() -> bool) {
     wait_until(what, Duration::from_secs(10), f);
@@ -38,15 +45,14 @@ fn a_consumer_started_first_waits_for_the_producer() {
     let c = cluster("wait", 2, 0, "20s");
     let data = pattern(3 * MIB + 17, 1);
     std::thread::scope(|s| {
-        let consumer = s.spawn(|| {
-            let t = Instant::now();
-            (consume(&c.nodes[1], "frames/f0.bin"), t.elapsed())
-        });
-        std::thread::sleep(Duration::from_millis(1500));
+        let consumer = s.spawn(|| consume(&c.nodes[1], "frames/f0.bin"));
+        // Produced only once the consumer waits for it.
+        consumer_waits(&c.nodes[1], 0);
         produce(&c.nodes[0], "frames/f0.bin", &data);
-        let (got, waited) = consumer.join().unwrap();
-        assert!(got == data, "the consumer read other bytes");
-        assert!(waited >= Duration::from_millis(1000), "it did not wait");
+        assert!(
+            consumer.join().unwrap() == data,
+            "the consumer read other bytes"
+        );
     });
     assert!(c.nodes[1].stat("name_waits") >= 1);
     assert_eq!(c.nodes[1].stat("bytes_from_peers"), data.len() as u64);
@@ -610,21 +616,17 @@ print(json.dumps(took))
         );
     }
     // And a consumer's open still waits: one started first gets a file produced later.
+    let before = c.nodes[1].stat("name_waits");
     std::thread::scope(|s| {
-        let consumer = s.spawn(|| {
-            let t = Instant::now();
-            (consume(&c.nodes[1], "run/late.bin"), t.elapsed())
-        });
-        std::thread::sleep(Duration::from_millis(1500));
+        let consumer = s.spawn(|| consume(&c.nodes[1], "run/late.bin"));
+        consumer_waits(&c.nodes[1], before);
         timed(
             "cp (a consumer waiting on the other node)",
             std::process::Command::new("cp")
                 .arg(&src)
                 .arg(run.join("late.bin")),
         );
-        let (got, waited) = consumer.join().unwrap();
-        assert!(got == data);
-        assert!(waited >= Duration::from_millis(1000), "it did not wait");
+        assert!(consumer.join().unwrap() == data);
     });
 }
 
@@ -722,11 +724,8 @@ fn a_consumer_on_the_producers_node_waits_without_holding_its_creations() {
     fs::create_dir_all(m.path("run")).unwrap();
     let data = pattern(300_000, 10);
     std::thread::scope(|s| {
-        let consumer = s.spawn(|| {
-            let t = Instant::now();
-            (consume(m, "run/x"), t.elapsed())
-        });
-        std::thread::sleep(Duration::from_millis(700));
+        let consumer = s.spawn(|| consume(m, "run/x"));
+        consumer_waits(m, 0);
         // Another name first, then the awaited one, written slowly: the consumer must not see
         // it before its close.
         let t = Instant::now();
@@ -737,8 +736,8 @@ fn a_consumer_on_the_producers_node_waits_without_holding_its_creations() {
         std::thread::sleep(Duration::from_millis(300));
         f.write_all(&data[1000..]).unwrap();
         drop(f);
-        let (got, waited) = consumer.join().unwrap();
-        println!("creations took {created:?}; the consumer waited {waited:?}");
+        let got = consumer.join().unwrap();
+        println!("creations took {created:?}");
         assert!(
             created < Duration::from_secs(2),
             "the creations waited {created:?}"
@@ -748,17 +747,14 @@ fn a_consumer_on_the_producers_node_waits_without_holding_its_creations() {
             "the consumer read {} bytes, not the file",
             got.len()
         );
-        assert!(
-            waited >= Duration::from_millis(900),
-            "it did not wait: {waited:?}"
-        );
     });
     assert!(consume(&c.nodes[1], "run/x") == data);
     // The same through a directory that does not exist yet: the consumer's walk goes through a
     // pending directory, which the producer's mkdir makes real (not EEXIST).
     std::thread::scope(|s| {
+        let before = m.stat("name_waits");
         let consumer = s.spawn(|| consume(m, "late/y"));
-        std::thread::sleep(Duration::from_millis(700));
+        consumer_waits(m, before);
         fs::create_dir(m.path("late")).unwrap();
         fs::write(m.path("late/y"), &data).unwrap();
         assert!(consumer.join().unwrap() == data);

@@ -176,7 +176,9 @@ impl LocatorService {
         max_per_uid: u64,
     ) {
         let table = NameTable::restored(names, max_per_uid);
-        self.stats.home_names.store(table.count(), Ordering::Relaxed);
+        self.stats
+            .home_names
+            .store(table.count(), Ordering::Relaxed);
         *lock(&self.names) = table;
     }
 

@@ -277,7 +277,9 @@ impl LocatorService {
                 j.record(&dir, &name, entry.as_ref());
             }
             let old = names.set(&dir, &name, entry.clone());
-            self.stats.home_names.store(names.count(), Ordering::Relaxed);
+            self.stats
+                .home_names
+                .store(names.count(), Ordering::Relaxed);
             old
         };
         self.name_waits.wake(&dir, &name);
@@ -313,7 +315,9 @@ impl LocatorService {
                 j.record(dir, name, entry.as_ref());
             }
             names.set(dir, name, entry.clone());
-            self.stats.home_names.store(names.count(), Ordering::Relaxed);
+            self.stats
+                .home_names
+                .store(names.count(), Ordering::Relaxed);
         }
         self.name_waits.wake(dir, name);
         // (A restarted home given its names back tells the nodes that watched them meanwhile.)
