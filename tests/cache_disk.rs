@@ -214,7 +214,7 @@ fn a_cache_disk_turned_read_only_mid_epoch_serves_reads_uncached() {
 /// bytes it could not store blame no holder and send no read to the shared file system.
 #[test]
 fn a_full_cache_disk_serves_pulled_files_uncached() {
-    let mut c = Cluster::new("disk-pull", 2, 0);
+    let mut c = Cluster::new("disk-pull", 2);
     let files: Vec<(String, Vec<u8>)> = (0..24)
         .map(|k| (format!("p/{k}.bin"), pattern(MIB + k * 811, 600 + k as u64)))
         .collect();

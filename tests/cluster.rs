@@ -30,10 +30,10 @@ fn shifted_epochs_without_opens_read_nothing_from_the_backing_store() {
 }
 
 fn shifted_epochs(name: &str, extra: &[&str]) {
-    // Both variants share the ports of slot 0: one at a time.
+    // One variant at a time: each is four daemons' work.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = Cluster::new(name, 4, 0);
+    let mut c = Cluster::new(name, 4);
     c.extra = extra.iter().map(|a| a.to_string()).collect();
     let files: Vec<(String, Vec<u8>)> = (0..32)
         .map(|k| {
@@ -96,7 +96,7 @@ fn shifted_epochs(name: &str, extra: &[&str]) {
 
 #[test]
 fn simultaneous_misses_read_the_backing_store_once() {
-    let mut c = Cluster::new("coord", 4, 1);
+    let mut c = Cluster::new("coord", 4);
     let data = pattern(6 * MIB + 3, 7);
     fs::write(c.backing.join("hot.bin"), &data).unwrap();
     c.start(4);
@@ -117,7 +117,7 @@ fn simultaneous_misses_read_the_backing_store_once() {
 
 #[test]
 fn killed_and_frozen_holders_never_break_reads() {
-    let mut c = Cluster::new("faults", 4, 2);
+    let mut c = Cluster::new("faults", 4);
     let files: Vec<(String, Vec<u8>)> = (0..8)
         .map(|k| (format!("f{k}"), pattern(MIB + k, 40 + k as u64)))
         .collect();
@@ -156,7 +156,7 @@ fn killed_and_frozen_holders_never_break_reads() {
 
 #[test]
 fn rack_local_holders_are_preferred() {
-    let mut c = Cluster::new("rack", 4, 6);
+    let mut c = Cluster::new("rack", 4);
     let data = pattern(3 * MIB, 11);
     fs::write(c.backing.join("x.npz"), &data).unwrap();
     c.start(4);
@@ -187,7 +187,7 @@ fn rack_local_holders_are_preferred() {
 
 #[test]
 fn nodes_reading_what_others_hold_learn_the_holders_in_bulk_and_keep_to_their_rack() {
-    let mut c = Cluster::new("hints", 4, 8);
+    let mut c = Cluster::new("hints", 4);
     let files: Vec<(String, Vec<u8>)> = (0..200)
         .map(|k| (format!("set/f{k:03}"), pattern(4096 + k, 60 + k as u64)))
         .collect();
@@ -236,7 +236,7 @@ fn nodes_reading_what_others_hold_learn_the_holders_in_bulk_and_keep_to_their_ra
 
 #[test]
 fn replicating_nodes_copy_what_another_fetched_and_then_read_it_locally() {
-    let mut c = Cluster::new("replicate", 4, 5);
+    let mut c = Cluster::new("replicate", 4);
     c.extra = vec!["--replicate".into()];
     // Small samples and one file of several chunks.
     let mut files: Vec<(String, Vec<u8>)> = (0..24)
@@ -313,7 +313,7 @@ fn expect_peers_error(c: &Cluster, content: &str, culprit: &str) {
 
 #[test]
 fn bad_peers_files_are_refused() {
-    let c = Cluster::new("badpeers", 1, 3);
+    let c = Cluster::new("badpeers", 1);
     expect_peers_error(
         &c,
         "0 127.0.0.1:7000 r0\n0 127.0.0.1:7001 r0\n",
@@ -326,15 +326,15 @@ fn bad_peers_files_are_refused() {
 
 #[test]
 fn rendezvous_bootstraps_without_a_peers_file() {
-    let c = Cluster::new("rdv", 2, 4);
+    let c = Cluster::new("rdv", 2);
     let data = pattern(MIB, 77);
     fs::write(c.backing.join("x"), &data).unwrap();
     let rdv = c.root.join("rendezvous");
-    let base = 20_000 + (std::process::id() % 250) as u16 * 40 + 5 * 5;
+    let ports = free_ports(2);
     let outs: Vec<Output> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2u32)
             .map(|i| {
-                let (c, rdv) = (&c, &rdv);
+                let (c, rdv, port) = (&c, &rdv, ports[i as usize]);
                 s.spawn(move || {
                     let mnt = c.root.join(format!("m{i}"));
                     fs::create_dir_all(&mnt).unwrap();
@@ -348,7 +348,7 @@ fn rendezvous_bootstraps_without_a_peers_file() {
                         .args(["--node-id", &i.to_string(), "--rendezvous"])
                         .arg(rdv)
                         .args(["--nodes", "2", "--rack", &format!("r{i}")])
-                        .args(["--listen", &format!("127.0.0.1:{}", base + i as u16)])
+                        .args(["--listen", &format!("127.0.0.1:{port}")])
                         .output()
                         .unwrap()
                 })
@@ -385,7 +385,7 @@ fn rendezvous_bootstraps_without_a_peers_file() {
 /// through it find the copies instead of going back to the backing store.
 #[test]
 fn a_restarted_node_learns_the_holders_again() {
-    let mut c = Cluster::new("rejoin", 4, 7);
+    let mut c = Cluster::new("rejoin", 4);
     let files: Vec<(String, Vec<u8>)> = (0..48)
         .map(|k| {
             (

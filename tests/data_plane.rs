@@ -96,7 +96,7 @@ fn hand_over(c: &Cluster, name: &str, seed: u64, holder: usize, reader: usize) -
 /// every port gets nothing: no byte of the heap or of the job secret, no put, no crash.
 #[test]
 fn by_default_a_keyless_ucx_client_reads_writes_and_crashes_nothing() {
-    let mut c = Cluster::new("keyless", 2, 0);
+    let mut c = Cluster::new("keyless", 2);
     c.start(2);
     assert_eq!(
         hand_over(&c, "x", 1, 0, 1),
@@ -143,7 +143,7 @@ fn by_default_a_keyless_ucx_client_reads_writes_and_crashes_nothing() {
 /// restarted and moves bytes again.
 #[test]
 fn with_ucx_only_the_unprivileged_data_plane_is_reachable_and_it_comes_back() {
-    let mut c = Cluster::new("ucx", 2, 1);
+    let mut c = Cluster::new("ucx", 2);
     c.extra = ["--data-plane", "ucx", "--ucx-over-tcp", "--eager-max", "0"]
         .map(String::from)
         .to_vec();
@@ -268,9 +268,9 @@ fn relay(listen: SocketAddr, to: SocketAddr, tamper: Arc<AtomicBool>) -> Arc<Ato
 /// tampered is ever taken, and nobody crashes.
 #[test]
 fn a_relay_without_the_key_can_change_nothing() {
-    let mut c = Cluster::new("relay", 2, 2);
+    let mut c = Cluster::new("relay", 2);
     let real = c.peers.clone();
-    let relay_addr = SocketAddr::from(([127, 0, 0, 1], peer_addr(&real, 1).port() + 3));
+    let relay_addr = SocketAddr::from(([127, 0, 0, 1], free_ports(1)[0]));
     let text = fs::read_to_string(&real).unwrap();
     let relayed = c.root.join("peers-relayed");
     fs::write(
@@ -319,7 +319,7 @@ fn raise_nofile(n: u64) {
 /// timeout (from the holder, or the shared FS when a handshake was pushed out).
 #[test]
 fn a_flood_of_strangers_costs_bounded_memory_and_fails_no_read() {
-    let mut c = Cluster::new("flood", 2, 3);
+    let mut c = Cluster::new("flood", 2);
     c.start(2);
     // Warm up node 0's serving path (threads, slab pages) before the baseline.
     for i in 0..4 {
@@ -425,7 +425,7 @@ fn crc_preserving_forgery(chunk: &[u8], head: [u8; 4]) -> [u8; 8] {
 /// staged chunks were sealed, the forged bytes were served and cached (crc32c is not a MAC).
 #[test]
 fn a_keyless_client_cannot_forge_a_staged_chunk() {
-    let mut c = Cluster::new("forge", 2, 4);
+    let mut c = Cluster::new("forge", 2);
     c.extra = ["--data-plane", "ucx", "--ucx-over-tcp", "--eager-max", "0"]
         .map(String::from)
         .to_vec();
@@ -499,7 +499,7 @@ fn a_keyless_client_cannot_forge_a_staged_chunk() {
 /// accepts it, and `auto` there moves no chunk by UCX (no data-plane process at all).
 #[test]
 fn ucx_over_tcp_must_be_acknowledged_and_auto_never_takes_it() {
-    let mut c = Cluster::new("tcpack", 2, 5);
+    let mut c = Cluster::new("tcpack", 2);
     c.extra = ["--data-plane", "ucx"].map(String::from).to_vec();
     let out = c.mount_cmd(0).output().unwrap();
     refused_in_one_line(&out, &c.root.join("m0"), &["--ucx-over-tcp", "tcp"]);

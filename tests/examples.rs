@@ -12,8 +12,8 @@ use common::*;
 const FILES: u32 = 10;
 const SIZE: usize = MIB + 4321;
 
-fn cluster(name: &str, slot: u16) -> Cluster {
-    let mut c = Cluster::new(name, 2, slot);
+fn cluster(name: &str) -> Cluster {
+    let mut c = Cluster::new(name, 2);
     c.extra = vec!["--wait".into(), "60s".into()];
     c.start(2);
     c
@@ -56,7 +56,7 @@ fn frames_args(dir: &Path) -> [String; 3] {
 
 #[test]
 fn the_c_producer_and_consumer_pair() {
-    let c = cluster("ex-c", 0);
+    let c = cluster("ex-c");
     let bin = c.root.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     for prog in ["producer", "consumer"] {
@@ -88,7 +88,7 @@ fn the_c_producer_and_consumer_pair() {
 
 #[test]
 fn the_python_producer_and_consumer_pair() {
-    let c = cluster("ex-py", 1);
+    let c = cluster("ex-py");
     let (out_dir, in_dir) = (c.nodes[0].path("py"), c.nodes[1].path("py"));
     std::fs::create_dir(&out_dir).unwrap();
     let mut producer = python();
@@ -105,7 +105,7 @@ fn the_python_producer_and_consumer_pair() {
 
 #[test]
 fn a_checkpoint_saved_on_one_node_loads_on_another() {
-    let c = cluster("ex-ckpt", 2);
+    let c = cluster("ex-ckpt");
     let (out_dir, in_dir) = (c.nodes[0].path("ckpt"), c.nodes[1].path("ckpt"));
     std::fs::create_dir(&out_dir).unwrap();
     let mut save = python();
@@ -129,7 +129,7 @@ fn in_situ_training_on_a_managed_directory() {
     const PRODUCERS: u32 = 2;
     const SAMPLES: u32 = 60;
     const EPOCHS: u32 = 3;
-    let mut c = Cluster::new("ex-insitu", 4, 3);
+    let mut c = Cluster::new("ex-insitu", 4);
     c.managed = true;
     c.extra = vec!["--wait".into(), "60s".into()];
     c.start(4);

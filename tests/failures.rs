@@ -49,7 +49,7 @@ fn signal(m: &Mounted, sig: i32) {
 
 #[test]
 fn a_frozen_only_holder_costs_no_timeout_once_it_is_known_down() {
-    let mut c = Cluster::new("frozen", 3, 0);
+    let mut c = Cluster::new("frozen", 3);
     c.extra = vec!["--failure-detection".into(), "1s".into()];
     let files = dataset(&c, 40, 256 * KIB);
     c.start(3);
@@ -81,7 +81,7 @@ fn a_frozen_only_holder_costs_no_timeout_once_it_is_known_down() {
 #[test]
 fn a_dead_rack_home_sends_nobody_to_the_shared_file_system() {
     // Racks: nodes 0 and 1 in r0, nodes 2 and 3 in r1.
-    let mut c = Cluster::new("deadhome", 4, 1);
+    let mut c = Cluster::new("deadhome", 4);
     c.extra = vec!["--failure-detection".into(), "1s".into()];
     let files = dataset(&c, 64, 64 * KIB);
     c.start(4);
@@ -141,7 +141,7 @@ fn name_home_and_others(c: &Cluster) -> (usize, usize, usize) {
 
 #[test]
 fn a_restarted_name_home_still_resolves_produced_names() {
-    let mut c = Cluster::new("namehome", 3, 2);
+    let mut c = Cluster::new("namehome", 3);
     c.start(3);
     let (home, producer, _) = name_home_and_others(&c);
     let data = pattern(100 * KIB, 5);
@@ -161,7 +161,7 @@ fn a_restarted_name_home_still_resolves_produced_names() {
 
 #[test]
 fn a_dead_name_home_loses_no_name() {
-    let mut c = Cluster::new("namedead", 3, 3);
+    let mut c = Cluster::new("namedead", 3);
     c.extra = vec!["--failure-detection".into(), "1s".into()];
     c.start(3);
     let (home, producer, consumer) = name_home_and_others(&c);
@@ -195,7 +195,7 @@ fn a_dead_name_home_loses_no_name() {
 /// ahead of its own reading.
 #[test]
 fn simultaneous_readers_of_a_large_file_read_each_chunk_once() {
-    let mut c = Cluster::new("largeonce", 4, 4);
+    let mut c = Cluster::new("largeonce", 4);
     // DYADFS_TEST_LARGE=MIBxN for a heavier run (the is 64x10); 16 MiB x 5 by default.
     let (mib, n) = std::env::var("DYADFS_TEST_LARGE")
         .ok()
@@ -249,7 +249,7 @@ fn rot(data: &std::path::Path, at: u64) {
 
 #[test]
 fn a_chunk_that_rotted_on_a_holder_is_refused_reported_and_dropped() {
-    let mut c = Cluster::new("rot", 2, 5);
+    let mut c = Cluster::new("rot", 2);
     let files = dataset(&c, 1, 3 << 20);
     c.start(2);
     let (p, d) = &files[0];
@@ -302,7 +302,7 @@ fn scrub_finds_and_drops_rotten_chunks() {
 
 #[test]
 fn names_survive_their_home_and_then_its_backup_dying() {
-    let mut c = Cluster::new("namesdead2", 4, 6);
+    let mut c = Cluster::new("namesdead2", 4);
     c.extra = vec!["--failure-detection".into(), "1s".into()];
     c.start(4);
     let (home, backup, producer, consumer) = name_home_backup_and_others(&c);
@@ -326,7 +326,7 @@ fn names_survive_their_home_and_then_its_backup_dying() {
 /// deadline's last look; with a refresh every 10 s alone, 8.6 s after the produce).
 #[test]
 fn a_consumer_waiting_while_the_name_home_dies_gets_its_file_from_the_next_home() {
-    let mut c = Cluster::new("waithome", 4, 12);
+    let mut c = Cluster::new("waithome", 4);
     c.extra = vec![
         "--failure-detection".into(),
         "1s".into(),
@@ -364,7 +364,7 @@ fn a_consumer_waiting_while_the_name_home_dies_gets_its_file_from_the_next_home(
 /// holder in turn, before the shared file system serves it; not one timeout per frozen holder.
 #[test]
 fn frozen_holders_not_known_down_cost_a_read_one_peer_timeout() {
-    let mut c = Cluster::new("frozen2", 5, 7);
+    let mut c = Cluster::new("frozen2", 5);
     c.extra = vec!["--failure-detection".into(), "30s".into()];
     let files = dataset(&c, 6, 256 * KIB);
     c.start(5);
@@ -459,7 +459,7 @@ fn a_cache_file_changed_while_mounted_is_checked_again_at_the_next_open() {
 /// forever, and the closes into its directories took 24 s and failed with EIO.)
 #[test]
 fn a_member_that_never_started_costs_producers_nothing() {
-    let mut c = Cluster::new("neverstarted", 3, 8);
+    let mut c = Cluster::new("neverstarted", 3);
     c.managed = true;
     c.start(2);
     wait_members_down(&c.nodes[0], 1);
@@ -492,7 +492,7 @@ fn a_member_that_never_started_costs_producers_nothing() {
 /// names and its backup copies from its journal), bytes exact. (Before: all names were lost.)
 #[test]
 fn a_restart_of_every_node_loses_no_name() {
-    let mut c = Cluster::new("restartall", 3, 9);
+    let mut c = Cluster::new("restartall", 3);
     c.managed = true;
     c.start(3);
     let body = |name: &str| -> Vec<u8> { pattern(5000 + name.len() * 131, name.len() as u64) };
@@ -537,7 +537,7 @@ fn produced(m: &Mounted) -> Vec<String> {
 /// named (the kept produced files are as many as the names).
 #[test]
 fn every_node_killed_at_random_moments_loses_no_closed_file() {
-    let mut c = Cluster::new("killall", 3, 10);
+    let mut c = Cluster::new("killall", 3);
     c.managed = true;
     c.start(3);
     let mut closed: Vec<String> = Vec::new();
@@ -588,7 +588,7 @@ fn every_node_killed_at_random_moments_loses_no_closed_file() {
 /// their holders once every member has answered, deleted and counted.
 #[test]
 fn objects_no_name_reaches_are_swept_in_a_cluster() {
-    let mut c = Cluster::new("sweep", 3, 11);
+    let mut c = Cluster::new("sweep", 3);
     c.managed = true;
     c.start(3);
     for i in 0..3 {

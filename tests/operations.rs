@@ -81,7 +81,7 @@ fn warm_stages_a_directory_and_a_list() {
 /// it from its cache or its peers.
 #[test]
 fn warm_cluster_spreads_the_dataset_once() {
-    let mut c = Cluster::new("warmcl", 4, 0);
+    let mut c = Cluster::new("warmcl", 4);
     let n = 40;
     let mut total = 0;
     for k in 0..n {
@@ -144,7 +144,7 @@ fn status(m: &common::Mounted) -> serde_json::Value {
 /// killed node shows as down once the cluster's failure detection declares it.
 #[test]
 fn status_shows_members_holdings_and_a_dead_node() {
-    let mut c = Cluster::new("status", 3, 1);
+    let mut c = Cluster::new("status", 3);
     c.extra = vec!["--failure-detection".into(), "1s".into()];
     for k in 0..6 {
         let p = c.backing.join(format!("f{k}"));

@@ -101,7 +101,7 @@ fn run(cmd: &mut Command, what: &str) -> String {
 /// node 1 sees.
 #[test]
 fn what_a_producer_sets_is_what_another_node_sees() {
-    let mut c = Cluster::new("posixmeta", 2, 0);
+    let mut c = Cluster::new("posixmeta", 2);
     c.start(2);
     let (a, b) = (&c.nodes[0], &c.nodes[1]);
     fs::create_dir(a.path("out")).unwrap();
@@ -157,7 +157,7 @@ fn what_a_producer_sets_is_what_another_node_sees() {
 /// hard link; `tar c` of the same tree on node 1 lists the same members.
 #[test]
 fn a_tree_untarred_on_one_node_tars_identically_on_another() {
-    let mut c = Cluster::new("posixtar", 2, 1);
+    let mut c = Cluster::new("posixtar", 2);
     c.start(2);
     let src = c.root.join("src");
     fs::create_dir_all(src.join("a/b")).unwrap();

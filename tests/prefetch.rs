@@ -96,7 +96,7 @@ fn prefetch_fills_a_window_ahead_of_the_reader_in_list_order() {
 /// helper warns and yields the order unchanged.
 #[test]
 fn the_python_helper_prefetches_from_a_peer() {
-    let mut c = Cluster::new("prefetch-py", 2, 0);
+    let mut c = Cluster::new("prefetch-py", 2);
     let n = 40;
     let files: Vec<(String, Vec<u8>)> = (0..n)
         .map(|k| {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn cluster(name: &str, n: u32, slot: u16, wait: &str) -> Cluster {
-    let mut c = Cluster::new(name, n, slot);
+fn cluster(name: &str, n: u32, wait: &str) -> Cluster {
+    let mut c = Cluster::new(name, n);
     c.extra = vec!["--wait".into(), wait.into()];
     c.start(n);
     c
@@ -42,7 +42,7 @@ fn eventually(what: &str, f: impl Fn() -> bool) {
 
 #[test]
 fn a_consumer_started_first_waits_for_the_producer() {
-    let c = cluster("wait", 2, 0, "20s");
+    let c = cluster("wait", 2, "20s");
     let data = pattern(3 * MIB + 17, 1);
     std::thread::scope(|s| {
         let consumer = s.spawn(|| consume(&c.nodes[1], "frames/f0.bin"));
@@ -62,7 +62,7 @@ fn a_consumer_started_first_waits_for_the_producer() {
 
 #[test]
 fn a_name_never_produced_fails_after_the_wait() {
-    let c = cluster("never", 2, 1, "700ms");
+    let c = cluster("never", 2, "700ms");
     let t = Instant::now();
     let e = fs::read(c.nodes[1].path("nobody/writes/this")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
@@ -73,7 +73,7 @@ fn a_name_never_produced_fails_after_the_wait() {
 
 #[test]
 fn two_pairs_move_a_hundred_files_byte_exact() {
-    let c = cluster("pairs", 4, 2, "30s");
+    let c = cluster("pairs", 4, "30s");
     // Producer 0 -> consumer 2 and producer 1 -> consumer 3: across racks.
     let file = |pair: usize, k: usize| {
         (
@@ -112,7 +112,7 @@ fn two_pairs_move_a_hundred_files_byte_exact() {
 
 #[test]
 fn a_gibibyte_file_moves_between_nodes() {
-    let c = cluster("big", 2, 3, "10s");
+    let c = cluster("big", 2, "10s");
     let chunk = pattern(MIB, 9);
     {
         let mut f = fs::File::create(c.nodes[0].path("ckpt.bin")).unwrap();
@@ -134,7 +134,7 @@ fn a_gibibyte_file_moves_between_nodes() {
 
 #[test]
 fn listings_renames_and_unlinks_are_seen_on_every_node() {
-    let c = cluster("names", 4, 4, "0s");
+    let c = cluster("names", 4, "0s");
     fs::create_dir(c.nodes[0].path("run")).unwrap();
     for k in 0..5 {
         produce(
@@ -199,7 +199,7 @@ fn listings_renames_and_unlinks_are_seen_on_every_node() {
 
 #[test]
 fn the_backing_tree_is_read_only_and_a_rewrite_keeps_old_readers_intact() {
-    let c = cluster("rw", 2, 5, "10s");
+    let c = cluster("rw", 2, "10s");
     fs::write(c.backing.join("data.bin"), b"backing bytes").unwrap();
     let m = &c.nodes[0];
     for e in [
@@ -234,7 +234,7 @@ fn the_backing_tree_is_read_only_and_a_rewrite_keeps_old_readers_intact() {
 
 #[test]
 fn a_daemon_killed_mid_write_never_publishes_the_file() {
-    let mut c = cluster("killed", 2, 6, "0s");
+    let mut c = cluster("killed", 2, "0s");
     let mut f = fs::File::create(c.nodes[0].path("partial.bin")).unwrap();
     f.write_all(&pattern(2 * MIB, 3)).unwrap();
     // SAFETY: signalling a daemon this test started.
@@ -285,7 +285,7 @@ fn a_single_node_mount_takes_writes_too() {
 
 #[test]
 fn a_close_publishes_before_it_returns_and_a_forked_childs_close_publishes_nothing() {
-    let c = cluster("close", 2, 7, "0s");
+    let c = cluster("close", 2, "0s");
     // close() returns once the file is published (FUSE flush): the other node reads it at once.
     for k in 0..20 {
         let data = pattern(5000 + k, k as u64);
@@ -408,7 +408,7 @@ sys.exit(status)
 #[test]
 fn sixty_four_waiting_consumers_leave_the_mount_answering() {
     use std::process::{Command, Stdio};
-    let c = cluster("wait-threads", 2, 8, "20s");
+    let c = cluster("wait-threads", 2, "20s");
     let m = &c.nodes[1];
     fs::write(c.backing.join("present"), b"here").unwrap();
     let mut consumers: Vec<_> = (0..64)
@@ -454,7 +454,7 @@ fn sixty_four_waiting_consumers_leave_the_mount_answering() {
 fn two_thousand_waiting_consumers_hold_no_connection_each_and_all_get_their_files() {
     use std::process::{Command, Stdio};
     const N: usize = 2000;
-    let mut c = Cluster::new("wait-many", 2, 11);
+    let mut c = Cluster::new("wait-many", 2);
     c.extra = ["--wait", "60s", "--fuse-transport", "dev"]
         .map(String::from)
         .to_vec();
@@ -522,7 +522,7 @@ print(len(ok))
 /// far below the wait it used to take; the figures are in the closing note, not asserted.
 #[test]
 fn producers_never_wait_on_names_they_create_or_check() {
-    let c = cluster("nowait", 2, 9, "60s");
+    let c = cluster("nowait", 2, "60s");
     let src = c.root.join("src.bin");
     let data = pattern(300_000, 9);
     fs::write(&src, &data).unwrap();
@@ -719,7 +719,7 @@ fn published_names_survive_restarts_and_kills() {
 /// consumer gets the file once it is closed, never before, byte-exact.
 #[test]
 fn a_consumer_on_the_producers_node_waits_without_holding_its_creations() {
-    let c = cluster("samenode", 2, 10, "30s");
+    let c = cluster("samenode", 2, "30s");
     let m = &c.nodes[0];
     fs::create_dir_all(m.path("run")).unwrap();
     let data = pattern(300_000, 10);

@@ -239,7 +239,7 @@ fn a_directory_past_the_frame_limit_lists_on_every_node() {
         var("DYADFS_TEST_NAMES", 5_000),
         var("DYADFS_TEST_TARGET", 3_800),
     );
-    let mut c = Cluster::new("bigdir", 3, 0);
+    let mut c = Cluster::new("bigdir", 3);
     c.start(3);
     let home = name_home(&c, "big");
     let producer = (home + 1) % 3;

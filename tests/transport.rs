@@ -10,18 +10,10 @@ use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{MIB, pattern};
+use common::{MIB, free_ports, pattern};
 
-static PORT: AtomicU16 = AtomicU16::new(0);
-
-fn port() -> u16 {
-    // Below the ephemeral range (32768+), where outgoing connections take their ports.
-    let base = 12_000 + (std::process::id() % 500) as u16 * 16;
-    base + PORT.fetch_add(1, Ordering::Relaxed)
-}
 
 fn dyadfs(tcp: bool) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dyadfs"));
@@ -40,7 +32,7 @@ struct Holder {
 
 impl Holder {
     fn start(root: &Path, tcp: bool, extra: &[&str]) -> Holder {
-        let addr = format!("127.0.0.1:{}", port());
+        let addr = format!("127.0.0.1:{}", free_ports(1)[0]);
         let mut child = dyadfs(tcp)
             .args(["transport", "serve", "--root"])
             .arg(root)

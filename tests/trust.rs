@@ -58,7 +58,7 @@ fn forged_name() -> Message {
 
 #[test]
 fn peers_without_the_key_get_nothing_and_change_nothing() {
-    let mut c = Cluster::new("trust", 3, 0);
+    let mut c = Cluster::new("trust", 3);
     let data = pattern(MIB, 5);
     fs::write(c.backing.join("x"), &data).unwrap();
     c.start(2);
@@ -129,7 +129,7 @@ fn peers_without_the_key_get_nothing_and_change_nothing() {
 
 #[test]
 fn a_multi_node_mount_needs_a_private_secret() {
-    let c = Cluster::new("secret", 1, 1);
+    let c = Cluster::new("secret", 1);
     let mount_in = |cwd: &std::path::Path, extra: &[&str]| {
         let mnt = c.root.join("m0");
         fs::create_dir_all(&mnt).unwrap();
@@ -184,7 +184,7 @@ fn request_mib(s: &mut Sealed, id: u64, version: dyadfs::core::Version) {
 /// (another puller then waited 30 s); now it gets a fair share and the rest are refused.
 #[test]
 fn a_slot_hog_does_not_stop_a_legitimate_puller() {
-    let mut c = Cluster::new("hog", 2, 2);
+    let mut c = Cluster::new("hog", 2);
     // Staged chunks and their slots exist with a UCX data plane only.
     c.extra = vec!["--data-plane".into(), "ucx".into(), "--ucx-over-tcp".into()];
     let data = pattern(MIB, 9);
@@ -245,7 +245,7 @@ fn a_slot_hog_does_not_stop_a_legitimate_puller() {
 /// and answered at once when the name exists.
 #[test]
 fn a_name_lookup_with_an_absurd_wait_is_answered() {
-    let mut c = Cluster::new("wait", 2, 3);
+    let mut c = Cluster::new("wait", 2);
     c.start(2);
     fs::write(c.nodes[0].path("made"), b"produced").unwrap();
     let peers = fs::read_to_string(&c.peers).unwrap();
@@ -280,7 +280,7 @@ fn as_nobody(script: &str) -> bool {
 #[test]
 fn produced_files_belong_to_their_writer_on_every_node() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let mut c = Cluster::new("owner", 2, 4);
+    let mut c = Cluster::new("owner", 2);
     let open = c.backing.join("open");
     fs::create_dir_all(&open).unwrap();
     fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
@@ -318,7 +318,7 @@ fn produced_files_belong_to_their_writer_on_every_node() {
 /// refused before UCX sees it: the connection is closed, and the daemon serves on.
 #[test]
 fn a_malformed_hello_is_refused_and_harms_nobody() {
-    let mut c = Cluster::new("badhello", 2, 5);
+    let mut c = Cluster::new("badhello", 2);
     c.extra = vec!["--data-plane".into(), "ucx".into(), "--ucx-over-tcp".into()];
     let data = pattern(MIB, 5);
     fs::write(c.backing.join("x"), &data).unwrap();
@@ -428,7 +428,7 @@ fn only_root_or_the_owner_may_scrub_or_ask_the_cluster() {
 /// all it lends, 28 of its 32).
 #[test]
 fn idle_hogs_lose_their_slots_when_the_lease_ends() {
-    let mut c = Cluster::new("idlehog", 2, 6);
+    let mut c = Cluster::new("idlehog", 2);
     c.extra = ["--data-plane", "ucx", "--ucx-over-tcp", "--eager-max", "0"]
         .map(String::from)
         .to_vec();
@@ -471,7 +471,7 @@ fn idle_hogs_lose_their_slots_when_the_lease_ends() {
 /// on connections).
 #[test]
 fn an_id_outside_the_membership_is_refused() {
-    let mut c = Cluster::new("nonmember", 2, 7);
+    let mut c = Cluster::new("nonmember", 2);
     c.start(2);
     let key = Secret::load(&c.secret).unwrap();
     let list = rpc(Msg::NameList {
@@ -493,7 +493,7 @@ fn an_id_outside_the_membership_is_refused() {
 #[test]
 fn a_member_cannot_rewrite_others_records_or_plant_replicas() {
     use std::os::unix::fs::PermissionsExt;
-    let mut c = Cluster::new("holder", 3, 8);
+    let mut c = Cluster::new("holder", 3);
     c.start(3);
     fs::write(c.nodes[0].path("f"), b"node 0's bytes").unwrap();
     fs::hard_link(c.nodes[0].path("f"), c.nodes[0].path("g")).unwrap();
@@ -574,7 +574,7 @@ fn threads(pid: u32) -> usize {
 /// wait on no thread and are still answered, and another node's read is served meanwhile.
 #[test]
 fn pull_connections_share_a_bounded_pool_of_threads() {
-    let mut c = Cluster::new("threads", 3, 9);
+    let mut c = Cluster::new("threads", 3);
     let data = pattern(4 * MIB, 31);
     fs::write(c.backing.join("x"), &data).unwrap();
     c.start(2);

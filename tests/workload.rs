@@ -51,7 +51,7 @@ fn epoch(c: &Cluster, epoch: u32) -> Vec<Value> {
 
 #[test]
 fn a_torch_dataloader_reads_byte_exact_and_epoch_two_skips_the_shared_fs() {
-    let mut c = Cluster::new("workload", 2, 0);
+    let mut c = Cluster::new("workload", 2);
     let out = venv_python()
         .arg(workload().join("dataset.py"))
         .arg(c.backing.join("ds"))

@@ -294,6 +294,31 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 pub const MIB: usize = 1 << 20;
 
+/// `n` ports on 127.0.0.1 for the daemons (and relays) a test starts, from the one allocator of
+/// the test process: each found free (bound and let go) when it is given, and never given twice.
+/// They lie below the ephemeral range (32768+), where outgoing connections take their ports;
+/// each test process starts at its own place in the range (its pid), so that test binaries run
+/// side by side rarely look at the same ports.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = (std::process::id() % 200) * 60;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..SPAN {
+        if out.len() == n {
+            return out;
+        }
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            out.push(port);
+        }
+    }
+    panic!("no {n} free ports between {LOW} and {}", LOW + SPAN);
+}
+
 /// The address of the `i`th line of a peers file (`ID HOST:PORT RACK`).
 pub fn peer_addr(peers: &Path, i: usize) -> std::net::SocketAddr {
     fs::read_to_string(peers)
@@ -341,8 +366,9 @@ pub fn node_cmd() -> Command {
 }
 
 impl Cluster {
-    /// `slot` gives each test its own range of ports.
-    pub fn new(name: &str, n: u32, slot: u16) -> Cluster {
+    /// `n` nodes' peers file (ports from [`free_ports`]), secret and shared directory; none
+    /// started.
+    pub fn new(name: &str, n: u32) -> Cluster {
         let root = std::env::temp_dir().join(format!("dyadfs-cl-{name}-{}", std::process::id()));
         if root.exists() {
             for i in 0..n {
@@ -355,10 +381,10 @@ impl Cluster {
         }
         let backing = root.join("backing");
         fs::create_dir_all(&backing).unwrap();
-        // Below the ephemeral range (32768+), where outgoing connections take their ports.
-        let base = 20_000 + (std::process::id() % 200) as u16 * 50 + slot * 5;
-        let peers: String = (0..n)
-            .map(|i| format!("{i} 127.0.0.1:{} r{}\n", base + i as u16, i / 2))
+        let peers: String = free_ports(n as usize)
+            .into_iter()
+            .enumerate()
+            .map(|(i, port)| format!("{i} 127.0.0.1:{port} r{}\n", i / 2))
             .collect();
         let pf = root.join("peers");
         fs::write(&pf, peers).unwrap();
