@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use common::{MIB, free_ports, pattern};
 
-
 fn dyadfs(tcp: bool) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dyadfs"));
     if tcp {

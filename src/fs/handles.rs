@@ -11,8 +11,10 @@ use crate::core::sync::lock;
 
 pub(super) struct CachedHandle {
     pub(super) entry: Arc<Entry>,
-    /// Where the next sequential read would start, and the current readahead window.
+    /// Where the next sequential read would start, where the current run of sequential reads
+    /// started, and the current readahead window.
     pub(super) next_offset: AtomicU64,
+    pub(super) run_start: AtomicU64,
     pub(super) window: AtomicU64,
     /// The entry's data file mapped for this handle's reads (large files read through the
     /// daemon): made on the first read, unmapped on release, so mappings never outnumber open

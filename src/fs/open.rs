@@ -86,6 +86,7 @@ impl<S: Source> DyadFs<S> {
         let fh = self.add_handle(Handle::Cached(CachedHandle {
             entry: entry.clone(),
             next_offset: AtomicU64::new(0),
+            run_start: AtomicU64::new(0),
             window: AtomicU64::new(0),
             map: Default::default(),
         }));

@@ -14,16 +14,23 @@ pub(super) type Job = Box<dyn FnOnce() + Send>;
 
 impl<S: Source> DyadFs<S> {
     /// On sequential reads of a large file, fills the next chunks in the background with a
-    /// window that doubles per sequential read; a seek resets it.
+    /// window that doubles per sequential read, once the reads have run in order for a whole
+    /// chunk; a seek resets it. A random read of a few hundred KiB comes as several READs in
+    /// order (the kernel splits it, and reads ahead of it itself): counted as a run, each would
+    /// fill chunks nobody reads (HDF5 rows, LMDB records: issue 50).
     pub(super) fn read_ahead(&self, handle: &CachedHandle, offset: u64, len: u64) {
+        let entry = handle.entry.clone();
         let sequential = handle.next_offset.swap(offset + len, Ordering::Relaxed) == offset;
-        let window = if sequential {
+        if !sequential {
+            handle.run_start.store(offset, Ordering::Relaxed);
+        }
+        let run = (offset + len).saturating_sub(handle.run_start.load(Ordering::Relaxed));
+        let window = if sequential && run >= entry.chunk_len(0) {
             (handle.window.load(Ordering::Relaxed) * 2).clamp(1, MAX_READAHEAD_CHUNKS)
         } else {
             0
         };
         handle.window.store(window, Ordering::Relaxed);
-        let entry = handle.entry.clone();
         let start = entry.chunks_for(offset, len.max(1)).end;
         let end = (start + window).min(entry.chunk_count());
         if start >= end || entry.all_present(start..end) {
@@ -49,5 +56,72 @@ impl<S: Source> DyadFs<S> {
                 tracing::warn!(path = %entry.path, error = %e, "background verification failed");
             }
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::backing::memory::MemShared;
+    use crate::core::mem_source::MemSource;
+    use crate::fs::ROOT_INO;
+    use crate::fs::ops_tests::{MemNames, fs_over};
+
+    /// Random reads of a few READs in order each (as the kernel splits a 192 KiB pread) fill
+    /// only the chunks they touch; a reader that goes on in order for a chunk gets the next
+    /// chunks filled ahead of it.
+    #[test]
+    fn only_reads_in_order_for_a_whole_chunk_read_ahead() {
+        const CHUNK: u64 = 256 << 10; // the chunk size of `fs_over`'s cache
+        const SIZE: u64 = 48 * CHUNK; // past the size fetched whole at open
+        let dir = std::env::temp_dir().join(format!("dyadfs-readahead-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let shared = Arc::new(MemShared::default());
+        shared.file("big.bin", SIZE, 9);
+        let source = Arc::new(MemSource::default());
+        let data: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
+        let version = source.add_version("big.bin", data, 9);
+        let names = Arc::new(MemNames::default());
+        let fs = fs_over(
+            &dir.join("ssd"),
+            shared,
+            source,
+            names,
+            (None, Duration::ZERO),
+        );
+        let ino = fs.lookup(ROOT_INO, OsStr::new("big.bin"), 0).unwrap().ino;
+        let fh = fs.open(ino, false, false).unwrap().fh;
+        let read = |off: u64| assert_eq!(fs.read(fh, off, 64 << 10).unwrap().len(), 64 << 10);
+        for c in [3, 10, 17] {
+            for k in 0..3 {
+                read(c * CHUNK + k * (64 << 10));
+            }
+        }
+        for k in 0..16 {
+            read(24 * CHUNK + k * (64 << 10));
+        }
+        let entry = fs.reader.cache.lookup("big.bin", version).unwrap();
+        // The one readahead thread takes its jobs in order: once the scan's are done, any a
+        // random read had queued would be too.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !entry.all_present(28..30) {
+            assert!(
+                Instant::now() < deadline,
+                "nothing was read ahead of the scan"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for c in [3, 10, 17] {
+            assert!(entry.all_present(c..c + 1));
+            assert!(
+                !entry.all_present(c + 1..c + 2),
+                "chunk {} was filled for a random read of chunk {c}",
+                c + 1
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
