@@ -78,12 +78,9 @@ fn shifted_epochs(name: &str, extra: &[&str]) {
     assert_eq!(c.total("peer_fetches"), 64);
     // Both racks hold every file now: a row at one rack home in each rack and at one global
     // home per file (publishes are batched: give them a moment).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (c.total("home_rack_files"), c.total("home_global_files")) != (64, 32)
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("both racks' rows", Duration::from_secs(10), || {
+        (c.total("home_rack_files"), c.total("home_global_files")) == (64, 32)
+    });
     assert_eq!(c.total("home_rack_files"), 64);
     assert_eq!(c.total("home_global_files"), 32);
     // The locator's round trips are counted on both ends: every one answered was sent.
@@ -263,17 +260,10 @@ fn replicating_nodes_copy_what_another_fetched_and_then_read_it_locally() {
     }
     // The other three copy everything in the background, without a single read (they pause
     // while the machine is busy: other tests).
-    let deadline = Instant::now() + Duration::from_secs(120);
     for m in &c.nodes[1..] {
-        while m.stat("replicated_files") < n {
-            assert!(
-                Instant::now() < deadline,
-                "{} replicated {} of {n} files",
-                m.mnt.display(),
-                m.stat("replicated_files")
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until("every file replicated", Duration::from_secs(120), || {
+            m.stat("replicated_files") >= n
+        });
         assert_eq!(m.stat("replicated_files"), n);
         assert_eq!(m.stat("bytes_replicated"), total);
         assert_eq!(

@@ -34,6 +34,8 @@ fn python() -> Command {
 /// node 0; both must succeed.
 fn hand_off(c: &Cluster, mut producer: Command, mut consumer: Command) -> String {
     let waiting = consumer.spawn().unwrap();
+    // The consumer first, most likely waiting by now (not every example's consumer waits in
+    // the daemon, so there is no event to wait for); the test holds either way.
     std::thread::sleep(Duration::from_millis(500));
     succeeded("producer", producer.output().unwrap());
     succeeded("consumer", waiting.wait_with_output().unwrap())
@@ -145,14 +147,9 @@ fn in_situ_training_on_a_managed_directory() {
     }
     std::fs::create_dir(c.nodes[0].path("run")).unwrap();
     for n in &c.nodes[1..] {
-        let t = std::time::Instant::now();
-        while !n.path("run").is_dir() {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "run/ not on every node"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until("run/ on every node", Duration::from_secs(10), || {
+            n.path("run").is_dir()
+        });
     }
     let logs = c.root.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
@@ -171,6 +168,7 @@ fn in_situ_training_on_a_managed_directory() {
             t.spawn().unwrap()
         })
         .collect();
+    // The trainers first, as in hand_off: likely waiting by now, right either way.
     std::thread::sleep(Duration::from_millis(500));
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {

@@ -30,16 +30,9 @@ fn read_all(m: &Mounted, files: &[(String, Vec<u8>)]) {
 
 /// Waits until `m` reports `n` members down; returns how long that took.
 fn wait_members_down(m: &Mounted, n: u64) -> Duration {
-    let t = Instant::now();
-    while m.stat("members_down") < n {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{} never saw {n} members down",
-            m.mnt.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    t.elapsed()
+    wait_until("members declared down", Duration::from_secs(30), || {
+        m.stat("members_down") >= n
+    })
 }
 
 fn signal(m: &Mounted, sig: i32) {
@@ -68,14 +61,9 @@ fn a_frozen_only_holder_costs_no_timeout_once_it_is_known_down() {
     assert_eq!(c.nodes[2].stat("bytes_from_peers"), 0);
     assert_eq!(c.nodes[2].stat("backing_fetches"), files.len() as u64);
     // Resumed, node 0 is back: node 2 sees nobody down again.
-    let t = Instant::now();
-    while c.nodes[2].stat("members_down") > 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "node 0 never came back"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("node 0 back", Duration::from_secs(30), || {
+        c.nodes[2].stat("members_down") == 0
+    });
 }
 
 #[test]
@@ -177,16 +165,11 @@ fn a_dead_name_home_loses_no_name() {
     let got = fs::read(c.nodes[consumer].path("before")).expect("a name from before the death");
     assert!(got == data);
     // The publish of "after" runs at release, which the kernel sends after close returns.
-    let t = Instant::now();
-    loop {
-        match fs::read(c.nodes[consumer].path("after")) {
-            Ok(got) => break assert!(got == data),
-            Err(_) if t.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) => panic!("a name made as its home died: {e}"),
-        }
-    }
+    wait_until(
+        "a name made as its home died",
+        Duration::from_secs(10),
+        || fs::read(c.nodes[consumer].path("after")).is_ok_and(|got| got == data),
+    );
 }
 
 /// Four nodes read the same uncached large file at once (larger than the 8 MiB fetched whole
@@ -260,14 +243,9 @@ fn a_chunk_that_rotted_on_a_holder_is_refused_reported_and_dropped() {
     // elsewhere and tells node 0, which checks it again and drops it.
     let got = fs::read(c.nodes[1].path(p)).unwrap();
     assert!(got == *d, "node 1 got the rotten bytes");
-    let t = Instant::now();
-    while c.nodes[0].stat("checksum_failures") == 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "node 0 never dropped the chunk"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("node 0 drops the chunk", Duration::from_secs(10), || {
+        c.nodes[0].stat("checksum_failures") > 0
+    });
 }
 
 #[test]
@@ -553,6 +531,7 @@ fn every_node_killed_at_random_moments_loses_no_closed_file() {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
+        // A random moment of the writers' work to kill every node at: the thing tested.
         std::thread::sleep(Duration::from_millis(500 + (seed >> 33) % 1000));
         for m in &c.nodes {
             signal(m, libc::SIGKILL);

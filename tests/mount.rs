@@ -190,15 +190,10 @@ fn opens_of_a_file_cached_while_open_do_not_mix_io_modes() {
     if m.stats()["passthrough"].as_bool() == Some(true) {
         // The kernel releases a closed file asynchronously: an open right after the last close
         // may still find it open (served by the daemon). Once released, opens pass through.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while m.stat("passthrough_opens") == before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never passthrough once alone"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        wait_until("passthrough once alone", Duration::from_secs(5), || {
             assert!(fs::read(m.path("x.bin")).unwrap() == data);
-        }
+            m.stat("passthrough_opens") > before
+        });
     }
 }
 
@@ -377,9 +372,9 @@ fn files_opened_without_asking_are_read_by_inode() {
     let e = fs::write(m.path("new.bin"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
     // A changed file's cached pages are dropped once its attributes are refreshed.
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(20)); // a new mtime, past the clock's tick
     f.write("f.bin", &pattern(MIB, 3));
-    std::thread::sleep(Duration::from_millis(700));
+    std::thread::sleep(Duration::from_millis(700)); // the metadata TTL runs out: the thing tested
     assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 3));
     m.unmount();
     // Files the kernel holds are not held in the cache: twelve files through 4 MiB.
@@ -526,16 +521,11 @@ fn warm_restart_reads_nothing_from_backing() {
             // A large file's first open after the restart was served by the daemon while it
             // was verified in the background; later opens go to the kernel (passthrough).
             let (big, data) = files.iter().find(|(_, d)| d.len() > 8 * MIB).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
+            wait_until("verified for passthrough", Duration::from_secs(10), || {
                 let before = m.stat("passthrough_opens");
                 assert!(fs::read(m.path(big)).unwrap() == *data);
-                if m.stat("passthrough_opens") > before {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "never verified for passthrough");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+                m.stat("passthrough_opens") > before
+            });
             assert_eq!(m.stat("bytes_from_backing"), 0);
         }
     }
@@ -709,10 +699,10 @@ fn a_changed_backing_file_is_served_fresh() {
         assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 1));
         assert!(fs::read(m.path("big.bin")).unwrap() == pattern(12 * MIB, 2));
         assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 1));
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20)); // a new mtime, past the clock's tick
         f.write("f.bin", &pattern(MIB, 3)); // same size, new content and mtime
         f.write("big.bin", &pattern(5 * MIB, 4)); // shrunk
-        std::thread::sleep(Duration::from_millis(700));
+        std::thread::sleep(Duration::from_millis(700)); // the 500 ms TTL runs out: the thing tested
         assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 3));
         assert!(fs::read(m.path("big.bin")).unwrap() == pattern(5 * MIB, 4));
         assert_eq!(
@@ -734,7 +724,7 @@ fn opens_within_the_ttl_do_not_ask_the_shared_fs() {
     fs::remove_file(f.backing.join("f.bin")).unwrap();
     assert!(fs::read(m.path("f.bin")).unwrap() == pattern(MIB, 5));
     assert_eq!(m.stat("local_hits"), 1);
-    std::thread::sleep(Duration::from_millis(2200));
+    std::thread::sleep(Duration::from_millis(2200)); // the 2 s TTL runs out: the thing tested
     let e = fs::read(m.path("f.bin")).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     m.unmount();
@@ -836,7 +826,7 @@ fn a_walk_lists_the_backing_tree_with_directories_read_ahead() {
     assert!(ahead > 0, "no listing was read ahead");
     eprintln!("{ahead} of 150 directories read ahead");
     // An `ls` of one directory reads nothing ahead (once what the walk left is stale).
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(2100)); // what the walk left goes stale (2 s)
     fs::read_dir(m.path("d29/s3")).unwrap().count();
     assert_eq!(m.stat("dirs_read_ahead"), ahead);
     assert_eq!(walk(&m.path("")), want);
@@ -857,11 +847,7 @@ fn signals_unmount_cleanly_and_exit_zero() {
             .arg(&f.backing)
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !is_mounted(&f.mnt) {
-            assert!(Instant::now() < deadline, "never mounted");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until("mounted", Duration::from_secs(10), || is_mounted(&f.mnt));
         assert_eq!(fs::read(f.mnt.join("x")).unwrap(), b"x");
         // SAFETY: signalling the child this test started.
         unsafe { libc::kill(child.id() as i32, sig) };
@@ -1008,15 +994,9 @@ fn a_scan_that_stats_gets_attributes_with_the_listing_and_a_walk_does_not() {
     assert!(listed > 1500, "only {listed} entries came with attributes");
     // Every entry given with attributes is a reference the kernel gives back.
     fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while m.stat("inodes") > inodes + 10 {
-        assert!(
-            Instant::now() < deadline,
-            "{} inodes kept after the kernel dropped its dentries (had {inodes})",
-            m.stat("inodes")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("inodes given back", Duration::from_secs(30), || {
+        m.stat("inodes") <= inodes + 10
+    });
     // Everything listed first, then a stat each (lookups in listing order, read ahead); the
     // inode number a listing shows is the one the stat gives.
     use std::os::unix::fs::DirEntryExt;
@@ -1092,15 +1072,9 @@ fn more_files_than_descriptors_are_cached_and_served_after_a_restart() {
             fd_kinds(&m)
         );
         // (The kernel forgets asynchronously: slower on a loaded machine.)
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while m.stat("inodes") > 1024 {
-            assert!(
-                Instant::now() < deadline,
-                "{} inodes kept",
-                m.stat("inodes")
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until("inodes shed to the bound", Duration::from_secs(30), || {
+            m.stat("inodes") <= 1024
+        });
         // Forgotten inodes come back on the next lookup.
         assert_eq!(read_all_parallel(&m, &files[..500]), Vec::<String>::new());
         m.unmount();

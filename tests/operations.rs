@@ -6,7 +6,7 @@ mod common;
 use std::fs;
 use std::process::Command;
 
-use common::{Cluster, Fixture, dyadfs, pattern, succeeded, trace_events};
+use common::{Cluster, Fixture, dyadfs, pattern, succeeded, trace_events, wait_until};
 
 fn warm(args: &[&std::ffi::OsStr]) -> std::process::Output {
     let mut c: Command = dyadfs();
@@ -179,11 +179,11 @@ fn status_shows_members_holdings_and_a_dead_node() {
     let victim = c.nodes.remove(2);
     // SAFETY: signals our own child daemon.
     unsafe { libc::kill(victim.pid as i32, libc::SIGKILL) };
-    let t = std::time::Instant::now();
-    while state(&status(&c.nodes[1]), 2) != "down" {
-        assert!(t.elapsed().as_secs() < 10, "node 2 never shown down");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until(
+        "node 2 shown down",
+        std::time::Duration::from_secs(10),
+        || state(&status(&c.nodes[1]), 2) == "down",
+    );
     assert_eq!(
         status(&c.nodes[1])["members"][2]["files"],
         serde_json::Value::Null
@@ -425,10 +425,10 @@ fn a_slow_metrics_client_is_closed_and_holds_no_scrape_up() {
             if writer.write_all(&[*b]).is_err() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(1500));
+            std::thread::sleep(Duration::from_millis(1500)); // a byte at a time: the thing tested
         }
     });
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(200)); // the slow client's first byte is in
     let t = Instant::now();
     assert!(scrape(port).ends_with("# EOF\n"));
     assert!(

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Fixture, pattern, succeeded};
+use common::{Cluster, Fixture, pattern, succeeded, wait_until};
 
 /// The pjdfstest binary `scripts/install-deps.sh` builds (`DYADFS_PJDFSTEST` names another).
 fn pjdfstest() -> PathBuf {
@@ -81,16 +81,16 @@ fn pjdfstest_passes_in_the_produced_namespace() {
 /// Retries `f` until it succeeds or `secs` pass (a name is published when the kernel sends the
 /// release, just after `close` returns).
 fn eventually<T>(secs: u64, mut f: impl FnMut() -> std::io::Result<T>) -> T {
-    let t = Instant::now();
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(_) if t.elapsed() < Duration::from_secs(secs) => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => panic!("still failing after {secs}s: {e}"),
-        }
-    }
+    let mut got = None;
+    wait_until(
+        "a call that fails at first",
+        Duration::from_secs(secs),
+        || {
+            got = f().ok();
+            got.is_some()
+        },
+    );
+    got.expect("it succeeded")
 }
 
 fn run(cmd: &mut Command, what: &str) -> String {
@@ -133,22 +133,15 @@ fn what_a_producer_sets_is_what_another_node_sees() {
     assert_eq!(fs::read(b.path("out/pinned")).unwrap(), step);
     // (The renamed file is published when the kernel releases it, a moment after the rename
     // if its close was still on the way: until then the old version is the name's.)
-    let t = Instant::now();
-    while fs::read(b.path("out/ckpt")).unwrap() != new {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "B keeps the old checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("B sees the new checkpoint", Duration::from_secs(5), || {
+        fs::read(b.path("out/ckpt")).unwrap() == new
+    });
     assert!(!b.path("out/ckpt.tmp").exists());
     // Removing one name leaves the other, now with one link, on both nodes.
     fs::remove_file(a.path("out/step_1000")).unwrap();
-    let t = Instant::now();
-    while fs::symlink_metadata(b.path("out/step_1000")).is_ok() {
-        assert!(t.elapsed() < Duration::from_secs(5), "the name stays on B");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("the name gone on B", Duration::from_secs(5), || {
+        fs::symlink_metadata(b.path("out/step_1000")).is_err()
+    });
     assert_eq!(fs::metadata(b.path("out/pinned")).unwrap().nlink(), 1);
     assert_eq!(fs::read(b.path("out/pinned")).unwrap(), step);
 }
@@ -209,6 +202,7 @@ fn a_tree_untarred_on_one_node_tars_identically_on_another() {
         "tar x on node 0",
     );
     // Names are published as the kernel releases the files: B sees the whole tree shortly.
+    // (A loop of its own rather than wait_until: a failure prints both trees.)
     let t = Instant::now();
     loop {
         let (_, got) = tar_list(&b.path("tree"), "node1");

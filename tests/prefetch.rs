@@ -7,7 +7,7 @@ mod common;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Cluster, Fixture, Mounted, dyadfs, pattern, succeeded, wait_until};
 
@@ -22,16 +22,14 @@ fn prefetch(m: &Mounted, list: &Path) -> String {
     succeeded("dyadfs prefetch", out)
 }
 
-/// Polls `key` of `m` until `done` holds (10 s at most); returns its last value.
+/// Waits until `key` of `m` satisfies `done` (10 s at most); returns its value then.
 fn wait_stat(m: &Mounted, key: &str, done: impl Fn(u64) -> bool) -> u64 {
-    let t = Instant::now();
-    loop {
-        let v = m.stat(key);
-        if done(v) || t.elapsed() > Duration::from_secs(10) {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut v = 0;
+    wait_until(key, Duration::from_secs(10), || {
+        v = m.stat(key);
+        done(v)
+    });
+    v
 }
 
 /// The threads fill the list's first files up to the window and stop there; an empty list
@@ -70,6 +68,7 @@ fn prefetch_fills_a_window_ahead_of_the_reader_in_list_order() {
         "{out}"
     );
     assert_eq!(wait_stat(&m, "prefetched_files", |v| v >= 20), 20);
+    // Nothing more comes in a while: the window holds the threads (an absence, so a time).
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(m.stat("cached_files"), 20, "the window holds the threads");
     assert_eq!(m.stat("prefetch_pending"), 180);

@@ -335,7 +335,8 @@ os.close(fd)
     )
     .unwrap();
     assert_eq!(line.trim(), "child closed");
-    // Long enough for a publish at the child's close to have reached the name home.
+    // Long enough for a publish at the child's close to have reached the name home (there is
+    // none to wait for: its absence is the thing tested).
     std::thread::sleep(Duration::from_millis(500));
     let listed = |m: &Mounted| {
         fs::read_dir(m.path("."))
@@ -663,6 +664,7 @@ fn published_names_survive_restarts_and_kills() {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
+        // A random moment of the writer's work to kill the daemon at: the thing tested.
         std::thread::sleep(Duration::from_millis(300 + (seed >> 33) % 700));
         // SAFETY: killing the daemon this test started.
         unsafe { libc::kill(m.pid as i32, libc::SIGKILL) };
@@ -733,7 +735,7 @@ fn a_consumer_on_the_producers_node_waits_without_holding_its_creations() {
         let mut f = fs::File::create(m.path("run/x")).unwrap();
         let created = t.elapsed();
         f.write_all(&data[..1000]).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(300)); // a slow writer: the thing tested
         f.write_all(&data[1000..]).unwrap();
         drop(f);
         let got = consumer.join().unwrap();

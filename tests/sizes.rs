@@ -86,8 +86,9 @@ fn exited(pid: u32) -> bool {
 }
 
 /// SIGTERM stops the daemon within seconds even while the mount is busy (a plain unmount says
-/// EBUSY) and a FUSE request is held (a lookup waiting for a producer): the mount is detached
-/// and the requests still running are cut after a grace period.
+/// EBUSY) and a FUSE request is held (a reader's open waiting for a producer; a `stat` would
+/// not wait): the mount is detached and the requests still running are cut after a grace
+/// period.
 #[test]
 fn sigterm_stops_a_busy_daemon_within_seconds() {
     let f = Fixture::new("sizes-term");
@@ -95,9 +96,11 @@ fn sigterm_stops_a_busy_daemon_within_seconds() {
     let busy = File::open(&m.mnt).unwrap();
     let missing = m.path("never-produced");
     std::thread::spawn(move || {
-        let _ = fs::metadata(missing);
+        let _ = File::open(missing);
     });
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until("the open waits", Duration::from_secs(10), || {
+        m.stat("name_waits") >= 1
+    });
     let t = Instant::now();
     // SAFETY: a signal to the daemon this test started.
     assert_eq!(unsafe { libc::kill(m.pid as i32, libc::SIGTERM) }, 0);

@@ -260,7 +260,7 @@ fn a_killed_holder_is_an_error_within_the_timeout() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(500)); // the holder dies mid-transfer
     h.child.kill().unwrap();
     let o = client.wait_with_output().unwrap();
     assert!(!o.status.success(), "a pull from a killed holder must fail");

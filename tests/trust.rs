@@ -292,11 +292,9 @@ fn produced_files_belong_to_their_writer_on_every_node() {
     )));
     fs::write(c.nodes[0].path("open/roots"), b"root's").unwrap();
     for m in &c.nodes {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !(m.path("open/mine").exists() && m.path("open/roots").exists()) {
-            assert!(std::time::Instant::now() < deadline, "not published");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until("published", Duration::from_secs(10), || {
+            m.path("open/mine").exists() && m.path("open/roots").exists()
+        });
         let mine = fs::metadata(m.path("open/mine")).unwrap();
         assert_eq!(
             (mine.uid(), mine.gid(), mine.mode() & 0o777),
@@ -345,10 +343,7 @@ fn a_malformed_hello_is_refused_and_harms_nobody() {
     }
     assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
     // Publishes are batched: node 0 finds node 1's copy once the file's home knows it.
-    let t = std::time::Instant::now();
-    while c.total("home_global_files") == 0 && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    c.wait_published(1);
     assert!(fs::read(c.nodes[0].path("x")).unwrap() == data);
     assert_eq!(
         c.nodes[0].stat("bytes_from_peers"),
@@ -456,11 +451,8 @@ fn idle_hogs_lose_their_slots_when_the_lease_ends() {
     }
     // The hogs hold every slot node 0 lends and say nothing more. After a lease (10 s) the
     // slots are back, and node 1 pulls the file from node 0.
-    std::thread::sleep(Duration::from_secs(11));
-    let t = std::time::Instant::now();
-    while c.total("home_global_files") == 0 && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    std::thread::sleep(Duration::from_secs(11)); // the lease, the thing tested
+    c.wait_published(1);
     assert!(fs::read(c.nodes[1].path("x")).unwrap() == data);
     assert_eq!(c.nodes[1].stat("bytes_from_peers"), 4 * MIB as u64);
     drop(hogs);

@@ -400,7 +400,7 @@ pub fn attack_ops(client: &Path, port: u16, ops: &[Op], timeout_ms: u32) -> Atta
             killed = true;
             break;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(10)); // polls the attacker's exit, bounded above
     }
     let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
     let mut report = parse_report(&stdout, ops);

@@ -159,7 +159,7 @@ impl Mounted {
                 err.contains("busy") && t.elapsed() < Duration::from_secs(5),
                 "fusermount3 -u failed: {err}"
             );
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(100)); // busy: a retry of the unmount
         }
         wait_gone(self.pid);
         std::mem::forget(self);
@@ -246,20 +246,19 @@ pub fn mounted_at(mnt: &Path, out: Output) -> Mounted {
     mounted
 }
 
+/// Waits until process `pid` has exited (20 s at most).
 pub fn wait_gone(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Path::new(&format!("/proc/{pid}")).exists() {
+    wait_until("the daemon exits", Duration::from_secs(20), || {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return true;
+        }
         // A zombie has exited; only its parent (not us) can reap it. Its main thread shows as
         // one while its other threads still exit, holding its descriptors (the cache dir's lock:
         // a daemon with a million names took long enough for a restart to find it held).
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count());
-        if stat.split(' ').nth(2) == Some("Z") && threads <= 1 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "daemon {pid} did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        stat.split(' ').nth(2) == Some("Z") && threads <= 1
+    });
 }
 
 pub fn is_mounted(path: &Path) -> bool {
