@@ -1,7 +1,27 @@
 //! The binaries, tests and examples load the UCX that ucx-sys linked against, wherever it is
 //! (the project's `.tools/ucx` is on no loader path): its library directory goes in their rpath.
+//! The commit the binary is built from goes in `DYADFS_COMMIT` (for `dyadfs --version`).
 
 fn main() {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=DYADFS_COMMIT={commit}");
+    // A new commit moves the branch's ref (or packed-refs).
+    for watched in [
+        ".git/HEAD",
+        ".git/refs/heads",
+        ".git/packed-refs",
+        "build.rs",
+    ] {
+        println!("cargo:rerun-if-changed={watched}");
+    }
+    println!("cargo:rerun-if-env-changed=DEP_UCP_LIBDIR");
     if let Ok(dirs) = std::env::var("DEP_UCP_LIBDIR") {
         for dir in dirs.split(':').filter(|d| !d.is_empty()) {
             println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");

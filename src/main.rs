@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use dyadfs::cli::{Cli, Command, TransportCommand};
 use dyadfs::daemon::UserError;
 
@@ -10,7 +10,12 @@ fn main() -> ExitCode {
     if argv.first().is_some_and(dyadfs::fstab::is_helper) {
         return exec_as_mount(&argv);
     }
-    let cli = Cli::parse_from(argv);
+    // `--version` says more than the release: the commit, the protocol, the optional parts.
+    let long_version: &'static str = Box::leak(dyadfs::daemon::long_version().into_boxed_str());
+    let matches = Cli::command()
+        .long_version(long_version)
+        .get_matches_from(argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let trace = match trace_layer(&cli) {
         Ok(t) => t,
         Err(e) => {

@@ -616,3 +616,41 @@ fn install_refuses_a_binary_another_user_can_change() {
     assert!(fs::symlink_metadata(f.root.join("mount.fuse.dyadfs")).is_err());
     assert!(!f.root.join("prefix").exists(), "nothing is copied");
 }
+
+/// `dyadfs --version` says the release, the commit, the protocol and the optional parts; `-V`
+/// the release alone.
+#[test]
+fn the_version_says_the_commit_the_protocol_and_the_optional_parts() {
+    let long = succeeded(
+        "dyadfs --version",
+        dyadfs().arg("--version").output().unwrap(),
+    );
+    let first = long.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!("dyadfs {} (commit ", env!("CARGO_PKG_VERSION")))
+            && first.contains(", protocol "),
+        "{long}"
+    );
+    let commit = first
+        .split("commit ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{commit:?}"
+    );
+    assert!(long.lines().any(|l| l.starts_with("UCX: 1.")), "{long}");
+    assert!(
+        long.lines().any(|l| l.starts_with("FUSE over io_uring: ")),
+        "{long}"
+    );
+    let short = succeeded("dyadfs -V", dyadfs().arg("-V").output().unwrap());
+    assert_eq!(
+        short.trim(),
+        format!("dyadfs {}", env!("CARGO_PKG_VERSION"))
+    );
+}

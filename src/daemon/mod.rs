@@ -6,11 +6,13 @@
 pub mod config;
 mod error;
 mod tool;
+mod version;
 mod wiring;
 
 pub use error::UserError;
 
 pub use tool::{pull, serve as serve_transport};
+pub use version::long_version;
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};

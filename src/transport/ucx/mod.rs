@@ -683,3 +683,10 @@ fn post_get(
         pending.done.complete((pending.slot, result));
     }
 }
+
+/// The version of the UCX library this process loaded (`ucp_get_version_string`).
+pub fn version() -> String {
+    // SAFETY: UCX returns a pointer to a static NUL-terminated string, valid for the process.
+    let v = unsafe { std::ffi::CStr::from_ptr(ucx_sys::ucp_get_version_string()) };
+    v.to_string_lossy().into_owned()
+}
