@@ -353,34 +353,47 @@ impl Producer {
     /// Takes a finished staged file into the cache as the kept object `object`. On failure
     /// (the cache's file system full or read-only) nothing of it is kept: an object nobody
     /// names would hold its bytes until a restart, and after one, as it is listed kept.
+    ///
+    /// The object is listed kept before it enters the cache: a crash between the two leaves a
+    /// listed object with no bytes, which the next start's sweep drops as no name reaches it;
+    /// the other order left cached bytes that no list or name reached (found by a SIGKILL at a
+    /// random moment of a producer's work: one cached file more than its names).
     pub fn seal(&self, s: &Staged, object: &str) -> io::Result<Version> {
         let meta = s.file.metadata()?;
         let version = crate::core::version_of(&meta);
+        let uid = s.charge.uid();
+        {
+            let mut kept = lock(&self.kept);
+            self.keep(
+                &mut kept,
+                object,
+                Kept {
+                    version,
+                    uid: Some(uid),
+                },
+            );
+            let line = format!("{} {} {object} {uid}\n", version.size, version.mtime_ns);
+            if let Err(e) = self.log_kept(&kept, &line) {
+                self.unkeep(&mut kept, object);
+                drop(kept);
+                self.cache.write_failed(object, &e);
+                return Err(e);
+            }
+        }
         if let Err(e) = self.cache.adopt(object, version, &s.staging_path) {
             let e = io::Error::from(e);
-            self.cache.write_failed(object, &e);
-            return Err(e);
-        }
-        let mut kept = lock(&self.kept);
-        // Its bytes move from the staged file's charge to the kept object's.
-        let uid = s.charge.uid();
-        self.keep(
-            &mut kept,
-            object,
-            Kept {
-                version,
-                uid: Some(uid),
-            },
-        );
-        s.charge.release();
-        let line = format!("{} {} {object} {uid}\n", version.size, version.mtime_ns);
-        if let Err(e) = self.log_kept(&kept, &line) {
-            self.unkeep(&mut kept, object);
+            let mut kept = lock(&self.kept);
+            if self.unkeep(&mut kept, object)
+                && let Err(e) = self.log_kept(&kept, &format!("- {object}\n"))
+            {
+                tracing::warn!(error = %e, "cannot save the list of kept objects");
+            }
             drop(kept);
-            self.cache.forget(object, version);
             self.cache.write_failed(object, &e);
             return Err(e);
         }
+        // Its bytes move from the staged file's charge to the kept object's.
+        s.charge.release();
         Ok(version)
     }
 
