@@ -388,7 +388,9 @@ impl LocatorService {
                 let Some(Msg::GainedList { next, copies }) = self.call(home, ask).await else {
                     continue 'homes;
                 };
-                let last = copies.len() < hints::PAGE as usize || next == after;
+                // (A page holds fewer than asked when its paths are long: only an empty one,
+                // or one that did not move, is the end.)
+                let last = copies.is_empty() || next == after;
                 for (path, version, node) in copies {
                     if node != self.me() && !crate::core::names::is_object(&path) {
                         self.node.hint((path, version), node);
