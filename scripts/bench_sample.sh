@@ -16,7 +16,7 @@
 # directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
 # cache file's inode allocation scans for recently deleted inodes).
 # Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
-# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN; STRACE=0 leaves out the strace pass)
+# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS; STRACE=0 leaves out the strace pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -53,7 +53,9 @@ for s in range(sets):
             f.write(os.urandom(size))
 PY
 PORT=$((9000 + RANDOM % 1000))
-printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r1\n' $PORT $((PORT + 1)) > "$W/peers"
+# RACKS=1 puts A and B in one rack (B then learns A's holders in bulk: holder hints).
+rack_b=r1; [ "${RACKS:-2}" != 1 ] || rack_b=r0
+printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d %s\n' $PORT $((PORT + 1)) $rack_b > "$W/peers"
 mount_node a 0
 mount_node b 1
 A=$(pgrep -f -- " mount $W/a/mnt ") B=$(pgrep -f -- " mount $W/b/mnt ")

@@ -2,7 +2,8 @@
 //! it" (a later epoch, each node reading a shard another node filled), it reads the global
 //! homes' feeds of copies gained (the feed replication reads) into its node tier, so the rest
 //! of its reads find their holders there instead of costing a locate round trip each (and the
-//! home's answer). A hint is an answer like any other in the node tier: it expires with it, and
+//! home's answer). Only holders in the node's own rack are taken (see the service's
+//! `read_hints`): a file held only elsewhere is asked of the rack home as before. A hint is an answer like any other in the node tier: it expires with it, and
 //! a holder that no longer has the file is dropped at its failed pull and the file located
 //! again. Here only the decision of when to read, and from where; the service does the reading.
 
@@ -17,16 +18,21 @@ use crate::core::sync::lock;
 /// few, so a node that reads a handful of files elsewhere never reads the feeds, and one whose
 /// reads are mostly elsewhere reads them soon.
 pub const READ_AFTER: u32 = 16;
-/// Most copies one read takes from the feeds (all homes together): a bound on the node tier's
+/// Most copies one read looks at in the feeds (all homes together): a bound on the node tier's
 /// growth and on a read's cost for a dataset far larger than this node reads.
 pub const MOST_PER_READ: usize = 1 << 18;
 /// Copies asked of a home per call.
 pub const PAGE: u32 = 4096;
+/// Past a read that taught nothing (the holders are in other racks, or the feeds hold nothing
+/// new), the next waits for twice as many answers, up to this many.
+pub const READ_AFTER_MOST: u32 = 1 << 14;
 
 #[derive(Default)]
 struct State {
     /// Rack-tier answers naming holders since the last read.
     answered: u32,
+    /// How many of them start the next read ([`READ_AFTER`], doubled by fruitless reads).
+    needed: u32,
     /// A read is under way.
     reading: bool,
     /// Per global home, the feed position to read from next.
@@ -61,7 +67,7 @@ impl Hints {
             return None;
         }
         s.answered += 1;
-        if s.answered < READ_AFTER {
+        if s.answered < s.needed.max(READ_AFTER) {
             return None;
         }
         s.reading = true;
@@ -87,9 +93,14 @@ impl Hints {
         lock(&self.state).next.insert(home, next);
     }
 
-    /// The read ended (however far it got).
-    pub fn done(&self) {
-        lock(&self.state).reading = false;
+    /// The read ended (however far it got), having taught the node tier `learned` holders.
+    pub fn done(&self, learned: usize) {
+        let mut s = lock(&self.state);
+        s.reading = false;
+        s.needed = match learned {
+            0 => (s.needed.max(READ_AFTER) * 2).min(READ_AFTER_MOST),
+            _ => READ_AFTER,
+        };
     }
 }
 
@@ -115,7 +126,7 @@ mod tests {
         h.advanced(3, 700);
         assert_eq!(h.position(3), 700);
         assert_eq!(h.position(4), 0);
-        h.done();
+        h.done(5);
         // Answers during the read do not count towards the next one.
         let t1 = t0 + Duration::from_secs(5);
         for _ in 1..READ_AFTER {
@@ -123,7 +134,7 @@ mod tests {
         }
         assert_eq!(h.answered(t1), Some(false), "on from where it left off");
         assert_eq!(h.position(3), 700);
-        h.done();
+        h.done(5);
         let t2 = t0 + Duration::from_secs(21);
         for _ in 1..READ_AFTER {
             assert_eq!(h.answered(t2), None);
@@ -134,5 +145,32 @@ mod tests {
             "the first hints may have expired"
         );
         assert_eq!(h.position(3), 0);
+    }
+
+    #[test]
+    fn a_read_that_teaches_nothing_makes_the_next_wait_longer() {
+        let h = Hints::new(Duration::from_secs(30));
+        let t0 = Instant::now();
+        let reads_after =
+            |n: u32| (1..n).all(|_| h.answered(t0).is_none()) && h.answered(t0).is_some();
+        assert!(reads_after(READ_AFTER));
+        h.done(0);
+        assert!(
+            reads_after(2 * READ_AFTER),
+            "twice as many after a fruitless read"
+        );
+        h.done(0);
+        assert!(reads_after(4 * READ_AFTER));
+        h.done(1);
+        assert!(
+            reads_after(READ_AFTER),
+            "back to the first count after a useful one"
+        );
+        for _ in 0..20 {
+            h.done(0);
+            while h.answered(t0).is_none() {}
+        }
+        h.done(0);
+        assert!(reads_after(READ_AFTER_MOST), "bounded");
     }
 }

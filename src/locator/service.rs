@@ -369,18 +369,23 @@ impl LocatorService {
     }
 
     /// Reads the global homes' feeds of copies gained into the node tier (see [`hints`]): from
-    /// their start, or on from where the last read stopped. Produced objects are left out (their
-    /// producer is their holder, named in their key); so are this node's own copies.
+    /// their start, or on from where the last read stopped. Only copies in this node's rack are
+    /// taken: a feed names the first copy in each rack and learns of a rack's copy after its
+    /// rack home does, so a hint naming another rack's holder would send a pull across racks
+    /// that the rack home would have kept inside (a rack-mate pulled it meanwhile). Produced
+    /// objects are left out (their producer is their holder, named in their key); so are this
+    /// node's own copies.
     async fn read_hints(self: Arc<Self>, from_start: bool) {
         let homes: Vec<NodeId> = self.membership.members().map(|m| m.id).collect();
-        let mut learned = 0;
+        let rack = self.membership.rack_of(self.me()).to_string();
+        let (mut learned, mut read) = (0, 0);
         'homes: for home in homes {
             let mut after = if from_start {
                 0
             } else {
                 self.hints.position(home)
             };
-            while learned < hints::MOST_PER_READ {
+            while read < hints::MOST_PER_READ {
                 let ask = Msg::Gained {
                     after,
                     max: hints::PAGE,
@@ -391,8 +396,12 @@ impl LocatorService {
                 // (A page holds fewer than asked when its paths are long: only an empty one,
                 // or one that did not move, is the end.)
                 let last = copies.is_empty() || next == after;
+                read += copies.len();
                 for (path, version, node) in copies {
-                    if node != self.me() && !crate::core::names::is_object(&path) {
+                    if node != self.me()
+                        && self.membership.rack_of(node) == rack
+                        && !crate::core::names::is_object(&path)
+                    {
                         self.node.hint((path, version), node);
                         learned += 1;
                     }
@@ -404,7 +413,7 @@ impl LocatorService {
                 after = next;
             }
         }
-        self.hints.done();
+        self.hints.done(learned);
         self.stats
             .locator_hints
             .fetch_add(learned as u64, Ordering::Relaxed);
