@@ -12,14 +12,17 @@ fn main() {
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=DYADFS_COMMIT={commit}");
-    // A new commit moves the branch's ref (or packed-refs).
+    // A new commit moves the branch's ref (or packed-refs). Only paths that exist are watched:
+    // cargo takes a missing one for changed, and would rebuild the crate on every build.
     for watched in [
         ".git/HEAD",
         ".git/refs/heads",
         ".git/packed-refs",
         "build.rs",
     ] {
-        println!("cargo:rerun-if-changed={watched}");
+        if std::path::Path::new(watched).exists() {
+            println!("cargo:rerun-if-changed={watched}");
+        }
     }
     println!("cargo:rerun-if-env-changed=DEP_UCP_LIBDIR");
     if let Ok(dirs) = std::env::var("DEP_UCP_LIBDIR") {
