@@ -347,10 +347,7 @@ impl Meta {
 
     /// The version a cache entry of this file is keyed by (as [`crate::core::version_of`]).
     pub fn version(&self) -> Version {
-        Version {
-            size: self.size,
-            mtime_ns: self.mtime.0 * 1_000_000_000 + self.mtime.1,
-        }
+        crate::core::version_at(self.size, self.mtime)
     }
 }
 

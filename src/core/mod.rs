@@ -32,9 +32,14 @@ pub struct Version {
 
 /// The version of a file as the cache records it: (size, mtime).
 pub fn version_of(meta: &Metadata) -> Version {
+    version_at(meta.len(), (meta.mtime(), meta.mtime_nsec()))
+}
+
+/// The version of a file of `size` bytes last modified at `mtime` (seconds, nanoseconds).
+pub fn version_at(size: u64, (secs, nanos): (i64, i64)) -> Version {
     Version {
-        size: meta.len(),
-        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        size,
+        mtime_ns: secs * 1_000_000_000 + nanos,
     }
 }
 

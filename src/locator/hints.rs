@@ -27,7 +27,6 @@ pub const PAGE: u32 = 4096;
 /// new), the next waits for twice as many answers, up to this many.
 pub const READ_AFTER_MOST: u32 = 1 << 14;
 
-#[derive(Default)]
 struct State {
     /// Rack-tier answers naming holders since the last read.
     answered: u32,
@@ -52,7 +51,13 @@ pub struct Hints {
 impl Hints {
     pub fn new(kept: Duration) -> Hints {
         Hints {
-            state: Mutex::default(),
+            state: Mutex::new(State {
+                answered: 0,
+                needed: READ_AFTER,
+                reading: false,
+                next: HashMap::new(),
+                from_start_at: None,
+            }),
             kept,
         }
     }
@@ -67,7 +72,7 @@ impl Hints {
             return None;
         }
         s.answered += 1;
-        if s.answered < s.needed.max(READ_AFTER) {
+        if s.answered < s.needed {
             return None;
         }
         s.reading = true;
@@ -98,7 +103,7 @@ impl Hints {
         let mut s = lock(&self.state);
         s.reading = false;
         s.needed = match learned {
-            0 => (s.needed.max(READ_AFTER) * 2).min(READ_AFTER_MOST),
+            0 => (s.needed * 2).min(READ_AFTER_MOST),
             _ => READ_AFTER,
         };
     }
