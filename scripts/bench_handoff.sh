@@ -18,8 +18,11 @@
 # the hand-off's own, not a queue behind the consumers.
 # BINS lists dyadfs builds to compare (e.g. two commits'), interleaved run by run with each
 # other and the plain directory.
+# TRACE_DIR=DIR: each daemon writes `--trace DIR/<build>-<run>/node<i>.json` and the producers'
+# and consumers' timings go beside (read them with scripts/handoff_tail.py DIR: where the slow
+# hand-offs spent their time).
 # Needs root. Usage: scripts/bench_handoff.sh   (env: RUNS (5), N (500), SIZE (262144), PRODUCER,
-# BINS, PACE_MS)
+# BINS, PACE_MS, TRACE_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -73,7 +76,9 @@ run() {
   if [ "$kind" = dyadfs ]; then
     for i in 0 1 2 3; do
       rm -rf "$W/$i/ssd"; mkdir -p "$W/$i/mnt"
-      "$BIN" mount "$W/$i/mnt" --ssd "$W/$i/ssd" --node-id "$i" --peers "$W/peers" --wait 60s
+      traced=()
+      [ -z "${TRACE_DIR:-}" ] || { mkdir -p "$TRACE_DIR/$key-$RUN"; traced=(--trace "$TRACE_DIR/$key-$RUN/node$i.json"); }
+      "$BIN" mount "$W/$i/mnt" --ssd "$W/$i/ssd" --node-id "$i" --peers "$W/peers" --wait 60s "${traced[@]}"
     done
     mkdir "$W/0/mnt/run"
     until [ -d "$W/3/mnt/run" ] && [ -d "$W/2/mnt/run" ] && [ -d "$W/1/mnt/run" ]; do sleep 0.05; done
@@ -94,12 +99,13 @@ run() {
   "$PY" scripts/handoff.py produce "${dirs[1]}" 1 "$N" "$SIZE" "$out/p1" $pflag
   wait $p0 $c0 $c1
   stats "$out/p0" "$out/p1" "$out/c0" "$out/c1" >> "$W/$key.txt"
+  [ -z "${TRACE_DIR:-}" ] || [ "$kind" != dyadfs ] || cp "$out"/{p0,p1,c0,c1} "$TRACE_DIR/$key-$RUN/"
   if [ "$kind" = dyadfs ]; then
     for i in 0 1 2 3; do fusermount3 -u "$W/$i/mnt"; done
     sleep 0.3
   fi
 }
-for _ in $(seq "$RUNS"); do
+for RUN in $(seq "$RUNS"); do
   for i in "${!BINS[@]}"; do run dyadfs "${BINS[$i]}" "$i"; done
   run plain
 done

@@ -53,7 +53,8 @@ impl ClusterNames {
         let deadline = std::time::Instant::now() + self.failover_wait;
         loop {
             let call = l.call_home(home, msg.clone(), wait + l.timeout);
-            if let Some(reply) = self.runtime.block_on(call) {
+            let reply = tracing::debug_span!("ask", home).in_scope(|| self.runtime.block_on(call));
+            if let Some(reply) = reply {
                 return Ok(reply);
             }
             loop {

@@ -15,6 +15,7 @@ use crate::transport::TransportError;
 use crate::transport::auth::Secret;
 use crate::transport::rpc::Rpcs;
 use crate::transport::server::{RpcFuture, RpcHandler};
+use tracing::Instrument;
 
 /// The daemon's adapter: locator messages as payloads of the transport's RPC, on connections
 /// authenticated with the job secret (none with `--insecure`).
@@ -69,7 +70,10 @@ impl RpcHandler for Handler {
         Box::pin(async move {
             let msg = proto::decode(&payload)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-            Ok(proto::encode(&service.answer(peer, msg).await))
+            let span = tracing::debug_span!("answer", msg = msg.kind());
+            Ok(proto::encode(
+                &service.answer(peer, msg).instrument(span).await,
+            ))
         })
     }
 }

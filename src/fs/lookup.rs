@@ -30,7 +30,9 @@ impl<S: Source> DyadFs<S> {
         // way to it), once a wait is in question.
         let mut last = true;
         let waits = |path: &str| {
-            let Some(opening) = caller::opening_to_read(caller) else {
+            let opening =
+                tracing::debug_span!("caller").in_scope(|| caller::opening_to_read(caller));
+            let Some(opening) = opening else {
                 // A check or a creation: answered at once, and remembered (`ToldAbsent`).
                 self.told_absent.tell(caller, path);
                 return None;
@@ -177,7 +179,9 @@ impl<S: Source> DyadFs<S> {
                 Ok(_) => {}
             }
         }
-        let found = match self.resolve(&path, Duration::ZERO) {
+        let resolved =
+            tracing::debug_span!("resolve").in_scope(|| self.resolve(&path, Duration::ZERO));
+        let found = match resolved {
             Err(Error::NotFound) if !self.config.wait.is_zero() => match wait(&path) {
                 Some(d) if d.is_zero() => return Ok(Looked::Pending(path)),
                 Some(d) => self.resolve(&path, d)?,

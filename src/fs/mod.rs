@@ -377,10 +377,10 @@ impl<S: Source> DyadFs<S> {
     /// What `path` is on this node: being written here, or in the backing tree (`None`: it is
     /// neither, so a published name if anything).
     fn resolve_here(&self, path: &str) -> Result<Option<Found>, Error> {
-        if let Some(s) = self.producer.staged(path) {
+        if let Some(s) = tracing::debug_span!("staged").in_scope(|| self.producer.staged(path)) {
             return Ok(Some(Found::Staged(s)));
         }
-        match self.backing_stat(path) {
+        match tracing::debug_span!("backing_stat").in_scope(|| self.backing_stat(path)) {
             Ok(meta) => Ok(Some(Found::Backing(meta))),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
             Err(e) => Err(Error::Backing(e)),

@@ -146,6 +146,39 @@ pub enum Msg {
     NamesAre(Vec<(String, String, Name)>),
 }
 
+impl Msg {
+    /// The message's kind, for traces.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Msg::Lookup { .. } => "Lookup",
+            Msg::Located(_) => "Located",
+            Msg::Publish { .. } => "Publish",
+            Msg::RackChanged { .. } => "RackChanged",
+            Msg::FetchFailed { .. } => "FetchFailed",
+            Msg::Ack => "Ack",
+            Msg::NameGet { .. } => "NameGet",
+            Msg::NameIs(_) => "NameIs",
+            Msg::NameList { .. } => "NameList",
+            Msg::Names { .. } => "Names",
+            Msg::NameSet { .. } => "NameSet",
+            Msg::Unhold { .. } => "Unhold",
+            Msg::Batch(_) => "Batch",
+            Msg::Rejoined { .. } => "Rejoined",
+            Msg::Gained { .. } => "Gained",
+            Msg::GainedList { .. } => "GainedList",
+            Msg::Refused(_) => "Refused",
+            Msg::NameReplica { .. } => "NameReplica",
+            Msg::BadChunk { .. } => "BadChunk",
+            Msg::CountHeld => "CountHeld",
+            Msg::Held { .. } => "Held",
+            Msg::ObjectsNamed { .. } => "ObjectsNamed",
+            Msg::Objects { .. } => "Objects",
+            Msg::NameWatch { .. } => "NameWatch",
+            Msg::NamesAre(_) => "NamesAre",
+        }
+    }
+}
+
 /// A message as an RPC payload.
 pub fn encode(msg: &Msg) -> Vec<u8> {
     frame::to_bytes(msg)
