@@ -5,6 +5,8 @@
 //! must be answered at once. The caller is blocked in that system call while we answer, so
 //! `/proc/<tid>/syscall` tells which one it is.
 
+use crate::sys::children::Children;
+
 /// What a thread opening a name to read is opening.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpeningToRead {
@@ -213,7 +215,7 @@ pub type FileId = ((u32, u32), u64);
 /// parent closes a file its child is still writing to): sealing it now would fail their later
 /// writes. A private mapping never writes to its file (its reads keep going to the handle's
 /// staged copy after the seal), so it holds nothing back.
-pub fn held_elsewhere(pid: u32, id: FileId) -> bool {
+pub fn held_elsewhere(pid: u32, id: FileId, children: &Children) -> bool {
     /// Processes looked at, at most (a process with more descendants defers the seal).
     const MAX_PROCESSES: usize = 4096;
     let mut todo = vec![pid];
@@ -223,7 +225,7 @@ pub fn held_elsewhere(pid: u32, id: FileId) -> bool {
         if looked > MAX_PROCESSES || holds(p, id) {
             return true;
         }
-        todo.extend(children(p));
+        todo.extend(children.of(p));
     }
     false
 }
@@ -283,22 +285,6 @@ fn holds(pid: u32, id: FileId) -> bool {
     })
 }
 
-/// The children of every thread of process `pid`.
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,23 +300,24 @@ mod tests {
         let dev = meta.dev();
         let dev = (libc::major(dev), libc::minor(dev));
         let id = (dev, meta.ino());
+        let kids = Children::default();
         let me = std::process::id();
-        assert!(!held_elsewhere(me, id));
+        assert!(!held_elsewhere(me, id, &kids));
         // Another file system's file with the same inode number is not it.
-        assert!(!held_elsewhere(me, ((dev.0 + 1, dev.1), meta.ino())));
+        assert!(!held_elsewhere(me, ((dev.0 + 1, dev.1), meta.ino()), &kids));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .unwrap();
-        assert!(held_elsewhere(me, id));
+        assert!(held_elsewhere(me, id, &kids));
         let private = crate::sys::MappedPage::new(&f, libc::MAP_PRIVATE);
         let shared = crate::sys::MappedPage::new(&f, libc::MAP_SHARED);
         drop(f);
-        assert!(held_elsewhere(me, id), "the shared mapping holds it");
+        assert!(held_elsewhere(me, id, &kids), "the shared mapping holds it");
         drop(shared);
         assert!(
-            !held_elsewhere(me, id),
+            !held_elsewhere(me, id, &kids),
             "a private mapping never writes to the file: it holds nothing back"
         );
         drop(private);

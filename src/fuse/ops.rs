@@ -77,6 +77,8 @@ pub struct Ops<S: Source> {
     /// mount is (device, inode) for `caller::held_elsewhere`.
     mountpoint: std::path::PathBuf,
     device: OnceLock<Option<(u32, u32)>>,
+    /// The children of openers, for `caller::held_elsewhere` (their `/proc` files kept open).
+    children: crate::sys::children::Children,
     /// The session's /dev/fuse descriptor (backing ids are registered on it; the ring
     /// submits on it), once the mount is made.
     dev: OnceLock<Arc<OwnedFd>>,
@@ -133,6 +135,7 @@ impl<S: Source> Ops<S> {
             openers: Mutex::default(),
             mountpoint: mountpoint.to_path_buf(),
             device: OnceLock::new(),
+            children: Default::default(),
             dev: OnceLock::new(),
             ring_taken: AtomicBool::new(false),
             notifier: OnceLock::new(),
@@ -196,7 +199,7 @@ impl<S: Source> Ops<S> {
             .device
             .get_or_init(|| caller::device_of(&self.mountpoint));
         match device {
-            Some(dev) => caller::held_elsewhere(opener, (*dev, ino)),
+            Some(dev) => caller::held_elsewhere(opener, (*dev, ino), &self.children),
             None => true,
         }
     }
@@ -407,12 +410,12 @@ impl<S: Source> Ops<S> {
             // Files opened unasked have nothing to flush: the kernel stops sending flushes.
             return reply.error(errno(&Error::OpensUnasked));
         }
+        let _span = tracing::debug_span!("flush", fh).entered();
         let opener = lock(&self.openers).get(&fh).copied().flatten();
         if let Some(p) = opener
             && Some(p) == caller::process_of(c.pid)
-            && !self.held_elsewhere(p, ino)
+            && !tracing::debug_span!("mappings").in_scope(|| self.held_elsewhere(p, ino))
         {
-            let _span = tracing::debug_span!("flush", fh).entered();
             empty_or_error(self.fs.flush(fh), reply);
         } else {
             reply.ok();

@@ -4,8 +4,10 @@
 //! libc call or kernel file so the rest of the code calls Rust. (Calls that are a module's whole
 //! purpose stay in it: UCX in `transport::ucx`, mappings in `cache::mapping`, `openat2` in
 //! `fs::backing`.)
-//! [`private`]: paths root must not be redirected through.
+//! [`private`]: paths root must not be redirected through. [`children`]: a process's children,
+//! through `/proc` files kept open.
 
+pub mod children;
 pub mod elf;
 pub mod private;
 
