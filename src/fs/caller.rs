@@ -19,7 +19,7 @@ pub struct OpeningToRead {
 /// without `O_CREAT`, `O_DIRECTORY` or `O_PATH`, for reading or reading and writing. Anything
 /// else, and a thread that cannot be told, is not.
 pub fn opening_to_read(tid: u32) -> Option<OpeningToRead> {
-    let text = std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?;
+    let text = blocked_syscall(tid)?;
     // The number of the system call in decimal, then its arguments in hex.
     let mut fields = text.split_whitespace();
     let nr = fields.next()?.parse::<i64>().ok()?;
@@ -47,6 +47,27 @@ pub fn opening_to_read(tid: u32) -> Option<OpeningToRead> {
         last: last_component(&path).to_vec(),
     })
 }
+
+/// `/proc/<tid>/syscall` once the thread is off its CPU. A thread that has just sent a FUSE
+/// request may still be running when the daemon reads the request (on a machine with many
+/// cores, the daemon's thread runs at once): the kernel then writes "running" instead of the
+/// call. The thread is about to sleep until it is answered, so it is asked again, for up to
+/// [`OFF_CPU_WAIT`]; taking "running" for an answer made a consumer's open under `--wait`
+/// fail with ENOENT at once (seen on a 16-core machine).
+fn blocked_syscall(tid: u32) -> Option<String> {
+    let path = format!("/proc/{tid}/syscall");
+    let deadline = std::time::Instant::now() + OFF_CPU_WAIT;
+    loop {
+        let text = std::fs::read_to_string(&path).ok()?;
+        if !text.starts_with("running") || std::time::Instant::now() >= deadline {
+            return Some(text);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+}
+
+/// How long a thread is waited for to leave its CPU (see [`blocked_syscall`]).
+const OFF_CPU_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The NUL-terminated string at `at` in a process's memory (at most `PATH_MAX` bytes; empty if
 /// it cannot be read), read a page at a time (the next page may not be mapped).
@@ -367,6 +388,42 @@ mod tests {
         assert_eq!(last_component(b"f"), b"f");
         assert_eq!(last_component(b"/"), b"");
         assert_eq!(last_component(b""), b"");
+    }
+
+    #[test]
+    fn a_thread_still_running_into_its_open_is_waited_for() {
+        // A thread that runs a while before it blocks in an open for reading: asked while it
+        // runs, the answer is its open (the kernel's "running" is not taken for an answer).
+        let dir = std::env::temp_dir().join(format!("dyadfs-running-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo =
+            std::ffi::CString::new(dir.join("q").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let spin = std::time::Instant::now();
+            while spin.elapsed() < std::time::Duration::from_millis(3) {
+                std::hint::spin_loop();
+            }
+            // SAFETY: a valid path; blocks until the writer below opens the FIFO.
+            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+            // SAFETY: closing the descriptor we opened.
+            unsafe { libc::close(fd) };
+        });
+        let tid = rx.recv().unwrap();
+        let seen = opening_to_read(tid);
+        let _writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("q"))
+            .unwrap();
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(seen.map(|o| o.last), Some(b"q".to_vec()));
     }
 
     #[test]
