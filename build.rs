@@ -1,5 +1,3 @@
-//! The binaries, tests and examples load the UCX that ucx-sys linked against, wherever it is
-//! (the project's `.tools/ucx` is on no loader path): its library directory goes in their rpath.
 //! The commit the binary is built from goes in `DYADFS_COMMIT` (for `dyadfs --version`).
 
 fn main() {
@@ -22,12 +20,6 @@ fn main() {
     ] {
         if std::path::Path::new(watched).exists() {
             println!("cargo:rerun-if-changed={watched}");
-        }
-    }
-    println!("cargo:rerun-if-env-changed=DEP_UCP_LIBDIR");
-    if let Ok(dirs) = std::env::var("DEP_UCP_LIBDIR") {
-        for dir in dirs.split(':').filter(|d| !d.is_empty()) {
-            println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
         }
     }
 }

@@ -510,3 +510,58 @@ fn ucx_over_tcp_must_be_acknowledged_and_auto_never_takes_it() {
     }
     assert_eq!(hand_over(&c, "x", 3, 0, 1), 4 * MIB as u64);
 }
+
+/// Whether process `pid` has a UCX library mapped.
+fn maps_ucx(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .lines()
+        .any(|l| l.contains("libucp") || l.contains("libucs"))
+}
+
+/// The binary links no UCX: a default mount's daemon maps none. Where no UCX library can be
+/// loaded, `--data-plane ucx` is refused with one line saying where it looked, while default
+/// mounts with the same environment move files as before; where one can, the UCX data plane
+/// loads it and moves a file by it.
+#[test]
+fn ucx_is_loaded_only_for_a_ucx_data_plane_and_its_absence_is_one_line() {
+    let mut c = Cluster::new("noucx", 2);
+    let missing = "/nonexistent/dyadfs-test/libucp.so.0";
+    c.extra = ["--data-plane", "ucx", "--ucx-over-tcp"]
+        .map(String::from)
+        .to_vec();
+    let out = c
+        .mount_cmd(0)
+        .env("DYADFS_UCX_LIB", missing)
+        .output()
+        .unwrap();
+    refused_in_one_line(
+        &out,
+        &c.root.join("m0"),
+        &["--data-plane ucx", missing, "UCX_DIR"],
+    );
+    c.extra.clear();
+    for i in 0..2 {
+        let out = c
+            .mount_cmd(i)
+            .env("DYADFS_UCX_LIB", missing)
+            .output()
+            .unwrap();
+        c.nodes.push(mounted_at(&c.root.join(format!("m{i}")), out));
+    }
+    assert_eq!(hand_over(&c, "x", 5, 0, 1), 4 * MIB as u64);
+    for m in &c.nodes {
+        assert!(!maps_ucx(m.pid), "a stream data plane's daemon mapped UCX");
+    }
+    drop(c);
+    // The project's UCX (the build's): loaded by the data-plane process, bytes moved by it.
+    let mut c = Cluster::new("ucxload", 2);
+    c.extra = ["--data-plane", "ucx", "--ucx-over-tcp"]
+        .map(String::from)
+        .to_vec();
+    c.start(2);
+    assert_eq!(hand_over(&c, "y", 6, 0, 1), 4 * MIB as u64);
+    let planes = data_planes(c.nodes[1].pid);
+    assert!(!planes.is_empty(), "no UCX data-plane process");
+    assert!(maps_ucx(planes[0]), "the UCX data plane mapped no UCX");
+}

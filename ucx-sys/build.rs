@@ -1,12 +1,45 @@
-//! Finds UCX with pkg-config and generates bindings for the UCP API with bindgen.
+//! Finds UCX's headers with pkg-config and generates bindings for the UCP API with bindgen: the
+//! types and constants, and a table of the functions dyadfs calls, loaded at run time (dlopen,
+//! `src/lib.rs`): the binary links no UCX library and runs where none is installed.
 //! UCX is never built here. Where it is looked for, first match wins: `UCX_DIR` (a UCX install
 //! prefix), the project's `.tools/ucx/libucx` (or `$DYADFS_TOOLS/ucx/libucx`) that
 //! `scripts/install-deps.sh` fills, then the system's pkg-config path. The library directory is
 //! handed to dependents as `DEP_UCP_LIBDIR` (the binaries' rpath). A `.tools/ucx` installed after
 //! a build against the system's UCX is picked up only once this script reruns (`cargo clean -p
-//! ucx-sys`).
+//! ucx-sys`). That library directory is also the last place but the system's that `load` looks.
 
 use std::path::{Path, PathBuf};
+
+/// The UCP functions dyadfs calls (and `ucs_status_string`, which libucp's handle finds in its
+/// libucs): the loaded table holds these only, and a library that lacks one is not used.
+const FUNCTIONS: &[&str] = &[
+    "ucp_cleanup",
+    "ucp_config_modify",
+    "ucp_config_read",
+    "ucp_config_release",
+    "ucp_ep_close_nbx",
+    "ucp_ep_create",
+    "ucp_ep_rkey_unpack",
+    "ucp_get_nbx",
+    "ucp_get_version_string",
+    "ucp_init_version",
+    "ucp_mem_map",
+    "ucp_mem_unmap",
+    "ucp_request_check_status",
+    "ucp_request_free",
+    "ucp_rkey_buffer_release",
+    "ucp_rkey_destroy",
+    "ucp_rkey_pack",
+    "ucp_worker_arm",
+    "ucp_worker_create",
+    "ucp_worker_destroy",
+    "ucp_worker_get_address",
+    "ucp_worker_get_efd",
+    "ucp_worker_progress",
+    "ucp_worker_release_address",
+    "ucp_worker_signal",
+    "ucs_status_string",
+];
 
 /// 1.13 aborts the process when a peer restarts quickly (ucp_request.c:684, fixed by
 /// openucx/ucx#8175), and a daemon must survive its neighbours' restarts.
@@ -44,8 +77,10 @@ fn main() {
         // SAFETY: a build script is single-threaded; nothing else reads the environment now.
         unsafe { std::env::set_var("PKG_CONFIG_PATH", path) };
     }
+    // Headers and the library's directory only: nothing is linked.
     let lib = pkg_config::Config::new()
         .atleast_version(MIN_VERSION)
+        .cargo_metadata(false)
         .probe("ucx")
         .unwrap_or_else(|e| {
             panic!(
@@ -60,10 +95,11 @@ fn main() {
         .collect();
     dirs.dedup();
     println!("cargo:libdir={}", dirs.join(":"));
+    println!("cargo:rustc-env=UCX_SYS_BUILD_LIBDIRS={}", dirs.join(":"));
     let mut builder = bindgen::Builder::default()
         .header("wrapper.h")
-        .allowlist_function("ucp_.*")
-        .allowlist_function("ucs_status_string")
+        .dynamic_library_name("Ucp")
+        .dynamic_link_require_all(true)
         .allowlist_type("ucp_.*")
         .allowlist_type("ucs_.*")
         .allowlist_var("UCP_.*")
@@ -74,6 +110,9 @@ fn main() {
         .derive_default(true)
         .layout_tests(false)
         .generate_comments(false);
+    for f in FUNCTIONS {
+        builder = builder.allowlist_function(f);
+    }
     for dir in &lib.include_paths {
         builder = builder.clang_arg(format!("-I{}", dir.display()));
     }

@@ -82,6 +82,9 @@ pub enum UserError {
          check (a wrong --secret-file, or a rendezvous secret of another job?)"
     )]
     WrongKey(String),
+    /// `--data-plane ucx` where no UCX library can be loaded (the line says where it looked).
+    #[error("--data-plane ucx: {0}")]
+    NoUcx(&'static str),
     /// A UCX data plane that would expose UCX's tcp without `--ucx-over-tcp`.
     #[error("{0}")]
     UcxOverTcp(String),

@@ -393,7 +393,7 @@ fn data_planes(
     args: &MountConfig,
     stats: &Stats,
 ) -> Result<(Arc<DataPlane>, Arc<DataPlane>), UserError> {
-    let ucx = args.cluster.data_plane.uses_ucx();
+    let ucx = args.cluster.data_plane.uses_ucx() && ucx_loaded(args.cluster.data_plane)?;
     stats
         .data_plane
         .store(if ucx { 2 } else { 1 }, Ordering::Relaxed);
@@ -411,6 +411,23 @@ fn data_planes(
         "data plane: chunks by UCX RMA above --eager-max, or all inline"
     );
     Ok((plane(32, false)?, plane(4, true)?))
+}
+
+/// Whether a data plane that would use UCX can: the library is loaded now (it is linked to
+/// nothing), saying which one; where none loads, `--data-plane ucx` fails the mount with where
+/// it looked and `auto` moves chunks on the sealed stream.
+fn ucx_loaded(kind: crate::daemon::config::DataPlaneKind) -> Result<bool, UserError> {
+    match ucx_sys::load() {
+        Ok(path) => {
+            tracing::info!(library = %path.display(), version = %crate::transport::ucx::version(), "UCX loaded");
+            Ok(true)
+        }
+        Err(why) if kind == crate::daemon::config::DataPlaneKind::Auto => {
+            tracing::warn!("--data-plane auto: {why}; chunks move on the sealed stream");
+            Ok(false)
+        }
+        Err(why) => Err(UserError::NoUcx(why)),
+    }
 }
 
 /// What the locator does for this node: journal its names, release objects it is told to,

@@ -157,6 +157,11 @@ impl Worker {
     /// lowest CPU priority, for background copies (`--replicate`), which then move bytes only
     /// when the readers leave CPU idle.
     pub fn with_slab(slab: Arc<Slab>, background: bool) -> Result<Worker, UcxError> {
+        sys::load().map_err(|why| UcxError {
+            op: "load",
+            status: sys::UCS_ERR_NO_DEVICE,
+            message: why.into(),
+        })?;
         let params = sys::ucp_params_t {
             field_mask: sys::UCP_PARAM_FIELD_FEATURES as u64,
             features: (sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
@@ -684,9 +689,15 @@ fn post_get(
     }
 }
 
-/// The version of the UCX library this process loaded (`ucp_get_version_string`).
+/// The version of the UCX library this process loads (`ucp_get_version_string`) and where it
+/// is, or why none loads.
 pub fn version() -> String {
-    // SAFETY: UCX returns a pointer to a static NUL-terminated string, valid for the process.
-    let v = unsafe { std::ffi::CStr::from_ptr(ucx_sys::ucp_get_version_string()) };
-    v.to_string_lossy().into_owned()
+    match sys::load() {
+        Ok(path) => {
+            // SAFETY: loaded; UCX returns a static NUL-terminated string, valid for the process.
+            let v = unsafe { std::ffi::CStr::from_ptr(sys::ucp_get_version_string()) };
+            format!("{} ({})", v.to_string_lossy(), path.display())
+        }
+        Err(why) => format!("not loaded: {why}"),
+    }
 }
