@@ -13,6 +13,8 @@ was=$(cat "$URING" 2>/dev/null || true)
 restore() { if [ -n "$was" ]; then echo "$was" > "$URING"; fi; }
 trap restore EXIT
 if [ -n "$was" ]; then echo N > "$URING"; fi
+# The wheel tests/wheel.rs installs as a plain user.
+scripts/build-wheel.sh
 # fuse-tests: the integration tests that mount and run daemons (all of them, here).
 cargo test --all-targets --features fuse-tests "$@"
 if [ -n "$was" ]; then

@@ -472,46 +472,14 @@ fn a_slow_metrics_client_is_closed_and_holds_no_scrape_up() {
 /// duration if it is not (restoring its mode); it is skipped, saying why, where it cannot.
 #[test]
 fn a_plain_user_mounts_and_the_daemon_serves_reads_itself() {
-    use std::os::unix::fs::PermissionsExt;
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the test needs root to make a user");
-        return;
-    }
-    let user = "dyadfs-user";
-    if !Command::new("id")
-        .arg(user)
-        .output()
-        .unwrap()
-        .status
-        .success()
-    {
-        let made = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                user,
-            ])
-            .status();
-        if !made.is_ok_and(|s| s.success()) {
-            eprintln!("skipped: cannot create the user {user}");
+    let (uid, gid) = match common::plain_user() {
+        Ok(ids) => ids,
+        Err(why) => {
+            eprintln!("skipped: {why}");
             return;
         }
-    }
-    let id = |flag: &str| -> u32 {
-        let out = Command::new("id").args([flag, user]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     };
-    let (uid, gid) = (id("-u"), id("-g"));
-    let fuse_mode = fs::metadata("/dev/fuse").unwrap().permissions().mode();
-    if fuse_mode & 0o006 != 0o006 {
-        fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(fuse_mode | 0o666)).unwrap();
-    }
-    let restore = || {
-        let _ = fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(fuse_mode));
-    };
+    let fuse = common::FuseForUsers::open();
     let f = Fixture::new("plainuser");
     f.write("a.txt", b"a plain user's read");
     let as_user =
@@ -552,7 +520,7 @@ fn a_plain_user_mounts_and_the_daemon_serves_reads_itself() {
         );
         common::wait_gone(pid);
     });
-    restore();
+    drop(fuse);
     if let Err(e) = result {
         let _ = Command::new("fusermount3").arg("-uz").arg(&f.mnt).status();
         std::panic::resume_unwind(e);

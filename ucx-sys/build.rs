@@ -95,7 +95,15 @@ fn main() {
         .collect();
     dirs.dedup();
     println!("cargo:libdir={}", dirs.join(":"));
-    println!("cargo:rustc-env=UCX_SYS_BUILD_LIBDIRS={}", dirs.join(":"));
+    // A wheel is installed elsewhere: the build machine's UCX is no place to look there.
+    println!("cargo:rerun-if-env-changed=UCX_SYS_PORTABLE");
+    let portable = std::env::var_os("UCX_SYS_PORTABLE").is_some_and(|v| v == "1");
+    let build_dirs = if portable {
+        String::new()
+    } else {
+        dirs.join(":")
+    };
+    println!("cargo:rustc-env=UCX_SYS_BUILD_LIBDIRS={build_dirs}");
     let mut builder = bindgen::Builder::default()
         .header("wrapper.h")
         .dynamic_library_name("Ucp")

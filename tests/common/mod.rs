@@ -490,6 +490,63 @@ pub fn as_user(uid: u32, gid: u32) -> Command {
     c
 }
 
+/// The system user `dyadfs-user` (made if there is none) as (uid, gid), or why there can be
+/// none here (not root, or `useradd` failed).
+pub fn plain_user() -> Result<(u32, u32), String> {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("the test needs root to make a user".into());
+    }
+    let user = "dyadfs-user";
+    let known = |u: &str| {
+        Command::new("id")
+            .arg(u)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !known(user) {
+        let made = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                user,
+            ])
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            return Err(format!("cannot create the user {user}"));
+        }
+    }
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id").args([flag, user]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    Ok((id("-u"), id("-g")))
+}
+
+/// /dev/fuse opened to every user while it lives (FUSE's setuid `fusermount3` mounts for a
+/// plain user, who still needs the device), its mode put back when dropped.
+pub struct FuseForUsers(u32);
+
+impl FuseForUsers {
+    pub fn open() -> FuseForUsers {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata("/dev/fuse").unwrap().permissions().mode();
+        if mode & 0o006 != 0o006 {
+            fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(mode | 0o666)).unwrap();
+        }
+        FuseForUsers(mode)
+    }
+}
+
+impl Drop for FuseForUsers {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(self.0));
+    }
+}
+
 /// Panics with `what` and the program's output unless it succeeded; returns its stdout.
 pub fn succeeded(what: &str, out: Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -82,8 +82,9 @@ fn resolved(c: &OsStr) -> PathBuf {
 
 /// Where libucp is looked for, in order: `DYADFS_UCX_LIB` (a file; then nothing else),
 /// `$UCX_DIR/lib`, the `libucx` wheel installed beside this executable (a venv's
-/// `lib/python3.*/site-packages/libucx/lib`), the UCX this crate was built against, then the
-/// system's loader path (`LD_LIBRARY_PATH`, ld.so.cache).
+/// `lib/python3.*/site-packages/libucx/lib`), the UCX this crate was built against (not in a
+/// wheel: `UCX_SYS_PORTABLE=1` at build time), then the system's loader path
+/// (`LD_LIBRARY_PATH`, ld.so.cache).
 pub fn candidates() -> Vec<OsString> {
     if let Some(only) = std::env::var_os("DYADFS_UCX_LIB") {
         return vec![only];
