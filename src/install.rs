@@ -1,10 +1,12 @@
 //! `dyadfs install`: puts the mount helper where mount(8) looks. `mount` runs the helper as
 //! root, so what it runs must be code only root can change: the running binary and the UCX
-//! libraries it loaded are checked (root's, in root's directories) and then *copied* under a
-//! prefix of root's (`bin/dyadfs`, `lib/` with UCX's libraries and its `ucx/` modules, `etc/ucx`),
-//! the copy's library search path rewritten to `$ORIGIN/../lib` ([`crate::sys::elf`]): the
-//! build's points into a checkout, which the loader would search before the system's
-//! directories for every library, libc included. `DIR/mount.fuse.dyadfs` then links to the copy.
+//! libraries it would load (`ucx_sys::load`) are checked (root's, in root's directories) and
+//! then *copied* under a prefix of root's (`bin/dyadfs`, `lib/` with UCX's libraries and its
+//! `ucx/` modules, `etc/ucx`), where the copy loads UCX from (`lib/` beside its `bin/`; a copy
+//! outside the build's tree never looks in the build's UCX). A binary that carries a library
+//! search path has it rewritten to `$ORIGIN/../lib` ([`crate::sys::elf`]): one into a checkout
+//! would be searched before the system's directories for every library, libc included.
+//! `DIR/mount.fuse.dyadfs` then links to the copy.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -20,6 +22,11 @@ const RUNPATH: &str = "$ORIGIN/../lib";
 /// `bin_dir/dyadfs` to the copy (making either directory if it is missing). Returns the links.
 pub fn install(dir: &Path, prefix: &Path, bin_dir: &Path) -> io::Result<Vec<PathBuf>> {
     let exe = std::env::current_exe()?;
+    // The UCX a UCX data plane would load, mapped now so that it is found and copied (none
+    // loadable: the copy is made without, and its UCX data plane says so when asked for).
+    if let Err(why) = ucx_sys::load() {
+        tracing::warn!("installing without UCX: {why}");
+    }
     let libs = loaded_libraries(&["libucp", "libucs", "libuct", "libucm"]);
     if crate::sys::euid() == 0 {
         check_root_file(&exe)?;
@@ -73,7 +80,12 @@ fn copy_with_ucx(exe: &Path, libs: &[PathBuf], prefix: &Path) -> io::Result<Path
         crate::sys::private::check_private_dir(prefix)?;
     }
     let mut image = std::fs::read(exe)?;
-    crate::sys::elf::set_runpath(&mut image, RUNPATH).map_err(io::Error::other)?;
+    if !crate::sys::elf::runpaths(&image)
+        .map_err(io::Error::other)?
+        .is_empty()
+    {
+        crate::sys::elf::set_runpath(&mut image, RUNPATH).map_err(io::Error::other)?;
+    }
     let installed = bin.join("dyadfs");
     write_new(&installed, &image, 0o755)?;
     let Some(from) = libs.first().and_then(|l| l.parent()) else {

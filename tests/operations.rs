@@ -223,13 +223,24 @@ fn fstab_lines_and_mount_t_use_the_installed_helper() {
         fs::read_link(f.root.join("new/bin/dyadfs")).unwrap(),
         prefix.join("bin/dyadfs")
     );
-    // The helper is a copy under the prefix, which finds its UCX there, not in the checkout.
+    // The helper is a copy under the prefix, which finds its UCX there, not in the checkout:
+    // it carries no search path, and loads the libucp copied beside it.
     let installed = prefix.join("bin/dyadfs");
     assert_eq!(fs::read_link(helper).unwrap(), installed);
     let image = fs::read(&installed).unwrap();
     assert_eq!(
         dyadfs::sys::elf::runpaths(&image).unwrap(),
-        ["$ORIGIN/../lib"]
+        Vec::<String>::new()
+    );
+    let version = succeeded(
+        "the installed copy's --version",
+        Command::new(&installed).arg("--version").output().unwrap(),
+    );
+    let copied = prefix.join("lib/libucp.so.0");
+    assert!(copied.exists(), "install copied no libucp");
+    assert!(
+        version.contains(&format!("({})", copied.display())),
+        "{version}"
     );
     let restore = || {
         let _ = fs::remove_file(helper);

@@ -81,10 +81,12 @@ fn resolved(c: &OsStr) -> PathBuf {
 }
 
 /// Where libucp is looked for, in order: `DYADFS_UCX_LIB` (a file; then nothing else),
-/// `$UCX_DIR/lib`, the `libucx` wheel installed beside this executable (a venv's
-/// `lib/python3.*/site-packages/libucx/lib`), the UCX this crate was built against (not in a
-/// wheel: `UCX_SYS_PORTABLE=1` at build time), then the system's loader path
-/// (`LD_LIBRARY_PATH`, ld.so.cache).
+/// `$UCX_DIR/lib`, the `lib/` beside this executable's directory (what `dyadfs install`
+/// copies there), the `libucx` wheel installed beside it (a venv's
+/// `lib/python3.*/site-packages/libucx/lib`), the UCX this crate was built against (only for
+/// an executable still inside the tree it was built in, so an installed copy never loads code
+/// from a checkout; never in a wheel: `UCX_SYS_PORTABLE=1` at build time), then the system's
+/// loader path (`LD_LIBRARY_PATH`, ld.so.cache).
 pub fn candidates() -> Vec<OsString> {
     if let Some(only) = std::env::var_os("DYADFS_UCX_LIB") {
         return vec![only];
@@ -93,13 +95,17 @@ pub fn candidates() -> Vec<OsString> {
     if let Some(dir) = std::env::var_os("UCX_DIR") {
         out.push(Path::new(&dir).join("lib").join(SONAME).into());
     }
-    if let Some(prefix) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent()?.parent().map(Path::to_path_buf))
-    {
-        out.extend(wheel_libs(&prefix).into_iter().map(OsString::from));
+    let exe = std::env::current_exe().ok();
+    if let Some(prefix) = exe.as_ref().and_then(|e| e.parent()?.parent()) {
+        out.push(prefix.join("lib").join(SONAME).into());
+        out.extend(wheel_libs(prefix).into_iter().map(OsString::from));
     }
-    if let Some(dirs) = option_env!("UCX_SYS_BUILD_LIBDIRS") {
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
+    let in_tree = exe
+        .as_ref()
+        .zip(tree)
+        .is_some_and(|(e, t)| e.starts_with(t));
+    if let Some(dirs) = option_env!("UCX_SYS_BUILD_LIBDIRS").filter(|_| in_tree) {
         for dir in dirs.split(':').filter(|d| !d.is_empty()) {
             out.push(Path::new(dir).join(SONAME).into());
         }
