@@ -23,12 +23,12 @@ fi
 
 # The Python environment of the examples and workload tests: numpy and torch (the default PyPI
 # wheel, about 5 GB with the CUDA libraries it pulls; it runs on CPU), and maturin and auditwheel
-# that build and check the wheel (scripts/build-wheel.sh). DYADFS_VENV moves it.
+# and ziglang that build, check and link the wheel (scripts/build-wheel.sh). DYADFS_VENV moves it.
 # --no-torch: numpy only, for loops that do not run the examples' and workload tests (about
 # 5 GB and minutes less).
 VENV=${DYADFS_VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv}
-PY_PKGS=(numpy torch maturin auditwheel)
-[ "${1:-}" = --no-torch ] && PY_PKGS=(numpy maturin auditwheel)
+PY_PKGS=(numpy torch maturin auditwheel ziglang)
+[ "${1:-}" = --no-torch ] && PY_PKGS=(numpy maturin auditwheel ziglang)
 if ! "$VENV/bin/python3" -c "import $(IFS=,; echo "${PY_PKGS[*]}")" >/dev/null 2>&1; then
   echo "installing ${PY_PKGS[*]} into $VENV (a few minutes with torch)" >&2
   python3 -m venv "$VENV"

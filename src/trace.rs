@@ -103,8 +103,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Tr
         let Some(span) = ctx.span(id) else { return };
         let mut args = String::new();
         attrs.record(&mut Args(&mut args));
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as i64;
+        let tid = crate::sys::gettid() as i64;
         span.extensions_mut().insert(Open {
             start: Instant::now(),
             tid,

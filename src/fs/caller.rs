@@ -404,8 +404,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let path = fifo.clone();
         let t = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            tx.send(crate::sys::gettid()).unwrap();
             let spin = std::time::Instant::now();
             while spin.elapsed() < std::time::Duration::from_millis(3) {
                 std::hint::spin_loop();
@@ -439,8 +438,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let path = fifo.clone();
         let t = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            tx.send(crate::sys::gettid()).unwrap();
             // SAFETY: a valid path; blocks until the writer below opens the FIFO.
             let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
             // SAFETY: closing the descriptor we opened.
@@ -463,15 +461,13 @@ mod tests {
             .unwrap();
         t.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
-        // SAFETY: gettid has no preconditions.
-        assert!(opening_to_read(unsafe { libc::gettid() } as u32).is_none());
+        assert!(opening_to_read(crate::sys::gettid()).is_none());
     }
 
     #[test]
     fn a_process_or_its_child_told_a_name_is_absent_is_not_waiting_for_it() {
         let told = ToldAbsent::default();
-        // SAFETY: gettid has no preconditions.
-        let me = unsafe { libc::gettid() } as u32;
+        let me = crate::sys::gettid();
         assert!(!told.told(me, "run/x"));
         told.tell(me, "run/x");
         assert!(told.told(me, "run/x"));
@@ -492,8 +488,7 @@ mod tests {
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            tid_tx.send(crate::sys::gettid()).unwrap();
             let _ = done_rx.recv();
         });
         let tid = tid_rx.recv().unwrap();

@@ -14,6 +14,13 @@ pub mod private;
 use std::io;
 use std::path::Path;
 
+/// The calling thread's id. By the system call, not glibc's wrapper, which only glibc 2.30+
+/// has (the wheel is built for glibc 2.28).
+pub fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
 /// This process's effective user id.
 pub fn euid() -> u32 {
     // SAFETY: geteuid cannot fail and touches no memory.
@@ -66,8 +73,8 @@ pub fn raise_descriptor_limit() -> u64 {
 /// Gives the calling thread the lowest CPU priority (nice 19; Linux sets it per thread): the
 /// threads of background copies (`--replicate`) then run on CPU the readers leave idle.
 pub fn lower_thread_priority() {
-    // SAFETY: gettid has no preconditions; setpriority only reads its arguments.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+    // SAFETY: setpriority only reads its arguments.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, 19) };
     if r != 0 {
         let e = io::Error::last_os_error();
         tracing::warn!(error = %e, "a background thread keeps its priority");
