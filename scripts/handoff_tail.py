@@ -54,7 +54,7 @@ def report(run):
     worst = closes[: max(3, len(closes) // 100)]
     print(f"  slowest closes (producer n on node n): ms, then spans overlapping it (name node +start dur)")
     want = {"flush", "mappings", "seal", "publish", "answer", "create", "open", "lookup", "setattr",
-            "caller", "resolve", "ask", "staged", "backing_stat"}
+            "caller", "resolve", "ask", "staged", "backing_stat", "remembered", "shared_stat"}
     for dur, i, n, p in worst:
         spans = [s for s in inside(events, p[0], p[1], want) if s[0] != "answer/NameGet"]
         print(f"    p{n} file {i}: {1000 * dur:.2f} ms: " +

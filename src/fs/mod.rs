@@ -412,13 +412,15 @@ impl<S: Source> DyadFs<S> {
     /// else read (and remembered).
     fn backing_stat(&self, path: &str) -> std::io::Result<BackingStat> {
         let stats = self.stats();
-        if let Some(stat) = self.remembered.as_ref().and_then(|r| r.get(path)) {
+        let remembered = tracing::debug_span!("remembered")
+            .in_scope(|| self.remembered.as_ref().and_then(|r| r.get(path)));
+        if let Some(stat) = remembered {
             stats
                 .backing_stats_remembered
                 .fetch_add(1, Ordering::Relaxed);
             return Ok(stat);
         }
-        let stat = self.backing.stat(path)?;
+        let stat = tracing::debug_span!("shared_stat").in_scope(|| self.backing.stat(path))?;
         stats.backing_stats.fetch_add(1, Ordering::Relaxed);
         if let Some(r) = &self.remembered {
             r.keep(path, &stat);
