@@ -12,10 +12,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, MutexGuard};
 
-/// Processes whose files are kept, at most (those that exited go first, then all).
-const MAX_PROCESSES: usize = 64;
-/// Threads of one process whose files are kept, at most (the rest are opened at each look).
-const MAX_THREADS: usize = 256;
+/// Processes whose files are kept, at most (those that exited go first, then all), and threads
+/// of one process (the rest are opened at each look): 512 descriptors at most, which the cache's
+/// data files need more (a producer, `cp`, `tar` or a Python script, has a few threads).
+const MAX_PROCESSES: usize = 16;
+const MAX_THREADS: usize = 32;
 
 /// Open `children` files, by process.
 #[derive(Default)]
