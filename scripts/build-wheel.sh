@@ -8,11 +8,11 @@
 # Usage: scripts/build-wheel.sh          (after scripts/install-deps.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${DYADFS_VENV:-.venv}
+VENV=$(cd "${DYADFS_VENV:-.venv}" && pwd)
 clang_include=$(dirname "$(ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h | sort -V | tail -1)")
 rm -f target/wheels/dyadfs-*.whl
 BINDGEN_EXTRA_CLANG_ARGS="-I$clang_include -I/usr/include/$(uname -m)-linux-gnu -I/usr/include" \
-  UCX_SYS_PORTABLE=1 PATH="$PWD/$VENV/bin:$PATH" \
+  UCX_SYS_PORTABLE=1 PATH="$VENV/bin:$PATH" \
   "$VENV/bin/maturin" build --release --zig --compatibility manylinux_2_28 --out target/wheels
 "$VENV/bin/auditwheel" show target/wheels/dyadfs-*.whl > target/wheels/auditwheel.txt
 head -2 target/wheels/auditwheel.txt
