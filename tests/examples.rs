@@ -30,13 +30,17 @@ fn python() -> Command {
     c
 }
 
-/// Starts `consumer` on node 1, lets it block on the first name, then runs `producer` on
-/// node 0; both must succeed.
+/// Starts `consumer` on node 1, waits until it blocks on the first name (each example's
+/// consumer opens the names it reads, and its node counts the open's wait), then runs
+/// `producer` on node 0; both must succeed.
 fn hand_off(c: &Cluster, mut producer: Command, mut consumer: Command) -> String {
+    let before = c.nodes[1].stat("name_waits");
     let waiting = consumer.spawn().unwrap();
-    // The consumer first, most likely waiting by now (not every example's consumer waits in
-    // the daemon, so there is no event to wait for); the test holds either way.
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until(
+        "the consumer waits for its first file",
+        Duration::from_secs(60),
+        || c.nodes[1].stat("name_waits") > before,
+    );
     succeeded("producer", producer.output().unwrap());
     succeeded("consumer", waiting.wait_with_output().unwrap())
         + &format!("(node 1 waited {} times)", c.nodes[1].stat("name_waits"))
@@ -168,8 +172,12 @@ fn in_situ_training_on_a_managed_directory() {
             t.spawn().unwrap()
         })
         .collect();
-    // The trainers first, as in hand_off: likely waiting by now, right either way.
-    std::thread::sleep(Duration::from_millis(500));
+    // The trainers first, as in hand_off: each node's first wait for a sample.
+    wait_until(
+        "both trainers wait for a sample",
+        Duration::from_secs(60),
+        || c.nodes[2].stat("name_waits") > 0 && c.nodes[3].stat("name_waits") > 0,
+    );
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
             let mut pr = piped(python());

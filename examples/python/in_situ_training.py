@@ -98,8 +98,8 @@ class Samples:
         import torch
 
         n = self.names[k]
-        opened = time.time()
         with open(os.path.join(self.directory, n), "rb") as f:
+            opened = time.time()  # when the open returned (it waits for the producer's close)
             data = f.read()
         with open(self.log, "a") as log:
             log.write(json.dumps({"name": n, "epoch": self.epoch, "opened": opened, "pid": os.getpid(),
