@@ -24,15 +24,24 @@ def q(xs, f):
     return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else 0.0
 
 
+def label(e):
+    """A span's name, with the message kind for a locator answer (`answer/NameSet`)."""
+    return e["name"] + ("/" + e["args"].get("msg", "") if e["name"] == "answer" else "")
+
+
 def inside(events, t0, t1, names):
-    """The named spans that overlap [t0, t1] (seconds), as (name, node, start offset, dur) ms."""
+    """The named spans that overlap [t0, t1] (seconds), as (label, node, start offset, dur) ms,
+    less the waits a name home holds open (`answer/NameGet`: they overlap everything)."""
     out = []
     for e in events:
         s, d = e["ts"] / 1e6, e["dur"] / 1e6
-        if e["name"] in names and s < t1 and s + d > t0:
-            out.append((e["name"] + ("/" + e["args"].get("msg", "") if e["name"] == "answer" else ""),
-                        e["pid"], 1000 * (s - t0), 1000 * d))
+        if e["name"] in names and s < t1 and s + d > t0 and label(e) != "answer/NameGet":
+            out.append((label(e), e["pid"], 1000 * (s - t0), 1000 * d))
     return sorted(out, key=lambda x: x[2])
+
+
+def spans_line(spans):
+    return "  ".join(f"{s[0]}@{s[1]} +{s[2]:.2f} {s[3]:.2f}" for s in spans)
 
 
 def report(run):
@@ -41,8 +50,7 @@ def report(run):
         events += [e for e in load(f) if e.get("ph") == "X"]
     by = {}
     for e in events:
-        key = e["name"] + ("/" + str(e["args"].get("msg")) if e["name"] == "answer" else "")
-        by.setdefault((key, e["pid"]), []).append(e["dur"] / 1000)
+        by.setdefault((label(e), e["pid"]), []).append(e["dur"] / 1000)
     print(f"== {run}: {len(events)} spans")
     print(f"  {'span':<22} {'node':>4} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for (name, node), ds in sorted(by.items()):
@@ -56,9 +64,7 @@ def report(run):
     want = {"flush", "mappings", "seal", "publish", "answer", "create", "open", "lookup", "setattr",
             "caller", "resolve", "ask", "staged", "backing_stat", "remembered", "shared_stat"}
     for dur, i, n, p in worst:
-        spans = [s for s in inside(events, p[0], p[1], want) if s[0] != "answer/NameGet"]
-        print(f"    p{n} file {i}: {1000 * dur:.2f} ms: " +
-              "  ".join(f"{s[0]}@{s[1]} +{s[2]:.2f} {s[3]:.2f}" for s in spans))
+        print(f"    p{n} file {i}: {1000 * dur:.2f} ms: " + spans_line(inside(events, p[0], p[1], want)))
     wakes = []
     for n in (0, 1):
         for i, (p, c) in enumerate(zip(logs[f"p{n}"], logs[f"c{n}"])):
@@ -67,10 +73,8 @@ def report(run):
     print("  slowest wake-ups (close return or open call -> open return)")
     for dur, i, n, p, c in wakes[: max(3, len(wakes) // 100)]:
         t0 = max(p[1], c[0])
-        spans = [s for s in inside(events, t0, c[1], want | {"locate", "pull", "getattr"})
-                 if s[0] != "answer/NameGet"]
-        print(f"    f-{n}-{i}: {1000 * dur:.2f} ms: " +
-              "  ".join(f"{s[0]}@{s[1]} +{s[2]:.2f} {s[3]:.2f}" for s in spans[:12]))
+        spans = inside(events, t0, c[1], want | {"locate", "pull", "getattr"})
+        print(f"    f-{n}-{i}: {1000 * dur:.2f} ms: " + spans_line(spans[:12]))
 
 
 def main():
