@@ -8,7 +8,8 @@
 //! [`crate::core::paths`]).
 //!
 //! The file system reaches it through [`SharedFs`], so its unit tests put `memory`'s double in
-//! its place, which can fail any call; `acl` says what a file's POSIX ACL lets the mount present.
+//! its place, which can fail any call; a managed directory's is an [`EmptyTree`]; `acl` says
+//! what a file's POSIX ACL lets the mount present.
 
 use std::ffi::{CString, OsString};
 use std::fs::{File, Metadata};
@@ -21,8 +22,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod acl;
+mod empty;
 #[cfg(test)]
 pub(crate) mod memory;
+
+pub use empty::EmptyTree;
 
 use crate::cache::files::DataFiles;
 use crate::core::Kind;
@@ -42,6 +46,11 @@ pub trait SharedFs: Send + Sync + 'static {
     fn read_link(&self, rel: &str) -> io::Result<PathBuf>;
     /// The figures of the file system it is (`statfs`).
     fn statvfs(&self) -> io::Result<libc::statvfs>;
+    /// Whether `rel` is known not to exist without asking (so neither a stat nor a remembered
+    /// one is looked for).
+    fn surely_absent(&self, _rel: &str) -> bool {
+        false
+    }
 }
 
 pub struct BackingStore {

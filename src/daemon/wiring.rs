@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::UserError;
 use super::config::MountConfig;
-use crate::backing::BackingStore;
+use crate::backing::{BackingStore, EmptyTree, SharedFs};
 use crate::cache::names_log::NamesLog;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::names::ClusterNames;
@@ -237,16 +237,13 @@ fn run<S: Source>(
     status: Option<StatusFn>,
 ) -> Result<(), UserError> {
     let backing = backing(args, &b.cache);
-    let fs = DyadFs::new(
-        Arc::new(backing),
-        names,
-        producer,
-        source,
-        b.cache,
-        b.stats,
-        b.config,
-    )
-    .map_err(backing_err(args))?;
+    let shared: Arc<dyn SharedFs> = if args.managed {
+        Arc::new(EmptyTree(backing))
+    } else {
+        Arc::new(backing)
+    };
+    let fs = DyadFs::new(shared, names, producer, source, b.cache, b.stats, b.config)
+        .map_err(backing_err(args))?;
     if let Some(f) = status {
         fs.set_status(f);
     }

@@ -411,6 +411,9 @@ impl<S: Source> DyadFs<S> {
     /// The shared file system's attributes of `path`: remembered ones while their TTL lasts,
     /// else read (and remembered).
     fn backing_stat(&self, path: &str) -> std::io::Result<BackingStat> {
+        if self.backing.surely_absent(path) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+        }
         let stats = self.stats();
         let remembered = tracing::debug_span!("remembered")
             .in_scope(|| self.remembered.as_ref().and_then(|r| r.get(path)));
@@ -420,8 +423,9 @@ impl<S: Source> DyadFs<S> {
                 .fetch_add(1, Ordering::Relaxed);
             return Ok(stat);
         }
-        let stat = tracing::debug_span!("shared_stat").in_scope(|| self.backing.stat(path))?;
+        // Counted whatever it answers: a name's absence costs the shared FS a stat too.
         stats.backing_stats.fetch_add(1, Ordering::Relaxed);
+        let stat = tracing::debug_span!("shared_stat").in_scope(|| self.backing.stat(path))?;
         if let Some(r) = &self.remembered {
             r.keep(path, &stat);
         }
