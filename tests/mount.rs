@@ -1236,3 +1236,26 @@ fn a_dead_mount_is_always_reported_dead() {
     );
     f.mount(&[]).unmount();
 }
+
+/// The daemon's descriptor table is sized for 65,536 descriptors (or its limit) from the start,
+/// so no open of a lookup waits for the kernel to grow it (an RCU grace period, 15-30 ms on a
+/// 16-core host, each time the count crossed a power of two).
+#[test]
+fn the_daemons_descriptor_table_is_sized_at_start() {
+    let f = Fixture::new("fdsize");
+    let m = f.mount(&[]);
+    let proc_field = |file: &str, key: &str| -> u64 {
+        let text = fs::read_to_string(format!("/proc/{}/{file}", m.pid)).unwrap();
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+        line[key.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let limit = proc_field("limits", "Max open files");
+    let size = proc_field("status", "FDSize:");
+    assert!(size >= limit.min(1 << 16), "FDSize {size}, limit {limit}");
+    m.unmount();
+}

@@ -44,6 +44,10 @@ struct Base {
     config: FsConfig,
 }
 
+/// Descriptors the daemon's table holds from the start (512 KiB of kernel memory): beyond it,
+/// each doubling stalls one open for an RCU grace period (see `presize_descriptor_table`).
+const DESCRIPTOR_TABLE: u64 = 1 << 16;
+
 /// Builds the mount the arguments describe and serves it until it is unmounted.
 pub(super) fn serve(args: &MountConfig) -> Result<(), UserError> {
     crate::sys::fix_mmap_threshold();
@@ -51,6 +55,7 @@ pub(super) fn serve(args: &MountConfig) -> Result<(), UserError> {
     let signals = crate::sys::StopSignals::block();
     // Nothing depends on getting more: the cache keeps half of what there is.
     let limit = crate::sys::raise_descriptor_limit();
+    crate::sys::presize_descriptor_table(limit.min(DESCRIPTOR_TABLE));
     let stats = Arc::new(Stats::default());
     stats.managed.store(args.managed, Ordering::Relaxed);
     let base = Base {
