@@ -142,75 +142,196 @@ fn every_module_has_a_layer() {
     }
 }
 
+/// Import cycles inside a folder that are known and owed: a cache entry's methods take the
+/// whole `Cache` (its clock, its stats, its write errors and its capacity) and hold its `Shared`
+/// parts, both defined in cache/mod.rs, which uses the entry. This list may only shrink: a new
+/// cycle fails, and so does a listed one that is gone (take it off).
+const KNOWN_CYCLES: &[&str] = &["cache: entry <-> mod"];
+
+/// Every `a::b::c` path a file names: those of its `use` items, groups expanded
+/// (`use super::{a, b::{c, d}}` names `super::a`, `super::b::c`, `super::b::d`), and those
+/// written inline (`super::x::f()`).
+fn paths_named(code: &str) -> Vec<String> {
+    fn expand(prefix: &str, body: &str, out: &mut Vec<String>) {
+        let Some(open) = body.find('{') else {
+            out.push(format!("{prefix}{body}"));
+            return;
+        };
+        let Some(close) = body.rfind('}') else { return };
+        let (head, inner) = (&body[..open], &body[open + 1..close]);
+        let (mut depth, mut part) = (0, String::new());
+        for c in inner.chars().chain([',']) {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    if !part.is_empty() {
+                        expand(&format!("{prefix}{head}"), &part, out);
+                    }
+                    part.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            part.push(c);
+        }
+    }
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("use ") {
+        let before = &rest[..at];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let lead = before[line_start..].trim();
+        let after = &rest[at + 4..];
+        let end = after.find(';').unwrap_or(after.len());
+        if lead.is_empty() || lead.starts_with("pub") {
+            let body: String = after[..end]
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect();
+            expand("", &body, &mut out);
+        }
+        rest = &after[end.min(after.len())..];
+    }
+    for start in ["super::", "crate::", "self::"] {
+        for (at, _) in code.match_indices(start) {
+            let prev = code[..at].chars().next_back();
+            if prev.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let path: String = code[at..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// A file's code without comments and its unit tests.
+fn code_of(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = text
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(text.as_str(), |i| &text[..i]);
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Within a folder, the files' imports of one another form no cycle (a cycle is one concept
-/// split in two files, or two concepts that should meet below both).
+/// split in two files, or two concepts that should meet below both). `mod.rs` is a file like the
+/// others: a child that takes an item defined there points up at it, and `mod.rs` points down at
+/// each child it uses or re-exports.
 #[test]
 fn no_cycles_inside_a_folder() {
-    use std::collections::{HashMap, HashSet};
+    use std::collections::{BTreeSet, HashMap, HashSet};
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut folders = vec![src.clone()];
-    let mut cycles = Vec::new();
+    let mut cycles = BTreeSet::new();
     while let Some(dir) = folders.pop() {
-        let mut stems: Vec<(String, String)> = Vec::new();
+        // The folder's modules: its files (tests aside) and subfolders with a mod.rs.
+        let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
-                folders.push(p);
+                folders.push(p.clone());
+                if p.join("mod.rs").exists() {
+                    let stem = p.file_name().unwrap().to_string_lossy().to_string();
+                    files.push((stem, p.join("mod.rs")));
+                }
             } else if p.extension().is_some_and(|x| x == "rs") {
                 let stem = p.file_stem().unwrap().to_string_lossy().to_string();
-                if stem != "mod" && stem != "lib" && stem != "main" {
-                    stems.push((stem, std::fs::read_to_string(&p).unwrap()));
+                if stem != "lib" && stem != "main" && !stem.ends_with("tests") {
+                    files.push((stem, p));
                 }
             }
         }
-        let names: HashSet<&str> = stems.iter().map(|(s, _)| s.as_str()).collect();
         let folder = dir
             .strip_prefix(&src)
             .unwrap()
             .to_string_lossy()
             .replace('/', "::");
-        let mut edges: HashMap<&str, HashSet<&str>> = HashMap::new();
-        for (stem, text) in &stems {
-            // Code only: a doc link to a sibling is no import.
-            let code: String = text
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let text = &code;
-            let prefixes = ["super::".to_string(), format!("crate::{folder}::")];
-            for prefix in prefixes.iter().filter(|p| !p.ends_with("crate::::")) {
-                for (at, _) in text.match_indices(prefix.as_str()) {
-                    let used: String = text[at + prefix.len()..]
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    if let Some(&n) = names.get(used.as_str())
-                        && n != stem
-                    {
-                        edges.entry(stem.as_str()).or_default().insert(n);
-                    }
+        let siblings: HashSet<&str> = files
+            .iter()
+            .map(|(s, _)| s.as_str())
+            .filter(|s| *s != "mod")
+            .collect();
+        // The items mod.rs defines itself (not those it re-exports).
+        let defined: HashSet<String> = files
+            .iter()
+            .find(|(s, _)| s == "mod")
+            .map(|(_, p)| {
+                code_of(p)
+                    .lines()
+                    .filter(|l| !l.starts_with(' '))
+                    .filter_map(|l| {
+                        let l = l
+                            .trim_start_matches("pub(crate) ")
+                            .trim_start_matches("pub ");
+                        let l = l.trim_start_matches("unsafe ").trim_start_matches("async ");
+                        let (kw, rest) = l.split_once(' ')?;
+                        ["struct", "enum", "trait", "type", "fn", "const", "static"]
+                            .contains(&kw)
+                            .then(|| rest.split(|c: char| !c.is_alphanumeric() && c != '_'))
+                            .and_then(|mut n| n.next().map(str::to_string))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let own = format!("crate::{folder}::");
+        let mut edges: HashMap<String, HashSet<String>> = HashMap::new();
+        for (stem, path) in &files {
+            for named in paths_named(&code_of(path)) {
+                let rest = if stem == "mod" {
+                    named.strip_prefix("self::").or(named.strip_prefix(&own))
+                } else {
+                    named.strip_prefix("super::").or(named.strip_prefix(&own))
+                };
+                // From mod.rs, a child's own name is a path down to it too (`pub use a::B`).
+                let rest = rest.or((stem == "mod").then_some(named.as_str()));
+                let Some(first) = rest.and_then(|r| r.split("::").next()) else {
+                    continue;
+                };
+                let to = if siblings.contains(first) {
+                    first.to_string()
+                } else if stem != "mod" && defined.contains(first) && !folder.is_empty() {
+                    "mod".to_string()
+                } else {
+                    continue;
+                };
+                if &to != stem {
+                    edges.entry(stem.clone()).or_default().insert(to);
                 }
             }
         }
         // A cycle is an edge a -> b with a path b -> a.
         for (a, outs) in &edges {
             for b in outs {
-                let (mut seen, mut stack) = (HashSet::new(), vec![*b]);
+                let (mut seen, mut stack) = (HashSet::new(), vec![b.as_str()]);
                 while let Some(n) = stack.pop() {
-                    if n == *a {
-                        cycles.push(format!("{}: {a} <-> {b}", dir.display()));
+                    if n == a {
+                        let (x, y) = if a < b { (a, b) } else { (b, a) };
+                        cycles.insert(format!("{folder}: {x} <-> {y}"));
                         break;
                     }
                     if seen.insert(n) {
-                        stack.extend(edges.get(n).into_iter().flatten().copied());
+                        stack.extend(edges.get(n).into_iter().flatten().map(String::as_str));
                     }
                 }
             }
         }
     }
-    cycles.sort();
-    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+    let known: BTreeSet<String> = KNOWN_CYCLES.iter().map(|s| s.to_string()).collect();
+    let new: Vec<_> = cycles.difference(&known).collect();
+    let gone: Vec<_> = known.difference(&cycles).collect();
+    assert!(
+        new.is_empty() && gone.is_empty(),
+        "import cycles not known:\n{new:#?}\nknown cycles that are gone (take them off \
+         KNOWN_CYCLES):\n{gone:#?}"
+    );
 }
 
 /// docs/ARCHITECTURE.md's section between `## {title}` and the next `## `.

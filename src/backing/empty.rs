@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 
-use super::{BackingStat, SharedFs};
+use super::port::{BackingStat, SharedFs};
 use crate::core::Kind;
 
 /// `inner` (the real root) answers for the root itself; every other path is absent.

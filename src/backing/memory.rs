@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{BackingStat, Meta, SharedFs};
+use super::port::{BackingStat, Meta, SharedFs};
 use crate::core::Kind;
 use crate::core::sync::lock;
 

@@ -12,7 +12,7 @@
 //! what a file's POSIX ACL lets the mount present.
 
 use std::ffi::{CString, OsString};
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
@@ -25,8 +25,10 @@ mod acl;
 mod empty;
 #[cfg(test)]
 pub(crate) mod memory;
+mod port;
 
 pub use empty::EmptyTree;
+pub use port::{BackingStat, Meta, SharedFs};
 
 use crate::cache::files::DataFiles;
 use crate::core::Kind;
@@ -34,24 +36,6 @@ use crate::core::Version;
 use crate::core::source::{
     DIRECT_ALIGN, FillSink, Origin, Source, with_aligned_scratch, with_scratch,
 };
-
-/// What the file system asks of the shared file system (its bytes come through a
-/// [`Source`], which [`BackingStore`] is too).
-pub trait SharedFs: Send + Sync + 'static {
-    /// The attributes of `rel` itself (a symlink is not followed).
-    fn stat(&self, rel: &str) -> io::Result<BackingStat>;
-    /// Every entry of directory `rel` with its kind.
-    fn list(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>>;
-    /// The target of symlink `rel`.
-    fn read_link(&self, rel: &str) -> io::Result<PathBuf>;
-    /// The figures of the file system it is (`statfs`).
-    fn statvfs(&self) -> io::Result<libc::statvfs>;
-    /// Whether `rel` is known not to exist without asking (so neither a stat nor a remembered
-    /// one is looked for).
-    fn surely_absent(&self, _rel: &str) -> bool {
-        false
-    }
-}
 
 pub struct BackingStore {
     root: PathBuf,
@@ -287,76 +271,6 @@ fn read_direct(file: &File, buf: &mut [u8], offset: u64, len: usize) -> io::Resu
         Ok(_) => Err(io::ErrorKind::UnexpectedEof.into()),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
         Err(e) => Err(e),
-    }
-}
-
-/// A backing entry's attributes.
-#[derive(Clone, Debug)]
-pub struct BackingStat {
-    pub meta: Meta,
-    /// The permission bits (of 0o7777) the mount may present: all but where an ACL narrows
-    /// them (see [`acl`]).
-    pub allowed: u16,
-    /// When it was read: what the metadata TTL counts from, however long it is kept.
-    pub read: Instant,
-}
-
-impl std::ops::Deref for BackingStat {
-    type Target = Meta;
-    fn deref(&self) -> &Meta {
-        &self.meta
-    }
-}
-
-/// What the shared file system says of an entry: the parts of a `stat` the mount presents, as
-/// plain data (a double makes them without a file).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Meta {
-    pub kind: Kind,
-    pub size: u64,
-    /// 512-byte blocks allocated.
-    pub blocks: u64,
-    /// The permission and set-id bits (of 0o7777).
-    pub mode: u32,
-    pub nlink: u64,
-    pub uid: u32,
-    pub gid: u32,
-    pub rdev: u64,
-    /// Seconds and nanoseconds since the epoch.
-    pub atime: (i64, i64),
-    pub mtime: (i64, i64),
-    pub ctime: (i64, i64),
-}
-
-impl Meta {
-    pub fn of(m: &Metadata) -> Meta {
-        use std::os::unix::fs::MetadataExt;
-        Meta {
-            kind: Kind::of(m.file_type()),
-            size: m.len(),
-            blocks: m.blocks(),
-            mode: m.mode() & 0o7777,
-            nlink: m.nlink(),
-            uid: m.uid(),
-            gid: m.gid(),
-            rdev: m.rdev(),
-            atime: (m.atime(), m.atime_nsec()),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }
-    }
-
-    pub fn is_dir(&self) -> bool {
-        self.kind == Kind::Dir
-    }
-
-    pub fn is_file(&self) -> bool {
-        self.kind == Kind::File
-    }
-
-    /// The version a cache entry of this file is keyed by (as [`crate::core::version_of`]).
-    pub fn version(&self) -> Version {
-        crate::core::version_at(self.size, self.mtime)
     }
 }
 

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::chunks::{Chunk, ChunkStates, Chunks, Claim, State};
+use super::error::CacheError;
 use super::files::Mode;
 use super::format::{ChunkRecord, Header};
 use super::journal::Record;
 use super::segments::Place;
-use super::{Cache, CacheError, FILL_WAIT, Shared};
+use super::{Cache, FILL_WAIT, Shared};
 use crate::core::{Version, path_hash};
 
 /// One cached file. Held by open handles (`pin`) and by the index. It owns no descriptor: its

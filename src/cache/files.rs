@@ -161,6 +161,29 @@ pub fn is_out_of_descriptors(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
+/// A new file for this daemon alone (0600), read and written.
+pub(super) fn private_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// A new file at `path` made by `create` (a `create_new` open), never one an old copy's open
+/// handles may still read: a leftover of another run is unlinked first and `create` tried
+/// again. Usually there is none, so one name lookup, not two.
+pub(super) fn create_fresh(path: &Path, create: impl Fn() -> io::Result<File>) -> io::Result<File> {
+    match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(path)?;
+            create()
+        }
+        r => r,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@
 //! | path_len u32 | path bytes | n_chunks u32 | n_chunks x (present u8, crc32c u32) | crc u32
 //! ```
 
-use super::CacheError;
+use super::error::CacheError;
 use crate::core::Version;
 
 pub const MAGIC: &[u8; 8] = b"DYADFSC\0";

@@ -28,7 +28,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::CacheError;
+use super::error::CacheError;
 use super::format::{FORMAT_VERSION, Header};
 use super::segments::Place;
 use crate::core::sync::lock;

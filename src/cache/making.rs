@@ -2,6 +2,7 @@
 //! slot, its bytes placed in a segment, in a data file of its own, or (a sealed file) in the
 //! file renamed in by `Cache::adopt`; or, where the cache takes no bytes, an entry outside it.
 
+use super::files::{create_fresh, private_file};
 use super::*;
 
 /// How a new entry's bytes are placed.

@@ -15,6 +15,7 @@ mod capacity;
 mod chunks;
 mod direct;
 pub mod entry;
+mod error;
 mod events;
 pub mod files;
 pub mod format;
@@ -32,13 +33,14 @@ use chunks::Chunk;
 pub use chunks::Claim;
 pub use entry::Entry;
 use entry::Reloaded;
+pub use error::CacheError;
 pub use events::CacheEvent;
 pub use mapping::{Mapping, Pooled, ReadBytes};
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,29 +53,6 @@ use journal::Journal;
 use crate::core::sync::lock;
 use crate::core::{Version, path_hash};
 use crate::stats::Stats;
-
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    #[error("cache I/O error: {0}")]
-    Io(#[from] io::Error),
-    #[error("corrupt cache entry: {0}")]
-    Corrupt(String),
-    #[error("cache directory {0} is in use by another dyadfs daemon")]
-    Locked(PathBuf),
-    #[error("timed out waiting for another reader's fill of {0}")]
-    FillTimeout(String),
-}
-
-/// A cache error as an I/O error with the same errno where it has one (a producer's close
-/// then says ENOSPC, not EIO).
-impl From<CacheError> for io::Error {
-    fn from(e: CacheError) -> io::Error {
-        match e {
-            CacheError::Io(e) => e,
-            e => io::Error::other(e),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
@@ -527,29 +506,6 @@ impl Cache {
             let e = index.remove(path).expect("present");
             self.drop_entry(&e);
         }
-    }
-}
-
-/// A new file for this daemon alone (0600), read and written.
-fn private_file(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-/// A new file at `path` made by `create` (a `create_new` open), never one an old copy's open
-/// handles may still read: a leftover of another run is unlinked first and `create` tried
-/// again. Usually there is none, so one name lookup, not two.
-fn create_fresh(path: &Path, create: impl Fn() -> io::Result<File>) -> io::Result<File> {
-    match create() {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(path)?;
-            create()
-        }
-        r => r,
     }
 }
 

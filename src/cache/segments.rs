@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::files::{DataFiles, Mode};
+use super::files::{DataFiles, Mode, create_fresh, private_file};
 use crate::core::sync::lock;
 
 /// Bit 63 of an entry's id: the entry is packed, the rest of the id is its [`Place`].
@@ -208,7 +208,7 @@ impl Segments {
     fn create(&self, id: u32) -> io::Result<File> {
         let path = self.path(id);
         // (A leftover of another run no journal record names is unlinked first.)
-        let file = super::create_fresh(&path, || super::private_file(&path))?;
+        let file = create_fresh(&path, || private_file(&path))?;
         if let Err(e) = crate::sys::preallocate(&file, self.size) {
             let _ = fs::remove_file(&path);
             return Err(e);

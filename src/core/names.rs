@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::NodeId;
+use super::ids::NodeId;
 
 pub use super::paths::OBJECT_PREFIX;
 
@@ -76,7 +76,7 @@ pub const LINKS_DIR: &str = "//links";
 
 /// The directory of the record `key`.
 pub fn links_dir(key: &str) -> String {
-    format!("{LINKS_DIR}/{:02x}", super::path_hash(key) & 0xff)
+    format!("{LINKS_DIR}/{:02x}", super::ids::path_hash(key) & 0xff)
 }
 
 /// Whether `dir` is one of the records' directories.

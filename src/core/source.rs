@@ -4,7 +4,7 @@
 
 use std::io;
 
-use super::Version;
+use super::ids::Version;
 
 /// Where a source found the bytes it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,9 +8,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::found::Found;
 use super::handles::Handle;
+use super::paths::split;
 use super::write::Staged;
-use super::{DyadFs, Error, Found, split};
+use super::{DyadFs, Error};
 use crate::core::Version;
 use crate::core::names::{Name, NameMeta, now_ns};
 use crate::core::source::Source;
@@ -40,7 +42,7 @@ impl<S: Source> DyadFs<S> {
     /// writes: a write through a descriptor of it that escaped the check (passed to an
     /// unrelated process) fails with EBADF. Other handles have nothing to do.
     pub fn flush(&self, fh: u64) -> Result<(), Error> {
-        match &*self.handle(fh)? {
+        match &*self.handles.get(fh)? {
             Handle::Staged {
                 staged,
                 writable: true,

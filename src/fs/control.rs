@@ -3,7 +3,8 @@
 
 use std::ffi::OsStr;
 
-use super::{DyadFs, Error, ROOT_INO, prefetch};
+use super::inodes::ROOT_INO;
+use super::{DyadFs, Error, prefetch};
 use crate::core::source::Source;
 use crate::stats::{MemberStatus, SCRUB_XATTR, STATS_XATTR, STATUS_XATTR, StatusReport};
 

@@ -15,7 +15,8 @@ use std::ffi::OsString;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{DyadFs, join, spawn_worker, split};
+use super::paths::{join, split};
+use super::{DyadFs, spawn_worker};
 use crate::core::Kind;
 use crate::core::source::Source;
 use crate::core::sync::lock;

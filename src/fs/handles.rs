@@ -1,12 +1,12 @@
 //! Open handles: a file read through the cache, or a file being written on this node.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use super::error::Error;
 use super::write::Staged;
-use super::{DyadFs, Error};
 use crate::cache::Entry;
-use crate::core::source::Source;
 use crate::core::sync::lock;
 
 pub(super) struct CachedHandle {
@@ -49,25 +49,62 @@ pub struct Opened {
     pub store: Option<crate::cache::ReadBytes>,
 }
 
-impl<S: Source> DyadFs<S> {
-    pub(super) fn add_handle(&self, h: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(h));
+/// The open handles by their number (FUSE's `fh`); directory handles take their numbers here
+/// too, so no two handles of either kind share one.
+pub(super) struct Handles {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<Handle>>>,
+}
+
+impl Handles {
+    pub(super) fn new() -> Handles {
+        Handles {
+            next: AtomicU64::new(1),
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A number no handle had.
+    pub(super) fn number(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(super) fn add(&self, h: Handle) -> u64 {
+        let fh = self.number();
+        lock(&self.open).insert(fh, Arc::new(h));
         fh
     }
 
-    pub(super) fn handle(&self, fh: u64) -> Result<Arc<Handle>, Error> {
-        let handles = lock(&self.handles);
-        handles.get(&fh).cloned().ok_or(Error::BadHandle(fh))
+    pub(super) fn get(&self, fh: u64) -> Result<Arc<Handle>, Error> {
+        lock(&self.open)
+            .get(&fh)
+            .cloned()
+            .ok_or(Error::BadHandle(fh))
     }
 
-    pub(super) fn staged_handle(&self, staged: Arc<Staged>, writable: bool) -> Opened {
+    pub(super) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        lock(&self.open).remove(&fh)
+    }
+
+    /// How many are open.
+    #[cfg(test)]
+    pub(super) fn count(&self) -> usize {
+        lock(&self.open).len()
+    }
+
+    /// The first `f` gives of an open handle.
+    pub(super) fn find_map<T>(&self, f: impl FnMut(&Arc<Handle>) -> Option<T>) -> Option<T> {
+        lock(&self.open).values().find_map(f)
+    }
+
+    /// A handle of file `staged`, being written here.
+    pub(super) fn staged(&self, staged: Arc<Staged>, writable: bool) -> Opened {
         if writable {
             staged.writers.fetch_add(1, Ordering::Relaxed);
             // A release still on its way will not be the last: nothing waits for it.
             staged.release_expected.store(false, Ordering::Relaxed);
         }
-        let fh = self.add_handle(Handle::Staged { staged, writable });
+        let fh = self.add(Handle::Staged { staged, writable });
         Opened {
             fh,
             passthrough: None,

@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use super::attr::Attr;
-use super::{DyadFs, Error, Found, ROOT_INO, split};
+use super::paths::split;
 use crate::core::Version;
 use crate::core::names::LINKS_DIR;
-use crate::core::source::Source;
 use crate::core::sync::lock;
+
+/// The mount's root directory.
+pub const ROOT_INO: u64 = 1;
 
 pub(super) struct Node {
     /// Its path under the mount (a rename moves it).
@@ -84,6 +86,14 @@ pub struct InodeShedder {
 }
 
 impl InodeShedder {
+    /// A shedder of `inodes`, keeping at most `max` (at least 1).
+    pub(super) fn new(inodes: Arc<RwLock<Inodes>>, max: usize) -> InodeShedder {
+        InodeShedder {
+            inodes,
+            max: max.max(1),
+        }
+    }
+
     /// (parent inode, name) of the least recently used entries beyond 90% of `max`, if the
     /// table holds more than `max`.
     pub fn candidates(&self) -> Vec<(u64, OsString)> {
@@ -154,118 +164,5 @@ pub(super) fn new_node(path: &str, attr: Attr, read: Instant, lookups: u64) -> N
         attr: Mutex::new((attr, read)),
         kernel_version: Mutex::new(None),
         aliases: Mutex::new(Vec::new()),
-    }
-}
-
-impl<S: Source> DyadFs<S> {
-    /// The shedder of this file system's inode table, for a thread of its own.
-    pub fn shedder(&self) -> InodeShedder {
-        InodeShedder {
-            inodes: self.inodes.clone(),
-            max: self.config.max_inodes.max(1),
-        }
-    }
-
-    pub(super) fn node(&self, ino: u64) -> Result<Arc<Node>, Error> {
-        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
-        inodes.nodes.get(&ino).cloned().ok_or(Error::NotFound)
-    }
-
-    pub(super) fn path_of(node: &Node) -> String {
-        node.path.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The inode for `path`, created on first sight; its attributes are refreshed. `refs`: the
-    /// kernel references the reply gives (1 for an entry reply, 0 otherwise), counted under
-    /// the same lock so a concurrent `forget` cannot drop the node in between.
-    pub(super) fn upsert(&self, path: String, found: &Found, refs: u64) -> Result<Attr, Error> {
-        let attr_of = |ino| found.attr(ino);
-        // The names of a hard-linked file share one inode, found by its record's id.
-        let link_id = match found {
-            Found::Produced(n) if !n.meta.inode.is_empty() => Some(link_id(&n.meta.inode)),
-            _ => None,
-        };
-        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        let known = |key: &String| {
-            inodes
-                .by_path
-                .get(key)
-                .filter(|ino| inodes.nodes.contains_key(ino))
-                .copied()
-        };
-        if let Some(ino) = known(&path).or_else(|| link_id.as_ref().and_then(known)) {
-            let attr = attr_of(ino)?;
-            let node = inodes.nodes[&ino].clone();
-            for key in [Some(&path), link_id.as_ref()].into_iter().flatten() {
-                if inodes.by_path.insert(key.clone(), ino) != Some(ino) {
-                    lock(&node.aliases).push(key.clone());
-                }
-            }
-            *lock(&node.attr) = (attr, found.read_at());
-            inodes.referenced(&node, refs);
-            return Ok(attr);
-        }
-        let ino = inodes.number_for(&path);
-        let attr = attr_of(ino)?;
-        inodes.by_path.insert(path.clone(), ino);
-        let node = new_node(&path, attr, found.read_at(), refs);
-        if let Some(id) = link_id {
-            inodes.by_path.insert(id.clone(), ino);
-            lock(&node.aliases).push(id);
-        }
-        inodes.nodes.insert(ino, Arc::new(node));
-        inodes.referenced(&inodes.nodes[&ino], 0);
-        Ok(attr)
-    }
-
-    /// The kernel takes a reference to a known inode; `false` if it was forgotten.
-    pub(super) fn take_ref(&self, ino: u64) -> bool {
-        let inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        inodes
-            .nodes
-            .get(&ino)
-            .map(|n| inodes.referenced(n, 1))
-            .is_some()
-    }
-
-    /// The kernel dropped `n` references to `ino`: at zero the inode is forgotten (the root
-    /// never is). Its path maps to it no more; a later lookup makes a new inode.
-    pub fn forget(&self, ino: u64, n: u64) {
-        if ino == ROOT_INO {
-            return;
-        }
-        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        let Some(node) = inodes.nodes.get(&ino) else {
-            return;
-        };
-        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(n);
-        node.lookups.store(left, Ordering::Relaxed);
-        if left > 0 {
-            return;
-        }
-        let node = inodes.nodes.remove(&ino).expect("present");
-        let path = Self::path_of(&node);
-        for key in std::iter::once(path).chain(lock(&node.aliases).drain(..)) {
-            if inodes.by_path.get(&key) == Some(&ino) {
-                inodes.by_path.remove(&key);
-            }
-        }
-    }
-
-    /// Inodes the daemon knows (the kernel's references, plus the root).
-    pub fn inode_count(&self) -> usize {
-        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
-        inodes.nodes.len()
-    }
-
-    /// Forgets the inode mapping of a path that went away (its number stays valid for the
-    /// kernel, which forgets it on its own).
-    pub(super) fn unmap(&self, path: &str) {
-        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(ino) = inodes.by_path.remove(path)
-            && let Some(node) = inodes.nodes.get(&ino)
-        {
-            node.unalias(path, None);
-        }
     }
 }

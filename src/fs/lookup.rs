@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::attr::PENDING;
-use super::{Attr, DyadFs, Error, Found, caller, join, split};
+use super::found::Found;
+use super::paths::{join, split};
+use super::{Attr, DyadFs, Error, caller};
 use crate::core::names::{Name, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
@@ -80,7 +82,7 @@ impl<S: Source> DyadFs<S> {
 
     /// The process of thread `tid` writes through handle `fh` (see [`Self::open_waits`]).
     pub fn note_writer(&self, fh: u64, tid: u32) {
-        if let Ok(h) = self.handle(fh)
+        if let Ok(h) = self.handles.get(fh)
             && let super::handles::Handle::Staged { staged, .. } = &*h
             && let Some(p) = caller::process_of(tid)
         {

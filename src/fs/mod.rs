@@ -18,13 +18,17 @@ pub mod caller;
 mod close;
 mod control;
 mod dir_ahead;
+mod dirs;
 mod error;
+mod found;
 mod handles;
 mod inodes;
 pub mod listing;
 mod lookup;
 mod namespace;
+mod nodes;
 mod open;
+mod paths;
 pub mod prefetch;
 pub mod quota;
 mod readahead;
@@ -39,20 +43,19 @@ pub(crate) mod ops_tests;
 mod shared_fs_tests;
 
 pub use attr::{Attr, Changes, TimeSet};
-use handles::Handle;
+use found::Found;
 pub use handles::Opened;
-pub use inodes::InodeShedder;
+use handles::{Handle, Handles};
+pub use inodes::{InodeShedder, ROOT_INO};
 use inodes::{Inodes, Node, new_node};
 pub use listing::DirEntry;
-pub use lookup::Looked;
-use readahead::Job;
+use paths::split;
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::backing::{BackingStat, SharedFs};
 use crate::core::Kind;
@@ -64,36 +67,7 @@ use crate::cache::Cache;
 use crate::core::names::{self, Name, Namespace};
 use crate::core::sync::lock;
 use crate::stats::{Stats, StatusReport};
-use write::{Producer, Staged};
-
-pub const ROOT_INO: u64 = 1;
-
-/// What a path resolves to.
-enum Found {
-    Staged(Arc<Staged>),
-    Backing(BackingStat),
-    Produced(Name),
-}
-
-impl Found {
-    /// Its attributes as inode `ino`.
-    fn attr(&self, ino: u64) -> Result<Attr, Error> {
-        match self {
-            Found::Staged(s) => Attr::from_staged(ino, s),
-            Found::Backing(b) => Ok(Attr::from_backing(ino, b)),
-            Found::Produced(n) => Ok(Attr::from_name(ino, n)),
-        }
-    }
-
-    /// When its attributes were read: what their TTL counts from (a stat of the shared file
-    /// system may be a remembered one, see [`remembered`]).
-    fn read_at(&self) -> Instant {
-        match self {
-            Found::Backing(b) => b.read,
-            Found::Staged(_) | Found::Produced(_) => Instant::now(),
-        }
-    }
-}
+use write::Producer;
 
 /// How long a produced name's attributes are trusted: another node may rename or replace it.
 const PRODUCED_TTL: Duration = Duration::from_secs(1);
@@ -149,11 +123,10 @@ pub struct DyadFs<S: Source> {
     reader: Reader<S>,
     config: FsConfig,
     inodes: Arc<RwLock<Inodes>>,
-    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    handles: Handles,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     dir_ahead: Arc<dir_ahead::DirAhead>,
     stat_ahead: Arc<stat_ahead::StatAhead>,
-    next_fh: AtomicU64,
     readahead: crossbeam_channel::Sender<Job>,
     prefetch: Arc<prefetch::Prefetcher>,
     /// What `dyadfs status` reports of the cluster (set by a cluster's wiring).
@@ -164,22 +137,11 @@ pub struct DyadFs<S: Source> {
     told_absent: caller::ToldAbsent,
 }
 
+/// Work for the background threads (readahead, verification).
+type Job = Box<dyn FnOnce() + Send>;
+
 /// The cluster as this node sees it, for `dyadfs status`.
 pub type StatusFn = Box<dyn Fn() -> StatusReport + Send + Sync>;
-
-/// (directory, name) of a path; the root's entries are in directory "".
-fn split(path: &str) -> (&str, &str) {
-    path.rsplit_once('/').unwrap_or(("", path))
-}
-
-fn join(parent: &str, name: &OsStr) -> String {
-    let name = name.to_string_lossy();
-    if parent.is_empty() {
-        name.into_owned()
-    } else {
-        format!("{parent}/{name}")
-    }
-}
 
 /// Starts a background thread of the file system (`name`): it takes jobs from `next` (which
 /// waits at most the duration it is given, so the thread notices the file system is gone) and
@@ -259,11 +221,10 @@ impl<S: Source> DyadFs<S> {
             },
             config,
             inodes: Arc::new(RwLock::new(inodes)),
-            handles: Mutex::new(HashMap::new()),
+            handles: Handles::new(),
             dirs: Mutex::new(HashMap::new()),
             dir_ahead: Arc::default(),
             stat_ahead: Arc::default(),
-            next_fh: AtomicU64::new(1),
             readahead: tx,
             prefetch: Arc::new(prefetch::Prefetcher::new(window)),
             status: std::sync::OnceLock::new(),
@@ -507,7 +468,7 @@ impl<S: Source> DyadFs<S> {
     /// and no link.
     fn unlinked_attr(&self, ino: u64, node: &Node) -> Result<Attr, Error> {
         let path = Self::path_of(node);
-        let staged = lock(&self.handles).values().find_map(|h| match &**h {
+        let staged = self.handles.find_map(|h| match &**h {
             Handle::Staged { staged, .. }
                 if staged.unlinked.load(Ordering::Relaxed) && *lock(&staged.path) == path =>
             {

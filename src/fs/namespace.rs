@@ -12,10 +12,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::attr::{Attr, Changes, TimeSet};
+use super::found::Found;
 use super::handles::{Handle, Opened};
 use super::inodes::{Node, link_id};
+use super::paths::{join, split};
 use super::write::Staged;
-use super::{DyadFs, Error, Found, join, split};
+use super::{DyadFs, Error};
 use crate::core::Kind;
 use crate::core::Version;
 use crate::core::names::{Name, NameMeta, TARGET_MAX, links_dir, now_ns};
@@ -99,11 +101,11 @@ impl<S: Source> DyadFs<S> {
             .map_err(Error::Write)?;
         self.touch_dir(&parent)?;
         let attr = self.upsert(path, &Found::Staged(staged.clone()), 1)?;
-        Ok((attr, self.staged_handle(staged, true)))
+        Ok((attr, self.handles.staged(staged, true)))
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, Error> {
-        match &*self.handle(fh)? {
+        match &*self.handles.get(fh)? {
             Handle::Staged {
                 staged,
                 writable: true,
@@ -499,7 +501,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     pub fn fsync(&self, fh: u64) -> Result<(), Error> {
-        if let Handle::Staged { staged, .. } = &*self.handle(fh)? {
+        if let Handle::Staged { staged, .. } = &*self.handles.get(fh)? {
             // Bytes that did not reach the disk: as a failed write.
             staged
                 .file

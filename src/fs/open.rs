@@ -6,9 +6,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::found::Found;
 use super::handles::{CachedHandle, Handle, Opened};
 use super::inodes::Node;
-use super::{Attr, DyadFs, Error, Found, Kind, close};
+use super::{Attr, DyadFs, Error, Kind, close};
 use crate::cache::{Entry, ReadBytes};
 use crate::core::names::{self, FILE_SIZE_MAX};
 use crate::core::source::Source;
@@ -83,7 +84,7 @@ impl<S: Source> DyadFs<S> {
         let store = (packed && before.is_none())
             .then(|| self.whole_for_the_kernel(&entry))
             .flatten();
-        let fh = self.add_handle(Handle::Cached(CachedHandle {
+        let fh = self.handles.add(Handle::Cached(CachedHandle {
             entry: entry.clone(),
             next_offset: AtomicU64::new(0),
             run_start: AtomicU64::new(0),
@@ -229,7 +230,7 @@ impl<S: Source> DyadFs<S> {
         truncate: bool,
     ) -> Result<ToOpen, Error> {
         let (key, attr) = match found {
-            Found::Staged(s) if !write => return Ok(ToOpen::Handle(self.staged_handle(s, false))),
+            Found::Staged(s) if !write => return Ok(ToOpen::Handle(self.handles.staged(s, false))),
             Found::Staged(s) => {
                 // Under the finishing lock, which the close that finishes a file holds
                 // throughout: either that close has not begun (this handle is one writer more,
@@ -245,7 +246,7 @@ impl<S: Source> DyadFs<S> {
                     s.set_len(0)?;
                     s.dirty.store(true, Ordering::Relaxed);
                 }
-                return Ok(ToOpen::Handle(self.staged_handle(s, true)));
+                return Ok(ToOpen::Handle(self.handles.staged(s, true)));
             }
             Found::Backing(meta) => {
                 if write {
@@ -272,7 +273,7 @@ impl<S: Source> DyadFs<S> {
                 if write {
                     let staged = self.new_version(&path, &n, !truncate)?;
                     self.upsert(path, &Found::Staged(staged.clone()), 0)?;
-                    return Ok(ToOpen::Handle(self.staged_handle(staged, true)));
+                    return Ok(ToOpen::Handle(self.handles.staged(staged, true)));
                 }
                 let attr = self.upsert(path, &Found::Produced(n.clone()), 0)?;
                 (n.object, attr)
@@ -282,7 +283,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadBytes, Error> {
-        let handle = self.handle(fh)?;
+        let handle = self.handles.get(fh)?;
         let handle = match &*handle {
             Handle::Cached(h) => h,
             Handle::Staged { staged, .. } => {
@@ -327,7 +328,7 @@ impl<S: Source> DyadFs<S> {
     /// is closed, including dups and forked copies, shortly after the last close returns). The
     /// last writable handle of a file being written finishes it, unless a close (`flush`) did.
     pub fn release(&self, fh: u64) -> Result<(), Error> {
-        let handle = lock(&self.handles).remove(&fh);
+        let handle = self.handles.remove(fh);
         match handle.as_deref() {
             Some(Handle::Cached(h)) => h.entry.unpin(),
             Some(Handle::Staged {

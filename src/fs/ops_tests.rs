@@ -5,8 +5,10 @@
 //! mountpoint-s3's reference tests). The real mounts (tests/mount.rs) check the fuser adapter.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::io;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
 
 use proptest::prelude::*;
 
@@ -388,13 +390,13 @@ fn an_open_that_reaches_a_finished_file_opens_its_published_version() {
     // ... and the writer's last release finishes it before the open gets further.
     w.fs.release(a.fh).unwrap();
     assert!(w.fs.producer.staged("f").is_none());
-    let handles = lock(&w.fs.handles).len();
+    let handles = w.fs.handles.count();
     assert!(matches!(
         w.fs.open_found(path, found, true, false).unwrap(),
         ToOpen::Finished
     ));
     assert_eq!(
-        lock(&w.fs.handles).len(),
+        w.fs.handles.count(),
         handles,
         "no handle on the sealed file"
     );

@@ -29,7 +29,8 @@ pub use list::{read_list, request};
 const BATCH: usize = 16;
 
 use super::caller::Credentials;
-use super::{Attr, DyadFs, Error, Found, spawn_worker};
+use super::found::Found;
+use super::{Attr, DyadFs, Error, spawn_worker};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 

@@ -10,8 +10,6 @@ use crate::cache::Entry;
 use crate::core::source::Source;
 use crate::fill::MAX_READAHEAD_CHUNKS;
 
-pub(super) type Job = Box<dyn FnOnce() + Send>;
-
 impl<S: Source> DyadFs<S> {
     /// On sequential reads of a large file, fills the next chunks in the background with a
     /// window that doubles per sequential read, once the reads have run in order for a whole
@@ -67,7 +65,7 @@ mod tests {
 
     use crate::backing::memory::MemShared;
     use crate::core::mem_source::MemSource;
-    use crate::fs::ROOT_INO;
+    use crate::fs::inodes::ROOT_INO;
     use crate::fs::ops_tests::{MemNames, fs_over};
 
     /// Random reads of a few READs in order each (as the kernel splits a 192 KiB pread) fill

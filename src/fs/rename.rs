@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{DyadFs, Error, Found, join, split};
+use super::found::Found;
+use super::paths::{join, split};
+use super::{DyadFs, Error};
 use crate::core::names::{Name, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;

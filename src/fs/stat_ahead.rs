@@ -20,7 +20,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::listing::DirEntry;
-use super::{DyadFs, join, spawn_worker};
+use super::paths::join;
+use super::{DyadFs, spawn_worker};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 

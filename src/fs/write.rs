@@ -260,7 +260,7 @@ impl Producer {
         lock(&self.staged)
             .iter()
             .filter_map(|(p, s)| {
-                let (d, n) = super::split(p);
+                let (d, n) = super::paths::split(p);
                 (d == dir).then(|| (n.to_string(), s.clone()))
             })
             .collect()

@@ -15,7 +15,6 @@ use fuser::{
     WriteFlags,
 };
 
-use super::FuseTransport;
 use super::convert::{file_attr, file_type, time_set};
 use super::ops::{Caller, Ops};
 use super::passthrough::Passthrough;
@@ -26,6 +25,18 @@ use super::reply::{
 use crate::core::Kind;
 use crate::core::source::Source;
 use crate::fs::{Attr, Capabilities, Changes, DyadFs};
+
+/// Which transport carries the FUSE requests (`mount --fuse-transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FuseTransport {
+    /// The ring where the kernel offers it (`enable_uring` set, kernel 6.14 or later),
+    /// /dev/fuse otherwise.
+    Auto,
+    /// The ring, or a refusal to mount without it.
+    Uring,
+    /// /dev/fuse only.
+    Dev,
+}
 
 /// Largest read/write request the kernel sends us: 1 MiB (256 pages) instead of 128 KiB (reads
 /// no larger than the mount's readahead: 128 KiB unless `mount --kernel-readahead` raises it).

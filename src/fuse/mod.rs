@@ -16,16 +16,4 @@ pub mod passthrough;
 pub mod reply;
 pub mod ring;
 
-pub use dev::FuseAdapter;
-
-/// Which transport carries the FUSE requests (`mount --fuse-transport`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FuseTransport {
-    /// The ring where the kernel offers it (`enable_uring` set, kernel 6.14 or later),
-    /// /dev/fuse otherwise.
-    Auto,
-    /// The ring, or a refusal to mount without it.
-    Uring,
-    /// /dev/fuse only.
-    Dev,
-}
+pub use dev::{FuseAdapter, FuseTransport};

@@ -1,9 +1,10 @@
 //! The children of a process (of all its threads), read from `/proc/PID/task/TID/children`
-//! through files kept open. Opening one of those files can wait tens of milliseconds while the
-//! process waits in a FUSE request (measured on Linux 6.18 during the hand-off benchmark: 1% of
-//! a producer's closes took 10-33 ms, all of it in that open; reading an open one again takes a
-//! microsecond). A process's files are kept while it lives: its pidfd says when it has exited,
-//! after which its number may name another process whose children these files would not list.
+//! through files kept open: reading an open one again takes a microsecond, where an open walks
+//! /proc. (1% of a producer's closes once took 10-33 ms in that open, on Linux 6.18 during the
+//! hand-off benchmark; the stall was most likely the daemon's descriptor table growing, which
+//! `sys::presize_descriptor_table` now does at start.) A process's files are kept while it
+//! lives: its pidfd says when it has exited, after which its number may name another process
+//! whose children these files would not list.
 
 use std::collections::HashMap;
 use std::fs::File;

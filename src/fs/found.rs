@@ -1,0 +1,38 @@
+//! What a path of the namespace resolves to: a file being written here, an entry of the shared
+//! file system, or a name some node published.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::attr::Attr;
+use super::error::Error;
+use super::write::Staged;
+use crate::backing::BackingStat;
+use crate::core::names::Name;
+
+/// What a path resolves to.
+pub(super) enum Found {
+    Staged(Arc<Staged>),
+    Backing(BackingStat),
+    Produced(Name),
+}
+
+impl Found {
+    /// Its attributes as inode `ino`.
+    pub(super) fn attr(&self, ino: u64) -> Result<Attr, Error> {
+        match self {
+            Found::Staged(s) => Attr::from_staged(ino, s),
+            Found::Backing(b) => Ok(Attr::from_backing(ino, b)),
+            Found::Produced(n) => Ok(Attr::from_name(ino, n)),
+        }
+    }
+
+    /// When its attributes were read: what their TTL counts from (a stat of the shared file
+    /// system may be a remembered one, see [`remembered`](super::remembered)).
+    pub(super) fn read_at(&self) -> Instant {
+        match self {
+            Found::Backing(b) => b.read,
+            Found::Staged(_) | Found::Produced(_) => Instant::now(),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The file system's inodes: a path's node made or refreshed at a lookup, the kernel's
+//! references taken and forgotten, a node's path, and the table's shedder.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::DyadFs;
+use super::attr::Attr;
+use super::error::Error;
+use super::found::Found;
+use super::inodes::{InodeShedder, Node, ROOT_INO, link_id, new_node};
+use crate::core::source::Source;
+use crate::core::sync::lock;
+
+impl<S: Source> DyadFs<S> {
+    /// The shedder of this file system's inode table, for a thread of its own.
+    pub fn shedder(&self) -> InodeShedder {
+        InodeShedder::new(self.inodes.clone(), self.config.max_inodes)
+    }
+
+    pub(super) fn node(&self, ino: u64) -> Result<Arc<Node>, Error> {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        inodes.nodes.get(&ino).cloned().ok_or(Error::NotFound)
+    }
+
+    pub(super) fn path_of(node: &Node) -> String {
+        node.path.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The inode for `path`, created on first sight; its attributes are refreshed. `refs`: the
+    /// kernel references the reply gives (1 for an entry reply, 0 otherwise), counted under
+    /// the same lock so a concurrent `forget` cannot drop the node in between.
+    pub(super) fn upsert(&self, path: String, found: &Found, refs: u64) -> Result<Attr, Error> {
+        let attr_of = |ino| found.attr(ino);
+        // The names of a hard-linked file share one inode, found by its record's id.
+        let link_id = match found {
+            Found::Produced(n) if !n.meta.inode.is_empty() => Some(link_id(&n.meta.inode)),
+            _ => None,
+        };
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        let known = |key: &String| {
+            inodes
+                .by_path
+                .get(key)
+                .filter(|ino| inodes.nodes.contains_key(ino))
+                .copied()
+        };
+        if let Some(ino) = known(&path).or_else(|| link_id.as_ref().and_then(known)) {
+            let attr = attr_of(ino)?;
+            let node = inodes.nodes[&ino].clone();
+            for key in [Some(&path), link_id.as_ref()].into_iter().flatten() {
+                if inodes.by_path.insert(key.clone(), ino) != Some(ino) {
+                    lock(&node.aliases).push(key.clone());
+                }
+            }
+            *lock(&node.attr) = (attr, found.read_at());
+            inodes.referenced(&node, refs);
+            return Ok(attr);
+        }
+        let ino = inodes.number_for(&path);
+        let attr = attr_of(ino)?;
+        inodes.by_path.insert(path.clone(), ino);
+        let node = new_node(&path, attr, found.read_at(), refs);
+        if let Some(id) = link_id {
+            inodes.by_path.insert(id.clone(), ino);
+            lock(&node.aliases).push(id);
+        }
+        inodes.nodes.insert(ino, Arc::new(node));
+        inodes.referenced(&inodes.nodes[&ino], 0);
+        Ok(attr)
+    }
+
+    /// The kernel takes a reference to a known inode; `false` if it was forgotten.
+    pub(super) fn take_ref(&self, ino: u64) -> bool {
+        let inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        inodes
+            .nodes
+            .get(&ino)
+            .map(|n| inodes.referenced(n, 1))
+            .is_some()
+    }
+
+    /// The kernel dropped `n` references to `ino`: at zero the inode is forgotten (the root
+    /// never is). Its path maps to it no more; a later lookup makes a new inode.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        let Some(node) = inodes.nodes.get(&ino) else {
+            return;
+        };
+        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(n);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left > 0 {
+            return;
+        }
+        let node = inodes.nodes.remove(&ino).expect("present");
+        let path = Self::path_of(&node);
+        for key in std::iter::once(path).chain(lock(&node.aliases).drain(..)) {
+            if inodes.by_path.get(&key) == Some(&ino) {
+                inodes.by_path.remove(&key);
+            }
+        }
+    }
+
+    /// Inodes the daemon knows (the kernel's references, plus the root).
+    pub fn inode_count(&self) -> usize {
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        inodes.nodes.len()
+    }
+
+    /// Forgets the inode mapping of a path that went away (its number stays valid for the
+    /// kernel, which forgets it on its own).
+    pub(super) fn unmap(&self, path: &str) {
+        let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(ino) = inodes.by_path.remove(path)
+            && let Some(node) = inodes.nodes.get(&ino)
+        {
+            node.unalias(path, None);
+        }
+    }
+}
