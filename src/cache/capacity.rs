@@ -48,7 +48,7 @@ impl Cache {
     /// objects go by segment (see [`super::segments`]): a segment is as old as its most
     /// recently used object, and goes whole (its objects dropped) unless one of them may not.
     fn evict_down_to(&self, index: &mut Index, target: u64, sparing: Option<&Entry>) -> usize {
-        let now = self.tick.load(Ordering::Relaxed);
+        let now = self.shared.tick.load(Ordering::Relaxed);
         let spared = |e: &Arc<Entry>| sparing.is_some_and(|s| std::ptr::eq(e.as_ref(), s));
         let held = |e: &Arc<Entry>| e.pinned() || e.kept() || spared(e);
         let mut victims: Vec<(u32, Victim)> = Vec::new();

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::core::sync::model::{Condvar, Mutex, MutexGuard};
 
+/// How long a reader waits for another reader's fill of the same chunk before giving up.
+pub(super) const FILL_WAIT: Duration = Duration::from_secs(120);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Chunk {
     Absent,

@@ -11,13 +11,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::chunks::FILL_WAIT;
 use super::chunks::{Chunk, ChunkStates, Chunks, Claim, State};
 use super::error::CacheError;
 use super::files::Mode;
 use super::format::{ChunkRecord, Header};
 use super::journal::Record;
 use super::segments::Place;
-use super::{Cache, FILL_WAIT, Shared};
+use super::shared::Shared;
 use crate::core::{Version, path_hash};
 
 /// One cached file. Held by open handles (`pin`) and by the index. It owns no descriptor: its
@@ -265,7 +266,7 @@ fn all_verified(st: &State) -> bool {
 }
 
 /// A fingerprint of `file`'s ctime (never 0: 0 is "none taken"), if it can be looked at.
-fn ctime_print(file: &File) -> Option<u32> {
+pub(super) fn ctime_print(file: &File) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata().ok()?;
     let print = (m.ctime() as u32).wrapping_mul(2_654_435_761) ^ m.ctime_nsec() as u32;
@@ -315,9 +316,9 @@ impl Entry {
     }
 
     /// An open handle holds the entry: it is not evicted until `unpin`.
-    pub fn pin(&self, cache: &Cache) {
+    pub fn pin(&self) {
         self.pins_marks.fetch_add(1, Ordering::Relaxed);
-        self.touch(cache.next_tick());
+        self.touch(self.shared.next_tick());
     }
 
     pub fn unpin(&self) {
@@ -436,7 +437,7 @@ impl Entry {
     }
 
     /// A fingerprint of the data file's ctime (never 0), if the file can be opened.
-    fn ctime_print(&self) -> Option<u32> {
+    pub(super) fn ctime_print(&self) -> Option<u32> {
         ctime_print(&*self.file(Mode::ReadWrite).ok()?)
     }
 
@@ -468,179 +469,6 @@ impl Entry {
         }
         self.file(Mode::ReadWrite)?
             .write_all_at(bytes, self.base() + offset)
-    }
-
-    /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
-    /// A chunk whose bytes do not match its checksum is dropped (its bytes released) so the
-    /// caller refetches it. Returns whether the whole range is present and verified.
-    /// Checks the present chunks of `range` against their checksums again, even those already
-    /// verified (a scrub, or a peer that received a chunk that failed its checksum); drops the
-    /// bad ones (they are refetched when next read). Returns (chunks checked, chunks dropped).
-    pub fn recheck(&self, cache: &Cache, range: Range<u64>) -> Result<(u64, u64), CacheError> {
-        let mut checked = 0;
-        {
-            let mut st = self.state.lock();
-            for idx in range.clone() {
-                if let Chunk::Present { crc, .. } = st.chunks[idx as usize] {
-                    st.chunks[idx as usize] = Chunk::Present {
-                        crc,
-                        verified: false,
-                    };
-                    checked += 1;
-                }
-            }
-        }
-        let before = cache.stats.checksum_failures.load(Ordering::Relaxed);
-        self.verify(cache, range)?;
-        let dropped = cache.stats.checksum_failures.load(Ordering::Relaxed) - before;
-        Ok((checked, dropped.min(checked)))
-    }
-
-    pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
-        let mut all_good = true;
-        let mut dropped = false;
-        let mut buf = Vec::new();
-        let mut data = None;
-        // The file's print before its bytes are read: a change while they are read moves it.
-        let mut before = None;
-        for idx in range {
-            let crc = match self.state.lock().chunks[idx as usize] {
-                Chunk::Present { verified: true, .. } => continue,
-                Chunk::Present {
-                    crc,
-                    verified: false,
-                } => crc,
-                _ => {
-                    all_good = false;
-                    continue;
-                }
-            };
-            let len = self.chunk_len(idx) as usize;
-            buf.resize(len, 0);
-            if data.is_none() {
-                let file = self.file(Mode::ReadWrite)?;
-                before = ctime_print(&file);
-                data = Some(file);
-            }
-            let data = data.as_ref().expect("opened above");
-            data.read_exact_at(&mut buf, self.base() + idx * self.shared.chunk_size)?;
-            if !self.judge(cache, idx, crc, &buf) {
-                all_good = false;
-                dropped = true;
-            }
-        }
-        // Only a dropped chunk changes the header: an absent one (another reader's fill gave
-        // up) is no reason to append to the log, which may be on a full disk.
-        if dropped {
-            self.persist_or_report(cache);
-        }
-        // Every chunk verified now: remember the file as it was read (see `is_verified`).
-        if all_good {
-            self.note_verified(before);
-        }
-        Ok(all_good)
-    }
-
-    /// Records the header after a chunk was dropped; a log that cannot be written is reported
-    /// and the read goes on (after a restart the chunk is logged present, fails its checksum
-    /// and is dropped again).
-    fn persist_or_report(&self, cache: &Cache) {
-        if let Err(e) = self.persist() {
-            cache.write_failed(&self.path, &e.into());
-        }
-    }
-
-    /// Marks chunk `idx` verified if `bytes` (just read from the data file) match the checksum
-    /// `crc` it had when read, or drops it (bytes released, refetched by its next reader).
-    fn judge(&self, cache: &Cache, idx: u64, crc: u32, bytes: &[u8]) -> bool {
-        let mut st = self.state.lock();
-        let unverified = Chunk::Present {
-            crc,
-            verified: false,
-        };
-        // Only act if nobody changed the chunk while we read it.
-        if st.chunks[idx as usize] != unverified {
-            return matches!(st.chunks[idx as usize], Chunk::Present { .. });
-        }
-        if crc32c::crc32c(bytes) == crc {
-            st.chunks[idx as usize] = Chunk::Present {
-                crc,
-                verified: true,
-            };
-            return true;
-        }
-        tracing::warn!(path = %self.path, chunk = idx, "checksum mismatch, refetching");
-        cache
-            .stats
-            .checksum_failures
-            .fetch_add(1, Ordering::Relaxed);
-        st.chunks[idx as usize] = Chunk::Absent;
-        st.present_bytes -= bytes.len() as u64;
-        cache.release(bytes.len() as u64);
-        false
-    }
-
-    /// Reads whole present chunks at `offset` for a peer into `room[..len]`, verifying those
-    /// not yet verified from the same bytes: one read instead of two after a restart.
-    /// `Ok(false)`: a chunk is absent or failed its checksum (then dropped). `room` may be
-    /// written past `len` (a direct read rounds up to whole disk blocks).
-    pub fn read_verified(
-        &self,
-        cache: &Cache,
-        offset: u64,
-        room: &mut [u8],
-        len: usize,
-    ) -> Result<bool, CacheError> {
-        let range = self.chunks_for(offset, len as u64);
-        let whole = offset.is_multiple_of(self.shared.chunk_size)
-            && range.clone().map(|i| self.chunk_len(i)).sum::<u64>() == len as u64;
-        if !whole {
-            // Partial chunks cannot be checked from their own bytes.
-            if !self.all_present(range.clone()) || !self.verify(cache, range)? {
-                return Ok(false);
-            }
-            self.file(Mode::ReadWrite)?
-                .read_exact_at(&mut room[..len], self.base() + offset)?;
-            return Ok(true);
-        }
-        let expected: Vec<Chunk> = {
-            let st = self.state.lock();
-            range.clone().map(|i| st.chunks[i as usize]).collect()
-        };
-        if !expected.iter().all(|c| matches!(c, Chunk::Present { .. })) {
-            return Ok(false);
-        }
-        let checks = expected.iter().any(|c| {
-            matches!(
-                c,
-                Chunk::Present {
-                    verified: false,
-                    ..
-                }
-            )
-        });
-        let before = if checks { self.ctime_print() } else { None };
-        self.read_avoiding_page_cache(offset, room, len)?;
-        let buf = &room[..len];
-        let mut all_good = true;
-        let mut at = 0;
-        for (idx, chunk) in range.zip(expected) {
-            let len = self.chunk_len(idx) as usize;
-            if let Chunk::Present {
-                crc,
-                verified: false,
-            } = chunk
-            {
-                all_good &= self.judge(cache, idx, crc, &buf[at..at + len]);
-            }
-            at += len;
-        }
-        if !all_good {
-            self.persist_or_report(cache);
-        } else if checks {
-            self.note_verified(before);
-        }
-        Ok(all_good)
     }
 }
 

@@ -26,6 +26,8 @@ pub mod names_log;
 mod reload;
 mod scrub;
 pub mod segments;
+mod shared;
+mod verify;
 pub use scrub::ScrubReport;
 mod write_errors;
 
@@ -49,6 +51,7 @@ use std::time::Duration;
 
 use files::{DataFiles, Mode};
 use journal::Journal;
+use shared::Shared;
 
 use crate::core::sync::lock;
 use crate::core::{Version, path_hash};
@@ -65,28 +68,6 @@ pub struct CacheConfig {
     /// Objects of at most this many bytes are packed into segments (see [`segments`]); 0: none.
     /// At most one chunk.
     pub pack_max: u64,
-}
-
-/// What every entry of one cache shares.
-pub(super) struct Shared {
-    pub(super) dir: PathBuf,
-    pub(super) chunk_size: u64,
-    pub(super) journal: Journal,
-    pub(super) files: Arc<DataFiles>,
-    /// Bytes of present chunks plus reservations of fills in flight, plus the bytes of packed
-    /// objects that left segments not freed yet.
-    pub(super) used: AtomicU64,
-    pub(super) segments: segments::Segments,
-}
-
-impl Shared {
-    /// The data file of the slot `hash`: one directory level keeps directories small.
-    fn data_path(&self, hash: u64) -> PathBuf {
-        self.dir
-            .join("data")
-            .join(format!("{:02x}", hash >> 56))
-            .join(format!("{hash:016x}.dat"))
-    }
 }
 
 /// The entries by slot (the hash of their path, which names their data file): a slot holds one
@@ -155,7 +136,7 @@ pub struct Cache {
     /// name), outside the index's lock: creating a file is a directory update on the cache's
     /// file system, and every open of the mount looks the index up.
     creating: Box<[Mutex<()>]>,
-    tick: AtomicU64,
+
     /// The tick of the last pass that kept old entries' ages from wrapping ([`Self::keep_old`]).
     kept_old_at: AtomicU64,
     next_id: AtomicU64,
@@ -172,9 +153,6 @@ pub struct Cache {
     opened: std::time::Instant,
     _lock: File,
 }
-
-/// How long a reader waits for another reader's fill of the same chunk before giving up.
-const FILL_WAIT: Duration = Duration::from_secs(120);
 
 /// In a cache of more than [`SCAN_CHEAP`] entries, eviction frees this fraction of the capacity
 /// beyond what a reservation needs: the scan for victims visits every entry, so with millions
@@ -256,6 +234,7 @@ impl Cache {
             files: Arc::new(DataFiles::new(config.open_files)),
             used: AtomicU64::new(0),
             segments,
+            tick: AtomicU64::new(1),
         });
         let mut index = Index::default();
         index.slots.reserve(live.len(), |e| place(e.slot()));
@@ -299,7 +278,6 @@ impl Cache {
             capacity,
             index: Mutex::new(index),
             creating: (0..CREATING_SHARDS).map(|_| Mutex::new(())).collect(),
-            tick: AtomicU64::new(1),
             kept_old_at: AtomicU64::new(1),
             next_id: AtomicU64::new(next_id + 1),
             stats,
@@ -424,7 +402,7 @@ impl Cache {
     fn keep_old(&self, index: &Index) {
         const EVERY: u64 = 1 << 28;
         const OLD: u64 = 1 << 30;
-        let now = self.tick.load(Ordering::Relaxed);
+        let now = self.shared.tick.load(Ordering::Relaxed);
         let last = self.kept_old_at.load(Ordering::Relaxed);
         if now.wrapping_sub(last) < EVERY
             || self
@@ -442,7 +420,7 @@ impl Cache {
     }
 
     fn next_tick(&self) -> u64 {
-        self.tick.fetch_add(1, Ordering::Relaxed)
+        self.shared.next_tick()
     }
 
     fn next_id(&self) -> u64 {

@@ -199,7 +199,7 @@ fn eviction_frees_whole_least_recently_used_segments() {
     assert_eq!(cache.used_bytes(), 2 << 20);
     // Segment 0 is used again (one object is enough), segment 1 held open.
     cache.entry("s0", v(obj)).unwrap();
-    by_seg[1][2].pin(&cache);
+    by_seg[1][2].pin();
     // A new object needs room: the least recently used segment nobody holds goes whole.
     let e = cache.entry("new", v(obj)).unwrap();
     fill_with(&cache, &e, &data(99, obj));

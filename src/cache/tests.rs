@@ -139,7 +139,7 @@ fn lru_eviction_spares_open_files() {
     fill(&cache, &b, 2);
     let c = cache.entry("c", v(1 << 20)).unwrap();
     fill(&cache, &c, 3);
-    a.pin(&cache); // a is open and the oldest: b must go instead
+    a.pin(); // a is open and the oldest: b must go instead
     let d = cache.entry("d", v(1 << 20)).unwrap();
     fill(&cache, &d, 4);
     assert!(!a.is_evicted());
@@ -148,8 +148,8 @@ fn lru_eviction_spares_open_files() {
     assert_eq!(stats.evictions.load(Ordering::Relaxed), 1);
     assert_eq!(cache.used_bytes(), 3 << 20);
     // Everything else open too: nothing can be evicted, the reservation is refused.
-    c.pin(&cache);
-    d.pin(&cache);
+    c.pin();
+    d.pin();
     let e = cache.entry("e", v(1 << 20)).unwrap();
     assert!(!cache.reserve(&e, 1 << 20));
     assert_eq!(cache.used_bytes(), 3 << 20);
@@ -275,10 +275,10 @@ fn an_entry_idle_for_billions_of_ticks_stays_the_oldest() {
     let idle = cache.entry("idle", v(1)).unwrap();
     // Every 2^28 ticks some file is opened; "idle" never is again, for 2^33 ticks.
     for _ in 0..32 {
-        cache.tick.fetch_add(1 << 28, Ordering::Relaxed);
+        cache.shared.tick.fetch_add(1 << 28, Ordering::Relaxed);
         cache.entry("busy", v(1)).unwrap();
     }
-    let now = cache.tick.load(Ordering::Relaxed);
+    let now = cache.shared.tick.load(Ordering::Relaxed);
     let busy = cache.entry("busy", v(1)).unwrap();
     assert!(
         idle.age(now) >= 1 << 30,

@@ -268,7 +268,7 @@ impl Replicator {
             source: source.clone(),
         };
         let entry = self.cache.entry_or_uncached(path, *version);
-        entry.pin(&self.cache);
+        entry.pin();
         // Chunks a reader is filling meanwhile are left to it.
         let r = reader.fill_ahead(&entry, 0..entry.chunk_count());
         entry.unpin();

@@ -517,7 +517,7 @@ impl ChunkStore for CacheStore {
             (None, None) => return Err(missing()),
         };
         if let Some(f) = fetcher {
-            entry.pin(&self.cache);
+            entry.pin();
             let filled = f.reader.fill(&entry, entry.chunks_for(offset, len as u64));
             entry.unpin();
             filled.map_err(io::Error::other)?;

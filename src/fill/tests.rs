@@ -141,7 +141,7 @@ fn full_cache_of_open_files_serves_uncached() {
     let va = r.source.add("a", a.clone());
     let vb = r.source.add("b", b.clone());
     let ea = r.cache.entry("a", va).unwrap();
-    ea.pin(&r.cache);
+    ea.pin();
     assert_eq!(r.read(&ea, 0, 2 << 20).unwrap(), a);
     let eb = r.cache.entry("b", vb).unwrap();
     for _ in 0..2 {
@@ -257,7 +257,7 @@ mod model {
                     }
                     Op::Open { file } => {
                         let e = r.cache.entry(&format!("f{file}"), model[file].1).unwrap();
-                        e.pin(&r.cache);
+                        e.pin();
                         pinned.push(e);
                     }
                     Op::Close => {

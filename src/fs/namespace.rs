@@ -55,7 +55,7 @@ impl<S: Source> DyadFs<S> {
             mtime_ns: n.mtime_ns,
         };
         let entry = self.reader.cache.entry_or_uncached(&n.object, version);
-        entry.pin(&self.reader.cache);
+        entry.pin();
         let r = (|| {
             let mut off = 0;
             while off < n.size {

@@ -53,7 +53,7 @@ impl<S: Source> DyadFs<S> {
         // An entry outside the cache if the cache's file system cannot take the file: its
         // reads are served uncached.
         let entry = cache.entry_or_uncached(&key, attr.version);
-        entry.pin(cache);
+        entry.pin();
         // How this inode's earlier opens of the same version went (nothing for a new version).
         let before = lock(&node.kernel_version)
             .filter(|(v, _)| *v == attr.version)

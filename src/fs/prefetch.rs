@@ -329,7 +329,6 @@ impl<S: Source> DyadFs<S> {
     /// ones nobody is filling move as one batch (by holder, from peers), the others one by
     /// one. Returns the bytes each holds in the cache.
     fn prefetch_batch(&self, items: &[Item]) -> Vec<u64> {
-        let cache = &self.reader.cache;
         let mut sizes = vec![0; items.len()];
         // (item, its entry) of the files a batch may fill.
         let mut batch: Vec<(usize, Arc<crate::cache::Entry>)> = Vec::new();
@@ -337,7 +336,7 @@ impl<S: Source> DyadFs<S> {
             match self.prefetch_entry(&item.path, &item.who) {
                 Ok(Some(entry)) if entry.is_complete() => sizes[i] = entry.version.size,
                 Ok(Some(entry)) if entry.chunk_count() == 1 && items.len() > 1 => {
-                    entry.pin(cache);
+                    entry.pin();
                     batch.push((i, entry));
                 }
                 Ok(Some(entry)) => sizes[i] = self.prefetch_fill(&entry),
