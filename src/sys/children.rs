@@ -4,7 +4,9 @@
 //! hand-off benchmark; the stall was most likely the daemon's descriptor table growing, which
 //! `sys::presize_descriptor_table` now does at start.) A process's files are kept while it
 //! lives: its pidfd says when it has exited, after which its number may name another process
-//! whose children these files would not list.
+//! whose children these files would not list. A thread's file is kept with the thread's own
+//! pidfd for the same reason inside a process (Linux 6.9 and later; before, it is opened again
+//! at each look).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,8 +16,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, MutexGuard};
 
 /// Processes whose files are kept, at most (those that exited go first, then all), and threads
-/// of one process (the rest are opened at each look): 512 descriptors at most, which the cache's
-/// data files need more (a producer, `cp`, `tar` or a Python script, has a few threads).
+/// of one process (the rest are opened at each look): 1,024 descriptors at most (a file and a
+/// pidfd per thread), which the cache's data files need more (a producer, `cp`, `tar` or a
+/// Python script, has a few threads).
 const MAX_PROCESSES: usize = 16;
 const MAX_THREADS: usize = 32;
 
@@ -25,10 +28,12 @@ pub struct Children {
     processes: Mutex<HashMap<u32, Kept>>,
 }
 
-/// One live process's files: its pidfd and each thread's `children` file.
+/// One live process's files: its pidfd and each thread's `children` file with the thread's own
+/// pidfd, which says when that thread has exited (its id may then be given to a new thread of
+/// the same process, whose children the old file would not list).
 struct Kept {
     pidfd: OwnedFd,
-    threads: HashMap<u32, File>,
+    threads: HashMap<u32, (OwnedFd, File)>,
 }
 
 impl Children {
@@ -54,16 +59,21 @@ impl Children {
                 Err(_) => return uncached(pid, &tids),
             },
         };
-        kept.threads.retain(|tid, _| tids.contains(tid));
+        kept.threads
+            .retain(|tid, (thread, _)| tids.contains(tid) && !exited(thread));
         let mut out = Vec::new();
         for &tid in &tids {
             let text = match kept.threads.get(&tid) {
-                Some(f) => read_all(f),
+                Some((_, f)) => read_all(f),
                 None => match File::open(path(pid, tid)) {
                     Ok(f) => {
                         let text = read_all(&f);
-                        if kept.threads.len() < MAX_THREADS {
-                            kept.threads.insert(tid, f);
+                        // Kept only with the thread's own pidfd (Linux 6.9 and later): else
+                        // opened again at each look.
+                        if kept.threads.len() < MAX_THREADS
+                            && let Ok(thread) = pidfd_open_thread(tid)
+                        {
+                            kept.threads.insert(tid, (thread, f));
                         }
                         text
                     }
@@ -87,6 +97,14 @@ impl Children {
     #[cfg(test)]
     fn kept(&self) -> usize {
         lock(&self.processes).len()
+    }
+
+    /// Threads of process `pid` whose files are kept now.
+    #[cfg(test)]
+    fn kept_threads(&self, pid: u32) -> usize {
+        lock(&self.processes)
+            .get(&pid)
+            .map_or(0, |k| k.threads.len())
     }
 }
 
@@ -145,7 +163,20 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Whether the process of `pidfd` has exited (a pidfd polls readable then).
+/// A pidfd of thread `tid` alone (`PIDFD_THREAD`, Linux 6.9): readable once that thread exits.
+fn pidfd_open_thread(tid: u32) -> io::Result<OwnedFd> {
+    // The kernel's PIDFD_THREAD is O_EXCL (include/uapi/linux/pidfd.h); libc does not name it.
+    const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+    // SAFETY: pidfd_open takes a thread id and flags and touches no memory of ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::pid_t, PIDFD_THREAD) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the call returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process (or thread) of `pidfd` has exited (a pidfd polls readable then).
 fn exited(pidfd: &OwnedFd) -> bool {
     let mut p = libc::pollfd {
         fd: pidfd.as_raw_fd(),
@@ -185,6 +216,8 @@ mod tests {
         let pid = shell.id();
         assert_eq!(children.of(pid), vec![sleeper]);
         assert_eq!(children.kept(), 1);
+        // The shell's one thread, with its own pidfd (Linux 6.9 and later).
+        assert_eq!(children.kept_threads(pid), 1);
         // Read again through the kept file: the same answer.
         assert_eq!(children.of(pid), vec![sleeper]);
         // Our own children include the shell, beside whatever else the test runner started.
