@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::core::{Kind, Version};
 
 /// What the file system asks of the shared file system (its bytes come through a
-/// [`Source`], which [`BackingStore`](super::BackingStore) is too).
+/// [`Source`](crate::core::source::Source), which [`BackingStore`](super::BackingStore) is too).
 pub trait SharedFs: Send + Sync + 'static {
     /// The attributes of `rel` itself (a symlink is not followed).
     fn stat(&self, rel: &str) -> io::Result<BackingStat>;

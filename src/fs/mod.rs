@@ -1,12 +1,15 @@
 //! The filesystem core, as plain Rust calls returning plain structs; the kernel adapter
 //! (`src/fuse/`, a room of its own) speaks the kernel's protocol and adapts these calls to it;
 //! nothing here knows the kernel. This file holds [`DyadFs`] itself, path resolution and
-//! attributes; [`lookup`] the lookups and waits for produced names, [`open`] opens, reads and
-//! the last close, [`attr`] the attributes, [`inodes`] the inode table, [`handles`] open
-//! handles, [`listing`] directory listings, [`readahead`] work off the request's thread (the
-//! cache-filling read path is [`crate::fill`], the shared file system [`crate::backing`]), [`namespace`] the operations that change produced files,
-//! [`write`] staging them, [`close`] the close that finishes one (sealed, then published),
-//! [`error`] the one errno table.
+//! attributes. Beside it, its parts, which know nothing of `DyadFs`: [`attr`] attributes,
+//! [`found`] what a path resolves to, [`paths`] a path's parts, [`inodes`] the inode table,
+//! [`handles`] open handles, [`listing`] a listing's entries, [`write`] staging produced files,
+//! [`quota`], [`caller`], [`remembered`], [`error`] the one errno table. And groups of its
+//! operations, which this file does not use: [`lookup`] lookups and waits for produced names,
+//! [`nodes`] the inodes', [`open`] opens, reads and the last close, [`dirs`] open directories,
+//! [`readahead`] work off the request's thread, [`namespace`] the operations that change
+//! produced files, [`close`] the close that finishes one (sealed, then published), [`rename`].
+//! The cache-filling read path is [`crate::fill`], the shared file system [`crate::backing`].
 //!
 //! A path resolves, in order, to a file being written on this node ([`write`]), an entry of the
 //! backing tree (read-only: dyadfs never modifies it), or a produced name published by any node
