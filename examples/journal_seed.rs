@@ -22,6 +22,7 @@ fn main() {
         },
         path: path.into(),
         chunks,
+        partial: Vec::new(),
     };
     let j = journal::Journal::create(
         &log,

@@ -55,7 +55,10 @@ impl Cache {
         // segment -> (its age, its objects, whether one may not go)
         let mut segments: HashMap<u32, (u32, Vec<Arc<Entry>>, bool)> = HashMap::new();
         for e in index.entries() {
-            let filling = e.state.lock().chunks.contains(&Chunk::Filling);
+            let filling = {
+                let st = e.state.lock();
+                (0..st.chunks.len()).any(|i| st.filling(i))
+            };
             match e.place() {
                 Some(place) => {
                     let seg =

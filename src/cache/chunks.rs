@@ -1,12 +1,17 @@
 //! The chunks' state machine of one cached file: Absent -> Filling (claimed by one filler:
 //! single flight) -> Present, and back to Absent when a filler gives up or the entry left the
-//! cache. Readers that find a chunk being filled wait for it (bounded). The lock and condition
+//! cache. A chunk of a large file read at random is filled a page at a time instead: Absent ->
+//! Partial (its pages each absent, being filled by one filler, or present with their own
+//! checksums) until a whole-chunk fill takes it over (readahead) or its last page completes it.
+//! Readers that find a chunk or page being filled wait for it (bounded). The lock and condition
 //! variable come from [`crate::core::sync::model`], so `--features shuttle` explores the
 //! interleavings of claims, fills and waits (tests below).
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use super::format::PartialRecord;
 use crate::core::sync::model::{Condvar, Mutex, MutexGuard};
 
 /// How long a reader waits for another reader's fill of the same chunk before giving up.
@@ -16,22 +21,122 @@ pub(super) const FILL_WAIT: Duration = Duration::from_secs(120);
 pub(super) enum Chunk {
     Absent,
     Filling,
-    Present { crc: u32, verified: bool },
+    Present {
+        crc: u32,
+        verified: bool,
+    },
+    /// Some of its pages present or being filled: which, in the chunks' page table.
+    Partial,
+}
+
+/// Pages of a chunk (the last chunk of a file may have fewer): the unit a random read fills.
+pub const PAGES: u64 = 32;
+
+/// The pages of one partial chunk, a bit each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Pages {
+    pub(super) present: u32,
+    /// Claimed by a filler (single flight, as a chunk's `Filling`).
+    pub(super) filling: u32,
+    /// Present pages whose bytes were checked against their checksum in this daemon's lifetime.
+    pub(super) verified: u32,
+    /// Each present page's crc32c.
+    pub(super) crcs: [u32; PAGES as usize],
 }
 
 /// An entry's chunks: most training samples are one chunk, kept inline (a million cached files
-/// should not mean a million extra allocations).
+/// should not mean a million extra allocations). Only a file of several chunks has pages.
 pub(super) enum Chunks {
     One([Chunk; 1]),
-    Many(Box<[Chunk]>),
+    Many(Box<ManyChunks>),
+}
+
+pub(super) struct ManyChunks {
+    chunks: Box<[Chunk]>,
+    /// The pages of its `Partial` chunks, by chunk.
+    pages: HashMap<u32, Pages>,
 }
 
 impl From<Vec<Chunk>> for Chunks {
     fn from(v: Vec<Chunk>) -> Chunks {
         match v[..] {
             [one] => Chunks::One([one]),
-            _ => Chunks::Many(v.into_boxed_slice()),
+            _ => Chunks::Many(Box::new(ManyChunks {
+                chunks: v.into_boxed_slice(),
+                pages: HashMap::new(),
+            })),
         }
+    }
+}
+
+impl Chunks {
+    /// The page table (empty for a one-chunk file).
+    pub(super) fn pages(&self) -> Option<&HashMap<u32, Pages>> {
+        match self {
+            Chunks::One(_) => None,
+            Chunks::Many(m) => Some(&m.pages),
+        }
+    }
+
+    /// The pages of chunk `idx`, made absent if it had none (`None` for a one-chunk file).
+    pub(super) fn pages_mut(&mut self, idx: u64) -> Option<&mut Pages> {
+        match self {
+            Chunks::One(_) => None,
+            Chunks::Many(m) => Some(m.pages.entry(idx as u32).or_default()),
+        }
+    }
+
+    /// Forgets the pages of chunk `idx` (it is absent, being filled whole, or present whole).
+    pub(super) fn drop_pages(&mut self, idx: u64) {
+        if let Chunks::Many(m) = self {
+            m.pages.remove(&(idx as u32));
+        }
+    }
+
+    /// The present pages of its partial chunks, as the log records them.
+    pub(super) fn partial_records(&self) -> Vec<PartialRecord> {
+        let Some(pages) = self.pages() else {
+            return Vec::new();
+        };
+        let mut out: Vec<PartialRecord> = pages
+            .iter()
+            .filter(|(_, p)| p.present != 0)
+            .map(|(&chunk, p)| PartialRecord {
+                chunk,
+                pages: p.present,
+                crcs: (0..PAGES as usize)
+                    .filter(|&i| p.present & (1 << i) != 0)
+                    .map(|i| p.crcs[i])
+                    .collect(),
+            })
+            .collect();
+        out.sort_by_key(|r| r.chunk);
+        out
+    }
+
+    /// `chunks` with the logged pages of its partial ones (present, not yet verified).
+    pub(super) fn with_partial(mut chunks: Chunks, partial: &[PartialRecord]) -> Chunks {
+        for r in partial {
+            let idx = u64::from(r.chunk);
+            let Some(p) = chunks.pages_mut(idx) else {
+                continue;
+            };
+            p.present = r.pages;
+            let set = (0..PAGES as usize).filter(|&i| r.pages & (1 << i) != 0);
+            for (i, crc) in set.zip(&r.crcs) {
+                p.crcs[i] = *crc;
+            }
+            chunks[idx as usize] = Chunk::Partial;
+        }
+        chunks
+    }
+
+    /// Every chunk absent, no page anywhere.
+    pub(super) fn clear(&mut self) {
+        if let Chunks::Many(m) = self {
+            m.pages.clear();
+        }
+        self.fill(Chunk::Absent);
     }
 }
 
@@ -40,7 +145,7 @@ impl std::ops::Deref for Chunks {
     fn deref(&self) -> &[Chunk] {
         match self {
             Chunks::One(c) => c,
-            Chunks::Many(c) => c,
+            Chunks::Many(m) => &m.chunks,
         }
     }
 }
@@ -49,7 +154,7 @@ impl std::ops::DerefMut for Chunks {
     fn deref_mut(&mut self) -> &mut [Chunk] {
         match self {
             Chunks::One(c) => c,
-            Chunks::Many(c) => c,
+            Chunks::Many(m) => &mut m.chunks,
         }
     }
 }
@@ -68,11 +173,59 @@ pub(super) struct State {
     pub(super) verified_ctime: u32,
 }
 
+impl State {
+    /// Forgets every present chunk and page (the entry left the cache); pages being filled stay
+    /// claimed until their fillers find the entry gone.
+    pub(super) fn drop_present(&mut self) {
+        for i in 0..self.chunks.len() {
+            match self.chunks[i] {
+                Chunk::Present { .. } => self.chunks[i] = Chunk::Absent,
+                Chunk::Partial => {
+                    let idx = i as u64;
+                    let filling = self.chunks.pages_mut(idx).map_or(0, |p| {
+                        (p.present, p.verified) = (0, 0);
+                        p.filling
+                    });
+                    if filling == 0 {
+                        self.chunks.drop_pages(idx);
+                        self.chunks[i] = Chunk::Absent;
+                    }
+                }
+                Chunk::Absent | Chunk::Filling => {}
+            }
+        }
+    }
+
+    /// Whether chunk `i`, or a page of it, is being filled.
+    pub(super) fn filling(&self, i: usize) -> bool {
+        match self.chunks[i] {
+            Chunk::Filling => true,
+            Chunk::Partial => self
+                .chunks
+                .pages()
+                .and_then(|p| p.get(&(i as u32)))
+                .is_some_and(|p| p.filling != 0),
+            _ => false,
+        }
+    }
+}
+
 /// The outcome of claiming a range of chunks.
 pub struct Claim {
     /// Chunks this caller must fill (now `Filling`).
     pub mine: Vec<u64>,
     /// Whether other fillers hold chunks of the range.
+    pub others: bool,
+    /// Bytes of the pages that partial chunks among `mine` held: no longer counted present
+    /// (the whole chunk is filled over them), for the caller to release from the cache.
+    pub freed: u64,
+}
+
+/// The outcome of claiming pages of one chunk.
+pub struct PageClaim {
+    /// Pages this caller must fill (a bit each).
+    pub mine: u32,
+    /// Whether another filler holds some of the pages wanted (or the whole chunk).
     pub others: bool,
 }
 
@@ -96,12 +249,15 @@ impl ChunkStates {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Claims every absent chunk of `range` for the caller to fill.
-    pub(super) fn claim(&self, range: Range<u64>) -> Claim {
+    /// Claims every absent chunk of `range` for the caller to fill, and every partial one whose
+    /// pages nobody is filling (`page_bytes(idx, pages)`: the bytes of those pages of chunk
+    /// `idx`, which the claim frees).
+    pub(super) fn claim(&self, range: Range<u64>, page_bytes: impl Fn(u64, u32) -> u64) -> Claim {
         let mut st = self.lock();
         let mut claim = Claim {
             mine: Vec::new(),
             others: false,
+            freed: 0,
         };
         for i in range {
             match st.chunks[i as usize] {
@@ -109,11 +265,156 @@ impl ChunkStates {
                     st.chunks[i as usize] = Chunk::Filling;
                     claim.mine.push(i);
                 }
+                Chunk::Partial => {
+                    let pages = st.chunks.pages().and_then(|p| p.get(&(i as u32)));
+                    match pages.map(|p| (p.present, p.filling)) {
+                        Some((_, filling)) if filling != 0 => claim.others = true,
+                        present => {
+                            let freed = page_bytes(i, present.map_or(0, |p| p.0));
+                            st.present_bytes -= freed;
+                            claim.freed += freed;
+                            st.chunks.drop_pages(i);
+                            st.chunks[i as usize] = Chunk::Filling;
+                            claim.mine.push(i);
+                        }
+                    }
+                }
                 Chunk::Filling => claim.others = true,
                 Chunk::Present { .. } => {}
             }
         }
         claim
+    }
+
+    /// Claims the pages of `want` in chunk `idx` that are absent, for the caller to fill. A chunk
+    /// present whole claims none; one being filled whole claims none and says `others`.
+    pub(super) fn claim_pages(&self, idx: u64, want: u32) -> PageClaim {
+        let mut st = self.lock();
+        let i = idx as usize;
+        if !matches!(st.chunks[i], Chunk::Absent | Chunk::Partial) {
+            return PageClaim {
+                mine: 0,
+                others: st.chunks[i] == Chunk::Filling,
+            };
+        }
+        let Some(p) = st.chunks.pages_mut(idx) else {
+            return PageClaim {
+                mine: 0,
+                others: false,
+            };
+        };
+        let mine = want & !p.present & !p.filling;
+        let others = want & p.filling != 0;
+        p.filling |= mine;
+        st.chunks[i] = Chunk::Partial;
+        PageClaim { mine, others }
+    }
+
+    /// Marks claimed pages `mine` of chunk `idx` present (`bytes` in all) with their checksums
+    /// (`crcs[p]` for page p). Once every page of `all` is present the chunk is present whole,
+    /// its checksum combined from its pages' (`len(p)`: page p's length). `false` (and the pages
+    /// absent again) if the entry left the cache meanwhile.
+    pub(super) fn complete_pages(
+        &self,
+        idx: u64,
+        mine: u32,
+        crcs: &[u32; PAGES as usize],
+        bytes: u64,
+        all: u32,
+        len: impl Fn(u32) -> u64,
+    ) -> bool {
+        let mut st = self.lock();
+        let kept = !st.evicted;
+        if let Some(p) = st.chunks.pages_mut(idx) {
+            p.filling &= !mine;
+            if kept {
+                for page in 0..PAGES as u32 {
+                    if mine & (1 << page) != 0 {
+                        p.crcs[page as usize] = crcs[page as usize];
+                    }
+                }
+                p.present |= mine;
+                p.verified |= mine;
+            }
+            let (present, filling, verified) = (p.present, p.filling, p.verified);
+            let whole = present & all == all && filling == 0;
+            if whole {
+                let page_crcs = p.crcs;
+                let crc = (1..PAGES as u32)
+                    .take_while(|&page| all & (1 << page) != 0)
+                    .fold(page_crcs[0], |acc, page| {
+                        crc32c::crc32c_combine(acc, page_crcs[page as usize], len(page) as usize)
+                    });
+                st.chunks.drop_pages(idx);
+                st.chunks[idx as usize] = Chunk::Present {
+                    crc,
+                    verified: verified & all == all,
+                };
+            } else if present == 0 && filling == 0 {
+                st.chunks.drop_pages(idx);
+                st.chunks[idx as usize] = Chunk::Absent;
+            }
+        }
+        if kept {
+            st.present_bytes += bytes;
+        }
+        self.filled.notify_all();
+        kept
+    }
+
+    /// Gives back claimed pages `mine` of chunk `idx` that could not be filled.
+    pub(super) fn abandon_pages(&self, idx: u64, mine: u32) {
+        let mut st = self.lock();
+        if let Some(p) = st.chunks.pages_mut(idx) {
+            p.filling &= !mine;
+            if p.present == 0 && p.filling == 0 {
+                st.chunks.drop_pages(idx);
+                st.chunks[idx as usize] = Chunk::Absent;
+            }
+        }
+        self.filled.notify_all();
+    }
+
+    /// Whether every page of `want` in chunk `idx` is present (the chunk whole, or those pages).
+    pub(super) fn pages_present(&self, idx: u64, want: u32) -> bool {
+        let st = self.lock();
+        match st.chunks[idx as usize] {
+            Chunk::Present { .. } => true,
+            Chunk::Partial => st
+                .chunks
+                .pages()
+                .and_then(|p| p.get(&(idx as u32)))
+                .is_some_and(|p| p.present & want == want),
+            _ => false,
+        }
+    }
+
+    /// Waits up to `wait` until no page of `want` in chunk `idx` (nor the chunk whole) is being
+    /// filled by someone else; `false` if that time passed first.
+    pub(super) fn wait_pages(&self, idx: u64, want: u32, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut st = self.lock();
+        let busy = |st: &State| match st.chunks[idx as usize] {
+            Chunk::Filling => true,
+            Chunk::Partial => st
+                .chunks
+                .pages()
+                .and_then(|p| p.get(&(idx as u32)))
+                .is_some_and(|p| p.filling & want != 0),
+            _ => false,
+        };
+        while busy(&st) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .filled
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
     }
 
     /// Marks claimed chunk `idx` (of `len` bytes) present with its checksum; `false` (and the
@@ -145,7 +446,7 @@ impl ChunkStates {
     pub(super) fn wait_fills(&self, range: Range<u64>, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
         let mut st = self.lock();
-        while st.chunks[range.start as usize..range.end as usize].contains(&Chunk::Filling) {
+        while (range.start as usize..range.end as usize).any(|i| st.filling(i)) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -194,7 +495,7 @@ mod shuttle_tests {
     fn reader(chunks: &ChunkStates, fills: &Mutex<[u32; CHUNKS]>, flaky: bool) {
         let mut failed_once = !flaky;
         loop {
-            let claim = chunks.claim(0..CHUNKS as u64);
+            let claim = chunks.claim(0..CHUNKS as u64, |_, _| 0);
             for idx in claim.mine {
                 if !failed_once {
                     failed_once = true;
@@ -237,6 +538,68 @@ mod shuttle_tests {
         );
     }
 
+    /// Two readers of overlapping pages of chunk 0 and a whole-chunk filler (readahead): no page
+    /// is filled by two fillers at once, every reader ends with its pages present, and the
+    /// bytes counted present are what the chunk holds (a page's bytes never twice).
+    #[test]
+    fn page_fills_and_a_whole_fill_agree() {
+        shuttle::check_random(
+            || {
+                let chunks = Arc::new(absent());
+                // Pages a page filler is writing now.
+                let writing = Arc::new(Mutex::new(0u32));
+                let page_reader = |want: u32| {
+                    let (c, w) = (chunks.clone(), writing.clone());
+                    thread::spawn(move || {
+                        loop {
+                            let claim = c.claim_pages(0, want);
+                            if claim.mine != 0 {
+                                let mut now = w.lock().unwrap();
+                                assert_eq!(*now & claim.mine, 0, "a page filled twice at once");
+                                *now |= claim.mine;
+                                drop(now);
+                                thread::yield_now();
+                                *w.lock().unwrap() &= !claim.mine;
+                                let bytes = u64::from(claim.mine.count_ones());
+                                let crcs = [0; PAGES as usize];
+                                assert!(c.complete_pages(0, claim.mine, &crcs, bytes, !0, |_| 1));
+                            }
+                            assert!(c.wait_pages(0, want, Duration::from_secs(3600)));
+                            if c.pages_present(0, want) {
+                                return;
+                            }
+                        }
+                    })
+                };
+                let readers = [page_reader(0b0111), page_reader(0b1110)];
+                let c = chunks.clone();
+                let whole = thread::spawn(move || {
+                    loop {
+                        let claim = c.claim(0..1, |_, pages| u64::from(pages.count_ones()));
+                        for idx in claim.mine {
+                            assert!(c.complete(idx, 0, PAGES));
+                        }
+                        assert!(c.wait_fills(0..1, Duration::from_secs(3600)));
+                        if c.all_present(0..1) {
+                            return;
+                        }
+                    }
+                });
+                for t in readers {
+                    t.join().unwrap();
+                }
+                whole.join().unwrap();
+                let st = chunks.lock();
+                assert!(matches!(st.chunks[0], Chunk::Present { .. }));
+                assert_eq!(
+                    st.present_bytes, PAGES,
+                    "a page's bytes counted twice or lost"
+                );
+            },
+            2000,
+        );
+    }
+
     #[test]
     fn an_eviction_during_a_fill_leaves_the_chunk_absent() {
         shuttle::check_random(
@@ -244,7 +607,7 @@ mod shuttle_tests {
                 let chunks = Arc::new(absent());
                 let c = chunks.clone();
                 let filler = thread::spawn(move || {
-                    let claim = c.claim(0..1);
+                    let claim = c.claim(0..1, |_, _| 0);
                     claim.mine.iter().all(|&i| c.complete(i, 0, 10))
                 });
                 let c = chunks.clone();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::chunks::FILL_WAIT;
-use super::chunks::{Chunk, ChunkStates, Chunks, Claim, State};
+use super::chunks::{Chunk, ChunkStates, Chunks, Claim, PAGES, PageClaim, State};
 use super::error::CacheError;
 use super::files::Mode;
 use super::format::{ChunkRecord, Header};
@@ -63,7 +63,20 @@ impl Entry {
             .enumerate()
             .filter(|(_, c)| matches!(c, Chunk::Present { .. }))
             .map(|(i, _)| chunk_len(version.size, shared.chunk_size, i as u64))
-            .sum();
+            .sum::<u64>()
+            + chunks
+                .pages()
+                .into_iter()
+                .flatten()
+                .map(|(&idx, p)| {
+                    let page = shared.chunk_size / PAGES;
+                    let len = chunk_len(version.size, shared.chunk_size, u64::from(idx));
+                    (0..PAGES)
+                        .filter(|i| p.present & (1 << i) != 0)
+                        .map(|i| page.min(len.saturating_sub(i * page)))
+                        .sum::<u64>()
+                })
+                .sum::<u64>();
         Entry {
             path,
             version,
@@ -142,7 +155,7 @@ impl Entry {
                 self.shared
                     .used
                     .fetch_sub(st.present_bytes, Ordering::Relaxed);
-                st.chunks.fill(Chunk::Absent);
+                st.chunks.clear();
                 st.present_bytes = 0;
                 emptied = true;
             }
@@ -189,7 +202,7 @@ impl From<Header> for Reloaded {
             place: None,
             version: h.version,
             chunk_size: h.chunk_size,
-            chunks: chunks.into(),
+            chunks: Chunks::with_partial(chunks.into(), &h.partial),
         }
     }
 }
@@ -223,6 +236,14 @@ impl Reloaded {
         if self.place.is_some() && self.chunks.len() != 1 {
             return Err(CacheError::Corrupt("a packed object is one chunk".into()));
         }
+        // Pages only where the chunk has them (its last chunk may have fewer).
+        let page = chunk_size / PAGES;
+        for (&idx, p) in self.chunks.pages().into_iter().flatten() {
+            let len = chunk_len(self.version.size, chunk_size, u64::from(idx));
+            if u64::from(32 - p.present.leading_zeros()) > len.div_ceil(page) {
+                return Err(CacheError::Corrupt("a page past its chunk".into()));
+            }
+        }
         Ok(())
     }
 
@@ -240,6 +261,7 @@ impl Reloaded {
                     _ => None,
                 })
                 .collect(),
+            partial: self.chunks.partial_records(),
         };
         match self.place {
             Some(place) => Record::Packed(place, header),
@@ -361,9 +383,93 @@ impl Entry {
         self.state.lock().evicted
     }
 
-    /// Claims every absent chunk of `range` for the caller to fill.
+    /// Claims every absent chunk of `range` for the caller to fill (and every partial one nobody
+    /// is filling a page of: see [`Claim::freed`]).
     pub fn claim(&self, range: Range<u64>) -> Claim {
-        self.state.claim(range)
+        self.state
+            .claim(range, |idx, pages| self.page_bytes(idx, pages))
+    }
+
+    /// The length of a page of chunk `idx` (its last may be shorter).
+    pub fn page_size(&self) -> u64 {
+        self.shared.chunk_size / PAGES
+    }
+
+    fn page_len(&self, idx: u64, page: u32) -> u64 {
+        let start = u64::from(page) * self.page_size();
+        self.page_size()
+            .min(self.chunk_len(idx).saturating_sub(start))
+    }
+
+    /// The pages chunk `idx` has (a bit each).
+    pub fn all_pages(&self, idx: u64) -> u32 {
+        let n = self.chunk_len(idx).div_ceil(self.page_size());
+        if n >= 32 { u32::MAX } else { (1 << n) - 1 }
+    }
+
+    /// The pages of chunk `idx` that bytes `[offset, end)` touch.
+    pub fn pages_for(&self, idx: u64, offset: u64, end: u64) -> u32 {
+        let start = idx * self.shared.chunk_size;
+        let (from, to) = (offset.max(start), end.min(start + self.chunk_len(idx)));
+        if from >= to {
+            return 0;
+        }
+        let (first, last) = (
+            (from - start) / self.page_size(),
+            (to - 1 - start) / self.page_size(),
+        );
+        (first..=last).fold(0, |m, p| m | (1 << p))
+    }
+
+    /// The bytes of pages `pages` of chunk `idx`.
+    pub fn page_bytes(&self, idx: u64, pages: u32) -> u64 {
+        (0..PAGES as u32)
+            .filter(|p| pages & (1 << p) != 0)
+            .map(|p| self.page_len(idx, p))
+            .sum()
+    }
+
+    /// Claims the absent pages of `want` in chunk `idx` for the caller to fill.
+    pub fn claim_pages(&self, idx: u64, want: u32) -> PageClaim {
+        self.state.claim_pages(idx, want)
+    }
+
+    /// Marks claimed pages present with the checksums of the bytes just written (`crcs[p]` for
+    /// page p); `false` if the entry left the cache meanwhile (the caller's reservation is void).
+    pub fn complete_pages(&self, idx: u64, mine: u32, crcs: &[u32; PAGES as usize]) -> bool {
+        let bytes = self.page_bytes(idx, mine);
+        let kept = self
+            .state
+            .complete_pages(idx, mine, crcs, bytes, self.all_pages(idx), |p| {
+                self.page_len(idx, p)
+            });
+        if kept {
+            self.note_verified(None);
+        }
+        kept
+    }
+
+    /// Gives back claimed pages that could not be filled.
+    pub fn abandon_pages(&self, idx: u64, mine: u32) {
+        self.state.abandon_pages(idx, mine)
+    }
+
+    /// Waits (bounded) until no page of `want` in chunk `idx` is being filled by someone else.
+    pub fn wait_pages(&self, idx: u64, want: u32) -> Result<(), CacheError> {
+        if self.state.wait_pages(idx, want, FILL_WAIT) {
+            Ok(())
+        } else {
+            Err(CacheError::FillTimeout(self.path.to_string()))
+        }
+    }
+
+    /// Whether every byte of `[offset, end)` is present: its chunks whole or the pages it touches.
+    pub fn bytes_present(&self, offset: u64, end: u64) -> bool {
+        self.chunks_for(offset, end.saturating_sub(offset))
+            .all(|idx| {
+                self.state
+                    .pages_present(idx, self.pages_for(idx, offset, end))
+            })
     }
 
     /// Marks a claimed chunk present with the checksum of the bytes just written.
@@ -500,6 +606,7 @@ impl Entry {
                     _ => None,
                 })
                 .collect::<Vec<ChunkRecord>>(),
+            partial: st.chunks.partial_records(),
         };
         Some(match self.place() {
             Some(place) => Record::Packed(place, header),

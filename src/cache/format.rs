@@ -9,14 +9,18 @@
 //! Layout (little endian):
 //! ```text
 //! magic "DYADFSC\0" | format u32 | chunk_size u32 | source size u64 | source mtime_ns i64
-//! | path_len u32 | path bytes | n_chunks u32 | n_chunks x (present u8, crc32c u32) | crc u32
+//! | path_len u32 | path bytes | n_chunks u32 | n_chunks x (present u8, crc32c u32)
+//! | n_partial u32 | n_partial x (chunk u32, pages u32, one crc32c u32 per page set) | crc u32
 //! ```
+//! Format 1 had no partial chunks (nor their count); it is still read.
 
 use super::error::CacheError;
 use crate::core::Version;
 
 pub const MAGIC: &[u8; 8] = b"DYADFSC\0";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The format before partial chunks, still read.
+pub const FORMAT_V1: u32 = 1;
 
 /// A chunk as recorded on disk: present with its checksum, or absent.
 pub type ChunkRecord = Option<u32>;
@@ -27,6 +31,17 @@ pub struct Header {
     pub version: Version,
     pub path: String,
     pub chunks: Vec<ChunkRecord>,
+    /// The chunks recorded absent above that have some pages present.
+    pub partial: Vec<PartialRecord>,
+}
+
+/// A chunk with some of its pages present: which (a bit each), and each one's crc32c in page
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialRecord {
+    pub chunk: u32,
+    pub pages: u32,
+    pub crcs: Vec<u32>,
 }
 
 impl Header {
@@ -43,6 +58,14 @@ impl Header {
         for chunk in &self.chunks {
             out.push(chunk.is_some() as u8);
             out.extend_from_slice(&chunk.unwrap_or(0).to_le_bytes());
+        }
+        out.extend_from_slice(&(self.partial.len() as u32).to_le_bytes());
+        for p in &self.partial {
+            out.extend_from_slice(&p.chunk.to_le_bytes());
+            out.extend_from_slice(&p.pages.to_le_bytes());
+            for crc in &p.crcs {
+                out.extend_from_slice(&crc.to_le_bytes());
+            }
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -63,7 +86,7 @@ impl Header {
             return Err(corrupt("bad magic"));
         }
         let format = r.u32()?;
-        if format != FORMAT_VERSION {
+        if format != FORMAT_VERSION && format != FORMAT_V1 {
             return Err(CacheError::Corrupt(format!(
                 "unknown format version {format}"
             )));
@@ -84,6 +107,20 @@ impl Header {
                 _ => return Err(corrupt("bad chunk flag")),
             });
         }
+        let mut partial = Vec::new();
+        if format != FORMAT_V1 {
+            let n = r.u32()? as usize;
+            for _ in 0..n {
+                let (chunk, pages) = (r.u32()?, r.u32()?);
+                if pages == 0 || chunks.get(chunk as usize) != Some(&None) {
+                    return Err(corrupt("bad partial chunk"));
+                }
+                let crcs = (0..pages.count_ones())
+                    .map(|_| r.u32())
+                    .collect::<Result<_, _>>()?;
+                partial.push(PartialRecord { chunk, pages, crcs });
+            }
+        }
         if !r.0.is_empty() {
             return Err(corrupt("trailing bytes"));
         }
@@ -92,6 +129,7 @@ impl Header {
             version: Version { size, mtime_ns },
             path,
             chunks,
+            partial,
         })
     }
 }
@@ -128,18 +166,37 @@ mod tests {
             },
             path: "train/x.npz".into(),
             chunks: vec![Some(0xdead_beef), None, Some(7)],
+            partial: vec![PartialRecord {
+                chunk: 1,
+                pages: 0b1001,
+                crcs: vec![11, 0x0102_0304],
+            }],
         }
     }
 
     #[test]
     fn golden_bytes() {
-        let golden = include_bytes!("../../fixtures/cache/header-v1.bin");
+        let path = "fixtures/cache/header-v2.bin";
+        let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
+            std::fs::write(&golden_file, sample().encode()).unwrap();
+        }
+        let golden = include_bytes!("../../fixtures/cache/header-v2.bin");
         assert_eq!(
             sample().encode(),
             golden.as_slice(),
             "the on-disk cache header changed: bump FORMAT_VERSION and regenerate the fixture"
         );
         assert_eq!(Header::decode(golden).unwrap(), sample());
+    }
+
+    /// A header the release before partial chunks wrote reads as it did.
+    #[test]
+    fn a_format_1_header_still_reads() {
+        let golden = include_bytes!("../../fixtures/cache/header-v1.bin");
+        let mut expected = sample();
+        expected.partial.clear();
+        assert_eq!(Header::decode(golden).unwrap(), expected);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::error::CacheError;
-use super::format::{FORMAT_VERSION, Header};
+use super::format::{FORMAT_V1, FORMAT_VERSION, Header};
 use super::segments::Place;
 use crate::core::sync::lock;
 
@@ -130,7 +130,13 @@ pub fn decode(bytes: &[u8]) -> Vec<Record> {
 fn decode_each(mut log: Window<impl Read>, mut each: impl FnMut(Record)) -> io::Result<usize> {
     log.want(12)?;
     let start = log.rest();
-    if start.len() < 12 || &start[..8] != MAGIC || start[8..12] != FORMAT_VERSION.to_le_bytes() {
+    let version = start
+        .get(8..12)
+        .map(|v| u32::from_le_bytes(v.try_into().unwrap()));
+    if start.len() < 12
+        || &start[..8] != MAGIC
+        || !matches!(version, Some(FORMAT_VERSION | FORMAT_V1))
+    {
         return Ok(0);
     }
     log.consume(12);
@@ -381,6 +387,7 @@ mod tests {
             },
             path: path.into(),
             chunks: vec![Some(crc)],
+            partial: Vec::new(),
         }
     }
 
@@ -478,14 +485,24 @@ mod tests {
         )
     }
 
+    /// A log the release before partial chunks wrote (format 1 throughout) reads as it did.
+    #[test]
+    fn a_format_1_log_still_reads() {
+        let golden = include_bytes!("../../fixtures/cache/packed-record-v1.bin");
+        let mut log = MAGIC.to_vec();
+        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
+        log.extend_from_slice(golden);
+        assert_eq!(decode(&log), vec![packed()]);
+    }
+
     #[test]
     fn packed_record_golden_bytes() {
-        let path = "fixtures/cache/packed-record-v1.bin";
+        let path = "fixtures/cache/packed-record-v2.bin";
         let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             fs::write(&golden_file, packed().encode()).unwrap();
         }
-        let golden = include_bytes!("../../fixtures/cache/packed-record-v1.bin");
+        let golden = include_bytes!("../../fixtures/cache/packed-record-v2.bin");
         assert_eq!(
             packed().encode(),
             golden.as_slice(),

@@ -32,7 +32,7 @@ pub use scrub::ScrubReport;
 mod write_errors;
 
 use chunks::Chunk;
-pub use chunks::Claim;
+pub use chunks::{Claim, PAGES, PageClaim};
 pub use entry::Entry;
 use entry::Reloaded;
 pub use error::CacheError;
@@ -451,11 +451,7 @@ impl Cache {
             });
         }
         let present = std::mem::take(&mut st.present_bytes);
-        for c in st.chunks.iter_mut() {
-            if matches!(c, Chunk::Present { .. }) {
-                *c = Chunk::Absent;
-            }
-        }
+        st.drop_present();
         drop(st);
         if let Some(place) = entry.place() {
             // Its bytes are counted until its whole segment goes.

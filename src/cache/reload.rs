@@ -110,6 +110,7 @@ mod tests {
             version: Version { size, mtime_ns: 1 },
             path: path.into(),
             chunks: vec![Some(7)],
+            partial: Vec::new(),
         }
     }
 

@@ -221,3 +221,62 @@ fn a_missing_data_file_is_noticed_at_first_use_after_restart() {
     assert!(a.verify(&cache, 0..2).unwrap());
     let _ = fs::remove_dir_all(dir);
 }
+
+/// Pages of a chunk (a random read's) survive a restart with their own checksums: present after
+/// it, their neighbours still absent; a page corrupted on disk meanwhile is dropped alone when
+/// checked, its neighbour kept, and the drop is what the next restart finds.
+#[test]
+fn pages_survive_a_restart_and_a_corrupt_one_is_dropped_alone() {
+    let (dir, config, stats) = setup(100 << 20);
+    let chunk = u64::from(config.chunk_size);
+    let size = 3 * chunk;
+    let page = {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let e = cache.entry("big", v(size)).unwrap();
+        let page = e.page_size();
+        let claim = e.claim_pages(1, 0b110);
+        assert_eq!((claim.mine, claim.others), (0b110, false));
+        // Claimed already: a second filler gets nothing and waits for them.
+        assert_eq!(e.claim_pages(1, 0b100).mine, 0);
+        assert!(cache.reserve(&e, 2 * page));
+        let mut crcs = [0u32; PAGES as usize];
+        for p in [1u64, 2] {
+            let bytes = vec![p as u8 + 7; page as usize];
+            e.write_at(chunk + p * page, &bytes).unwrap();
+            crcs[p as usize] = crc32c::crc32c(&bytes);
+        }
+        assert!(e.complete_pages(1, 0b110, &crcs));
+        e.persist().unwrap();
+        assert_eq!(cache.used_bytes(), 2 * page);
+        page
+    };
+    let (p1, p2, p3) = (chunk + page, chunk + 2 * page, chunk + 3 * page);
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        assert_eq!(cache.used_bytes(), 2 * page);
+        let e = cache.entry("big", v(size)).unwrap();
+        assert!(e.bytes_present(p1, p3));
+        assert!(!e.bytes_present(p3, p3 + 1) && !e.bytes_present(chunk, p1));
+        assert!(!e.all_present(1..2));
+        // Page 2 changes on disk behind the daemon.
+        let data = fs::OpenOptions::new()
+            .write(true)
+            .open(e.data_path())
+            .unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&data, b"rot", p2 + 5).unwrap();
+        assert!(!e.verify_bytes(&cache, p1, p3).unwrap());
+        assert!(
+            e.bytes_present(p1, p2),
+            "the good neighbour was dropped too"
+        );
+        assert!(!e.bytes_present(p2, p3));
+        assert_eq!(stats.checksum_failures.load(Ordering::Relaxed), 1);
+        assert_eq!(cache.used_bytes(), page);
+        assert!(e.verify_bytes(&cache, p1, p2).unwrap());
+    }
+    let cache = Cache::open(&config, stats).unwrap();
+    let e = cache.entry("big", v(size)).unwrap();
+    assert!(e.bytes_present(p1, p2) && !e.bytes_present(p2, p3));
+    assert_eq!(cache.used_bytes(), page);
+    let _ = fs::remove_dir_all(dir);
+}

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 use super::Cache;
-use super::chunks::Chunk;
+use super::chunks::{Chunk, PAGES};
 use super::entry::{Entry, ctime_print};
 use super::error::CacheError;
 use super::files::Mode;
@@ -81,6 +81,88 @@ impl Entry {
             self.note_verified(before);
         }
         Ok(all_good)
+    }
+
+    /// Whether every byte of `[offset, end)` is present and verified: its whole chunks as
+    /// [`Entry::verify`] checks them, and in partial chunks the pages it touches, each against
+    /// its own checksum (a page that fails is dropped alone, refetched by its next reader).
+    pub fn verify_bytes(&self, cache: &Cache, offset: u64, end: u64) -> Result<bool, CacheError> {
+        let mut all_good = true;
+        let mut dropped = false;
+        for idx in self.chunks_for(offset, end.saturating_sub(offset)) {
+            let want = self.pages_for(idx, offset, end);
+            let unverified: Option<Vec<(u32, u32)>> = {
+                let st = self.state.lock();
+                match st.chunks[idx as usize] {
+                    Chunk::Present { .. } => None,
+                    Chunk::Partial => {
+                        let p = st.chunks.pages().and_then(|t| t.get(&(idx as u32)));
+                        let p = p.filter(|p| p.present & want == want);
+                        let Some(p) = p else { return Ok(false) };
+                        Some(
+                            (0..PAGES as u32)
+                                .filter(|&i| want & !p.verified & (1 << i) != 0)
+                                .map(|i| (i, p.crcs[i as usize]))
+                                .collect(),
+                        )
+                    }
+                    Chunk::Absent | Chunk::Filling => return Ok(false),
+                }
+            };
+            let Some(unverified) = unverified else {
+                all_good &= self.verify(cache, idx..idx + 1)?;
+                continue;
+            };
+            if unverified.is_empty() {
+                continue;
+            }
+            let data = self.file(Mode::ReadWrite)?;
+            let mut buf = Vec::new();
+            for (page, crc) in unverified {
+                let at = idx * self.shared.chunk_size + u64::from(page) * self.page_size();
+                buf.resize(self.page_bytes(idx, 1 << page) as usize, 0);
+                data.read_exact_at(&mut buf, self.base() + at)?;
+                if !self.judge_page(cache, idx, page, crc, &buf) {
+                    (all_good, dropped) = (false, true);
+                }
+            }
+        }
+        if dropped {
+            self.persist_or_report(cache);
+        }
+        Ok(all_good)
+    }
+
+    /// Marks page `page` of chunk `idx` verified if `bytes` match its checksum `crc`, or drops
+    /// it alone (its bytes released).
+    fn judge_page(&self, cache: &Cache, idx: u64, page: u32, crc: u32, bytes: &[u8]) -> bool {
+        let mut st = self.state.lock();
+        let bit = 1 << page;
+        let good = crc32c::crc32c(bytes) == crc;
+        let Some(p) = st.chunks.pages_mut(idx) else {
+            return false;
+        };
+        // Only act if nobody changed the page while we read it.
+        if p.present & bit == 0 || p.crcs[page as usize] != crc {
+            return false;
+        }
+        if good {
+            p.verified |= bit;
+            return true;
+        }
+        (p.present, p.verified) = (p.present & !bit, p.verified & !bit);
+        if p.present == 0 && p.filling == 0 {
+            st.chunks.drop_pages(idx);
+            st.chunks[idx as usize] = Chunk::Absent;
+        }
+        tracing::warn!(path = %self.path, chunk = idx, page, "page checksum mismatch, refetching");
+        cache
+            .stats
+            .checksum_failures
+            .fetch_add(1, Ordering::Relaxed);
+        st.present_bytes -= bytes.len() as u64;
+        cache.release(bytes.len() as u64);
+        false
     }
 
     /// Records the header after a chunk was dropped; a log that cannot be written is reported

@@ -16,7 +16,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::cache::{Cache, Entry, Mapping, Pooled, ReadBytes};
+use crate::cache::{Cache, Entry, Mapping, PAGES, Pooled, ReadBytes};
 use crate::core::source::{Origin, Piece, Source};
 use crate::stats::Stats;
 
@@ -64,6 +64,9 @@ impl<S: Source + ?Sized> Reader<S> {
             return Ok(ReadBytes::Owned(Vec::new()));
         }
         let want = entry.chunks_for(offset, end - offset);
+        if size > WHOLE_FILE_MAX {
+            return self.read_pages(entry, offset, end, map);
+        }
         let demand = if size <= WHOLE_FILE_MAX {
             0..entry.chunk_count()
         } else {
@@ -95,6 +98,134 @@ impl<S: Source + ?Sized> Reader<S> {
             }
         }
         Err(FillError::Corrupt(entry.path.to_string()))
+    }
+
+    /// A read of a large file: the pages it touches of chunks not present are filled, not the
+    /// chunks whole (a random read of a record or a row fetches about what it reads; the
+    /// readahead of a sequential reader fills whole chunks ahead of it).
+    fn read_pages(
+        &self,
+        entry: &Arc<Entry>,
+        offset: u64,
+        end: u64,
+        map: Option<&Arc<Mapping>>,
+    ) -> Result<ReadBytes, FillError> {
+        for _ in 0..VERIFY_ATTEMPTS {
+            let mut kept = Kept::new(offset, end);
+            for idx in entry.chunks_for(offset, end - offset) {
+                let want = entry.pages_for(idx, offset, end);
+                self.fill_pages(entry, idx, want, &mut kept)?;
+            }
+            if let Some(buf) = kept.whole() {
+                return Ok(self.served_locally(buf));
+            }
+            if !entry.bytes_present(offset, end) {
+                return self.read_uncached(entry, offset, end);
+            }
+            match entry.verify_bytes(&self.cache, offset, end) {
+                // A page failed its checksum and was dropped: fetched again.
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(e) => {
+                    self.cache.read_failed(entry, &e.into());
+                    return self.read_uncached(entry, offset, end);
+                }
+            }
+            match entry.read_bytes(offset, (end - offset) as usize, map) {
+                Ok(buf) => return Ok(self.served_locally(buf)),
+                Err(e) => {
+                    self.cache.read_failed(entry, &e);
+                    return self.read_uncached(entry, offset, end);
+                }
+            }
+        }
+        Err(FillError::Corrupt(entry.path.to_string()))
+    }
+
+    /// Fills the absent pages of `want` in chunk `idx` nobody else is filling, copying what
+    /// `kept` asks for as they are cached, then waits for those others fill. `Ok(false)`: not
+    /// cached (no room, or the cache's file system failed a write).
+    fn fill_pages(
+        &self,
+        entry: &Arc<Entry>,
+        idx: u64,
+        want: u32,
+        kept: &mut Kept,
+    ) -> Result<bool, FillError> {
+        let claim = entry.claim_pages(idx, want);
+        let mut fill = PageFill {
+            entry,
+            cache: &self.cache,
+            idx,
+            pending: claim.mine,
+            reserved: 0,
+        };
+        if claim.mine != 0 {
+            let bytes = entry.page_bytes(idx, claim.mine);
+            if entry.is_evicted() || !self.cache.takes_writes() || !self.cache.reserve(entry, bytes)
+            {
+                return Ok(false);
+            }
+            fill.reserved = bytes;
+            let page = entry.page_size();
+            let chunk_start = idx * entry.chunk_size();
+            for run in page_runs(claim.mine) {
+                let offset = chunk_start + u64::from(run.start) * page;
+                let mask = (run.start..run.end).fold(0u32, |m, p| m | (1 << p));
+                let len = entry.page_bytes(idx, mask);
+                // Each page's crc32c, appended to piece by piece as the bytes go by in order.
+                let mut crcs = [0u32; PAGES as usize];
+                let mut at = offset;
+                let mut write_error = None;
+                let mut sink = |off: u64, bytes: &[u8], _crc: Option<u32>| {
+                    if off != at {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "a source piece out of order",
+                        ));
+                    }
+                    if let Err(e) = entry.write_at(off, bytes) {
+                        let stop = same_error(&e);
+                        write_error = Some(e);
+                        return Err(stop);
+                    }
+                    kept.take(off, bytes);
+                    let mut rest = bytes;
+                    while !rest.is_empty() {
+                        let p = ((at - chunk_start) / page) as usize;
+                        let page_end = (chunk_start + (p as u64 + 1) * page).min(offset + len);
+                        let n = ((page_end - at) as usize).min(rest.len());
+                        crcs[p] = crc32c::crc32c_append(crcs[p], &rest[..n]);
+                        (rest, at) = (&rest[n..], at + n as u64);
+                    }
+                    Ok(())
+                };
+                let started = std::time::Instant::now();
+                let read =
+                    self.source
+                        .read_into(&entry.path, entry.version, offset, len, &mut sink);
+                if let Some(e) = write_error {
+                    self.cache.fill_failed(entry, &e);
+                    return Ok(false);
+                }
+                let origin = read.map_err(FillError::Source)?;
+                if at != offset + len {
+                    return Err(FillError::BadSource("a short page fill"));
+                }
+                let source = match origin {
+                    Origin::Peer => "peer",
+                    Origin::Backing => "shared_fs",
+                };
+                self.stats.latency.fill(source, started);
+                self.count(entry, origin, len);
+                fill.complete(mask, &crcs);
+            }
+            self.cache.filled(entry);
+        }
+        if claim.others {
+            entry.wait_pages(idx, want)?;
+        }
+        Ok(true)
     }
 
     /// The bytes `[offset, end)` from the cache once chunks `want` are verified; `None` if one
@@ -228,6 +359,8 @@ impl<S: Source + ?Sized> Reader<S> {
         mut kept: Option<&mut Kept>,
     ) -> Result<bool, FillError> {
         let claim = entry.claim(range.clone());
+        // Partial chunks claimed whole: their pages are filled over, no longer held.
+        self.cache.release(claim.freed);
         let mut fill = Fill {
             entry,
             cache: &self.cache,
@@ -408,6 +541,49 @@ impl Drop for Fill<'_> {
         }
         self.cache.release(self.reserved);
     }
+}
+
+/// Pages claimed by one filler in one chunk: given back if not completed (an error, a panic),
+/// with their reservation.
+struct PageFill<'a> {
+    entry: &'a Entry,
+    cache: &'a Cache,
+    idx: u64,
+    pending: u32,
+    reserved: u64,
+}
+
+impl PageFill<'_> {
+    fn complete(&mut self, pages: u32, crcs: &[u32; PAGES as usize]) {
+        self.pending &= !pages;
+        let len = self.entry.page_bytes(self.idx, pages);
+        self.reserved -= len;
+        if !self.entry.complete_pages(self.idx, pages, crcs) {
+            // The entry left the cache while we filled it: nothing holds these bytes.
+            self.cache.release(len);
+        }
+    }
+}
+
+impl Drop for PageFill<'_> {
+    fn drop(&mut self) {
+        if self.pending != 0 {
+            self.entry.abandon_pages(self.idx, self.pending);
+        }
+        self.cache.release(self.reserved);
+    }
+}
+
+/// Runs of contiguous pages in `pages` (a bit each), as page ranges.
+fn page_runs(pages: u32) -> Vec<Range<u32>> {
+    let mut out: Vec<Range<u32>> = Vec::new();
+    for p in (0..PAGES as u32).filter(|p| pages & (1 << p) != 0) {
+        match out.last_mut() {
+            Some(r) if r.end == p => r.end += 1,
+            _ => out.push(p..p + 1),
+        }
+    }
+    out
 }
 
 /// Notes the crc32c of each chunk of `run` that the piece `bytes` at `off` covers (given when

@@ -68,23 +68,46 @@ fn small_file_is_fetched_whole_then_served_locally() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A read into a large file fetches the pages it touches (a 32nd of a chunk), not its chunks:
+/// a record of an HDF5 or LMDB file read at random costs about its own bytes.
 #[test]
-fn large_file_fetches_only_the_chunks_read() {
+fn a_large_files_read_fetches_only_the_pages_it_touches() {
     let (r, dir) = reader(MemSource::default(), 64 << 20);
     let data = pattern(20 << 20, 2);
     let v = r.source.add("big", data.clone());
     let e = r.cache.entry("big", v).unwrap();
-    let off = (13 << 20) - 10;
-    assert_eq!(
-        r.read(&e, off, 20).unwrap(),
-        data[off as usize..off as usize + 20]
-    );
+    let (chunk, page) = (e.chunk_size(), e.page_size());
+    assert_eq!(page * 32, chunk);
+    // 20 bytes across the boundary of pages 15 and 16 of chunk 6.
+    let off = 6 * chunk + chunk / 2 - 10;
+    let read = |at: u64, len: u64| {
+        let got = r.read(&e, at, len as u32).unwrap();
+        assert!(
+            got == data[at as usize..(at + len) as usize],
+            "bytes at {at}"
+        );
+    };
+    read(off, 20);
     assert_eq!(
         r.source.bytes.load(Ordering::Relaxed),
-        2 << 20,
-        "two chunks straddled"
+        2 * page,
+        "two pages straddled"
     );
-    assert!(e.all_present(12..14) && !e.all_present(0..1));
+    assert!(e.bytes_present(off - 1000, off + 1000));
+    assert!(!e.all_present(6..7), "the chunk is not whole");
+    assert!(!e.bytes_present(off - page - 1000, off - page));
+    assert!(!e.bytes_present(off + page + 1000, off + page + 2000));
+    // Read again: from the cache, nothing fetched.
+    read(off, 20);
+    assert_eq!(r.source.bytes.load(Ordering::Relaxed), 2 * page);
+    // Every page of the chunk read: the chunk is present whole, with the checksum of its bytes.
+    for p in 0..32 {
+        read(6 * chunk + p * page, page);
+    }
+    assert!(e.all_present(6..7));
+    // Its checksum, combined from its pages', is that of its bytes.
+    assert_eq!(e.recheck(&r.cache, 6..7).unwrap(), (1, 0));
+    assert_eq!(r.source.bytes.load(Ordering::Relaxed), chunk);
     let _ = std::fs::remove_dir_all(dir);
 }
 
