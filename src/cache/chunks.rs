@@ -2,7 +2,8 @@
 //! single flight) -> Present, and back to Absent when a filler gives up or the entry left the
 //! cache. A chunk of a large file read at random is filled a page at a time instead: Absent ->
 //! Partial (its pages each absent, being filled by one filler, or present with their own
-//! checksums) until a whole-chunk fill takes it over (readahead) or its last page completes it.
+//! checksums) -> Present once its last page lands; a whole-chunk fill (readahead) that finds it
+//! partial fills its absent pages, never the present ones again.
 //! Readers that find a chunk or page being filled wait for it (bounded). The lock and condition
 //! variable come from [`crate::core::sync::model`], so `--features shuttle` explores the
 //! interleavings of claims, fills and waits (tests below).
@@ -216,9 +217,9 @@ pub struct Claim {
     pub mine: Vec<u64>,
     /// Whether other fillers hold chunks of the range.
     pub others: bool,
-    /// Bytes of the pages that partial chunks among `mine` held: no longer counted present
-    /// (the whole chunk is filled over them), for the caller to release from the cache.
-    pub freed: u64,
+    /// Partial chunks of the range: not claimed whole (their present pages stay), for the
+    /// caller to complete page by page.
+    pub partial: Vec<u64>,
 }
 
 /// The outcome of claiming pages of one chunk.
@@ -249,15 +250,14 @@ impl ChunkStates {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Claims every absent chunk of `range` for the caller to fill, and every partial one whose
-    /// pages nobody is filling (`page_bytes(idx, pages)`: the bytes of those pages of chunk
-    /// `idx`, which the claim frees).
-    pub(super) fn claim(&self, range: Range<u64>, page_bytes: impl Fn(u64, u32) -> u64) -> Claim {
+    /// Claims every absent chunk of `range` for the caller to fill; partial ones are listed,
+    /// not claimed (their present pages are not fetched again).
+    pub(super) fn claim(&self, range: Range<u64>) -> Claim {
         let mut st = self.lock();
         let mut claim = Claim {
             mine: Vec::new(),
             others: false,
-            freed: 0,
+            partial: Vec::new(),
         };
         for i in range {
             match st.chunks[i as usize] {
@@ -265,20 +265,7 @@ impl ChunkStates {
                     st.chunks[i as usize] = Chunk::Filling;
                     claim.mine.push(i);
                 }
-                Chunk::Partial => {
-                    let pages = st.chunks.pages().and_then(|p| p.get(&(i as u32)));
-                    match pages.map(|p| (p.present, p.filling)) {
-                        Some((_, filling)) if filling != 0 => claim.others = true,
-                        present => {
-                            let freed = page_bytes(i, present.map_or(0, |p| p.0));
-                            st.present_bytes -= freed;
-                            claim.freed += freed;
-                            st.chunks.drop_pages(i);
-                            st.chunks[i as usize] = Chunk::Filling;
-                            claim.mine.push(i);
-                        }
-                    }
-                }
+                Chunk::Partial => claim.partial.push(i),
                 Chunk::Filling => claim.others = true,
                 Chunk::Present { .. } => {}
             }
@@ -495,7 +482,7 @@ mod shuttle_tests {
     fn reader(chunks: &ChunkStates, fills: &Mutex<[u32; CHUNKS]>, flaky: bool) {
         let mut failed_once = !flaky;
         loop {
-            let claim = chunks.claim(0..CHUNKS as u64, |_, _| 0);
+            let claim = chunks.claim(0..CHUNKS as u64);
             for idx in claim.mine {
                 if !failed_once {
                     failed_once = true;
@@ -538,32 +525,39 @@ mod shuttle_tests {
         );
     }
 
+    /// Fills pages `want` of chunk 0 that nobody else fills (each page one byte), checking in
+    /// `writing` that no page is written by two fillers at once.
+    fn fill_pages(c: &ChunkStates, writing: &Mutex<u32>, want: u32) {
+        let claim = c.claim_pages(0, want);
+        if claim.mine == 0 {
+            return;
+        }
+        let mut now = writing.lock().unwrap();
+        assert_eq!(*now & claim.mine, 0, "a page filled twice at once");
+        *now |= claim.mine;
+        drop(now);
+        thread::yield_now();
+        *writing.lock().unwrap() &= !claim.mine;
+        let bytes = u64::from(claim.mine.count_ones());
+        let crcs = [0; PAGES as usize];
+        assert!(c.complete_pages(0, claim.mine, &crcs, bytes, !0, |_| 1));
+    }
+
     /// Two readers of overlapping pages of chunk 0 and a whole-chunk filler (readahead): no page
-    /// is filled by two fillers at once, every reader ends with its pages present, and the
-    /// bytes counted present are what the chunk holds (a page's bytes never twice).
+    /// is filled by two fillers at once, every reader ends with its pages present, the chunk
+    /// ends present whole, and the bytes counted present are what it holds (never twice).
     #[test]
     fn page_fills_and_a_whole_fill_agree() {
         shuttle::check_random(
             || {
                 let chunks = Arc::new(absent());
-                // Pages a page filler is writing now.
+                // Pages a filler is writing now.
                 let writing = Arc::new(Mutex::new(0u32));
                 let page_reader = |want: u32| {
                     let (c, w) = (chunks.clone(), writing.clone());
                     thread::spawn(move || {
                         loop {
-                            let claim = c.claim_pages(0, want);
-                            if claim.mine != 0 {
-                                let mut now = w.lock().unwrap();
-                                assert_eq!(*now & claim.mine, 0, "a page filled twice at once");
-                                *now |= claim.mine;
-                                drop(now);
-                                thread::yield_now();
-                                *w.lock().unwrap() &= !claim.mine;
-                                let bytes = u64::from(claim.mine.count_ones());
-                                let crcs = [0; PAGES as usize];
-                                assert!(c.complete_pages(0, claim.mine, &crcs, bytes, !0, |_| 1));
-                            }
+                            fill_pages(&c, &w, want);
                             assert!(c.wait_pages(0, want, Duration::from_secs(3600)));
                             if c.pages_present(0, want) {
                                 return;
@@ -572,12 +566,16 @@ mod shuttle_tests {
                     })
                 };
                 let readers = [page_reader(0b0111), page_reader(0b1110)];
-                let c = chunks.clone();
+                let (c, w) = (chunks.clone(), writing.clone());
                 let whole = thread::spawn(move || {
                     loop {
-                        let claim = c.claim(0..1, |_, pages| u64::from(pages.count_ones()));
+                        let claim = c.claim(0..1);
                         for idx in claim.mine {
                             assert!(c.complete(idx, 0, PAGES));
+                        }
+                        // A partial chunk is completed page by page, its present pages kept.
+                        for _ in claim.partial {
+                            fill_pages(&c, &w, !0);
                         }
                         assert!(c.wait_fills(0..1, Duration::from_secs(3600)));
                         if c.all_present(0..1) {
@@ -607,7 +605,7 @@ mod shuttle_tests {
                 let chunks = Arc::new(absent());
                 let c = chunks.clone();
                 let filler = thread::spawn(move || {
-                    let claim = c.claim(0..1, |_, _| 0);
+                    let claim = c.claim(0..1);
                     claim.mine.iter().all(|&i| c.complete(i, 0, 10))
                 });
                 let c = chunks.clone();

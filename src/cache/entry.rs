@@ -383,11 +383,10 @@ impl Entry {
         self.state.lock().evicted
     }
 
-    /// Claims every absent chunk of `range` for the caller to fill (and every partial one nobody
-    /// is filling a page of: see [`Claim::freed`]).
+    /// Claims every absent chunk of `range` for the caller to fill (partial ones are listed, to
+    /// be completed page by page).
     pub fn claim(&self, range: Range<u64>) -> Claim {
-        self.state
-            .claim(range, |idx, pages| self.page_bytes(idx, pages))
+        self.state.claim(range)
     }
 
     /// The length of a page of chunk `idx` (its last may be shorter).

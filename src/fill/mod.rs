@@ -114,7 +114,7 @@ impl<S: Source + ?Sized> Reader<S> {
             let mut kept = Kept::new(offset, end);
             for idx in entry.chunks_for(offset, end - offset) {
                 let want = entry.pages_for(idx, offset, end);
-                self.fill_pages(entry, idx, want, &mut kept)?;
+                self.fill_pages(entry, idx, want, true, Some(&mut kept))?;
             }
             if let Some(buf) = kept.whole() {
                 return Ok(self.served_locally(buf));
@@ -143,14 +143,15 @@ impl<S: Source + ?Sized> Reader<S> {
     }
 
     /// Fills the absent pages of `want` in chunk `idx` nobody else is filling, copying what
-    /// `kept` asks for as they are cached, then waits for those others fill. `Ok(false)`: not
-    /// cached (no room, or the cache's file system failed a write).
+    /// `kept` asks for as they are cached, then waits (if `wait`) for those others fill.
+    /// `Ok(false)`: not cached (no room, or the cache's file system failed a write).
     fn fill_pages(
         &self,
         entry: &Arc<Entry>,
         idx: u64,
         want: u32,
-        kept: &mut Kept,
+        wait: bool,
+        mut kept: Option<&mut Kept>,
     ) -> Result<bool, FillError> {
         let claim = entry.claim_pages(idx, want);
         let mut fill = PageFill {
@@ -189,7 +190,9 @@ impl<S: Source + ?Sized> Reader<S> {
                         write_error = Some(e);
                         return Err(stop);
                     }
-                    kept.take(off, bytes);
+                    if let Some(k) = kept.as_deref_mut() {
+                        k.take(off, bytes);
+                    }
                     let mut rest = bytes;
                     while !rest.is_empty() {
                         let p = ((at - chunk_start) / page) as usize;
@@ -222,7 +225,7 @@ impl<S: Source + ?Sized> Reader<S> {
             }
             self.cache.filled(entry);
         }
-        if claim.others {
+        if claim.others && wait {
             entry.wait_pages(idx, want)?;
         }
         Ok(true)
@@ -359,8 +362,6 @@ impl<S: Source + ?Sized> Reader<S> {
         mut kept: Option<&mut Kept>,
     ) -> Result<bool, FillError> {
         let claim = entry.claim(range.clone());
-        // Partial chunks claimed whole: their pages are filled over, no longer held.
-        self.cache.release(claim.freed);
         let mut fill = Fill {
             entry,
             cache: &self.cache,
@@ -427,6 +428,13 @@ impl<S: Source + ?Sized> Reader<S> {
                 }
             }
             self.cache.filled(entry);
+        }
+        // Chunks a random read began: their absent pages only (the present ones stay).
+        for &idx in &claim.partial {
+            let all = entry.all_pages(idx);
+            if !self.fill_pages(entry, idx, all, wait, kept.as_deref_mut())? {
+                return Ok(false);
+            }
         }
         if claim.others && wait {
             entry.wait_fills(range)?;
