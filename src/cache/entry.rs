@@ -11,8 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::chunks::FILL_WAIT;
-use super::chunks::{Chunk, ChunkStates, Chunks, Claim, PAGES, PageClaim, State};
+use super::chunks::{Chunk, ChunkStates, Chunks, Claim, FILL_WAIT, PAGES, PageClaim, State};
 use super::error::CacheError;
 use super::files::Mode;
 use super::format::{ChunkRecord, Header};
@@ -58,40 +57,39 @@ impl Entry {
         chunks: Chunks,
         tick: u64,
     ) -> Entry {
-        let present_bytes = chunks
+        let whole: u64 = chunks
             .iter()
             .enumerate()
             .filter(|(_, c)| matches!(c, Chunk::Present { .. }))
             .map(|(i, _)| chunk_len(version.size, shared.chunk_size, i as u64))
-            .sum::<u64>()
-            + chunks
-                .pages()
-                .into_iter()
-                .flatten()
-                .map(|(&idx, p)| {
-                    let page = shared.chunk_size / PAGES;
-                    let len = chunk_len(version.size, shared.chunk_size, u64::from(idx));
-                    (0..PAGES)
-                        .filter(|i| p.present & (1 << i) != 0)
-                        .map(|i| page.min(len.saturating_sub(i * page)))
-                        .sum::<u64>()
-                })
-                .sum::<u64>();
-        Entry {
+            .sum();
+        let entry = Entry {
             path,
             version,
             id,
             shared,
             state: ChunkStates::new(State {
                 chunks,
-                present_bytes,
+                present_bytes: whole,
                 evicted: false,
                 unchecked: false,
                 verified_ctime: 0,
             }),
             pins_marks: AtomicU32::new(0),
             last_use: AtomicU32::new(tick as u32),
-        }
+        };
+        // The pages of partial chunks count too.
+        let mut st = entry.state.lock();
+        let pages: u64 = st
+            .chunks
+            .pages()
+            .into_iter()
+            .flatten()
+            .map(|(&idx, p)| entry.page_bytes(u64::from(idx), p.present))
+            .sum();
+        st.present_bytes += pages;
+        drop(st);
+        entry
     }
 
     pub(super) fn data_path(&self) -> PathBuf {
@@ -389,7 +387,7 @@ impl Entry {
         self.state.claim(range)
     }
 
-    /// The length of a page of chunk `idx` (its last may be shorter).
+    /// The length of a page (a chunk's last page may be shorter): a 32nd of a chunk.
     pub fn page_size(&self) -> u64 {
         self.shared.chunk_size / PAGES
     }

@@ -137,6 +137,13 @@ impl Entry {
     /// it alone (its bytes released).
     fn judge_page(&self, cache: &Cache, idx: u64, page: u32, crc: u32, bytes: &[u8]) -> bool {
         let mut st = self.state.lock();
+        // Whole (or gone) since the page was read: checked as a chunk, if at all.
+        if st.chunks[idx as usize] != Chunk::Partial {
+            return matches!(
+                st.chunks[idx as usize],
+                Chunk::Present { verified: true, .. }
+            );
+        }
         let bit = 1 << page;
         let good = crc32c::crc32c(bytes) == crc;
         let Some(p) = st.chunks.pages_mut(idx) else {

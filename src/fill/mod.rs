@@ -63,15 +63,12 @@ impl<S: Source + ?Sized> Reader<S> {
         if offset >= end {
             return Ok(ReadBytes::Owned(Vec::new()));
         }
-        let want = entry.chunks_for(offset, end - offset);
         if size > WHOLE_FILE_MAX {
             return self.read_pages(entry, offset, end, map);
         }
-        let demand = if size <= WHOLE_FILE_MAX {
-            0..entry.chunk_count()
-        } else {
-            want.clone()
-        };
+        // A file this small is fetched whole on its first read.
+        let want = entry.chunks_for(offset, end - offset);
+        let demand = 0..entry.chunk_count();
         for _ in 0..VERIFY_ATTEMPTS {
             // The bytes this read fills itself are served from the fill's own buffer: reading
             // them back from the cache file would copy them once more.
