@@ -12,8 +12,11 @@
 # loop device whose reads are throttled to N MiB/s for the readers and the daemon alike, as in
 # scripts/demo.sh): then the time ratio is issue 50's other target (at most 1.1x the direct
 # reads); without it the shared directory is this machine's own disk and only the bytes count.
+# ADVICE=random has the reader say it reads at random (posix_fadvise POSIX_FADV_RANDOM for
+# pread, madvise MADV_RANDOM for mmap), through the mount and directly alike: the kernel then
+# reads no further ahead than each read.
 # Needs root (drop_caches). Usage: scripts/bench_random.sh (env: RUNS, SIZE, LEN, COUNT, MODE,
-# MIBS, MOUNT_ARGS, DYADFS_BIN)
+# MIBS, ADVICE, MOUNT_ARGS, DYADFS_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -40,16 +43,21 @@ head -c "$bytes" /dev/urandom > "$W/backing/big.bin"
 # reads DIR SEED: the run's reads of DIR/big.bin; prints the seconds they took and the bytes
 # they touch.
 reads() {
-  python3 - "$1/big.bin" "$2" "$LEN" "$COUNT" "$MODE" <<'PY'
+  python3 - "$1/big.bin" "$2" "$LEN" "$COUNT" "$MODE" "${ADVICE:-}" <<'PY'
 import mmap, os, random, sys, time
 path, seed, length, count, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+random_advice = sys.argv[6] == "random"
 size = os.path.getsize(path)
 rng = random.Random(seed)
 offsets = [rng.randrange(0, size - length) for _ in range(count)]
 fd = os.open(path, os.O_RDONLY)
 t = time.perf_counter()
+if random_advice:
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
 if mode == "mmap":
     m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    if random_advice:
+        m.madvise(mmap.MADV_RANDOM)
     for off in offsets:
         m[off:off + length]
     m.close()
@@ -78,6 +86,6 @@ for r in $(seq "$RUNS"); do
     printf "run %d  dyadfs %.2f s, fetched %.0f MiB for %.0f MiB touched (%.2fx)  direct %.2f s  dyadfs/direct %.2f\n",
       r, t, f / 1048576, touched / 1048576, f / touched, td, t / td }' | tee -a "$W/runs.txt"
 done
-echo "$SIZE file, $COUNT $MODE reads of $LEN bytes, page cache dropped${MIBS:+, shared directory throttled to $MIBS MiB/s}, medians of $RUNS runs:"
+echo "$SIZE file, $COUNT $MODE reads of $LEN bytes, page cache dropped${MIBS:+, shared directory throttled to $MIBS MiB/s}${ADVICE:+, reader advice $ADVICE}, medians of $RUNS runs:"
 awk '{print $13}' "$W/runs.txt" | tr -d '(x)' | median | awk '{printf "  fetched / touched %.2fx\n", $1}'
 awk '{print $NF}' "$W/runs.txt" | median | awk '{printf "  dyadfs / direct    %.2f\n", $1}'
