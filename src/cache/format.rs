@@ -12,7 +12,9 @@
 //! | path_len u32 | path bytes | n_chunks u32 | n_chunks x (present u8, crc32c u32)
 //! | n_partial u32 | n_partial x (chunk u32, pages u32, one crc32c u32 per page set) | crc u32
 //! ```
-//! Format 1 had no partial chunks (nor their count); it is still read.
+//! Format 1 had no partial chunks (nor their count): a header without them is still written in
+//! it, so a release before format 2 reads every entry but the partially cached ones (whose
+//! records it skips as foreign: those files are fetched again).
 
 use super::error::CacheError;
 use crate::core::Version;
@@ -47,8 +49,13 @@ pub struct PartialRecord {
 impl Header {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(40 + self.path.len() + 5 * self.chunks.len());
+        let format = if self.partial.is_empty() {
+            FORMAT_V1
+        } else {
+            FORMAT_VERSION
+        };
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&format.to_le_bytes());
         out.extend_from_slice(&self.chunk_size.to_le_bytes());
         out.extend_from_slice(&self.version.size.to_le_bytes());
         out.extend_from_slice(&self.version.mtime_ns.to_le_bytes());
@@ -59,7 +66,9 @@ impl Header {
             out.push(chunk.is_some() as u8);
             out.extend_from_slice(&chunk.unwrap_or(0).to_le_bytes());
         }
-        out.extend_from_slice(&(self.partial.len() as u32).to_le_bytes());
+        if format != FORMAT_V1 {
+            out.extend_from_slice(&(self.partial.len() as u32).to_le_bytes());
+        }
         for p in &self.partial {
             out.extend_from_slice(&p.chunk.to_le_bytes());
             out.extend_from_slice(&p.pages.to_le_bytes());
@@ -190,13 +199,15 @@ mod tests {
         assert_eq!(Header::decode(golden).unwrap(), sample());
     }
 
-    /// A header the release before partial chunks wrote reads as it did.
+    /// A header without partial chunks is format 1's, byte for byte: the release before partial
+    /// chunks reads it, and this one reads what that release wrote.
     #[test]
-    fn a_format_1_header_still_reads() {
+    fn a_header_without_partial_chunks_is_format_1() {
         let golden = include_bytes!("../../fixtures/cache/header-v1.bin");
-        let mut expected = sample();
-        expected.partial.clear();
-        assert_eq!(Header::decode(golden).unwrap(), expected);
+        let mut whole = sample();
+        whole.partial.clear();
+        assert_eq!(whole.encode(), golden.as_slice());
+        assert_eq!(Header::decode(golden).unwrap(), whole);
     }
 
     #[test]

