@@ -280,3 +280,35 @@ fn pages_survive_a_restart_and_a_corrupt_one_is_dropped_alone() {
     assert_eq!(cache.used_bytes(), page);
     let _ = fs::remove_dir_all(dir);
 }
+
+/// A scrub (`recheck`) checks a partial chunk's present pages too, already verified or not, and
+/// drops a page rotten on disk alone.
+#[test]
+fn a_scrub_checks_the_pages_of_partial_chunks() {
+    let (dir, config, stats) = setup(100 << 20);
+    let chunk = u64::from(config.chunk_size);
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    let e = cache.entry("big", v(3 * chunk)).unwrap();
+    let page = e.page_size();
+    assert_eq!(e.claim_pages(2, 0b11).mine, 0b11);
+    assert!(cache.reserve(&e, 2 * page));
+    let mut crcs = [0u32; PAGES as usize];
+    for p in [0u64, 1] {
+        let bytes = vec![p as u8 + 1; page as usize];
+        e.write_at(2 * chunk + p * page, &bytes).unwrap();
+        crcs[p as usize] = crc32c::crc32c(&bytes);
+    }
+    assert!(e.complete_pages(2, 0b11, &crcs));
+    assert_eq!(e.recheck(&cache, 0..3).unwrap(), (1, 0));
+    let data = fs::OpenOptions::new()
+        .write(true)
+        .open(e.data_path())
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&data, b"rot", 2 * chunk + page + 9).unwrap();
+    assert_eq!(e.recheck(&cache, 0..3).unwrap(), (1, 1));
+    assert!(e.bytes_present(2 * chunk, 2 * chunk + page));
+    assert!(!e.bytes_present(2 * chunk + page, 2 * chunk + 2 * page));
+    assert_eq!(cache.used_bytes(), page);
+    assert_eq!(cache.scrub().dropped, 0);
+    let _ = fs::remove_dir_all(dir);
+}

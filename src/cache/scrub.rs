@@ -9,9 +9,10 @@ use super::*;
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScrubReport {
     pub files: u64,
-    /// Present chunks read and checked.
+    /// Present chunks read and checked (a partial chunk's present pages count as one).
     pub chunks: u64,
-    /// Chunks that failed their checksum and were dropped (refetched when next read).
+    /// Chunks that failed their checksum and were dropped (refetched when next read; a partial
+    /// chunk with a page dropped counts as one).
     pub dropped: u64,
     /// Entries whose data file could not be read.
     pub unreadable: u64,

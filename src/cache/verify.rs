@@ -12,32 +12,54 @@ use super::error::CacheError;
 use super::files::Mode;
 
 impl Entry {
-    /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
-    /// A chunk whose bytes do not match its checksum is dropped (its bytes released) so the
-    /// caller refetches it. Returns whether the whole range is present and verified.
     /// Checks the present chunks of `range` against their checksums again, even those already
-    /// verified (a scrub, or a peer that received a chunk that failed its checksum); drops the
-    /// bad ones (they are refetched when next read). Returns (chunks checked, chunks dropped).
+    /// verified (a scrub, or a peer that received a chunk that failed its checksum), and the
+    /// present pages of its partial chunks; drops the bad ones (they are refetched when next
+    /// read). Returns (chunks checked, chunks dropped), a partial chunk counting as one, and as
+    /// dropped if one of its pages was.
     pub fn recheck(&self, cache: &Cache, range: Range<u64>) -> Result<(u64, u64), CacheError> {
         let mut checked = 0;
+        let mut partial = Vec::new();
         {
             let mut st = self.state.lock();
             for idx in range.clone() {
-                if let Chunk::Present { crc, .. } = st.chunks[idx as usize] {
-                    st.chunks[idx as usize] = Chunk::Present {
-                        crc,
-                        verified: false,
-                    };
-                    checked += 1;
+                match st.chunks[idx as usize] {
+                    Chunk::Present { crc, .. } => {
+                        st.chunks[idx as usize] = Chunk::Present {
+                            crc,
+                            verified: false,
+                        };
+                        checked += 1;
+                    }
+                    Chunk::Partial => {
+                        if let Some(p) = st.chunks.pages_mut(idx).filter(|p| p.present != 0) {
+                            p.verified = 0;
+                            partial.push((idx, p.present));
+                            checked += 1;
+                        }
+                    }
+                    Chunk::Absent | Chunk::Filling => {}
                 }
             }
         }
         let before = cache.stats.checksum_failures.load(Ordering::Relaxed);
         self.verify(cache, range)?;
+        let mut pages_dropped = 0;
+        for (idx, present) in partial {
+            if let Some((_, dropped)) = self.check_pages(cache, idx, present)? {
+                pages_dropped += u64::from(dropped);
+            }
+        }
+        if pages_dropped > 0 {
+            self.persist_or_report(cache);
+        }
         let dropped = cache.stats.checksum_failures.load(Ordering::Relaxed) - before;
         Ok((checked, dropped.min(checked)))
     }
 
+    /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
+    /// A chunk whose bytes do not match its checksum is dropped (its bytes released) so the
+    /// caller refetches it. Returns whether the whole range is present and verified.
     pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
         let mut all_good = true;
         let mut dropped = false;
@@ -90,47 +112,65 @@ impl Entry {
         let mut all_good = true;
         let mut dropped = false;
         for idx in self.chunks_for(offset, end.saturating_sub(offset)) {
-            let want = self.pages_for(idx, offset, end);
-            let unverified: Option<Vec<(u32, u32)>> = {
-                let st = self.state.lock();
-                match st.chunks[idx as usize] {
-                    Chunk::Present { .. } => None,
-                    Chunk::Partial => {
-                        let p = st.chunks.pages().and_then(|t| t.get(&(idx as u32)));
-                        let p = p.filter(|p| p.present & want == want);
-                        let Some(p) = p else { return Ok(false) };
-                        Some(
-                            (0..PAGES as u32)
-                                .filter(|&i| want & !p.verified & (1 << i) != 0)
-                                .map(|i| (i, p.crcs[i as usize]))
-                                .collect(),
-                        )
-                    }
-                    Chunk::Absent | Chunk::Filling => return Ok(false),
-                }
-            };
-            let Some(unverified) = unverified else {
+            if matches!(
+                self.state.lock().chunks[idx as usize],
+                Chunk::Present { .. }
+            ) {
                 all_good &= self.verify(cache, idx..idx + 1)?;
                 continue;
-            };
-            if unverified.is_empty() {
-                continue;
             }
-            let data = self.file(Mode::ReadWrite)?;
-            let mut buf = Vec::new();
-            for (page, crc) in unverified {
-                let at = idx * self.shared.chunk_size + u64::from(page) * self.page_size();
-                buf.resize(self.page_bytes(idx, 1 << page) as usize, 0);
-                data.read_exact_at(&mut buf, self.base() + at)?;
-                if !self.judge_page(cache, idx, page, crc, &buf) {
-                    (all_good, dropped) = (false, true);
+            match self.check_pages(cache, idx, self.pages_for(idx, offset, end))? {
+                Some((good, bad)) => {
+                    all_good &= good;
+                    dropped |= bad;
                 }
+                None => return Ok(false),
             }
         }
         if dropped {
             self.persist_or_report(cache);
         }
         Ok(all_good)
+    }
+
+    /// Checks the pages `want` of partial chunk `idx` not yet verified against their checksums,
+    /// dropping the bad ones alone: `Some((all good, any dropped))`, or `None` if the chunk is
+    /// not partial or lacks one of them.
+    fn check_pages(
+        &self,
+        cache: &Cache,
+        idx: u64,
+        want: u32,
+    ) -> Result<Option<(bool, bool)>, CacheError> {
+        let unverified: Vec<(u32, u32)> = {
+            let st = self.state.lock();
+            let pages = match st.chunks[idx as usize] {
+                Chunk::Partial => st.chunks.pages().and_then(|t| t.get(&(idx as u32))),
+                _ => None,
+            };
+            let Some(p) = pages.filter(|p| p.present & want == want) else {
+                return Ok(None);
+            };
+            (0..PAGES as u32)
+                .filter(|&i| want & !p.verified & (1 << i) != 0)
+                .map(|i| (i, p.crcs[i as usize]))
+                .collect()
+        };
+        let (mut good, mut dropped) = (true, false);
+        if unverified.is_empty() {
+            return Ok(Some((good, dropped)));
+        }
+        let data = self.file(Mode::ReadWrite)?;
+        let mut buf = Vec::new();
+        for (page, crc) in unverified {
+            let at = idx * self.shared.chunk_size + u64::from(page) * self.page_size();
+            buf.resize(self.page_bytes(idx, 1 << page) as usize, 0);
+            data.read_exact_at(&mut buf, self.base() + at)?;
+            if !self.judge_page(cache, idx, page, crc, &buf) {
+                (good, dropped) = (false, true);
+            }
+        }
+        Ok(Some((good, dropped)))
     }
 
     /// Marks page `page` of chunk `idx` verified if `bytes` match its checksum `crc`, or drops
