@@ -79,6 +79,11 @@ impl Chunks {
         }
     }
 
+    /// The pages of chunk `idx`, if it has any.
+    pub(super) fn page_set(&self, idx: u64) -> Option<&Pages> {
+        self.pages()?.get(&(idx as u32))
+    }
+
     /// The pages of chunk `idx`, made absent if it had none (`None` for a one-chunk file).
     pub(super) fn pages_mut(&mut self, idx: u64) -> Option<&mut Pages> {
         match self {
@@ -199,13 +204,17 @@ impl State {
 
     /// Whether chunk `i`, or a page of it, is being filled.
     pub(super) fn filling(&self, i: usize) -> bool {
+        self.filling_pages(i, !0)
+    }
+
+    /// Whether chunk `i` is being filled whole, or one of its pages `want` is.
+    fn filling_pages(&self, i: usize, want: u32) -> bool {
         match self.chunks[i] {
             Chunk::Filling => true,
             Chunk::Partial => self
                 .chunks
-                .pages()
-                .and_then(|p| p.get(&(i as u32)))
-                .is_some_and(|p| p.filling != 0),
+                .page_set(i as u64)
+                .is_some_and(|p| p.filling & want != 0),
             _ => false,
         }
     }
@@ -369,8 +378,7 @@ impl ChunkStates {
             Chunk::Present { .. } => true,
             Chunk::Partial => st
                 .chunks
-                .pages()
-                .and_then(|p| p.get(&(idx as u32)))
+                .page_set(idx)
                 .is_some_and(|p| p.present & want == want),
             _ => false,
         }
@@ -379,17 +387,14 @@ impl ChunkStates {
     /// Waits up to `wait` until no page of `want` in chunk `idx` (nor the chunk whole) is being
     /// filled by someone else; `false` if that time passed first.
     pub(super) fn wait_pages(&self, idx: u64, want: u32, wait: Duration) -> bool {
+        self.wait_while(wait, |st| st.filling_pages(idx as usize, want))
+    }
+
+    /// Waits up to `wait` (woken by every fill's end) while `busy` holds; `false` if that time
+    /// passed first.
+    fn wait_while(&self, wait: Duration, busy: impl Fn(&State) -> bool) -> bool {
         let deadline = Instant::now() + wait;
         let mut st = self.lock();
-        let busy = |st: &State| match st.chunks[idx as usize] {
-            Chunk::Filling => true,
-            Chunk::Partial => st
-                .chunks
-                .pages()
-                .and_then(|p| p.get(&(idx as u32)))
-                .is_some_and(|p| p.filling & want != 0),
-            _ => false,
-        };
         while busy(&st) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -431,20 +436,9 @@ impl ChunkStates {
     /// Waits up to `wait` until no chunk of `range` is being filled by someone else; `false` if
     /// that time passed first.
     pub(super) fn wait_fills(&self, range: Range<u64>, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
-        let mut st = self.lock();
-        while (range.start as usize..range.end as usize).any(|i| st.filling(i)) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            st = self
-                .filled
-                .wait_timeout(st, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        true
+        self.wait_while(wait, |st| {
+            (range.start as usize..range.end as usize).any(|i| st.filling(i))
+        })
     }
 
     pub(super) fn all_present(&self, range: Range<u64>) -> bool {

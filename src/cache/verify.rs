@@ -145,7 +145,7 @@ impl Entry {
         let unverified: Vec<(u32, u32)> = {
             let st = self.state.lock();
             let pages = match st.chunks[idx as usize] {
-                Chunk::Partial => st.chunks.pages().and_then(|t| t.get(&(idx as u32))),
+                Chunk::Partial => st.chunks.page_set(idx),
                 _ => None,
             };
             let Some(p) = pages.filter(|p| p.present & want == want) else {

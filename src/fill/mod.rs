@@ -64,74 +64,64 @@ impl<S: Source + ?Sized> Reader<S> {
             return Ok(ReadBytes::Owned(Vec::new()));
         }
         if size > WHOLE_FILE_MAX {
-            return self.read_pages(entry, offset, end, map);
+            // The pages the read touches of chunks not present, not the chunks whole (a random
+            // read of a record or a row fetches about what it reads; the readahead of a
+            // sequential reader fills whole chunks ahead of it).
+            let fill = |kept: &mut Kept| {
+                for idx in entry.chunks_for(offset, end - offset) {
+                    let want = entry.pages_for(idx, offset, end);
+                    self.fill_pages(entry, idx, want, true, Some(&mut *kept))?;
+                }
+                Ok(())
+            };
+            return self.read_through(entry, offset, end, map, fill, || {
+                entry.verify_bytes(&self.cache, offset, end)
+            });
         }
         // A file this small is fetched whole on its first read.
         let want = entry.chunks_for(offset, end - offset);
-        let demand = 0..entry.chunk_count();
-        for _ in 0..VERIFY_ATTEMPTS {
-            // The bytes this read fills itself are served from the fill's own buffer: reading
-            // them back from the cache file would copy them once more.
-            let mut kept = Kept::new(offset, end);
-            self.fill_claimed(entry, demand.clone(), true, Some(&mut kept))?;
-            if let Some(buf) = kept.whole() {
-                return Ok(self.served_locally(buf));
-            }
-            // Not cached: the cache is full of open files, or its file system could not take
-            // the bytes (here or in another reader's fill of them, which gave up).
-            if !entry.all_present(want.clone()) {
-                return self.read_uncached(entry, offset, end);
-            }
-            match self.read_cached(entry, offset, end, want.clone(), map) {
-                Ok(Some(buf)) => return Ok(buf),
-                // A chunk failed its checksum and was dropped: fetched again.
-                Ok(None) => {}
-                // The cached bytes cannot be read back (the entry left the cache meanwhile, or
-                // the disk fails): the source still has them.
-                Err(e) => {
-                    self.cache.read_failed(entry, &e.into());
-                    return self.read_uncached(entry, offset, end);
-                }
-            }
-        }
-        Err(FillError::Corrupt(entry.path.to_string()))
+        let fill = |kept: &mut Kept| {
+            self.fill_claimed(entry, 0..entry.chunk_count(), true, Some(kept))
+                .map(drop)
+        };
+        self.read_through(entry, offset, end, map, fill, || {
+            entry.verify(&self.cache, want.clone())
+        })
     }
 
-    /// A read of a large file: the pages it touches of chunks not present are filled, not the
-    /// chunks whole (a random read of a record or a row fetches about what it reads; the
-    /// readahead of a sequential reader fills whole chunks ahead of it).
-    fn read_pages(
+    /// Bytes `[offset, end)` once `fill` has cached them (or they are served uncached), their
+    /// cached copy checked by `verify` (`false`: a chunk or page failed its checksum and was
+    /// dropped, so it is fetched again).
+    fn read_through(
         &self,
         entry: &Arc<Entry>,
         offset: u64,
         end: u64,
         map: Option<&Arc<Mapping>>,
+        fill: impl Fn(&mut Kept) -> Result<(), FillError>,
+        verify: impl Fn() -> Result<bool, crate::cache::CacheError>,
     ) -> Result<ReadBytes, FillError> {
         for _ in 0..VERIFY_ATTEMPTS {
+            // The bytes this read fills itself are served from the fill's own buffer: reading
+            // them back from the cache file would copy them once more.
             let mut kept = Kept::new(offset, end);
-            for idx in entry.chunks_for(offset, end - offset) {
-                let want = entry.pages_for(idx, offset, end);
-                self.fill_pages(entry, idx, want, true, Some(&mut kept))?;
-            }
+            fill(&mut kept)?;
             if let Some(buf) = kept.whole() {
                 return Ok(self.served_locally(buf));
             }
+            // Not cached: the cache is full of open files, or its file system could not take
+            // the bytes (here or in another reader's fill of them, which gave up).
             if !entry.bytes_present(offset, end) {
                 return self.read_uncached(entry, offset, end);
             }
-            match entry.verify_bytes(&self.cache, offset, end) {
-                // A page failed its checksum and was dropped: fetched again.
-                Ok(false) => continue,
-                Ok(true) => {}
+            match self.read_cached(entry, offset, end, map, &verify) {
+                Ok(Some(buf)) => return Ok(buf),
+                // A chunk or page failed its checksum and was dropped: fetched again.
+                Ok(None) => {}
+                // The cached bytes cannot be read back (the entry left the cache meanwhile, or
+                // the disk fails): the source still has them.
                 Err(e) => {
                     self.cache.read_failed(entry, &e.into());
-                    return self.read_uncached(entry, offset, end);
-                }
-            }
-            match entry.read_bytes(offset, (end - offset) as usize, map) {
-                Ok(buf) => return Ok(self.served_locally(buf)),
-                Err(e) => {
-                    self.cache.read_failed(entry, &e);
                     return self.read_uncached(entry, offset, end);
                 }
             }
@@ -228,17 +218,17 @@ impl<S: Source + ?Sized> Reader<S> {
         Ok(true)
     }
 
-    /// The bytes `[offset, end)` from the cache once chunks `want` are verified; `None` if one
+    /// The bytes `[offset, end)` from the cache once `verify` passes; `None` if a chunk or page
     /// failed its checksum (and was dropped).
     fn read_cached(
         &self,
         entry: &Arc<Entry>,
         offset: u64,
         end: u64,
-        want: Range<u64>,
         map: Option<&Arc<Mapping>>,
+        verify: impl Fn() -> Result<bool, crate::cache::CacheError>,
     ) -> Result<Option<ReadBytes>, crate::cache::CacheError> {
-        if !entry.verify(&self.cache, want)? {
+        if !verify()? {
             return Ok(None);
         }
         let buf = entry.read_bytes(offset, (end - offset) as usize, map)?;
