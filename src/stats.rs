@@ -87,6 +87,9 @@ pub struct Stats {
     /// Files pulled from a peer in a batch with others of the same holder (one connection,
     /// the requests in one write).
     pub batched_pulls: AtomicU64,
+    /// Pulls a holder refused: it had not got the bytes (a copy it dropped, or pages of a
+    /// partial copy it lacks, which a page map should have said).
+    pub pulls_refused: AtomicU64,
     /// Listed files a prefetch left alone because its caller may not read them.
     pub prefetch_denied: AtomicU64,
     /// Listed files that were not there when the prefetch threads reached them.
@@ -249,6 +252,9 @@ pub struct Snapshot {
     /// Files pulled from a peer in a batch (see `Stats::batched_pulls`).
     #[serde(default)]
     pub batched_pulls: u64,
+    /// Pulls a holder refused (see `Stats::pulls_refused`).
+    #[serde(default)]
+    pub pulls_refused: u64,
     #[serde(default)]
     pub prefetch_pending: u64,
     /// Listed files left alone because the list's owner may not read them.
@@ -452,6 +458,7 @@ impl Stats {
             prefetched_files: get(&self.prefetched_files),
             prefetched_bytes: get(&self.prefetched_bytes),
             batched_pulls: get(&self.batched_pulls),
+            pulls_refused: get(&self.pulls_refused),
             prefetch_pending,
             prefetch_denied: get(&self.prefetch_denied),
             prefetch_missing: get(&self.prefetch_missing),
@@ -469,7 +476,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 60] = [
+        let rows: [(&str, String); 61] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -498,6 +505,7 @@ impl Snapshot {
             ("prefetched files", self.prefetched_files.to_string()),
             ("prefetched bytes", human(self.prefetched_bytes)),
             ("batched pulls", self.batched_pulls.to_string()),
+            ("pulls refused", self.pulls_refused.to_string()),
             ("prefetch pending", self.prefetch_pending.to_string()),
             ("prefetch denied", self.prefetch_denied.to_string()),
             ("prefetch missing", self.prefetch_missing.to_string()),

@@ -408,3 +408,57 @@ fn a_restarted_node_learns_the_holders_again() {
     assert_eq!(c.nodes[3].stat("bytes_from_backing"), 0);
     assert_eq!(c.nodes[3].stat("bytes_from_peers"), total);
 }
+
+/// A large file read at random on one node (pages, not chunks) is read at random on another
+/// the next epoch: the same records come from the first node's pages, never the shared file
+/// system; a record nobody read comes from the shared file system, without a pull refused.
+#[test]
+fn a_partly_cached_file_serves_its_pages_to_peers() {
+    use std::os::unix::fs::FileExt;
+    let mut c = Cluster::new("pages", 2);
+    let data = pattern(24 * MIB, 11);
+    fs::write(c.backing.join("rows.h5"), &data).unwrap();
+    c.start(2);
+    let records = [
+        (MIB + 100, 5000),
+        (9 * MIB, 200 << 10),
+        (20 * MIB + 70_000, 1000),
+    ];
+    let read = |m: &Mounted, (at, len): (usize, usize)| {
+        let f = fs::File::open(m.path("rows.h5")).unwrap();
+        let mut buf = vec![0; len];
+        f.read_exact_at(&mut buf, at as u64).unwrap();
+        assert!(
+            buf == data[at..at + len],
+            "record at {at} on {}",
+            m.mnt.display()
+        );
+    };
+    for r in records {
+        read(&c.nodes[0], r);
+    }
+    let fetched = c.nodes[0].stat("bytes_from_backing");
+    assert!(
+        fetched < 4 * MIB as u64,
+        "node 0 fetched {fetched} bytes for 3 records: pages, not chunks"
+    );
+    // Its partial copy is published as soon as it has pages.
+    c.wait_published(1);
+    for r in records {
+        read(&c.nodes[1], r);
+    }
+    assert_eq!(c.nodes[1].stat("bytes_from_backing"), 0);
+    let pulled = c.nodes[1].stat("bytes_from_peers");
+    assert!(
+        pulled > 0 && pulled <= fetched,
+        "pulled {pulled} of {fetched}"
+    );
+    assert_eq!(c.nodes[0].stat("bytes_served_to_peers"), pulled);
+    // A record node 0 never read: the shared file system, node 0 not asked for it.
+    read(&c.nodes[1], (16 * MIB + 5, 3000));
+    assert!(c.nodes[1].stat("bytes_from_backing") > 0);
+    assert_eq!(c.nodes[1].stat("bytes_from_peers"), pulled);
+    assert_eq!(c.nodes[0].stat("bytes_served_to_peers"), pulled);
+    assert_eq!(c.nodes[0].stat("bytes_from_backing"), fetched);
+    assert_eq!(c.total("pulls_refused"), 0);
+}

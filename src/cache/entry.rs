@@ -32,7 +32,7 @@ pub struct Entry {
     pub(super) shared: Arc<Shared>,
     pub(super) state: ChunkStates,
     /// Open handles holding it (the low bits) and its marks ([`FETCHED`], [`PULLED`],
-    /// [`KEEP`]).
+    /// [`KEEP`], [`SHARED`]).
     pins_marks: AtomicU32,
     /// The cache's tick when it was last used, in 32 bits: ages are taken modulo 2^32
     /// ([`Entry::age`]), so the counter's wrap changes no order.
@@ -45,7 +45,9 @@ const FETCHED: u32 = 1 << 31;
 const PULLED: u32 = 1 << 30;
 /// A produced file's current object on its producer: the only copy, never evicted.
 const KEEP: u32 = 1 << 29;
-const PINS: u32 = KEEP - 1;
+/// Its pages were told to the publisher while it was partly cached ([`Entry::mark_shared`]).
+const SHARED: u32 = 1 << 28;
+const PINS: u32 = SHARED - 1;
 
 impl Entry {
     /// An entry holding `chunks` (its present bytes follow from them), last used at `tick`.
@@ -362,6 +364,44 @@ impl Entry {
     /// Records that bytes of it came from a peer: `true` the first time.
     pub fn mark_pulled(&self) -> bool {
         self.mark(PULLED)
+    }
+
+    /// Records that its partial copy was told to the publisher: `true` the first time.
+    pub fn mark_shared(&self) -> bool {
+        self.mark(SHARED)
+    }
+
+    fn is_shared(&self) -> bool {
+        self.pins_marks.load(Ordering::Relaxed) & SHARED != 0
+    }
+
+    /// Whether its partial copy is yet to be told to the publisher: it holds pages of a random
+    /// reader's (a copy of whole chunks only is told once complete, as a small file is).
+    pub fn share_pages(&self) -> bool {
+        !self.is_shared() && self.has_pages() && self.mark_shared()
+    }
+
+    /// Whether some chunk is partly present (pages a random reader filled).
+    pub fn has_pages(&self) -> bool {
+        let st = self.state.lock();
+        st.chunks
+            .pages()
+            .is_some_and(|p| p.values().any(|p| p.present != 0))
+    }
+
+    /// Which pages of chunks `from..` (at most `max` chunks) are present, a mask per chunk
+    /// (every page of a present chunk): what a peer asks before pulling pages of a copy that
+    /// may be partial.
+    pub fn held_pages(&self, from: u64, max: usize) -> Vec<u32> {
+        let end = self.chunk_count().min(from.saturating_add(max as u64));
+        let st = self.state.lock();
+        (from.min(end)..end)
+            .map(|i| match st.chunks[i as usize] {
+                Chunk::Present { .. } => self.all_pages(i),
+                Chunk::Partial => st.chunks.page_set(i).map_or(0, |p| p.present),
+                _ => 0,
+            })
+            .collect()
     }
 
     /// Whether it is a produced file's current object (never evicted).

@@ -9,6 +9,9 @@ use super::*;
 pub enum CacheEvent {
     /// Every chunk of this version is present: this node can serve it to peers.
     Complete { path: String, version: Version },
+    /// Pages of this version are present (a large file read at random): peers can ask which
+    /// and pull those. Told once per copy, before it is complete.
+    Partial { path: String, version: Version },
     /// The copy is gone (evicted or replaced by another version).
     Dropped { path: String, version: Version },
 }
@@ -24,17 +27,20 @@ impl Cache {
         // the listing is either listed or told (perhaps both: a repeated `Complete` is harmless).
         let index = lock(&self.index);
         self.events.set(tx.clone()).ok()?;
-        for e in index.entries().filter(|e| e.is_complete()) {
-            let _ = tx.send(CacheEvent::Complete {
-                path: e.path.to_string(),
-                version: e.version,
-            });
+        for e in index.entries() {
+            let (path, version) = (e.path.to_string(), e.version);
+            if e.is_complete() {
+                let _ = tx.send(CacheEvent::Complete { path, version });
+            } else if e.has_pages() {
+                e.mark_shared();
+                let _ = tx.send(CacheEvent::Partial { path, version });
+            }
         }
         Some(rx)
     }
 
     /// A fill of `entry` put its chunks in place: their checksums go to the log, and a copy
-    /// this fill completed is told as complete.
+    /// this fill completed is told as complete (one that got its first pages, as partial).
     pub fn filled(&self, entry: &Entry) {
         if let Err(e) = entry.persist() {
             // The chunks are there for this daemon's lifetime; the next start refetches them.
@@ -42,6 +48,11 @@ impl Cache {
         }
         if entry.is_complete() {
             self.completed(entry);
+        } else if entry.share_pages() {
+            self.emit(CacheEvent::Partial {
+                path: entry.path.to_string(),
+                version: entry.version,
+            });
         }
     }
 

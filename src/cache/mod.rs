@@ -328,12 +328,13 @@ impl Cache {
         index.get(path).filter(|e| e.version == version).cloned()
     }
 
-    /// Every complete entry (to publish after a restart).
-    pub fn complete_entries(&self) -> Vec<(String, Version)> {
+    /// Every entry peers can pull from: complete, or with pages of a random reader (to
+    /// publish again to a home that restarted).
+    pub fn held_entries(&self) -> Vec<(String, Version)> {
         let index = lock(&self.index);
         index
             .entries()
-            .filter(|e| e.is_complete())
+            .filter(|e| e.is_complete() || e.has_pages())
             .map(|e| (e.path.to_string(), e.version))
             .collect()
     }

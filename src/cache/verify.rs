@@ -251,9 +251,9 @@ impl Entry {
         false
     }
 
-    /// Reads whole present chunks at `offset` for a peer into `room[..len]`, verifying those
-    /// not yet verified from the same bytes: one read instead of two after a restart.
-    /// `Ok(false)`: a chunk is absent or failed its checksum (then dropped). `room` may be
+    /// Reads present chunks (or pages) at `offset` for a peer into `room[..len]`, verifying
+    /// whole chunks not yet verified from the same bytes: one read instead of two after a
+    /// restart. `Ok(false)`: a chunk or page is absent or failed its checksum (then dropped). `room` may be
     /// written past `len` (a direct read rounds up to whole disk blocks).
     pub fn read_verified(
         &self,
@@ -266,8 +266,10 @@ impl Entry {
         let whole = offset.is_multiple_of(self.shared.chunk_size)
             && range.clone().map(|i| self.chunk_len(i)).sum::<u64>() == len as u64;
         if !whole {
-            // Partial chunks cannot be checked from their own bytes.
-            if !self.all_present(range.clone()) || !self.verify(cache, range)? {
+            // Part of a chunk (pages of a random reader's copy): checked by chunk or by page
+            // before it is read.
+            let end = offset + len as u64;
+            if !self.bytes_present(offset, end) || !self.verify_bytes(cache, offset, end)? {
                 return Ok(false);
             }
             self.file(Mode::ReadWrite)?

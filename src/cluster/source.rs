@@ -8,20 +8,22 @@
 //! unit-tested with in-memory doubles (`source_tests.rs`); the daemon plugs in the RPC service
 //! ([`ServiceLink`]) and the UCX [`Puller`].
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backing::BackingStore;
 use crate::cache::{Cache, CacheEvent};
 use crate::core::Version;
 use crate::core::source::{BatchSink, FillSink, Origin, Piece, Source};
-use crate::fill::Reader;
+use crate::core::sync::lock;
+use crate::fill::{Reader, WHOLE_FILE_MAX};
 use crate::locator::error::LocatorError;
 use crate::locator::membership::{Membership, NodeId};
-use crate::locator::proto::Msg;
+use crate::locator::proto::{Msg, PageMap};
 use crate::locator::service::LocatorService;
 use crate::locator::tiers::{Reply, pick_holder};
 use crate::stats::Stats;
@@ -47,6 +49,17 @@ pub trait Locate: Send + Sync + 'static {
     fn pull_failed(&self, path: &str, version: Version, holder: NodeId, error: &TransportError);
     /// Whether the cluster declared `node` down: it is never tried.
     fn is_down(&self, node: NodeId) -> bool;
+    /// Which pages `holder` has of `path` at `version` in the window of byte `offset`:
+    /// `Some(None)` if it holds no copy, `None` if it did not say (see
+    /// [`LocatorService::pages_of`]). By default nobody says.
+    fn pages_of(
+        &self,
+        _holder: NodeId,
+        _file: (&str, Version, u64),
+        _within: Duration,
+    ) -> Option<Option<PageMap>> {
+        None
+    }
 }
 
 /// Pulls a byte range from the holder at an address, waiting at most `within` for each answer.
@@ -151,6 +164,15 @@ impl Locate for ServiceLink {
     fn is_down(&self, node: NodeId) -> bool {
         self.service.liveness.is_down(node)
     }
+
+    fn pages_of(
+        &self,
+        holder: NodeId,
+        file: (&str, Version, u64),
+        within: Duration,
+    ) -> Option<Option<PageMap>> {
+        self.service.pages_of(&self.runtime, holder, file, within)
+    }
 }
 
 /// A [`Source`] over the cluster: locate, then pull from a holder, wait for a fetcher, or read
@@ -160,7 +182,19 @@ pub struct ClusterSource<L = ServiceLink, P = Puller, B = BackingStore> {
     pub puller: P,
     pub backing: B,
     pub stats: Arc<Stats>,
+    /// What holders said they have of large files (see [`ClusterSource::holders_with`]).
+    pub maps: Mutex<PageMaps>,
 }
+
+/// Holders' page maps, by file and holder, with when each was asked: `None` if the holder
+/// said it has no copy.
+pub type PageMaps = HashMap<(String, Version, NodeId), (Instant, Option<PageMap>)>;
+
+/// How long a page map that lacks the bytes a read wants is believed: a holder reading the
+/// file at random gains pages all the time (a reader then asks again at most this often).
+const MAP_FRESH: Duration = Duration::from_secs(1);
+/// Page maps kept (they are forgotten all at once past this: each is asked again).
+const MAPS_KEPT: usize = 4096;
 
 impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
     /// The source of last resort: the backing store, or for a produced object (which the
@@ -192,6 +226,54 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
             };
         }
         self.backing.read_into(path, version, offset, len, sink)
+    }
+
+    /// Of `holders`, those that may have bytes `[offset, offset + len)` of `path`, this node
+    /// left out. A copy of a large file may be partial (the pages a random reader filled), so
+    /// each holder's page map is asked, kept, and asked again when it lacks the bytes and is
+    /// older than [`MAP_FRESH`] (or a pull it promised failed): a read of bytes no holder has
+    /// goes to the shared file system without a pull that would be refused. A holder that
+    /// does not say is kept (pulling finds out). Small files are held whole or not at all.
+    fn holders_with(
+        &self,
+        path: &str,
+        version: Version,
+        holders: &[NodeId],
+        (offset, len, deadline): (u64, u64, Instant),
+    ) -> Vec<NodeId> {
+        let me = self.locator.me();
+        let mut with: Vec<NodeId> = holders.iter().copied().filter(|&h| h != me).collect();
+        if version.size <= WHOLE_FILE_MAX {
+            return with;
+        }
+        let end = offset + len;
+        with.retain(|&h| {
+            let key = (path.to_string(), version, h);
+            let now = Instant::now();
+            if let Some((asked, map)) = lock(&self.maps).get(&key) {
+                let fresh = now.saturating_duration_since(*asked) < MAP_FRESH;
+                match map.as_ref().map(|m| m.covers(offset, end)) {
+                    Some(Some(true)) => return true,
+                    Some(Some(false)) | None if fresh => return false,
+                    // Outside the map's window, or believed too long: asked again.
+                    _ => {}
+                }
+            }
+            let within = deadline.saturating_duration_since(now);
+            let Some(map) = self.locator.pages_of(h, (path, version, offset), within) else {
+                return true;
+            };
+            let has = map
+                .as_ref()
+                .is_some_and(|m| m.covers(offset, end) == Some(true));
+            let mut maps = lock(&self.maps);
+            if maps.len() >= MAPS_KEPT {
+                maps.clear();
+            }
+            maps.insert(key, (now, map));
+            has
+        });
+        with
     }
 
     /// The holder [`ClusterSource::pull_with`] would try first for `path` (not this node).
@@ -270,6 +352,9 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                     tracing::info!(holder = h, error = %e, "pull failed here; next holder");
                 }
                 Err(e) => {
+                    if matches!(e, TransportError::Remote { .. }) {
+                        self.stats.pulls_refused.fetch_add(1, Ordering::Relaxed);
+                    }
                     if matches!(e, TransportError::Forged { .. }) {
                         self.stats.forged_chunks.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(holder = h, error = %e, "a forged chunk was dropped");
@@ -277,6 +362,7 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                         tracing::info!(holder = h, error = %e, "pull failed; trying the next holder");
                     }
                     self.locator.pull_failed(path, version, h, &e);
+                    lock(&self.maps).remove(&(path.to_string(), version, h));
                 }
             }
         }
@@ -437,9 +523,12 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                     if let Some(before) = &tried {
                         h.retain(|n| !before.contains(n));
                     }
-                    if !h.is_empty()
-                        && self.pull_with(&self.puller, path, version, &h, range, sink)?
-                    {
+                    // Those that have the bytes: none, and the shared file system serves them.
+                    let h = self.holders_with(path, version, &h, range);
+                    if h.is_empty() {
+                        return self.read_backing(path, version, offset, len, sink);
+                    }
+                    if self.pull_with(&self.puller, path, version, &h, range, sink)? {
                         return Ok(Origin::Peer);
                     }
                     // The node tier's holders (a hint from a feed, an answer kept a while) may
@@ -518,7 +607,7 @@ impl ChunkStore for CacheStore {
         };
         if let Some(f) = fetcher {
             entry.pin();
-            let filled = f.reader.fill(&entry, entry.chunks_for(offset, len as u64));
+            let filled = f.reader.fill_for_peer(&entry, offset, offset + len as u64);
             entry.unpin();
             filled.map_err(io::Error::other)?;
         }
@@ -575,7 +664,8 @@ pub fn start_publisher(
                 let mut round: Vec<((String, Version, bool), Instant)> = events
                     .into_iter()
                     .map(|ev| match ev {
-                        CacheEvent::Complete { path, version } => ((path, version, true), now),
+                        CacheEvent::Complete { path, version }
+                        | CacheEvent::Partial { path, version } => ((path, version, true), now),
                         CacheEvent::Dropped { path, version } => ((path, version, false), now),
                     })
                     .collect();

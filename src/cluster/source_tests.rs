@@ -3,7 +3,7 @@
 //! what a failure is reported as, how long a coordinated wait lasts and when the backing store
 //! serves are checked here; the 4-process tests check that the real parts do the same.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU32;
 
@@ -30,6 +30,9 @@ struct Script {
     timeout: Duration,
     fetch_failed: Mutex<Vec<String>>,
     pull_failed: Mutex<Vec<NodeId>>,
+    /// What each holder says it has of a large file (no entry: it does not say).
+    maps: HashMap<NodeId, Option<PageMap>>,
+    maps_asked: AtomicU32,
 }
 
 impl Script {
@@ -43,6 +46,8 @@ impl Script {
             timeout: Duration::from_secs(5),
             fetch_failed: Mutex::default(),
             pull_failed: Mutex::default(),
+            maps: HashMap::new(),
+            maps_asked: AtomicU32::new(0),
         }
     }
 }
@@ -78,6 +83,15 @@ impl Locate for Script {
     }
     fn is_down(&self, node: NodeId) -> bool {
         self.down.contains(&node)
+    }
+    fn pages_of(
+        &self,
+        holder: NodeId,
+        _file: (&str, Version, u64),
+        _within: Duration,
+    ) -> Option<Option<PageMap>> {
+        self.maps_asked.fetch_add(1, Ordering::Relaxed);
+        self.maps.get(&holder).cloned()
     }
 }
 
@@ -184,6 +198,7 @@ fn cluster(script: Script, peers: Peers, shared: Shared) -> ClusterSource<Script
         puller: peers,
         backing: shared,
         stats: Arc::default(),
+        maps: Default::default(),
     }
 }
 
@@ -530,4 +545,55 @@ fn a_batch_moves_by_holder_and_what_it_did_not_bring_comes_one_by_one() {
     let origins = read_batch(&s, &["a", "b"]);
     assert_eq!(origins, [Origin::Backing; 2]);
     assert_eq!(*s.puller.batches.lock().unwrap(), [(2, 2)]);
+}
+
+/// A large file's first page: what a random reader of it reads.
+fn read_page(s: &ClusterSource<Script, Peers, Shared>) -> Origin {
+    let big = Version {
+        size: 16 << 20,
+        mtime_ns: 1,
+    };
+    let mut buf = vec![0; DATA.len()];
+    let origin = s.read_at("big.h5", big, 0, &mut buf).unwrap();
+    assert_eq!(buf, DATA);
+    origin
+}
+
+#[test]
+fn holders_of_a_large_file_are_pulled_from_only_for_pages_they_say_they_have() {
+    let map = |first_page: bool| PageMap {
+        page: 64 << 10,
+        first: 0,
+        masks: vec![if first_page { 0b1 } else { 0b10 }, u32::MAX],
+    };
+    // Holder 1 lacks the page, 2 has no copy: the shared file system serves it, nobody is
+    // asked for it, the file is not located again; the maps are asked again only once stale.
+    let mut script = Script::new(vec![Reply::Holders(vec![1, 2])]);
+    script.maps = [(1, Some(map(false))), (2, None)].into();
+    let s = cluster(script, Peers::default(), Shared::default());
+    assert_eq!(read_page(&s), Origin::Backing);
+    assert_eq!(read_page(&s), Origin::Backing);
+    assert!(tried(&s).is_empty());
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 2);
+    assert_eq!(s.locator.asked.load(Ordering::Relaxed), 2);
+    assert_eq!(s.locator.maps_asked.load(Ordering::Relaxed), 2);
+    // Holder 1 has it: pulled from it, its map asked once.
+    let mut script = Script::new(vec![Reply::Holders(vec![1])]);
+    script.maps = [(1, Some(map(true)))].into();
+    let s = cluster(script, Peers::default(), Shared::default());
+    assert_eq!(read_page(&s), Origin::Peer);
+    assert_eq!(read_page(&s), Origin::Peer);
+    assert_eq!(tried(&s), [1, 1]);
+    assert_eq!(s.locator.maps_asked.load(Ordering::Relaxed), 1);
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
+    // A holder that does not say is tried (an older release), as is every holder of a small
+    // file, whose map is never asked.
+    let s = cluster(
+        Script::new(vec![Reply::Holders(vec![3])]),
+        Peers::default(),
+        Shared::default(),
+    );
+    assert_eq!(read_page(&s), Origin::Peer);
+    assert_eq!(read_all(&s, "small").unwrap(), Origin::Peer);
+    assert_eq!(s.locator.maps_asked.load(Ordering::Relaxed), 1);
 }

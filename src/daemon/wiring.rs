@@ -25,6 +25,7 @@ use crate::fs::write::Producer;
 use crate::fs::{DyadFs, FsConfig};
 use crate::locator::Membership;
 use crate::locator::gossip::{self, GossipConfig, Peer};
+use crate::locator::proto::{PAGE_MAP_CHUNKS, PageMap};
 use crate::locator::service::{Hooks, LocatorService};
 use crate::stats::Stats;
 use crate::transport::auth::Secret;
@@ -358,6 +359,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         puller: Puller::new(worker, pull_config),
         backing: backing(args, &b.cache),
         stats: b.stats.clone(),
+        maps: Default::default(),
     });
     tracing::info!(node = id, %listen, replicate = args.cluster.replicate, "cluster mode");
     if args.cluster.replicate {
@@ -435,13 +437,25 @@ fn ucx_loaded(kind: crate::daemon::config::DataPlaneKind) -> Result<bool, UserEr
 /// What the locator does for this node: journal its names, release objects it is told to,
 /// re-announce copies, check a chunk a peer found bad.
 fn locator_hooks(producer: &Arc<Producer>, cache: &Arc<Cache>, journal: Arc<NamesLog>) -> Hooks {
-    let (p, c, cc) = (producer.clone(), cache.clone(), cache.clone());
+    let (p, c, cc, cp) = (
+        producer.clone(),
+        cache.clone(),
+        cache.clone(),
+        cache.clone(),
+    );
     Hooks {
         journal: Some(journal),
         on_release: Box::new(move |object, size, mtime_ns, drop| {
             p.released(object, Version { size, mtime_ns }, drop)
         }),
-        holdings: Box::new(move || c.complete_entries()),
+        holdings: Box::new(move || c.held_entries()),
+        pages_of: Box::new(move |path, version, offset| {
+            let entry = cp.lookup(path, version)?;
+            let page = entry.page_size();
+            let first = PageMap::window(offset, page);
+            let masks = entry.held_pages(first, PAGE_MAP_CHUNKS as usize);
+            Some(PageMap { page, first, masks })
+        }),
         on_bad_chunk: Box::new(move |path, version, offset| {
             if let Some(e) = cc.lookup(path, version) {
                 match e.recheck(&cc, e.chunks_for(offset, 1)) {

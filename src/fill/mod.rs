@@ -251,6 +251,28 @@ impl<S: Source + ?Sized> Reader<S> {
         self.fill_claimed(entry, range, true, None)
     }
 
+    /// Makes bytes `[offset, end)` present for a peer waiting on this node's fetch of the
+    /// file: the pages they touch of a large file (a random reader's record, not its chunks),
+    /// the chunks of a small one.
+    pub fn fill_for_peer(
+        &self,
+        entry: &Arc<Entry>,
+        offset: u64,
+        end: u64,
+    ) -> Result<bool, FillError> {
+        let chunks = entry.chunks_for(offset, end.saturating_sub(offset));
+        if entry.version.size <= WHOLE_FILE_MAX {
+            return self.fill(entry, chunks);
+        }
+        for idx in chunks {
+            let want = entry.pages_for(idx, offset, end);
+            if !self.fill_pages(entry, idx, want, true, None)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Readahead: fills the absent chunks of `range` nobody else is filling, without waiting
     /// for the others (a reader that needs them waits; the readahead thread moves on).
     pub fn fill_ahead(&self, entry: &Arc<Entry>, range: Range<u64>) -> Result<bool, FillError> {

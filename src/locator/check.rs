@@ -75,6 +75,19 @@ impl LocatorService {
                 _ => Err(format!("{object:?} is not an object of this node")),
             },
             Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
+            Msg::PagesOf { path, .. } => key(path),
+            // A holder's pages are a chunk's 32nd (chunks of 1-4 MiB, a little room either way).
+            Msg::PagesAre(Some(map)) => {
+                let pages = map.page.is_power_of_two() && (4096..=1 << 20).contains(&map.page);
+                if !pages || map.masks.len() as u64 > super::proto::PAGE_MAP_CHUNKS {
+                    return Err(format!(
+                        "a page map of {} chunks of {}-byte pages",
+                        map.masks.len(),
+                        map.page
+                    ));
+                }
+                Ok(())
+            }
             Msg::ObjectsNamed { holder, .. } => member(*holder),
             _ => Ok(()),
         }

@@ -144,6 +144,51 @@ pub enum Msg {
     /// Names published: the answer to `NameWatch`, and a name home's word to a watching node
     /// (answered `Ack`).
     NamesAre(Vec<(String, String, Name)>),
+    /// To a holder of `path` at `version` (a large file, perhaps held only in part): which
+    /// pages of it it has, for the window of [`PAGE_MAP_CHUNKS`] chunks holding byte `offset`.
+    PagesOf {
+        path: String,
+        version: Version,
+        offset: u64,
+    },
+    /// The answer to `PagesOf`: `None` if the addressee holds no copy.
+    PagesAre(Option<PageMap>),
+}
+
+/// Chunks one [`PageMap`] covers: 16 KiB of masks, 8 GiB of a file at 2 MiB chunks.
+pub const PAGE_MAP_CHUNKS: u64 = 4096;
+
+/// Which pages of a copy its holder has: for chunks `first..first + masks.len()` (32 pages of
+/// `page` bytes each), a bit per present page. Holders may use other chunk sizes than their
+/// pullers: the map says where its pages lie.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageMap {
+    pub page: u64,
+    pub first: u64,
+    pub masks: Vec<u32>,
+}
+
+impl PageMap {
+    /// The window of chunks `PagesOf` at `offset` is answered with, for pages of `page` bytes.
+    pub fn window(offset: u64, page: u64) -> u64 {
+        offset / (page * 32) / PAGE_MAP_CHUNKS * PAGE_MAP_CHUNKS
+    }
+
+    /// Whether every page bytes `[offset, end)` touch is present; `None` if some lie outside
+    /// the map's window (then the map says nothing about them).
+    pub fn covers(&self, offset: u64, end: u64) -> Option<bool> {
+        if end <= offset {
+            return Some(true);
+        }
+        for p in offset / self.page..=(end - 1) / self.page {
+            let chunk = (p / 32).checked_sub(self.first)?;
+            let mask = *self.masks.get(usize::try_from(chunk).ok()?)?;
+            if mask & (1 << (p % 32)) == 0 {
+                return Some(false);
+            }
+        }
+        Some(true)
+    }
 }
 
 impl Msg {
@@ -175,6 +220,8 @@ impl Msg {
             Msg::Objects { .. } => "Objects",
             Msg::NameWatch { .. } => "NameWatch",
             Msg::NamesAre(_) => "NamesAre",
+            Msg::PagesOf { .. } => "PagesOf",
+            Msg::PagesAre(_) => "PagesAre",
         }
     }
 }
@@ -286,7 +333,46 @@ mod tests {
                 "step_1001".into(),
                 Name::pointer("2-5-8", 2),
             )]),
+            Msg::PagesOf {
+                path: "train/big.h5".into(),
+                version: v,
+                offset: 3 << 20,
+            },
+            Msg::PagesAre(Some(PageMap {
+                page: 64 << 10,
+                first: 0,
+                masks: vec![0, 6, u32::MAX],
+            })),
+            Msg::PagesAre(None),
         ]
+    }
+
+    #[test]
+    fn a_page_map_covers_only_its_present_pages_in_its_window() {
+        let page = 64 << 10;
+        let map = PageMap {
+            page,
+            first: 1,
+            masks: vec![0b110, u32::MAX],
+        };
+        let chunk = 32 * page;
+        // Pages 1 and 2 of chunk 1, and all of chunk 2.
+        assert_eq!(map.covers(chunk + page, chunk + 3 * page), Some(true));
+        assert_eq!(
+            map.covers(chunk + page + 5, chunk + 2 * page + 1),
+            Some(true)
+        );
+        assert_eq!(map.covers(chunk, chunk + page), Some(false));
+        assert_eq!(
+            map.covers(chunk + 2 * page, chunk + 3 * page + 1),
+            Some(false)
+        );
+        assert_eq!(map.covers(2 * chunk, 3 * chunk), Some(true));
+        // Outside the window: chunk 0, chunk 3.
+        assert_eq!(map.covers(0, 1), None);
+        assert_eq!(map.covers(3 * chunk - 1, 3 * chunk + 1), None);
+        assert_eq!(PageMap::window(5 * chunk, page), 0);
+        assert_eq!(PageMap::window(4097 * chunk, page), 4096);
     }
 
     #[test]

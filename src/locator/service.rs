@@ -20,7 +20,7 @@ use super::names::{HoldingsFn, NameTable, NameWaits, ReleaseFn};
 use super::node::{Known, NodeTier};
 use super::pages::batches;
 use super::peers::Peers;
-use super::proto::Msg;
+use super::proto::{Msg, PageMap};
 use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
 use super::watching::{Wait, Waiting, Watchers};
 use crate::core::Version;
@@ -69,6 +69,10 @@ pub struct LocatorService {
     pub(super) stats: Arc<Stats>,
 }
 
+/// Which pages of its copy of (path, version) this node has, in the window of byte `offset`
+/// (see [`Msg::PagesOf`]); `None` if it holds none.
+pub type PagesFn = Box<dyn Fn(&str, Version, u64) -> Option<PageMap> + Send + Sync>;
+
 /// Checks a chunk (path, version, offset) of this node's cache again.
 pub type BadChunkFn = Box<dyn Fn(&str, Version, u64) + Send + Sync>;
 
@@ -77,9 +81,11 @@ pub type BadChunkFn = Box<dyn Fn(&str, Version, u64) + Send + Sync>;
 pub struct Hooks {
     /// Told a produced object of ours is no longer named.
     pub on_release: ReleaseFn,
-    /// The complete copies this node holds (re-announced to a home that restarted or took
-    /// over from a dead one).
+    /// The copies this node holds, complete or in part (re-announced to a home that restarted
+    /// or took over from a dead one).
     pub holdings: HoldingsFn,
+    /// Which pages of a copy this node has, for a peer about to pull some.
+    pub pages_of: PagesFn,
     /// A puller reports a chunk of ours failed its checksum: check it again in the cache.
     pub on_bad_chunk: BadChunkFn,
     /// Where the names this node holds (as home or backup) are kept for its next start.
@@ -92,6 +98,7 @@ impl Default for Hooks {
         Hooks {
             on_release: Box::new(|_, _, _, _| {}),
             holdings: Box::new(Vec::new),
+            pages_of: Box::new(|_, _, _| None),
             on_bad_chunk: Box::new(|_, _, _| {}),
             journal: None,
         }
@@ -269,6 +276,30 @@ impl LocatorService {
         self.stats.locator_calls.fetch_add(1, Ordering::Relaxed);
         let reply = self.peers.call_blocking(to, addr, &msg, within);
         self.outcome(to, reply)
+    }
+
+    /// Which pages `holder` has of `path` at `version`, in the window of byte `offset`:
+    /// `Some(None)` if it holds no copy, `None` if it did not say (then pulling is the way to
+    /// find out). From a plain thread, like [`LocatorService::locate`].
+    pub fn pages_of(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        holder: NodeId,
+        (path, version, offset): (&str, Version, u64),
+        within: Duration,
+    ) -> Option<Option<PageMap>> {
+        let msg = Msg::PagesOf {
+            path: path.to_string(),
+            version,
+            offset,
+        };
+        match self.call_from_thread(runtime, holder, msg, within)? {
+            Msg::PagesAre(map) => Some(map),
+            other => {
+                tracing::debug!(holder, reply = other.kind(), "no page map");
+                None
+            }
+        }
     }
 
     /// Counts a message that arrived from another node, to be answered (`locator_answers`:

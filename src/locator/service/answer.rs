@@ -113,6 +113,11 @@ impl LocatorService {
                 self.names_are(&found);
                 Msg::Ack
             }
+            Msg::PagesOf {
+                path,
+                version,
+                offset,
+            } => Msg::PagesAre((self.hooks.pages_of)(&path, version, offset)),
             Msg::CountHeld => {
                 let held = (self.hooks.holdings)();
                 Msg::Held {
