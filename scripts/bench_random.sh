@@ -15,8 +15,12 @@
 # ADVICE=random has the reader say it reads at random (posix_fadvise POSIX_FADV_RANDOM for
 # pread, madvise MADV_RANDOM for mmap), through the mount and directly alike: the kernel then
 # reads no further ahead than each read.
+# EPOCH2=1 measures the next epoch on another node instead: two nodes on 127.0.0.1 (UCX over
+# tcp on loopback), node A reads the run's records (its first epoch), then node B reads the same
+# records (a DataLoader's next epoch gives them to another rank): per run, B's bytes pulled
+# from peers and fetched from the shared directory over the bytes touched, and both times.
 # Needs root (drop_caches). Usage: scripts/bench_random.sh (env: RUNS, SIZE, LEN, COUNT, MODE,
-# MIBS, ADVICE, MOUNT_ARGS, DYADFS_BIN)
+# MIBS, ADVICE, EPOCH2, MOUNT_ARGS, DYADFS_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -25,7 +29,7 @@ build_dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-random-bench.XXXX)
 . scripts/lib/slow-fs.sh
 cleanup() {
-  unmount_mounted "$W/mnt"
+  unmount_mounted "$W/mnt" "$W"/{a,b}/mnt
   wait_daemons_gone "$W"
   slow_fs_stop
   rm -rf "$W"
@@ -69,6 +73,39 @@ os.close(fd)
 print(f"{took:.3f} {count * length}")
 PY
 }
+if [ -n "${EPOCH2:-}" ]; then
+  export UCX_TLS=tcp UCX_NET_DEVICES=lo
+  job_secret "$W/secret"
+  PORT=$((9000 + RANDOM % 1000))
+  printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d r0\n' $PORT $((PORT + 1)) > "$W/peers"
+  mkdir -p "$W"/{a,b}/mnt
+  for r in $(seq "$RUNS"); do
+    seed=$((1000 + r))
+    rm -rf "$W"/{a,b}/ssd
+    mount_node a 0
+    mount_node b 1
+    drop
+    read -r ta touched < <(reads "$W/a/mnt" "$seed")
+    fetched_a=$(dyadfs_stat "$W/a/mnt" bytes_from_backing)
+    # A's partial copy is published within a few milliseconds of its first pages.
+    sleep 1
+    drop
+    read -r tb _ < <(reads "$W/b/mnt" "$seed")
+    pulled=$(dyadfs_stat "$W/b/mnt" bytes_from_peers)
+    fetched_b=$(dyadfs_stat "$W/b/mnt" bytes_from_backing)
+    refused=$(dyadfs_stat "$W/b/mnt" pulls_refused 2>/dev/null || echo 0)
+    unmount_mounted "$W"/{a,b}/mnt
+    wait_daemons_gone "$W"
+    awk -v r="$r" -v ta="$ta" -v tb="$tb" -v touched="$touched" -v fa="$fetched_a" -v p="$pulled" \
+      -v fb="$fetched_b" -v x="$refused" 'BEGIN {
+      printf "run %d  A (epoch 1) %.2f s, fetched %.2fx  B (epoch 2) %.2f s, pulled %.2fx, fetched %.0f MiB, %d pulls refused\n",
+        r, ta, fa / touched, tb, p / touched, fb / 1048576, x }' | tee -a "$W/runs.txt"
+  done
+  echo "$SIZE file, $COUNT $MODE reads of $LEN bytes on node A then the same on node B, page cache dropped${MIBS:+, shared directory throttled to $MIBS MiB/s}${ADVICE:+, reader advice $ADVICE}, medians of $RUNS runs:"
+  awk '{print $16}' "$W/runs.txt" | tr -d 'x,' | median | awk '{printf "  B pulled / touched %.2fx\n", $1}'
+  awk '{print $18}' "$W/runs.txt" | median | awk '{printf "  B fetched from the shared directory %.0f MiB\n", $1}'
+  exit 0
+fi
 for r in $(seq "$RUNS"); do
   seed=$((1000 + r))
   drop
@@ -78,14 +115,16 @@ for r in $(seq "$RUNS"); do
   "$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing" ${MOUNT_ARGS:-}
   read -r t touched < <(reads "$W/mnt" "$seed")
   fetched=$(dyadfs_stat "$W/mnt" bytes_from_backing)
+  # What the cache's header log took for this epoch's fills (written on the cache disk).
+  log=$(stat -c %s "$W/ssd/index.log")
   unmount_mounted "$W/mnt"
   wait_daemons_gone "$W"
   drop
   read -r td _ < <(reads "$W/backing" "$seed")
-  awk -v r="$r" -v t="$t" -v td="$td" -v touched="$touched" -v f="$fetched" 'BEGIN {
-    printf "run %d  dyadfs %.2f s, fetched %.0f MiB for %.0f MiB touched (%.2fx)  direct %.2f s  dyadfs/direct %.2f\n",
-      r, t, f / 1048576, touched / 1048576, f / touched, td, t / td }' | tee -a "$W/runs.txt"
+  awk -v r="$r" -v t="$t" -v td="$td" -v touched="$touched" -v f="$fetched" -v logb="$log" 'BEGIN {
+    printf "run %d  dyadfs %.2f s, fetched %.0f MiB for %.0f MiB touched (%.2fx), cache log %.0f KiB  direct %.2f s  dyadfs/direct %.2f\n",
+      r, t, f / 1048576, touched / 1048576, f / touched, logb / 1024, td, t / td }' | tee -a "$W/runs.txt"
 done
 echo "$SIZE file, $COUNT $MODE reads of $LEN bytes, page cache dropped${MIBS:+, shared directory throttled to $MIBS MiB/s}${ADVICE:+, reader advice $ADVICE}, medians of $RUNS runs:"
-awk '{print $13}' "$W/runs.txt" | tr -d '(x)' | median | awk '{printf "  fetched / touched %.2fx\n", $1}'
+awk '{print $13}' "$W/runs.txt" | tr -d '(x),' | median | awk '{printf "  fetched / touched %.2fx\n", $1}'
 awk '{print $NF}' "$W/runs.txt" | median | awk '{printf "  dyadfs / direct    %.2f\n", $1}'

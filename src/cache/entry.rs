@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::chunks::{Chunk, ChunkStates, Chunks, Claim, FILL_WAIT, PAGES, PageClaim, State};
 use super::error::CacheError;
 use super::files::Mode;
-use super::format::{ChunkRecord, Header};
+use super::format::{ChunkRecord, Header, PartialRecord};
 use super::journal::Record;
 use super::segments::Place;
 use super::shared::Shared;
@@ -32,7 +32,7 @@ pub struct Entry {
     pub(super) shared: Arc<Shared>,
     pub(super) state: ChunkStates,
     /// Open handles holding it (the low bits) and its marks ([`FETCHED`], [`PULLED`],
-    /// [`KEEP`], [`SHARED`]).
+    /// [`KEEP`], [`SHARED`], [`LOGGED`]).
     pins_marks: AtomicU32,
     /// The cache's tick when it was last used, in 32 bits: ages are taken modulo 2^32
     /// ([`Entry::age`]), so the counter's wrap changes no order.
@@ -47,7 +47,9 @@ const PULLED: u32 = 1 << 30;
 const KEEP: u32 = 1 << 29;
 /// Its pages were told to the publisher while it was partly cached ([`Entry::mark_shared`]).
 const SHARED: u32 = 1 << 28;
-const PINS: u32 = SHARED - 1;
+/// A whole header of it is in the log: a page fill may append its chunk's pages alone.
+const LOGGED: u32 = 1 << 27;
+const PINS: u32 = LOGGED - 1;
 
 impl Entry {
     /// An entry holding `chunks` (its present bytes follow from them), last used at `tick`.
@@ -208,6 +210,17 @@ impl From<Header> for Reloaded {
 }
 
 impl Reloaded {
+    /// Sets the pages of partial chunk `part.chunk` as a later record logged them, unless the
+    /// header says the chunk is present whole (or has no such chunk).
+    pub(super) fn set_pages(&mut self, part: PartialRecord) {
+        let idx = part.chunk as usize;
+        if idx >= self.chunks.len() || matches!(self.chunks[idx], Chunk::Present { .. }) {
+            return;
+        }
+        let chunks = std::mem::replace(&mut self.chunks, Chunks::One([Chunk::Absent]));
+        self.chunks = Chunks::with_partial(chunks, &[part]);
+    }
+
     /// A packed object's logged header.
     pub(super) fn packed(place: Place, h: Header) -> Reloaded {
         Reloaded {
@@ -218,6 +231,10 @@ impl Reloaded {
 
     pub(super) fn size(&self) -> u64 {
         self.version.size
+    }
+
+    pub(super) fn version(&self) -> Version {
+        self.version
     }
 
     /// Whether it fits a cache of `chunk_size` chunks.
@@ -276,6 +293,8 @@ impl Reloaded {
         let packed = self.place.is_some();
         let entry = Entry::new(self.path, self.version, id, shared, self.chunks, 0);
         entry.state.lock().unchecked = !packed;
+        // The log is rewritten from the headers loaded: this one's is in it.
+        entry.mark(LOGGED);
         entry
     }
 }
@@ -653,6 +672,49 @@ impl Entry {
 
     /// Records the present chunks in the cache's log, unless the entry left the cache.
     pub fn persist(&self) -> Result<(), CacheError> {
-        Ok(self.shared.journal.put(|| self.record())?)
+        self.shared.journal.put(|| self.record())?;
+        self.mark(LOGGED);
+        Ok(())
+    }
+
+    /// Records the pages of chunk `idx` a fill just completed: the chunk's pages alone while it
+    /// is partial and the log holds a whole header of the entry (a page fill of a large file
+    /// appends tens of bytes, not the header, which grows with the file and its partial
+    /// chunks), else the whole header.
+    pub fn persist_pages(&self, idx: u64) -> Result<(), CacheError> {
+        if self.pins_marks.load(Ordering::Relaxed) & LOGGED == 0 {
+            return self.persist();
+        }
+        let mut whole = false;
+        self.shared.journal.put(|| {
+            let st = self.state.lock();
+            if st.evicted {
+                return None;
+            }
+            let part = match (st.chunks[idx as usize], st.chunks.page_set(idx)) {
+                (Chunk::Partial, Some(p)) if p.present != 0 => PartialRecord {
+                    chunk: idx as u32,
+                    pages: p.present,
+                    crcs: (0..PAGES as usize)
+                        .filter(|&i| p.present & (1 << i) != 0)
+                        .map(|i| p.crcs[i])
+                        .collect(),
+                },
+                // Present whole now (or dropped): the header says so.
+                _ => {
+                    whole = true;
+                    return None;
+                }
+            };
+            Some(Record::Pages {
+                path: self.path.to_string(),
+                version: self.version,
+                part,
+            })
+        })?;
+        if whole {
+            return self.persist();
+        }
+        Ok(())
     }
 }

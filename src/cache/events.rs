@@ -46,6 +46,19 @@ impl Cache {
             // The chunks are there for this daemon's lifetime; the next start refetches them.
             self.write_failed(&entry.path, &e.into());
         }
+        self.tell_filled(entry);
+    }
+
+    /// As [`Cache::filled`] for pages of chunk `idx` (see [`Entry::persist_pages`]).
+    pub fn pages_filled(&self, entry: &Entry, idx: u64) {
+        if let Err(e) = entry.persist_pages(idx) {
+            self.write_failed(&entry.path, &e.into());
+        }
+        self.tell_filled(entry);
+    }
+
+    /// Tells the publisher a copy a fill completed, or one that got its first pages.
+    fn tell_filled(&self, entry: &Entry) {
         if entry.is_complete() {
             self.completed(entry);
         } else if entry.share_pages() {

@@ -19,9 +19,13 @@
 //! `len u32 | kind u8 | payload | crc32c(kind, payload) u32` with `len` counting kind, payload
 //! and crc; kind 1 = a [`Header`] (its own encoding), kind 2 = a dropped path (UTF-8), kind 3 =
 //! a packed object: `segment u32 | page u32 |` its [`Header`] (golden:
-//! `fixtures/cache/packed-record-v1.bin`; see [`super::segments`]). A daemon older than kind 3
-//! skips those records as corrupt: it forgets the packed objects and its sweep leaves their
-//! segments alone.
+//! `fixtures/cache/packed-record-v1.bin`; see [`super::segments`]), kind 4 = the pages of one
+//! partial chunk of a file whose header is in the log: `size u64 | mtime_ns i64 | chunk u32 |
+//! pages u32 | crc32c u32 per page present | path_len u32 | path` (golden: `fixtures/cache/pages-record-v1.bin`),
+//! so that a random reader's page fill appends tens of bytes, not the file's whole header (which
+//! grows with the file and with its partial chunks). A daemon older than a kind skips its
+//! records as corrupt: it forgets packed objects (its sweep leaves their segments alone), and the
+//! pages of kind 4 (refetched when read).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -29,14 +33,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::error::CacheError;
-use super::format::{FORMAT_V1, FORMAT_VERSION, Header};
+use super::format::{FORMAT_V1, FORMAT_VERSION, Header, PartialRecord};
 use super::segments::Place;
+use crate::core::Version;
 use crate::core::sync::lock;
 
 pub const MAGIC: &[u8; 8] = b"DYADFSJ\0";
 const PUT: u8 = 1;
 const DROP: u8 = 2;
 const PACKED: u8 = 3;
+const PAGES: u8 = 4;
 /// The log is rewritten once it exceeds twice its size after the last rewrite plus this.
 const SLACK: u64 = 16 << 20;
 
@@ -46,6 +52,13 @@ pub enum Record {
     /// An object packed in a segment (see [`super::segments`]).
     Packed(Place, Header),
     Drop(String),
+    /// The pages present now of one partial chunk of the file at `path`, `version`, whose
+    /// header an earlier record holds (a header after it says all).
+    Pages {
+        path: String,
+        version: Version,
+        part: PartialRecord,
+    },
 }
 
 impl Record {
@@ -61,6 +74,23 @@ impl Record {
                 encode(PACKED, &payload)
             }
             Record::Drop(path) => encode(DROP, path.as_bytes()),
+            Record::Pages {
+                path,
+                version,
+                part,
+            } => {
+                let mut payload = Vec::with_capacity(24 + 4 * part.crcs.len() + path.len());
+                payload.extend_from_slice(&version.size.to_le_bytes());
+                payload.extend_from_slice(&version.mtime_ns.to_le_bytes());
+                payload.extend_from_slice(&part.chunk.to_le_bytes());
+                payload.extend_from_slice(&part.pages.to_le_bytes());
+                for crc in &part.crcs {
+                    payload.extend_from_slice(&crc.to_le_bytes());
+                }
+                payload.extend_from_slice(&(path.len() as u32).to_le_bytes());
+                payload.extend_from_slice(path.as_bytes());
+                encode(PAGES, &payload)
+            }
         }
     }
 }
@@ -234,6 +264,35 @@ impl<R: Read> Window<R> {
     }
 }
 
+/// A kind 4 record's payload: a page set whose page count its crcs match.
+fn pages_record(payload: &[u8]) -> Option<Record> {
+    let u32_at = |at: usize| {
+        Some(u32::from_le_bytes(
+            payload.get(at..at + 4)?.try_into().ok()?,
+        ))
+    };
+    let size = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+    let mtime_ns = i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
+    let (chunk, pages) = (u32_at(16)?, u32_at(20)?);
+    if pages == 0 {
+        return None;
+    }
+    let crcs: Vec<u32> = (0..pages.count_ones() as usize)
+        .map(|i| u32_at(24 + 4 * i))
+        .collect::<Option<_>>()?;
+    let at = 24 + 4 * crcs.len();
+    let path_len = u32_at(at)? as usize;
+    if payload.len() != at + 4 + path_len {
+        return None;
+    }
+    let path = String::from_utf8(payload[at + 4..].to_vec()).ok()?;
+    Some(Record::Pages {
+        path,
+        version: Version { size, mtime_ns },
+        part: PartialRecord { chunk, pages, crcs },
+    })
+}
+
 /// The record at the start of `bytes` and its length, if a whole valid one starts there.
 fn record_at(bytes: &[u8]) -> Option<(Record, usize)> {
     let len = u32::from_le_bytes(bytes.get(..4)?.try_into().unwrap()) as usize;
@@ -256,6 +315,7 @@ fn record_at(bytes: &[u8]) -> Option<(Record, usize)> {
                 .ok()
                 .map(|h| Record::Packed(place, h))
         }
+        PAGES => pages_record(&body[1..]),
         _ => None,
     }?;
     Some((record, 4 + len))
@@ -485,6 +545,60 @@ mod tests {
             },
             header("train/00001.bin", 0xdead_beef),
         )
+    }
+
+    fn pages() -> Record {
+        Record::Pages {
+            path: "train/rows.h5".into(),
+            version: Version {
+                size: 5 << 30,
+                mtime_ns: 1_700_000_000_123_456_789,
+            },
+            part: PartialRecord {
+                chunk: 0x0102,
+                pages: 0b1000_0110,
+                crcs: vec![0xdead_beef, 0x0bad_f00d, 0x1234_5678],
+            },
+        }
+    }
+
+    #[test]
+    fn pages_record_golden_bytes() {
+        let path = "fixtures/cache/pages-record-v1.bin";
+        let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
+            fs::write(&golden_file, pages().encode()).unwrap();
+        }
+        let golden = include_bytes!("../../fixtures/cache/pages-record-v1.bin");
+        assert_eq!(
+            pages().encode(),
+            golden.as_slice(),
+            "the journal's pages record changed: bump FORMAT_VERSION and regenerate the fixture"
+        );
+        let mut log = MAGIC.to_vec();
+        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
+        log.extend_from_slice(golden);
+        log.extend_from_slice(&packed().encode());
+        assert_eq!(decode(&log), vec![pages(), packed()]);
+        // Torn, it is never taken; a page count its crcs do not match is no record.
+        for cut in 1..golden.len() {
+            assert_eq!(decode(&log[..12 + golden.len() - cut]), vec![]);
+        }
+        let Record::Pages { mut part, .. } = pages() else {
+            unreachable!()
+        };
+        part.pages |= 1;
+        let bad = Record::Pages {
+            path: "train/rows.h5".into(),
+            version: Version {
+                size: 1,
+                mtime_ns: 1,
+            },
+            part,
+        };
+        let mut log = log[..12].to_vec();
+        log.extend_from_slice(&bad.encode());
+        assert_eq!(decode(&log), vec![]);
     }
 
     #[test]

@@ -12,8 +12,9 @@ use std::io;
 use std::path::Path;
 
 use super::entry::Reloaded;
+use super::format::PartialRecord;
 use super::journal::{self, Record};
-use crate::core::path_hash;
+use crate::core::{Version, path_hash};
 
 /// Headers handed out between two shrinks of the vector (its freed tail goes back to the
 /// system at each).
@@ -34,6 +35,11 @@ impl Live {
             Record::Put(h) => live.put(Reloaded::from(h)),
             Record::Packed(place, h) => live.put(Reloaded::packed(place, h)),
             Record::Drop(path) => live.drop_path(&path),
+            Record::Pages {
+                path,
+                version,
+                part,
+            } => live.pages(&path, version, part),
         })?;
         Ok(live)
     }
@@ -47,6 +53,21 @@ impl Live {
                 self.slots.insert(slot, i);
                 self.headers.push(Some(header));
             }
+        }
+    }
+
+    /// Pages of a partial chunk, over the header its path's slot holds if that is the same
+    /// file at the same version (a record for a replaced or dropped one changes nothing).
+    fn pages(&mut self, path: &str, version: Version, part: PartialRecord) {
+        let Some(&i) = self.slots.get(&path_hash(path)) else {
+            return;
+        };
+        if let Some(h) = self.headers[i as usize].as_mut()
+            && *h.path == *path
+            && h.version() == version
+            && h.place.is_none()
+        {
+            h.set_pages(part);
         }
     }
 

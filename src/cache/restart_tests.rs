@@ -281,6 +281,62 @@ fn pages_survive_a_restart_and_a_corrupt_one_is_dropped_alone() {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// A page fill appends its chunk's pages alone (tens of bytes), not the file's header, which
+/// grows with the file and its partial chunks; a restart puts them back over the header, and a
+/// chunk whose last page lands is logged whole.
+#[test]
+fn page_fills_log_their_chunks_pages_alone() {
+    let (dir, config, stats) = setup(100 << 20);
+    let chunk = u64::from(config.chunk_size);
+    let size = 64 * chunk;
+    let log = config.dir.join("index.log");
+    let log_len = || fs::metadata(&log).unwrap().len();
+    let fill_pages = |cache: &Cache, e: &Entry, idx: u64, pages: u32| {
+        assert_eq!(e.claim_pages(idx, pages).mine, pages);
+        let page = e.page_size();
+        assert!(cache.reserve(e, u64::from(pages.count_ones()) * page));
+        let mut crcs = [0u32; PAGES as usize];
+        for p in (0..PAGES).filter(|p| pages & (1 << p) != 0) {
+            let bytes = vec![(idx + p) as u8; page as usize];
+            e.write_at(idx * chunk + p * page, &bytes).unwrap();
+            crcs[p as usize] = crc32c::crc32c(&bytes);
+        }
+        assert!(e.complete_pages(idx, pages, &crcs));
+        cache.pages_filled(e, idx);
+    };
+    let page = {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let e = cache.entry("big", v(size)).unwrap();
+        // Its first fill logs the whole header (nothing of it is in the log yet), as does the
+        // fill of chunk 20's last page: whole, its checksum combined from its pages'.
+        fill_pages(&cache, &e, 0, 0b1000);
+        fill_pages(&cache, &e, 20, 0b1);
+        fill_pages(&cache, &e, 20, u32::MAX - 1);
+        assert!(e.all_present(20..21));
+        let header = log_len();
+        for idx in 1..10 {
+            let before = log_len();
+            fill_pages(&cache, &e, idx, 0b1000);
+            let grew = log_len() - before;
+            assert!(grew < 64, "a page fill appended {grew} bytes");
+        }
+        assert!(log_len() - header < 9 * 64);
+        e.page_size()
+    };
+    let cache = Cache::open(&config, stats).unwrap();
+    let e = cache.entry("big", v(size)).unwrap();
+    for idx in 0..10 {
+        let at = idx * chunk + 3 * page;
+        assert!(e.bytes_present(at, at + page), "chunk {idx}'s page 3");
+        assert!(!e.bytes_present(at - page, at));
+        assert!(e.verify_bytes(&cache, at, at + page).unwrap());
+    }
+    assert!(e.all_present(20..21));
+    assert!(e.verify(&cache, 20..21).unwrap());
+    assert_eq!(cache.used_bytes(), 10 * page + chunk);
+    let _ = fs::remove_dir_all(dir);
+}
+
 /// A scrub (`recheck`) checks a partial chunk's present pages too, already verified or not, and
 /// drops a page rotten on disk alone.
 #[test]

@@ -210,7 +210,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 self.count(entry, origin, len);
                 fill.complete(mask, &crcs);
             }
-            self.cache.filled(entry);
+            self.cache.pages_filled(entry, idx);
         }
         if claim.others && wait {
             entry.wait_pages(idx, want)?;
