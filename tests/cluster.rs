@@ -411,7 +411,8 @@ fn a_restarted_node_learns_the_holders_again() {
 
 /// A large file read at random on one node (pages, not chunks) is read at random on another
 /// the next epoch: the same records come from the first node's pages, never the shared file
-/// system; a record nobody read comes from the shared file system, without a pull refused.
+/// system; a record nobody read comes through the first node (its fetcher), which reads only
+/// its pages there; no pull is refused.
 #[test]
 fn a_partly_cached_file_serves_its_pages_to_peers() {
     use std::os::unix::fs::FileExt;
@@ -454,11 +455,12 @@ fn a_partly_cached_file_serves_its_pages_to_peers() {
         "pulled {pulled} of {fetched}"
     );
     assert_eq!(c.nodes[0].stat("bytes_served_to_peers"), pulled);
-    // A record node 0 never read: the shared file system, node 0 not asked for it.
+    // A record nobody read: node 0, the file's designated fetcher, reads its pages from the
+    // shared file system for node 1 (each byte is read there once in the cluster).
     read(&c.nodes[1], (16 * MIB + 5, 3000));
-    assert!(c.nodes[1].stat("bytes_from_backing") > 0);
-    assert_eq!(c.nodes[1].stat("bytes_from_peers"), pulled);
-    assert_eq!(c.nodes[0].stat("bytes_served_to_peers"), pulled);
-    assert_eq!(c.nodes[0].stat("bytes_from_backing"), fetched);
+    assert_eq!(c.nodes[1].stat("bytes_from_backing"), 0);
+    let more = c.nodes[1].stat("bytes_from_peers") - pulled;
+    assert!(more > 0 && more < MIB as u64, "{more} bytes for 3000");
+    assert_eq!(c.nodes[0].stat("bytes_from_backing"), fetched + more);
     assert_eq!(c.total("pulls_refused"), 0);
 }

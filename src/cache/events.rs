@@ -10,8 +10,12 @@ pub enum CacheEvent {
     /// Every chunk of this version is present: this node can serve it to peers.
     Complete { path: String, version: Version },
     /// Pages of this version are present (a large file read at random): peers can ask which
-    /// and pull those. Told once per copy, before it is complete.
-    Partial { path: String, version: Version },
+    /// and pull those. Told once per copy, before it is complete; `reloaded`: held at start.
+    Partial {
+        path: String,
+        version: Version,
+        reloaded: bool,
+    },
     /// The copy is gone (evicted or replaced by another version).
     Dropped { path: String, version: Version },
 }
@@ -33,7 +37,11 @@ impl Cache {
                 let _ = tx.send(CacheEvent::Complete { path, version });
             } else if e.has_pages() {
                 e.mark_shared();
-                let _ = tx.send(CacheEvent::Partial { path, version });
+                let _ = tx.send(CacheEvent::Partial {
+                    path,
+                    version,
+                    reloaded: true,
+                });
             }
         }
         Some(rx)
@@ -65,6 +73,7 @@ impl Cache {
             self.emit(CacheEvent::Partial {
                 path: entry.path.to_string(),
                 version: entry.version,
+                reloaded: false,
             });
         }
     }

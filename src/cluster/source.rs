@@ -193,8 +193,9 @@ pub type PageMaps = HashMap<(String, Version, NodeId), (Instant, Option<PageMap>
 /// How long a page map that lacks the bytes a read wants is believed: a holder reading the
 /// file at random gains pages all the time (a reader then asks again at most this often).
 const MAP_FRESH: Duration = Duration::from_secs(1);
-/// Page maps kept (they are forgotten all at once past this: each is asked again).
-const MAPS_KEPT: usize = 4096;
+/// Page maps kept (up to 16 KiB each; they are forgotten all at once past this and asked
+/// again).
+const MAPS_KEPT: usize = 256;
 
 impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
     /// The source of last resort: the backing store, or for a produced object (which the
@@ -228,12 +229,14 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         self.backing.read_into(path, version, offset, len, sink)
     }
 
-    /// Of `holders`, those that may have bytes `[offset, offset + len)` of `path`, this node
+    /// Of `holders`, those to pull bytes `[offset, offset + len)` of `path` from, this node
     /// left out. A copy of a large file may be partial (the pages a random reader filled), so
     /// each holder's page map is asked, kept, and asked again when it lacks the bytes and is
-    /// older than [`MAP_FRESH`] (or a pull it promised failed): a read of bytes no holder has
-    /// goes to the shared file system without a pull that would be refused. A holder that
-    /// does not say is kept (pulling finds out). Small files are held whole or not at all.
+    /// older than [`MAP_FRESH`] (or a pull it promised failed). The holders that have the
+    /// bytes, else those that fill what they lack for their peers (the file's designated
+    /// fetcher: each byte is read from the shared file system once), else none: the read goes
+    /// to the shared file system without a pull that would be refused. A holder that does not
+    /// say is kept (pulling finds out). Small files are held whole or not at all.
     fn holders_with(
         &self,
         path: &str,
@@ -242,38 +245,68 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         (offset, len, deadline): (u64, u64, Instant),
     ) -> Vec<NodeId> {
         let me = self.locator.me();
-        let mut with: Vec<NodeId> = holders.iter().copied().filter(|&h| h != me).collect();
+        let others: Vec<NodeId> = holders.iter().copied().filter(|&h| h != me).collect();
         if version.size <= WHOLE_FILE_MAX {
-            return with;
+            return others;
         }
         let end = offset + len;
-        with.retain(|&h| {
-            let key = (path.to_string(), version, h);
-            let now = Instant::now();
-            if let Some((asked, map)) = lock(&self.maps).get(&key) {
-                let fresh = now.saturating_duration_since(*asked) < MAP_FRESH;
-                match map.as_ref().map(|m| m.covers(offset, end)) {
-                    Some(Some(true)) => return true,
-                    Some(Some(false)) | None if fresh => return false,
-                    // Outside the map's window, or believed too long: asked again.
-                    _ => {}
-                }
+        let said: Vec<(NodeId, Option<bool>, bool)> = others
+            .into_iter()
+            .map(|h| {
+                let (has, fills) = self.holder_pages(h, path, version, (offset, end), deadline);
+                (h, has, fills)
+            })
+            .collect();
+        let pick = |keep: &dyn Fn(Option<bool>, bool) -> bool| -> Vec<NodeId> {
+            said.iter()
+                .filter(|&&(_, has, fills)| keep(has, fills))
+                .map(|&(h, ..)| h)
+                .collect()
+        };
+        let with = pick(&|has, _| has != Some(false));
+        if with.is_empty() {
+            pick(&|_, fills| fills)
+        } else {
+            with
+        }
+    }
+
+    /// Whether holder `h` has bytes `[offset, end)` of `path` (`None`: it did not say) and
+    /// fills what it lacks for its peers, from its page map (kept, or asked now).
+    fn holder_pages(
+        &self,
+        h: NodeId,
+        path: &str,
+        version: Version,
+        (offset, end): (u64, u64),
+        deadline: Instant,
+    ) -> (Option<bool>, bool) {
+        let key = (path.to_string(), version, h);
+        let now = Instant::now();
+        if let Some((asked, map)) = lock(&self.maps).get(&key) {
+            let fresh = now.saturating_duration_since(*asked) < MAP_FRESH;
+            let fills = map.as_ref().is_some_and(|m| m.fills);
+            match map.as_ref().map(|m| m.covers(offset, end)) {
+                Some(Some(true)) => return (Some(true), fills),
+                Some(Some(false)) | None if fresh => return (Some(false), fills),
+                // Outside the map's window, or believed too long: asked again.
+                _ => {}
             }
-            let within = deadline.saturating_duration_since(now);
-            let Some(map) = self.locator.pages_of(h, (path, version, offset), within) else {
-                return true;
-            };
-            let has = map
-                .as_ref()
-                .is_some_and(|m| m.covers(offset, end) == Some(true));
-            let mut maps = lock(&self.maps);
-            if maps.len() >= MAPS_KEPT {
-                maps.clear();
-            }
-            maps.insert(key, (now, map));
-            has
-        });
-        with
+        }
+        let within = deadline.saturating_duration_since(now);
+        let Some(map) = self.locator.pages_of(h, (path, version, offset), within) else {
+            return (None, false);
+        };
+        let has = map
+            .as_ref()
+            .is_some_and(|m| m.covers(offset, end) == Some(true));
+        let fills = map.as_ref().is_some_and(|m| m.fills);
+        let mut maps = lock(&self.maps);
+        if maps.len() >= MAPS_KEPT {
+            maps.clear();
+        }
+        maps.insert(key, (now, map));
+        (Some(has), fills)
     }
 
     /// The holder [`ClusterSource::pull_with`] would try first for `path` (not this node).
@@ -661,11 +694,32 @@ pub fn start_publisher(
                     std::thread::sleep(LINGER);
                     events.extend(from_cache.try_iter().take(MAX_BATCH - 1));
                 }
+                for ev in &events {
+                    // Complete here (or dropped): nothing is left to fill for waiting peers. A
+                    // partial copy's fetcher goes on filling what they ask of it.
+                    if let CacheEvent::Complete { path, version }
+                    | CacheEvent::Dropped { path, version } = ev
+                    {
+                        locator.fetched(path, *version);
+                    }
+                }
+                // A partial copy is published by the file's designated fetcher, which fills what
+                // its peers ask that it lacks: a copy another node began while a fetch is under
+                // way would end the fetch at the homes (it is a holder), and the others would
+                // read the shared file system for what it lacks. One held at start is published.
+                events.retain(|ev| match ev {
+                    CacheEvent::Partial {
+                        path,
+                        version,
+                        reloaded: false,
+                    } => locator.is_fetching(path, *version),
+                    _ => true,
+                });
                 let mut round: Vec<((String, Version, bool), Instant)> = events
                     .into_iter()
                     .map(|ev| match ev {
                         CacheEvent::Complete { path, version }
-                        | CacheEvent::Partial { path, version } => ((path, version, true), now),
+                        | CacheEvent::Partial { path, version, .. } => ((path, version, true), now),
                         CacheEvent::Dropped { path, version } => ((path, version, false), now),
                     })
                     .collect();

@@ -565,6 +565,7 @@ fn holders_of_a_large_file_are_pulled_from_only_for_pages_they_say_they_have() {
         page: 64 << 10,
         first: 0,
         masks: vec![if first_page { 0b1 } else { 0b10 }, u32::MAX],
+        fills: false,
     };
     // Holder 1 lacks the page, 2 has no copy: the shared file system serves it, nobody is
     // asked for it, the file is not located again; the maps are asked again only once stale.
@@ -577,6 +578,18 @@ fn holders_of_a_large_file_are_pulled_from_only_for_pages_they_say_they_have() {
     assert_eq!(s.backing.reads.load(Ordering::Relaxed), 2);
     assert_eq!(s.locator.asked.load(Ordering::Relaxed), 2);
     assert_eq!(s.locator.maps_asked.load(Ordering::Relaxed), 2);
+    // Holder 2 lacks it too but is the file's fetcher, which fills what it lacks: pulled from
+    // it, not from 1, and the shared file system is not read here.
+    let mut script = Script::new(vec![Reply::Holders(vec![1, 2])]);
+    let fetcher = PageMap {
+        fills: true,
+        ..map(false)
+    };
+    script.maps = [(1, Some(map(false))), (2, Some(fetcher))].into();
+    let s = cluster(script, Peers::default(), Shared::default());
+    assert_eq!(read_page(&s), Origin::Peer);
+    assert_eq!(tried(&s), [2]);
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 0);
     // Holder 1 has it: pulled from it, its map asked once.
     let mut script = Script::new(vec![Reply::Holders(vec![1])]);
     script.maps = [(1, Some(map(true)))].into();

@@ -454,7 +454,14 @@ fn locator_hooks(producer: &Arc<Producer>, cache: &Arc<Cache>, journal: Arc<Name
             let page = entry.page_size();
             let first = PageMap::window(offset, page);
             let masks = entry.held_pages(first, PAGE_MAP_CHUNKS as usize);
-            Some(PageMap { page, first, masks })
+            // Whether it fills for its peers is the locator's to say.
+            let fills = false;
+            Some(PageMap {
+                page,
+                first,
+                masks,
+                fills,
+            })
         }),
         on_bad_chunk: Box::new(move |path, version, offset| {
             if let Some(e) = cc.lookup(path, version) {

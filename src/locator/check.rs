@@ -332,6 +332,37 @@ mod tests {
     }
 
     #[test]
+    fn a_page_map_is_checked_before_it_is_believed() {
+        use crate::locator::proto::{PAGE_MAP_CHUNKS, PageMap};
+        let s = service(0);
+        let map = |page: u64, chunks: u64| {
+            Msg::PagesAre(Some(PageMap {
+                page,
+                first: 0,
+                masks: vec![u32::MAX; chunks as usize],
+                fills: false,
+            }))
+        };
+        assert!(s.outcome(1, Ok(map(64 << 10, 3))).is_some());
+        assert!(s.outcome(1, Ok(map(64 << 10, PAGE_MAP_CHUNKS))).is_some());
+        assert!(s.outcome(1, Ok(Msg::PagesAre(None))).is_some());
+        // Pages that are no chunk's 32nd, or more chunks than a map holds: refused, suspect.
+        assert_eq!(s.outcome(1, Ok(map(0, 3))), None);
+        assert_eq!(s.outcome(1, Ok(map(3 << 10, 3))), None);
+        assert_eq!(s.outcome(1, Ok(map(1 << 40, 3))), None);
+        assert_eq!(s.outcome(2, Ok(map(64 << 10, PAGE_MAP_CHUNKS + 1))), None);
+        assert!(s.suspects().contains(&1) && s.suspects().contains(&2));
+        // A question about a path that could escape the cache is refused too.
+        let ask = |path: &str| Msg::PagesOf {
+            path: path.into(),
+            version: v(),
+            offset: 0,
+        };
+        assert!(s.check(&ask("train/x.h5"), Some(1)).is_ok());
+        assert!(s.check(&ask("../etc/shadow"), Some(1)).is_err());
+    }
+
+    #[test]
     fn only_a_directorys_keepers_copy_its_names() {
         let s = service(0);
         let order = s.membership.global_order("d");

@@ -160,12 +160,14 @@ pub const PAGE_MAP_CHUNKS: u64 = 4096;
 
 /// Which pages of a copy its holder has: for chunks `first..first + masks.len()` (32 pages of
 /// `page` bytes each), a bit per present page. Holders may use other chunk sizes than their
-/// pullers: the map says where its pages lie.
+/// pullers: the map says where its pages lie. `fills`: the holder is the file's designated
+/// fetcher, which fills what a peer asks that it lacks (from the shared file system, once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PageMap {
     pub page: u64,
     pub first: u64,
     pub masks: Vec<u32>,
+    pub fills: bool,
 }
 
 impl PageMap {
@@ -342,6 +344,7 @@ mod tests {
                 page: 64 << 10,
                 first: 0,
                 masks: vec![0, 6, u32::MAX],
+                fills: true,
             })),
             Msg::PagesAre(None),
         ]
@@ -354,6 +357,7 @@ mod tests {
             page,
             first: 1,
             masks: vec![0b110, u32::MAX],
+            fills: false,
         };
         let chunk = 32 * page;
         // Pages 1 and 2 of chunk 1, and all of chunk 2.

@@ -450,6 +450,12 @@ impl LocatorService {
             .fetch_add(learned as u64, Ordering::Relaxed);
     }
 
+    /// `path` at `version` is complete here, or was dropped: nothing is left to fill for the
+    /// peers that wait on this node's fetch of it.
+    pub fn fetched(&self, path: &str, version: Version) {
+        lock(&self.fetching).done(path, version);
+    }
+
     /// Whether this node is the designated fetcher of `path` at `version`: peers waiting for it
     /// may make it fill chunks it has not read yet.
     pub fn is_fetching(&self, path: &str, version: Version) -> bool {
@@ -485,13 +491,6 @@ impl LocatorService {
     /// file, one RPC per home (concurrently). Returns which were acknowledged; the caller
     /// retries the others (their home is unreachable).
     pub async fn publish(self: &Arc<Self>, changes: &[(String, Version, bool)]) -> Vec<bool> {
-        {
-            // Complete here (or dropped): nothing is left to fill for waiting peers.
-            let mut f = lock(&self.fetching);
-            for (path, version, _) in changes {
-                f.done(path, *version);
-            }
-        }
         let rack = self.membership.rack_of(self.me());
         let mut by_home: HashMap<NodeId, Vec<usize>> = HashMap::new();
         for (i, (path, _, _)) in changes.iter().enumerate() {

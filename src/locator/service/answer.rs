@@ -11,7 +11,7 @@ use crate::core::names::Name;
 use crate::core::sync::lock;
 use crate::locator::membership::NodeId;
 use crate::locator::pages;
-use crate::locator::proto::Msg;
+use crate::locator::proto::{Msg, PageMap};
 use crate::locator::tiers::{Key, Reply};
 
 /// The most copies one `Gained` is answered with, whatever it asks (then bounded by bytes).
@@ -117,7 +117,11 @@ impl LocatorService {
                 path,
                 version,
                 offset,
-            } => Msg::PagesAre((self.hooks.pages_of)(&path, version, offset)),
+            } => {
+                let fills = self.is_fetching(&path, version);
+                let map = (self.hooks.pages_of)(&path, version, offset);
+                Msg::PagesAre(map.map(|m| PageMap { fills, ..m }))
+            }
             Msg::CountHeld => {
                 let held = (self.hooks.holdings)();
                 Msg::Held {
