@@ -233,6 +233,40 @@ fn a_node_reading_what_its_rack_holds_learns_the_holders_in_bulk() {
     assert_eq!(c.total("bytes_from_peers"), 2 * total);
 }
 
+/// A node alone in its rack has no holder nearer than another rack's: it takes the feeds'
+/// holders from every rack, and most of its reads locate nothing.
+#[test]
+fn a_node_alone_in_its_rack_learns_other_racks_holders() {
+    let mut c = Cluster::new("alone", 3);
+    let files: Vec<(String, Vec<u8>)> = (0..200)
+        .map(|k| (format!("set/f{k:03}"), pattern(4096 + k, 90 + k as u64)))
+        .collect();
+    fs::create_dir_all(c.backing.join("set")).unwrap();
+    for (p, d) in &files {
+        fs::write(c.backing.join(p), d).unwrap();
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    c.start(3);
+    // Node 0 (rack r0, with node 1) fills every file; node 2 (rack r1, alone) reads them.
+    for (p, d) in &files {
+        read_check(&c.nodes[0], p, d);
+    }
+    c.wait_published(200);
+    for (p, d) in &files {
+        read_check(&c.nodes[2], p, d);
+    }
+    let (hints, asked) = (
+        c.nodes[2].stat("locator_hints"),
+        c.nodes[2].stat("lookups_rack"),
+    );
+    assert!(
+        hints >= 150 && asked < 100,
+        "node 2: {hints} holders learned from the feeds, {asked} of 200 files asked one by one"
+    );
+    assert_eq!(c.nodes[2].stat("bytes_from_peers"), total);
+    assert_eq!(c.total("bytes_from_backing"), total);
+}
+
 #[test]
 fn replicating_nodes_copy_what_another_fetched_and_then_read_it_locally() {
     let mut c = Cluster::new("replicate", 4);

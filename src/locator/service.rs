@@ -409,6 +409,9 @@ impl LocatorService {
     async fn read_hints(self: Arc<Self>, from_start: bool) {
         let homes: Vec<NodeId> = self.membership.members().map(|m| m.id).collect();
         let rack = self.membership.rack_of(self.me()).to_string();
+        // Alone in its rack, a node has no holder nearer than another rack's: every hint is
+        // taken (no copy its rack gains later could be passed over for it).
+        let alone = self.membership.rack_members(&rack) == [self.me()];
         let (mut learned, mut read) = (0, 0);
         'homes: for home in homes {
             let mut after = if from_start {
@@ -430,7 +433,7 @@ impl LocatorService {
                 read += copies.len();
                 for (path, version, node) in copies {
                     if node != self.me()
-                        && self.membership.rack_of(node) == rack
+                        && (alone || self.membership.rack_of(node) == rack)
                         && !crate::core::names::is_object(&path)
                     {
                         self.node.hint((path, version), node);
