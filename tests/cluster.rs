@@ -12,6 +12,19 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Reads `len` bytes at `at` of `rel` on `m` (a record of a large file), checked against `data`.
+fn read_record(m: &Mounted, rel: &str, data: &[u8], (at, len): (usize, usize)) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(m.path(rel)).unwrap();
+    let mut buf = vec![0; len];
+    f.read_exact_at(&mut buf, at as u64).unwrap();
+    assert!(
+        buf == data[at..at + len],
+        "{rel} at {at} on {}",
+        m.mnt.display()
+    );
+}
+
 fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
     let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()));
     assert!(got == want, "{rel} differs on {}", m.mnt.display());
@@ -449,7 +462,6 @@ fn a_restarted_node_learns_the_holders_again() {
 /// its pages there; no pull is refused.
 #[test]
 fn a_partly_cached_file_serves_its_pages_to_peers() {
-    use std::os::unix::fs::FileExt;
     let mut c = Cluster::new("pages", 2);
     let data = pattern(24 * MIB, 11);
     fs::write(c.backing.join("rows.h5"), &data).unwrap();
@@ -459,16 +471,7 @@ fn a_partly_cached_file_serves_its_pages_to_peers() {
         (9 * MIB, 200 << 10),
         (20 * MIB + 70_000, 1000),
     ];
-    let read = |m: &Mounted, (at, len): (usize, usize)| {
-        let f = fs::File::open(m.path("rows.h5")).unwrap();
-        let mut buf = vec![0; len];
-        f.read_exact_at(&mut buf, at as u64).unwrap();
-        assert!(
-            buf == data[at..at + len],
-            "record at {at} on {}",
-            m.mnt.display()
-        );
-    };
+    let read = |m: &Mounted, record| read_record(m, "rows.h5", &data, record);
     for r in records {
         read(&c.nodes[0], r);
     }
@@ -497,4 +500,29 @@ fn a_partly_cached_file_serves_its_pages_to_peers() {
     assert!(more > 0 && more < MIB as u64, "{more} bytes for 3000");
     assert_eq!(c.nodes[0].stat("bytes_from_backing"), fetched + more);
     assert_eq!(c.total("pulls_refused"), 0);
+}
+
+/// A restarted node publishes the partial copies it held: the next epoch on another node still
+/// reads the records the first read, from its pages, none from the shared file system.
+#[test]
+fn a_restarted_nodes_pages_are_published_again() {
+    let mut c = Cluster::new("pages-restart", 2);
+    let data = pattern(24 * MIB, 12);
+    fs::write(c.backing.join("rows.h5"), &data).unwrap();
+    c.start(2);
+    let records = [(2 * MIB + 7, 9000), (13 * MIB, 100 << 10)];
+    let read = |m: &Mounted, record| read_record(m, "rows.h5", &data, record);
+    for r in records {
+        read(&c.nodes[0], r);
+    }
+    // Both nodes restart (every table is gone); node 0 keeps its cache.
+    c.nodes.clear();
+    c.start(2);
+    c.wait_published(1);
+    for r in records {
+        read(&c.nodes[1], r);
+    }
+    assert_eq!(c.nodes[1].stat("bytes_from_backing"), 0);
+    assert!(c.nodes[1].stat("bytes_from_peers") > 0);
+    assert_eq!(c.total("bytes_from_backing"), 0, "after the restart");
 }
