@@ -25,6 +25,20 @@ fn read_record(m: &Mounted, rel: &str, data: &[u8], (at, len): (usize, usize)) {
     );
 }
 
+/// 200 small files under `set/` of the shared directory (their bytes from `seed`), and their
+/// total size.
+fn small_set(c: &Cluster, seed: u64) -> (Vec<(String, Vec<u8>)>, u64) {
+    let files: Vec<(String, Vec<u8>)> = (0..200)
+        .map(|k| (format!("set/f{k:03}"), pattern(4096 + k, seed + k as u64)))
+        .collect();
+    fs::create_dir_all(c.backing.join("set")).unwrap();
+    for (p, d) in &files {
+        fs::write(c.backing.join(p), d).unwrap();
+    }
+    let total = files.iter().map(|(_, d)| d.len() as u64).sum();
+    (files, total)
+}
+
 fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
     let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()));
     assert!(got == want, "{rel} differs on {}", m.mnt.display());
@@ -198,14 +212,7 @@ fn rack_local_holders_are_preferred() {
 #[test]
 fn a_node_reading_what_its_rack_holds_learns_the_holders_in_bulk() {
     let mut c = Cluster::new("hints", 4);
-    let files: Vec<(String, Vec<u8>)> = (0..200)
-        .map(|k| (format!("set/f{k:03}"), pattern(4096 + k, 60 + k as u64)))
-        .collect();
-    fs::create_dir_all(c.backing.join("set")).unwrap();
-    for (p, d) in &files {
-        fs::write(c.backing.join(p), d).unwrap();
-    }
-    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    let (files, total) = small_set(&c, 60);
     c.start(4);
     // Node 2 (rack r1) fills every file; node 1 (rack r0) then reads them all, then node 0 (r0).
     for (p, d) in &files {
@@ -251,14 +258,7 @@ fn a_node_reading_what_its_rack_holds_learns_the_holders_in_bulk() {
 #[test]
 fn a_node_alone_in_its_rack_learns_other_racks_holders() {
     let mut c = Cluster::new("alone", 3);
-    let files: Vec<(String, Vec<u8>)> = (0..200)
-        .map(|k| (format!("set/f{k:03}"), pattern(4096 + k, 90 + k as u64)))
-        .collect();
-    fs::create_dir_all(c.backing.join("set")).unwrap();
-    for (p, d) in &files {
-        fs::write(c.backing.join(p), d).unwrap();
-    }
-    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    let (files, total) = small_set(&c, 90);
     c.start(3);
     // Node 0 (rack r0, with node 1) fills every file; node 2 (rack r1, alone) reads them.
     for (p, d) in &files {

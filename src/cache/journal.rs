@@ -21,9 +21,9 @@
 //! a packed object: `segment u32 | page u32 |` its [`Header`] (golden:
 //! `fixtures/cache/packed-record-v1.bin`; see [`super::segments`]), kind 4 = the pages of one
 //! partial chunk of a file whose header is in the log: `size u64 | mtime_ns i64 | chunk u32 |
-//! pages u32 | crc32c u32 per page present | path_len u32 | path` (golden: `fixtures/cache/pages-record-v1.bin`),
-//! so that a random reader's page fill appends tens of bytes, not the file's whole header (which
-//! grows with the file and with its partial chunks). A daemon older than a kind skips its
+//! pages u32 | crc32c u32 per page present | path_len u32 | path` (golden:
+//! `fixtures/cache/pages-record-v1.bin`), so that a random reader's page fill appends tens of
+//! bytes, not the file's whole header (which grows with the file and with its partial chunks). A daemon older than a kind skips its
 //! records as corrupt: it forgets packed objects (its sweep leaves their segments alone), and the
 //! pages of kind 4 (refetched when read).
 

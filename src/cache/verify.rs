@@ -253,8 +253,8 @@ impl Entry {
 
     /// Reads present chunks (or pages) at `offset` for a peer into `room[..len]`, verifying
     /// whole chunks not yet verified from the same bytes: one read instead of two after a
-    /// restart. `Ok(false)`: a chunk or page is absent or failed its checksum (then dropped). `room` may be
-    /// written past `len` (a direct read rounds up to whole disk blocks).
+    /// restart. `Ok(false)`: a chunk or page is absent or failed its checksum (then dropped).
+    /// `room` may be written past `len` (a direct read rounds up to whole disk blocks).
     pub fn read_verified(
         &self,
         cache: &Cache,

@@ -556,7 +556,8 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                     if let Some(before) = &tried {
                         h.retain(|n| !before.contains(n));
                     }
-                    // Those that have the bytes: none, and the shared file system serves them.
+                    // Those that have the bytes, or fill them: none, and the shared file
+                    // system serves them.
                     let h = self.holders_with(path, version, &h, range);
                     if h.is_empty() {
                         return self.read_backing(path, version, offset, len, sink);

@@ -5,9 +5,10 @@
 //! home's answer). Only holders in the node's own rack are taken (see the service's
 //! `read_hints`): a file held only elsewhere is asked of the rack home as before (a hint of
 //! another rack's holder would outlive the copy the node's rack gains later), unless the node
-//! is alone in its rack. A hint is an answer like any other in the node tier: it expires with it, and
-//! a holder that no longer has the file is dropped at its failed pull and the file located
-//! again. Here only the decision of when to read, and from where; the service does the reading.
+//! is alone in its rack. A hint is an answer like any other in the node tier: it expires with
+//! it, and a holder that no longer has the file is dropped at its failed pull and the file
+//! located again. Here only the decision of when to read, and from where; the service does the
+//! reading.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
