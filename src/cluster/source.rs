@@ -182,7 +182,7 @@ pub struct ClusterSource<L = ServiceLink, P = Puller, B = BackingStore> {
     pub puller: P,
     pub backing: B,
     pub stats: Arc<Stats>,
-    /// What holders said they have of large files (see [`ClusterSource::holders_with`]).
+    /// What holders said they have of large files (their page maps: see `holders_with`).
     pub maps: Mutex<PageMaps>,
 }
 
