@@ -356,6 +356,8 @@ pub struct Cluster {
     pub extra: Vec<String>,
     /// Managed directories (no `--backing`): the card's `dyadfs mount /dyad --ssd /nvme`.
     pub managed: bool,
+    /// Every node's `--peer-timeout`.
+    pub peer_timeout: &'static str,
 }
 
 pub fn node_cmd() -> Command {
@@ -402,6 +404,7 @@ impl Cluster {
             nodes: Vec::new(),
             extra: Vec::new(),
             managed: false,
+            peer_timeout: "2s",
         }
     }
 
@@ -418,7 +421,7 @@ impl Cluster {
         }
         c.args(["--node-id", &i.to_string(), "--peers"])
             .arg(&self.peers)
-            .args(["--peer-timeout", "2s"])
+            .args(["--peer-timeout", self.peer_timeout])
             .arg("--secret-file")
             .arg(&self.secret)
             .args(&self.extra);
