@@ -291,17 +291,8 @@ fn page_fills_log_their_chunks_pages_alone() {
     let size = 64 * chunk;
     let log = config.dir.join("index.log");
     let log_len = || fs::metadata(&log).unwrap().len();
-    let fill_pages = |cache: &Cache, e: &Entry, idx: u64, pages: u32| {
-        assert_eq!(e.claim_pages(idx, pages).mine, pages);
-        let page = e.page_size();
-        assert!(cache.reserve(e, u64::from(pages.count_ones()) * page));
-        let mut crcs = [0u32; PAGES as usize];
-        for p in (0..PAGES).filter(|p| pages & (1 << p) != 0) {
-            let bytes = vec![(idx + p) as u8; page as usize];
-            e.write_at(idx * chunk + p * page, &bytes).unwrap();
-            crcs[p as usize] = crc32c::crc32c(&bytes);
-        }
-        assert!(e.complete_pages(idx, pages, &crcs));
+    let fill_and_log = |cache: &Cache, e: &Entry, idx: u64, pages: u32| {
+        fill_pages(cache, e, idx, pages);
         cache.pages_filled(e, idx);
     };
     let page = {
@@ -309,14 +300,14 @@ fn page_fills_log_their_chunks_pages_alone() {
         let e = cache.entry("big", v(size)).unwrap();
         // Its first fill logs the whole header (nothing of it is in the log yet), as does the
         // fill of chunk 20's last page: whole, its checksum combined from its pages'.
-        fill_pages(&cache, &e, 0, 0b1000);
-        fill_pages(&cache, &e, 20, 0b1);
-        fill_pages(&cache, &e, 20, u32::MAX - 1);
+        fill_and_log(&cache, &e, 0, 0b1000);
+        fill_and_log(&cache, &e, 20, 0b1);
+        fill_and_log(&cache, &e, 20, u32::MAX - 1);
         assert!(e.all_present(20..21));
         let header = log_len();
         for idx in 1..10 {
             let before = log_len();
-            fill_pages(&cache, &e, idx, 0b1000);
+            fill_and_log(&cache, &e, idx, 0b1000);
             let grew = log_len() - before;
             assert!(grew < 64, "a page fill appended {grew} bytes");
         }
@@ -346,15 +337,7 @@ fn a_scrub_checks_the_pages_of_partial_chunks() {
     let cache = Cache::open(&config, stats.clone()).unwrap();
     let e = cache.entry("big", v(3 * chunk)).unwrap();
     let page = e.page_size();
-    assert_eq!(e.claim_pages(2, 0b11).mine, 0b11);
-    assert!(cache.reserve(&e, 2 * page));
-    let mut crcs = [0u32; PAGES as usize];
-    for p in [0u64, 1] {
-        let bytes = vec![p as u8 + 1; page as usize];
-        e.write_at(2 * chunk + p * page, &bytes).unwrap();
-        crcs[p as usize] = crc32c::crc32c(&bytes);
-    }
-    assert!(e.complete_pages(2, 0b11, &crcs));
+    fill_pages(&cache, &e, 2, 0b11);
     assert_eq!(e.recheck(&cache, 0..3).unwrap(), (1, 0));
     let data = fs::OpenOptions::new()
         .write(true)

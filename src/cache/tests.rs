@@ -42,6 +42,22 @@ fn fill_with(cache: &Cache, e: &Entry, data: &[u8]) {
     e.persist().unwrap();
 }
 
+/// Fills pages `pages` of chunk `idx` of an entry (as a random read would), none of them
+/// claimed by anyone else; not persisted.
+fn fill_pages(cache: &Cache, e: &Entry, idx: u64, pages: u32) {
+    assert_eq!(e.claim_pages(idx, pages).mine, pages);
+    let page = e.page_size();
+    assert!(cache.reserve(e, u64::from(pages.count_ones()) * page));
+    let mut crcs = [0u32; PAGES as usize];
+    for p in (0..PAGES).filter(|p| pages & (1 << p) != 0) {
+        let bytes = vec![p as u8 + 1; page as usize];
+        e.write_at(idx * cache.chunk_size() + p * page, &bytes)
+            .unwrap();
+        crcs[p as usize] = crc32c::crc32c(&bytes);
+    }
+    assert!(e.complete_pages(idx, pages, &crcs));
+}
+
 /// Writes an entry's data file back and drops it from the page cache, so that reads of it
 /// come from the disk.
 fn drop_pages(e: &Entry) {

@@ -14,6 +14,16 @@ pub enum Origin {
     Peer,
 }
 
+impl Origin {
+    /// Its name in metrics and traces.
+    pub fn name(self) -> &'static str {
+        match self {
+            Origin::Peer => "peer",
+            Origin::Backing => "shared_fs",
+        }
+    }
+}
+
 /// Where a source hands the bytes of a range: `sink(offset, bytes, crc)`, pieces starting at
 /// chunk boundaries, `crc` the crc32c of `bytes` when the source already checked it (a peer's).
 pub type FillSink<'a> = &'a mut (dyn FnMut(u64, &[u8], Option<u32>) -> io::Result<()> + Send);

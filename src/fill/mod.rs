@@ -68,11 +68,8 @@ impl<S: Source + ?Sized> Reader<S> {
             // read of a record or a row fetches about what it reads; the readahead of a
             // sequential reader fills whole chunks ahead of it).
             let fill = |kept: &mut Kept| {
-                for idx in entry.chunks_for(offset, end - offset) {
-                    let want = entry.pages_for(idx, offset, end);
-                    self.fill_pages(entry, idx, want, true, Some(&mut *kept))?;
-                }
-                Ok(())
+                self.fill_range_pages(entry, offset, end, Some(kept))
+                    .map(drop)
             };
             return self.read_through(entry, offset, end, map, fill, || {
                 entry.verify_bytes(&self.cache, offset, end)
@@ -202,12 +199,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 if at != offset + len {
                     return Err(FillError::BadSource("a short page fill"));
                 }
-                let source = match origin {
-                    Origin::Peer => "peer",
-                    Origin::Backing => "shared_fs",
-                };
-                self.stats.latency.fill(source, started);
-                self.count(entry, origin, len);
+                self.fetched(entry, origin, len, started);
                 fill.complete(mask, &crcs);
             }
             self.cache.pages_filled(entry, idx);
@@ -260,17 +252,27 @@ impl<S: Source + ?Sized> Reader<S> {
         offset: u64,
         end: u64,
     ) -> Result<bool, FillError> {
-        let chunks = entry.chunks_for(offset, end.saturating_sub(offset));
         if entry.version.size <= WHOLE_FILE_MAX {
-            return self.fill(entry, chunks);
+            return self.fill(entry, entry.chunks_for(offset, end.saturating_sub(offset)));
         }
-        for idx in chunks {
+        self.fill_range_pages(entry, offset, end, None)
+    }
+
+    /// Fills the pages bytes `[offset, end)` touch in every chunk, waiting for those others
+    /// fill, copying what `kept` asks for; `Ok(false)` if some were not cached.
+    fn fill_range_pages(
+        &self,
+        entry: &Arc<Entry>,
+        offset: u64,
+        end: u64,
+        mut kept: Option<&mut Kept>,
+    ) -> Result<bool, FillError> {
+        let mut all = true;
+        for idx in entry.chunks_for(offset, end.saturating_sub(offset)) {
             let want = entry.pages_for(idx, offset, end);
-            if !self.fill_pages(entry, idx, want, true, None)? {
-                return Ok(false);
-            }
+            all &= self.fill_pages(entry, idx, want, true, kept.as_deref_mut())?;
         }
-        Ok(true)
+        Ok(all)
     }
 
     /// Readahead: fills the absent chunks of `range` nobody else is filling, without waiting
@@ -345,12 +347,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 // Given back when `fill` is dropped: its next reader fills it.
                 continue;
             };
-            let source = match origin {
-                Origin::Peer => "peer",
-                Origin::Backing => "shared_fs",
-            };
-            self.stats.latency.fill(source, started);
-            self.count(entry, origin, entry.version.size);
+            self.fetched(entry, origin, entry.version.size, started);
             fill.complete(0, crc);
             // Saved, and told to the publisher if it completed the copy.
             self.cache.filled(entry);
@@ -423,14 +420,9 @@ impl<S: Source + ?Sized> Reader<S> {
                     return Ok(false);
                 }
                 let origin = read.map_err(FillError::Source)?;
-                let source = match origin {
-                    Origin::Peer => "peer",
-                    Origin::Backing => "shared_fs",
-                };
-                self.stats.latency.fill(source, started);
-                span.record("source", source);
+                span.record("source", origin.name());
                 drop(span);
-                self.count(entry, origin, len);
+                self.fetched(entry, origin, len, started);
                 for (idx, crc) in run.zip(crcs) {
                     let crc = crc.ok_or(FillError::BadSource("skipped a chunk"))?;
                     fill.complete(idx, crc);
@@ -461,6 +453,13 @@ impl<S: Source + ?Sized> Reader<S> {
         self.stats.uncached_reads.fetch_add(1, Ordering::Relaxed);
         self.count(entry, origin, buf.len() as u64);
         Ok(ReadBytes::Owned(buf))
+    }
+
+    /// Counts `bytes` of `entry` a fill fetched from `origin`, the fill having started at
+    /// `started` (its latency).
+    fn fetched(&self, entry: &Entry, origin: Origin, bytes: u64, started: std::time::Instant) {
+        self.stats.latency.fill(origin.name(), started);
+        self.count(entry, origin, bytes);
     }
 
     fn count(&self, entry: &Entry, origin: Origin, bytes: u64) {
