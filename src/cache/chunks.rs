@@ -30,19 +30,35 @@ pub(super) enum Chunk {
     Partial,
 }
 
-/// Pages of a chunk (the last chunk of a file may have fewer): the unit a random read fills.
-pub const PAGES: u64 = 32;
+/// Pages of a chunk (the last chunk of a file may have fewer): the unit a random read fills,
+/// 16 KiB at the default chunk size, so a 110 KB record fetches about 1.1x its bytes.
+pub const PAGES: u64 = 128;
+
+/// A set of a chunk's pages, a bit each (bit p: page p).
+pub type PageMask = u128;
 
 /// The pages of one partial chunk, a bit each.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Pages {
-    pub(super) present: u32,
+    pub(super) present: PageMask,
     /// Claimed by a filler (single flight, as a chunk's `Filling`).
-    pub(super) filling: u32,
+    pub(super) filling: PageMask,
     /// Present pages whose bytes were checked against their checksum in this daemon's lifetime.
-    pub(super) verified: u32,
+    pub(super) verified: PageMask,
     /// Each present page's crc32c.
     pub(super) crcs: [u32; PAGES as usize],
+}
+
+// The arrays are past `Default`'s 32 elements.
+impl Default for Pages {
+    fn default() -> Pages {
+        Pages {
+            present: 0,
+            filling: 0,
+            verified: 0,
+            crcs: [0; PAGES as usize],
+        }
+    }
 }
 
 /// An entry's chunks: most training samples are one chunk, kept inline (a million cached files
@@ -208,7 +224,7 @@ impl State {
     }
 
     /// Whether chunk `i` is being filled whole, or one of its pages `want` is.
-    fn filling_pages(&self, i: usize, want: u32) -> bool {
+    fn filling_pages(&self, i: usize, want: PageMask) -> bool {
         match self.chunks[i] {
             Chunk::Filling => true,
             Chunk::Partial => self
@@ -234,7 +250,7 @@ pub struct Claim {
 /// The outcome of claiming pages of one chunk.
 pub struct PageClaim {
     /// Pages this caller must fill (a bit each).
-    pub mine: u32,
+    pub mine: PageMask,
     /// Whether another filler holds some of the pages wanted (or the whole chunk).
     pub others: bool,
 }
@@ -284,7 +300,7 @@ impl ChunkStates {
 
     /// Claims the pages of `want` in chunk `idx` that are absent, for the caller to fill. A chunk
     /// present whole claims none; one being filled whole claims none and says `others`.
-    pub(super) fn claim_pages(&self, idx: u64, want: u32) -> PageClaim {
+    pub(super) fn claim_pages(&self, idx: u64, want: PageMask) -> PageClaim {
         let mut st = self.lock();
         let i = idx as usize;
         if !matches!(st.chunks[i], Chunk::Absent | Chunk::Partial) {
@@ -313,10 +329,10 @@ impl ChunkStates {
     pub(super) fn complete_pages(
         &self,
         idx: u64,
-        mine: u32,
+        mine: PageMask,
         crcs: &[u32; PAGES as usize],
         bytes: u64,
-        all: u32,
+        all: PageMask,
         len: impl Fn(u32) -> u64,
     ) -> bool {
         let mut st = self.lock();
@@ -359,7 +375,7 @@ impl ChunkStates {
     }
 
     /// Gives back claimed pages `mine` of chunk `idx` that could not be filled.
-    pub(super) fn abandon_pages(&self, idx: u64, mine: u32) {
+    pub(super) fn abandon_pages(&self, idx: u64, mine: PageMask) {
         let mut st = self.lock();
         if let Some(p) = st.chunks.pages_mut(idx) {
             p.filling &= !mine;
@@ -372,7 +388,7 @@ impl ChunkStates {
     }
 
     /// Whether every page of `want` in chunk `idx` is present (the chunk whole, or those pages).
-    pub(super) fn pages_present(&self, idx: u64, want: u32) -> bool {
+    pub(super) fn pages_present(&self, idx: u64, want: PageMask) -> bool {
         let st = self.lock();
         match st.chunks[idx as usize] {
             Chunk::Present { .. } => true,
@@ -386,7 +402,7 @@ impl ChunkStates {
 
     /// Waits up to `wait` until no page of `want` in chunk `idx` (nor the chunk whole) is being
     /// filled by someone else; `false` if that time passed first.
-    pub(super) fn wait_pages(&self, idx: u64, want: u32, wait: Duration) -> bool {
+    pub(super) fn wait_pages(&self, idx: u64, want: PageMask, wait: Duration) -> bool {
         self.wait_while(wait, |st| st.filling_pages(idx as usize, want))
     }
 
@@ -521,7 +537,7 @@ mod shuttle_tests {
 
     /// Fills pages `want` of chunk 0 that nobody else fills (each page one byte), checking in
     /// `writing` that no page is written by two fillers at once.
-    fn fill_pages(c: &ChunkStates, writing: &Mutex<u32>, want: u32) {
+    fn fill_pages(c: &ChunkStates, writing: &Mutex<PageMask>, want: PageMask) {
         let claim = c.claim_pages(0, want);
         if claim.mine == 0 {
             return;
@@ -546,8 +562,8 @@ mod shuttle_tests {
             || {
                 let chunks = Arc::new(absent());
                 // Pages a filler is writing now.
-                let writing = Arc::new(Mutex::new(0u32));
-                let page_reader = |want: u32| {
+                let writing = Arc::new(Mutex::new(0 as PageMask));
+                let page_reader = |want: PageMask| {
                     let (c, w) = (chunks.clone(), writing.clone());
                     thread::spawn(move || {
                         loop {

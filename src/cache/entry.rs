@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::chunks::{Chunk, ChunkStates, Chunks, Claim, FILL_WAIT, PAGES, PageClaim, State};
+use super::chunks::{
+    Chunk, ChunkStates, Chunks, Claim, FILL_WAIT, PAGES, PageClaim, PageMask, State,
+};
 use super::error::CacheError;
 use super::files::Mode;
 use super::format::{ChunkRecord, Header, PartialRecord};
@@ -257,7 +259,7 @@ impl Reloaded {
         let page = chunk_size / PAGES;
         for (&idx, p) in self.chunks.pages().into_iter().flatten() {
             let len = chunk_len(self.version.size, chunk_size, u64::from(idx));
-            if u64::from(32 - p.present.leading_zeros()) > len.div_ceil(page) {
+            if u64::from(PageMask::BITS - p.present.leading_zeros()) > len.div_ceil(page) {
                 return Err(CacheError::Corrupt("a page past its chunk".into()));
             }
         }
@@ -408,17 +410,22 @@ impl Entry {
             .is_some_and(|p| p.values().any(|p| p.present != 0))
     }
 
-    /// Which pages of chunks `from..` (at most `max` chunks) are present, a mask per chunk
-    /// (every page of a present chunk): what a peer asks before pulling pages of a copy that
-    /// may be partial.
+    /// Which pages are present, a word per 32 pages (every page of a present chunk), for words
+    /// `from..` (at most `max`): what a peer asks before pulling pages of a copy that may be
+    /// partial.
     pub fn held_pages(&self, from: u64, max: usize) -> Vec<u32> {
-        let end = self.chunk_count().min(from.saturating_add(max as u64));
+        const WORDS: u64 = PAGES / 32;
+        let end = (self.chunk_count() * WORDS).min(from.saturating_add(max as u64));
         let st = self.state.lock();
         (from.min(end)..end)
-            .map(|i| match st.chunks[i as usize] {
-                Chunk::Present { .. } => self.all_pages(i),
-                Chunk::Partial => st.chunks.page_set(i).map_or(0, |p| p.present),
-                _ => 0,
+            .map(|w| {
+                let i = w / WORDS;
+                let mask = match st.chunks[i as usize] {
+                    Chunk::Present { .. } => self.all_pages(i),
+                    Chunk::Partial => st.chunks.page_set(i).map_or(0, |p| p.present),
+                    _ => 0,
+                };
+                (mask >> (w % WORDS * 32)) as u32
             })
             .collect()
     }
@@ -446,7 +453,7 @@ impl Entry {
         self.state.claim(range)
     }
 
-    /// The length of a page (a chunk's last page may be shorter): a 32nd of a chunk.
+    /// The length of a page (a chunk's last page may be shorter): a 128th of a chunk.
     pub fn page_size(&self) -> u64 {
         self.shared.chunk_size / PAGES
     }
@@ -458,13 +465,17 @@ impl Entry {
     }
 
     /// The pages chunk `idx` has (a bit each).
-    pub fn all_pages(&self, idx: u64) -> u32 {
+    pub fn all_pages(&self, idx: u64) -> PageMask {
         let n = self.chunk_len(idx).div_ceil(self.page_size());
-        if n >= 32 { u32::MAX } else { (1 << n) - 1 }
+        if n >= PAGES {
+            PageMask::MAX
+        } else {
+            (1 << n) - 1
+        }
     }
 
     /// The pages of chunk `idx` that bytes `[offset, end)` touch.
-    pub fn pages_for(&self, idx: u64, offset: u64, end: u64) -> u32 {
+    pub fn pages_for(&self, idx: u64, offset: u64, end: u64) -> PageMask {
         let start = idx * self.shared.chunk_size;
         let (from, to) = (offset.max(start), end.min(start + self.chunk_len(idx)));
         if from >= to {
@@ -478,7 +489,7 @@ impl Entry {
     }
 
     /// The bytes of pages `pages` of chunk `idx`.
-    pub fn page_bytes(&self, idx: u64, pages: u32) -> u64 {
+    pub fn page_bytes(&self, idx: u64, pages: PageMask) -> u64 {
         (0..PAGES as u32)
             .filter(|p| pages & (1 << p) != 0)
             .map(|p| self.page_len(idx, p))
@@ -486,13 +497,13 @@ impl Entry {
     }
 
     /// Claims the absent pages of `want` in chunk `idx` for the caller to fill.
-    pub fn claim_pages(&self, idx: u64, want: u32) -> PageClaim {
+    pub fn claim_pages(&self, idx: u64, want: PageMask) -> PageClaim {
         self.state.claim_pages(idx, want)
     }
 
     /// Marks claimed pages present with the checksums of the bytes just written (`crcs[p]` for
     /// page p); `false` if the entry left the cache meanwhile (the caller's reservation is void).
-    pub fn complete_pages(&self, idx: u64, mine: u32, crcs: &[u32; PAGES as usize]) -> bool {
+    pub fn complete_pages(&self, idx: u64, mine: PageMask, crcs: &[u32; PAGES as usize]) -> bool {
         let bytes = self.page_bytes(idx, mine);
         let kept = self
             .state
@@ -506,12 +517,12 @@ impl Entry {
     }
 
     /// Gives back claimed pages that could not be filled.
-    pub fn abandon_pages(&self, idx: u64, mine: u32) {
+    pub fn abandon_pages(&self, idx: u64, mine: PageMask) {
         self.state.abandon_pages(idx, mine)
     }
 
     /// Waits (bounded) until no page of `want` in chunk `idx` is being filled by someone else.
-    pub fn wait_pages(&self, idx: u64, want: u32) -> Result<(), CacheError> {
+    pub fn wait_pages(&self, idx: u64, want: PageMask) -> Result<(), CacheError> {
         if self.state.wait_pages(idx, want, FILL_WAIT) {
             Ok(())
         } else {

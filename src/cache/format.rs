@@ -10,19 +10,24 @@
 //! ```text
 //! magic "DYADFSC\0" | format u32 | chunk_size u32 | source size u64 | source mtime_ns i64
 //! | path_len u32 | path bytes | n_chunks u32 | n_chunks x (present u8, crc32c u32)
-//! | n_partial u32 | n_partial x (chunk u32, pages u32, one crc32c u32 per page set) | crc u32
+//! | n_partial u32 | n_partial x (chunk u32, pages u128, one crc32c u32 per page set) | crc u32
 //! ```
 //! Format 1 had no partial chunks (nor their count): a header without them is still written in
-//! it, so a release before format 2 reads every entry but the partially cached ones (whose
-//! records it skips as foreign: those files are fetched again).
+//! it, so an older release reads every entry but the partially cached ones (whose records it
+//! skips as foreign: those files are fetched again). Format 2 had pages of a 32nd of a chunk
+//! (`pages u32`): read, its partial chunks forgotten (their pages are fetched again; a crc32c of
+//! a 32nd cannot vouch for the 128ths of format 3).
 
+use super::chunks::PageMask;
 use super::error::CacheError;
 use crate::core::Version;
 
 pub const MAGIC: &[u8; 8] = b"DYADFSC\0";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The format before partial chunks, still read.
 pub const FORMAT_V1: u32 = 1;
+/// The format of 32 pages per chunk: read, its partial chunks dropped.
+pub const FORMAT_V2: u32 = 2;
 
 /// A chunk as recorded on disk: present with its checksum, or absent.
 pub type ChunkRecord = Option<u32>;
@@ -42,7 +47,7 @@ pub struct Header {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartialRecord {
     pub chunk: u32,
-    pub pages: u32,
+    pub pages: PageMask,
     pub crcs: Vec<u32>,
 }
 
@@ -95,7 +100,7 @@ impl Header {
             return Err(corrupt("bad magic"));
         }
         let format = r.u32()?;
-        if format != FORMAT_VERSION && format != FORMAT_V1 {
+        if ![FORMAT_V1, FORMAT_V2, FORMAT_VERSION].contains(&format) {
             return Err(CacheError::Corrupt(format!(
                 "unknown format version {format}"
             )));
@@ -120,7 +125,11 @@ impl Header {
         if format != FORMAT_V1 {
             let n = r.u32()? as usize;
             for _ in 0..n {
-                let (chunk, pages) = (r.u32()?, r.u32()?);
+                let chunk = r.u32()?;
+                let pages = match format {
+                    FORMAT_V2 => PageMask::from(r.u32()?),
+                    _ => u128::from_le_bytes(r.take(16)?.try_into().unwrap()),
+                };
                 if pages == 0 || chunks.get(chunk as usize) != Some(&None) {
                     return Err(corrupt("bad partial chunk"));
                 }
@@ -128,6 +137,9 @@ impl Header {
                     .map(|_| r.u32())
                     .collect::<Result<_, _>>()?;
                 partial.push(PartialRecord { chunk, pages, crcs });
+            }
+            if format == FORMAT_V2 {
+                partial.clear();
             }
         }
         if !r.0.is_empty() {
@@ -177,26 +189,36 @@ mod tests {
             chunks: vec![Some(0xdead_beef), None, Some(7)],
             partial: vec![PartialRecord {
                 chunk: 1,
-                pages: 0b1001,
-                crcs: vec![11, 0x0102_0304],
+                pages: 1 << 127 | 0b1001,
+                crcs: vec![11, 0x0102_0304, 0x0a0b_0c0d],
             }],
         }
     }
 
     #[test]
     fn golden_bytes() {
-        let path = "fixtures/cache/header-v2.bin";
+        let path = "fixtures/cache/header-v3.bin";
         let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             std::fs::write(&golden_file, sample().encode()).unwrap();
         }
-        let golden = include_bytes!("../../fixtures/cache/header-v2.bin");
+        let golden = include_bytes!("../../fixtures/cache/header-v3.bin");
         assert_eq!(
             sample().encode(),
             golden.as_slice(),
             "the on-disk cache header changed: bump FORMAT_VERSION and regenerate the fixture"
         );
         assert_eq!(Header::decode(golden).unwrap(), sample());
+    }
+
+    /// Format 2 (the release of 32 pages per chunk) is read, its partial chunk forgotten: its
+    /// page's checksum covers four of this release's pages.
+    #[test]
+    fn a_format_2_header_is_read_without_its_partial_chunks() {
+        let golden = include_bytes!("../../fixtures/cache/header-v2.bin");
+        let mut whole = sample();
+        whole.partial.clear();
+        assert_eq!(Header::decode(golden).unwrap(), whole);
     }
 
     /// A header without partial chunks is format 1's, byte for byte: the release before partial

@@ -19,13 +19,15 @@
 //! `len u32 | kind u8 | payload | crc32c(kind, payload) u32` with `len` counting kind, payload
 //! and crc; kind 1 = a [`Header`] (its own encoding), kind 2 = a dropped path (UTF-8), kind 3 =
 //! a packed object: `segment u32 | page u32 |` its [`Header`] (golden:
-//! `fixtures/cache/packed-record-v1.bin`; see [`super::segments`]), kind 4 = the pages of one
+//! `fixtures/cache/packed-record-v1.bin`; see [`super::segments`]), kind 5 = the pages of one
 //! partial chunk of a file whose header is in the log: `size u64 | mtime_ns i64 | chunk u32 |
-//! pages u32 | crc32c u32 per page present | path_len u32 | path` (golden:
-//! `fixtures/cache/pages-record-v1.bin`), so that a random reader's page fill appends tens of
-//! bytes, not the file's whole header (which grows with the file and with its partial chunks). A daemon older than a kind skips its
-//! records as corrupt: it forgets packed objects (its sweep leaves their segments alone), and the
-//! pages of kind 4 (refetched when read).
+//! pages u128 | crc32c u32 per page present | path_len u32 | path` (golden:
+//! `fixtures/cache/pages-record-v2.bin`), so that a random reader's page fill appends tens of
+//! bytes, not the file's whole header (which grows with the file and with its partial chunks).
+//! Kind 4 was the same with `pages u32` when a page was a 32nd of a chunk: skipped whole (its
+//! pages are refetched; its checksums cannot vouch for a 128th). A daemon older than a kind
+//! skips its records as corrupt: it forgets packed objects (its sweep leaves their segments
+//! alone), and the pages of kind 5 (refetched when read).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -33,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::error::CacheError;
-use super::format::{FORMAT_V1, FORMAT_VERSION, Header, PartialRecord};
+use super::format::{FORMAT_V1, FORMAT_V2, FORMAT_VERSION, Header, PartialRecord};
 use super::segments::Place;
 use crate::core::Version;
 use crate::core::sync::lock;
@@ -42,7 +44,9 @@ pub const MAGIC: &[u8; 8] = b"DYADFSJ\0";
 const PUT: u8 = 1;
 const DROP: u8 = 2;
 const PACKED: u8 = 3;
-const PAGES: u8 = 4;
+/// Pages of 32 per chunk (retired: skipped).
+const PAGES_OF_32: u8 = 4;
+const PAGES: u8 = 5;
 /// The log is rewritten once it exceeds twice its size after the last rewrite plus this.
 const SLACK: u64 = 16 << 20;
 
@@ -79,7 +83,7 @@ impl Record {
                 version,
                 part,
             } => {
-                let mut payload = Vec::with_capacity(24 + 4 * part.crcs.len() + path.len());
+                let mut payload = Vec::with_capacity(36 + 4 * part.crcs.len() + path.len());
                 payload.extend_from_slice(&version.size.to_le_bytes());
                 payload.extend_from_slice(&version.mtime_ns.to_le_bytes());
                 payload.extend_from_slice(&part.chunk.to_le_bytes());
@@ -165,7 +169,7 @@ fn decode_each(mut log: Window<impl Read>, mut each: impl FnMut(Record)) -> io::
         .map(|v| u32::from_le_bytes(v.try_into().unwrap()));
     if start.len() < 12
         || &start[..8] != MAGIC
-        || !matches!(version, Some(FORMAT_VERSION | FORMAT_V1))
+        || !matches!(version, Some(FORMAT_VERSION | FORMAT_V2 | FORMAT_V1))
     {
         return Ok(0);
     }
@@ -186,7 +190,7 @@ fn decode_each(mut log: Window<impl Read>, mut each: impl FnMut(Record)) -> io::
         }
         match record_at(log.rest()) {
             Some((record, used)) => {
-                each(record);
+                record.map(&mut each);
                 log.consume(used);
             }
             // Not a whole record here: resynchronise on the next byte where one starts (a
@@ -264,7 +268,7 @@ impl<R: Read> Window<R> {
     }
 }
 
-/// A kind 4 record's payload: a page set whose page count its crcs match.
+/// A kind 5 record's payload: a page set whose page count its crcs match.
 fn pages_record(payload: &[u8]) -> Option<Record> {
     let u32_at = |at: usize| {
         Some(u32::from_le_bytes(
@@ -273,14 +277,15 @@ fn pages_record(payload: &[u8]) -> Option<Record> {
     };
     let size = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
     let mtime_ns = i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
-    let (chunk, pages) = (u32_at(16)?, u32_at(20)?);
+    let chunk = u32_at(16)?;
+    let pages = u128::from_le_bytes(payload.get(20..36)?.try_into().ok()?);
     if pages == 0 {
         return None;
     }
     let crcs: Vec<u32> = (0..pages.count_ones() as usize)
-        .map(|i| u32_at(24 + 4 * i))
+        .map(|i| u32_at(36 + 4 * i))
         .collect::<Option<_>>()?;
-    let at = 24 + 4 * crcs.len();
+    let at = 36 + 4 * crcs.len();
     let path_len = u32_at(at)? as usize;
     if payload.len() != at + 4 + path_len {
         return None;
@@ -293,8 +298,9 @@ fn pages_record(payload: &[u8]) -> Option<Record> {
     })
 }
 
-/// The record at the start of `bytes` and its length, if a whole valid one starts there.
-fn record_at(bytes: &[u8]) -> Option<(Record, usize)> {
+/// The record at the start of `bytes` (`None` for one of a retired kind) and its length, if a
+/// whole valid one starts there.
+fn record_at(bytes: &[u8]) -> Option<(Option<Record>, usize)> {
     let len = u32::from_le_bytes(bytes.get(..4)?.try_into().unwrap()) as usize;
     if len < 5 || bytes.len() < 4 + len {
         return None;
@@ -316,9 +322,10 @@ fn record_at(bytes: &[u8]) -> Option<(Record, usize)> {
                 .map(|h| Record::Packed(place, h))
         }
         PAGES => pages_record(&body[1..]),
+        PAGES_OF_32 => return Some((None, 4 + len)),
         _ => None,
     }?;
-    Some((record, 4 + len))
+    Some((Some(record), 4 + len))
 }
 
 impl Journal {
@@ -556,7 +563,7 @@ mod tests {
             },
             part: PartialRecord {
                 chunk: 0x0102,
-                pages: 0b1000_0110,
+                pages: 1 << 100 | 0b0110,
                 crcs: vec![0xdead_beef, 0x0bad_f00d, 0x1234_5678],
             },
         }
@@ -564,12 +571,12 @@ mod tests {
 
     #[test]
     fn pages_record_golden_bytes() {
-        let path = "fixtures/cache/pages-record-v1.bin";
+        let path = "fixtures/cache/pages-record-v2.bin";
         let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
         if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
             fs::write(&golden_file, pages().encode()).unwrap();
         }
-        let golden = include_bytes!("../../fixtures/cache/pages-record-v1.bin");
+        let golden = include_bytes!("../../fixtures/cache/pages-record-v2.bin");
         assert_eq!(
             pages().encode(),
             golden.as_slice(),
@@ -599,6 +606,23 @@ mod tests {
         let mut log = log[..12].to_vec();
         log.extend_from_slice(&bad.encode());
         assert_eq!(decode(&log), vec![]);
+    }
+
+    /// The pages record of 32 pages per chunk (kind 4) is skipped whole, and what follows it
+    /// read: its checksums cannot vouch for this release's smaller pages.
+    #[test]
+    fn a_retired_pages_record_is_skipped_whole() {
+        let mut log = MAGIC.to_vec();
+        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
+        log.extend_from_slice(include_bytes!("../../fixtures/cache/pages-record-v1.bin"));
+        log.extend_from_slice(&packed().encode());
+        let mut n = 0;
+        let skipped = decode_each(Window::new(&log[..], log.len() as u64), |r| {
+            assert_eq!(r, packed());
+            n += 1;
+        })
+        .unwrap();
+        assert_eq!((n, skipped), (1, 0));
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub use scrub::ScrubReport;
 mod write_errors;
 
 use chunks::Chunk;
-pub use chunks::{Claim, PAGES, PageClaim};
+pub use chunks::{Claim, PAGES, PageClaim, PageMask};
 pub use entry::Entry;
 use entry::Reloaded;
 pub use error::CacheError;

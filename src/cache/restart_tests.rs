@@ -291,7 +291,7 @@ fn page_fills_log_their_chunks_pages_alone() {
     let size = 64 * chunk;
     let log = config.dir.join("index.log");
     let log_len = || fs::metadata(&log).unwrap().len();
-    let fill_and_log = |cache: &Cache, e: &Entry, idx: u64, pages: u32| {
+    let fill_and_log = |cache: &Cache, e: &Entry, idx: u64, pages: PageMask| {
         fill_pages(cache, e, idx, pages);
         cache.pages_filled(e, idx);
     };
@@ -302,7 +302,7 @@ fn page_fills_log_their_chunks_pages_alone() {
         // fill of chunk 20's last page: whole, its checksum combined from its pages'.
         fill_and_log(&cache, &e, 0, 0b1000);
         fill_and_log(&cache, &e, 20, 0b1);
-        fill_and_log(&cache, &e, 20, u32::MAX - 1);
+        fill_and_log(&cache, &e, 20, PageMask::MAX - 1);
         assert!(e.all_present(20..21));
         let header = log_len();
         for idx in 1..10 {
@@ -349,5 +349,34 @@ fn a_scrub_checks_the_pages_of_partial_chunks() {
     assert!(!e.bytes_present(2 * chunk + page, 2 * chunk + 2 * page));
     assert_eq!(cache.used_bytes(), page);
     assert_eq!(cache.scrub().dropped, 0);
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// What a holder tells a peer of its pages comes in words of 32 pages, whatever its chunk
+/// holds (four words a chunk): a page present, its neighbours absent, a whole chunk all ones.
+#[test]
+fn held_pages_are_told_in_words_of_32() {
+    let (dir, config, stats) = setup(100 << 20);
+    let chunk = u64::from(config.chunk_size);
+    let cache = Cache::open(&config, stats).unwrap();
+    let e = cache.entry("big", v(3 * chunk)).unwrap();
+    fill_pages(&cache, &e, 1, 1 << 40 | 1 << 3);
+    let mut whole = [0u32; PAGES as usize];
+    assert_eq!(e.claim_pages(2, e.all_pages(2)).mine, e.all_pages(2));
+    assert!(cache.reserve(&e, chunk));
+    e.write_at(2 * chunk, &vec![0; chunk as usize]).unwrap();
+    let page = crc32c::crc32c(&vec![0; e.page_size() as usize]);
+    whole.fill(page);
+    assert!(e.complete_pages(2, e.all_pages(2), &whole));
+    assert!(e.all_present(2..3));
+    let words = PAGES as usize / 32;
+    let mut want = vec![0u32; 3 * words];
+    want[words] = 1 << 3;
+    want[words + 1] = 1 << 8;
+    want[2 * words..].fill(u32::MAX);
+    assert_eq!(e.held_pages(0, 100), want);
+    // A window from a word on, and one past the file's end.
+    assert_eq!(e.held_pages(words as u64 + 1, 2), want[words + 1..words + 3]);
+    assert!(e.held_pages(100, 4).is_empty());
     let _ = fs::remove_dir_all(dir);
 }

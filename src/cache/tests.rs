@@ -44,7 +44,7 @@ fn fill_with(cache: &Cache, e: &Entry, data: &[u8]) {
 
 /// Fills pages `pages` of chunk `idx` of an entry (as a random read would), none of them
 /// claimed by anyone else; not persisted.
-fn fill_pages(cache: &Cache, e: &Entry, idx: u64, pages: u32) {
+fn fill_pages(cache: &Cache, e: &Entry, idx: u64, pages: PageMask) {
     assert_eq!(e.claim_pages(idx, pages).mine, pages);
     let page = e.page_size();
     assert!(cache.reserve(e, u64::from(pages.count_ones()) * page));

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 use super::Cache;
-use super::chunks::{Chunk, PAGES};
+use super::chunks::{Chunk, PAGES, PageMask};
 use super::entry::{Entry, ctime_print};
 use super::error::CacheError;
 use super::files::Mode;
@@ -140,7 +140,7 @@ impl Entry {
         &self,
         cache: &Cache,
         idx: u64,
-        want: u32,
+        want: PageMask,
     ) -> Result<Option<(bool, bool)>, CacheError> {
         let unverified: Vec<(u32, u32)> = {
             let st = self.state.lock();

@@ -25,7 +25,7 @@ use crate::fs::write::Producer;
 use crate::fs::{DyadFs, FsConfig};
 use crate::locator::Membership;
 use crate::locator::gossip::{self, GossipConfig, Peer};
-use crate::locator::proto::{PAGE_MAP_CHUNKS, PageMap};
+use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
 use crate::locator::service::{Hooks, LocatorService};
 use crate::stats::Stats;
 use crate::transport::auth::Secret;
@@ -453,7 +453,7 @@ fn locator_hooks(producer: &Arc<Producer>, cache: &Arc<Cache>, journal: Arc<Name
             let entry = cp.lookup(path, version)?;
             let page = entry.page_size();
             let first = PageMap::window(offset, page);
-            let masks = entry.held_pages(first, PAGE_MAP_CHUNKS as usize);
+            let masks = entry.held_pages(first, PAGE_MAP_WORDS as usize);
             // Whether it fills for its peers is the locator's to say.
             let fills = false;
             Some(PageMap {

@@ -16,7 +16,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::cache::{Cache, Entry, Mapping, PAGES, Pooled, ReadBytes};
+use crate::cache::{Cache, Entry, Mapping, PAGES, PageMask, Pooled, ReadBytes};
 use crate::core::source::{Origin, Piece, Source};
 use crate::stats::Stats;
 
@@ -133,7 +133,7 @@ impl<S: Source + ?Sized> Reader<S> {
         &self,
         entry: &Arc<Entry>,
         idx: u64,
-        want: u32,
+        want: PageMask,
         wait: bool,
         mut kept: Option<&mut Kept>,
     ) -> Result<bool, FillError> {
@@ -156,7 +156,7 @@ impl<S: Source + ?Sized> Reader<S> {
             let chunk_start = idx * entry.chunk_size();
             for run in page_runs(claim.mine) {
                 let offset = chunk_start + u64::from(run.start) * page;
-                let mask = (run.start..run.end).fold(0u32, |m, p| m | (1 << p));
+                let mask = (run.start..run.end).fold(0 as PageMask, |m, p| m | (1 << p));
                 let len = entry.page_bytes(idx, mask);
                 // Each page's crc32c, appended to piece by piece as the bytes go by in order.
                 let mut crcs = [0u32; PAGES as usize];
@@ -565,12 +565,12 @@ struct PageFill<'a> {
     entry: &'a Entry,
     cache: &'a Cache,
     idx: u64,
-    pending: u32,
+    pending: PageMask,
     reserved: u64,
 }
 
 impl PageFill<'_> {
-    fn complete(&mut self, pages: u32, crcs: &[u32; PAGES as usize]) {
+    fn complete(&mut self, pages: PageMask, crcs: &[u32; PAGES as usize]) {
         self.pending &= !pages;
         let len = self.entry.page_bytes(self.idx, pages);
         self.reserved -= len;
@@ -591,7 +591,7 @@ impl Drop for PageFill<'_> {
 }
 
 /// Runs of contiguous pages in `pages` (a bit each), as page ranges.
-fn page_runs(pages: u32) -> Vec<Range<u32>> {
+fn page_runs(pages: PageMask) -> Vec<Range<u32>> {
     let mut out: Vec<Range<u32>> = Vec::new();
     for p in (0..PAGES as u32).filter(|p| pages & (1 << p) != 0) {
         match out.last_mut() {

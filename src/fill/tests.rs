@@ -68,7 +68,7 @@ fn small_file_is_fetched_whole_then_served_locally() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A read into a large file fetches the pages it touches (a 32nd of a chunk), not its chunks:
+/// A read into a large file fetches the pages it touches (a 128th of a chunk), not its chunks:
 /// a record of an HDF5 or LMDB file read at random costs about its own bytes.
 #[test]
 fn a_large_files_read_fetches_only_the_pages_it_touches() {
@@ -77,8 +77,8 @@ fn a_large_files_read_fetches_only_the_pages_it_touches() {
     let v = r.source.add("big", data.clone());
     let e = r.cache.entry("big", v).unwrap();
     let (chunk, page) = (e.chunk_size(), e.page_size());
-    assert_eq!(page * 32, chunk);
-    // 20 bytes across the boundary of pages 15 and 16 of chunk 6.
+    assert_eq!(page * PAGES, chunk);
+    // 20 bytes across the boundary of pages 63 and 64 of chunk 6.
     let off = 6 * chunk + chunk / 2 - 10;
     let read = |at: u64, len: u64| {
         let got = r.read(&e, at, len as u32).unwrap();
@@ -101,7 +101,7 @@ fn a_large_files_read_fetches_only_the_pages_it_touches() {
     read(off, 20);
     assert_eq!(r.source.bytes.load(Ordering::Relaxed), 2 * page);
     // Every page of the chunk read: the chunk is present whole, with the checksum of its bytes.
-    for p in 0..32 {
+    for p in 0..PAGES {
         read(6 * chunk + p * page, page);
     }
     assert!(e.all_present(6..7));

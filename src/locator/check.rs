@@ -76,12 +76,13 @@ impl LocatorService {
             },
             Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
             Msg::PagesOf { path, .. } => key(path),
-            // A holder's pages are a chunk's 32nd (chunks of 1-4 MiB, a little room either way).
+            // A holder's pages are a chunk's 128th (a 32nd before; chunks of 1-4 MiB), a little room
+            // either way.
             Msg::PagesAre(Some(map)) => {
                 let pages = map.page.is_power_of_two() && (4096..=1 << 20).contains(&map.page);
-                if !pages || map.masks.len() as u64 > super::proto::PAGE_MAP_CHUNKS {
+                if !pages || map.masks.len() as u64 > super::proto::PAGE_MAP_WORDS {
                     return Err(format!(
-                        "a page map of {} chunks of {}-byte pages",
+                        "a page map of {} words of {}-byte pages",
                         map.masks.len(),
                         map.page
                     ));
@@ -333,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_page_map_is_checked_before_it_is_believed() {
-        use crate::locator::proto::{PAGE_MAP_CHUNKS, PageMap};
+        use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
         let s = service(0);
         let map = |page: u64, chunks: u64| {
             Msg::PagesAre(Some(PageMap {
@@ -344,13 +345,13 @@ mod tests {
             }))
         };
         assert!(s.outcome(1, Ok(map(64 << 10, 3))).is_some());
-        assert!(s.outcome(1, Ok(map(64 << 10, PAGE_MAP_CHUNKS))).is_some());
+        assert!(s.outcome(1, Ok(map(64 << 10, PAGE_MAP_WORDS))).is_some());
         assert!(s.outcome(1, Ok(Msg::PagesAre(None))).is_some());
         // Pages that are no chunk's 32nd, or more chunks than a map holds: refused, suspect.
         assert_eq!(s.outcome(1, Ok(map(0, 3))), None);
         assert_eq!(s.outcome(1, Ok(map(3 << 10, 3))), None);
         assert_eq!(s.outcome(1, Ok(map(1 << 40, 3))), None);
-        assert_eq!(s.outcome(2, Ok(map(64 << 10, PAGE_MAP_CHUNKS + 1))), None);
+        assert_eq!(s.outcome(2, Ok(map(64 << 10, PAGE_MAP_WORDS + 1))), None);
         assert!(s.suspects().contains(&1) && s.suspects().contains(&2));
         // A question about a path that could escape the cache is refused too.
         let ask = |path: &str| Msg::PagesOf {

@@ -145,7 +145,7 @@ pub enum Msg {
     /// (answered `Ack`).
     NamesAre(Vec<(String, String, Name)>),
     /// To a holder of `path` at `version` (a large file, perhaps held only in part): which
-    /// pages of it it has, for the window of [`PAGE_MAP_CHUNKS`] chunks holding byte `offset`.
+    /// pages of it it has, for the window of [`PAGE_MAP_WORDS`] words holding byte `offset`.
     PagesOf {
         path: String,
         version: Version,
@@ -155,12 +155,12 @@ pub enum Msg {
     PagesAre(Option<PageMap>),
 }
 
-/// Chunks one [`PageMap`] covers: 16 KiB of masks, 8 GiB of a file at 2 MiB chunks.
-pub const PAGE_MAP_CHUNKS: u64 = 4096;
+/// Words of 32 pages one [`PageMap`] covers: 16 KiB of masks, 2 GiB of a file at 16 KiB pages.
+pub const PAGE_MAP_WORDS: u64 = 4096;
 
-/// Which pages of a copy its holder has: for chunks `first..first + masks.len()` (32 pages of
-/// `page` bytes each), a bit per present page. Holders may use other chunk sizes than their
-/// pullers: the map says where its pages lie. `fills`: the holder is the file's designated
+/// Which pages of a copy its holder has: for words `first..first + masks.len()` of 32 pages of
+/// `page` bytes each (word w: pages 32w..32w + 32), a bit per present page. Holders may use
+/// other page and chunk sizes than their pullers: the map says where its pages lie. `fills`: the holder is the file's designated
 /// fetcher, which fills what a peer asks that it lacks (from the shared file system, once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PageMap {
@@ -171,9 +171,10 @@ pub struct PageMap {
 }
 
 impl PageMap {
-    /// The window of chunks `PagesOf` at `offset` is answered with, for pages of `page` bytes.
+    /// The first word of the window `PagesOf` at `offset` is answered with, for pages of
+    /// `page` bytes.
     pub fn window(offset: u64, page: u64) -> u64 {
-        offset / (page * 32) / PAGE_MAP_CHUNKS * PAGE_MAP_CHUNKS
+        offset / (page * 32) / PAGE_MAP_WORDS * PAGE_MAP_WORDS
     }
 
     /// Whether every page bytes `[offset, end)` touch is present; `None` if some lie outside
@@ -183,8 +184,8 @@ impl PageMap {
             return Some(true);
         }
         for p in offset / self.page..=(end - 1) / self.page {
-            let chunk = (p / 32).checked_sub(self.first)?;
-            let mask = *self.masks.get(usize::try_from(chunk).ok()?)?;
+            let word = (p / 32).checked_sub(self.first)?;
+            let mask = *self.masks.get(usize::try_from(word).ok()?)?;
             if mask & (1 << (p % 32)) == 0 {
                 return Some(false);
             }
