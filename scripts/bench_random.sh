@@ -4,6 +4,9 @@
 # a fresh single-node mount (empty cache: the first epoch) and (b) directly from the shared
 # directory, alternating run by run, the page cache dropped before each. MODE=pread reads with
 # os.pread; MODE=mmap touches the same ranges of an mmap of the file (as LMDB or np.memmap do).
+# MODE=stream reads the first COUNT x LEN bytes in order instead, LEN bytes a call through
+# Python's buffered open (a line reader, tarfile, pickle: small reads of a large file in order);
+# MODE=rawstream the same with os.read (GNU tar's 10 KiB reads, dd bs=...).
 # Per run: the time, the bytes the reads touch, and for the mount the bytes it fetched from the
 # shared directory (`bytes_from_backing`) over those touched: what a first epoch of random
 # reads costs the shared file system. Defaults: a 1.5 GiB file, 1000 reads of 256 KiB; for an
@@ -54,6 +57,13 @@ random_advice = sys.argv[6] == "random"
 size = os.path.getsize(path)
 rng = random.Random(seed)
 offsets = [rng.randrange(0, size - length) for _ in range(count)]
+if mode in ("stream", "rawstream"):
+    t = time.perf_counter()
+    with open(path, "rb", buffering=-1 if mode == "stream" else 0) as f:
+        for _ in range(count):
+            assert len(f.read(length)) == length
+    print(f"{time.perf_counter() - t:.3f} {count * length}")
+    sys.exit(0)
 fd = os.open(path, os.O_RDONLY)
 t = time.perf_counter()
 if random_advice:

@@ -309,6 +309,15 @@ pub struct MountArgs {
           help_heading = "Performance")]
     pub passthrough_min: u64,
 
+    /// Read large files (over 8 MiB) that are not cached whole through the kernel's page cache,
+    /// which reads ahead of every read, instead of opening them for direct I/O, where each read
+    /// fetches about the pages it touches (a random record of an HDF5 or LMDB file). Suits
+    /// programs that read cold large files in order in small unbuffered reads (GNU tar's 10 KiB
+    /// reads: a request each under direct I/O); buffered readers are told to read a MiB at a
+    /// time either way
+    #[arg(hide_short_help = true, long, help_heading = "Performance")]
+    pub page_cache_large_files: bool,
+
     /// Mount read-only (as `-o ro`): nothing can be written under the mount (no producers),
     /// and the kernel keeps a cached file's attributes across reads: on a writable mount it
     /// asks for them again at the first stat after each passthrough read (atime), a round trip

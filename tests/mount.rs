@@ -319,20 +319,21 @@ fn random_preads_match(file: &File, data: &[u8], mut seed: u64, n: usize) {
 }
 
 /// Maps `file` (as numpy.memmap does) and compares the mapping with `data` (more than 17 MiB):
-/// its first page, a stretch in the middle, then the whole.
-fn mapping_matches(file: &File, data: &[u8]) {
-    // SAFETY: a read-only private mapping of a file the caller keeps open for its lifetime.
+/// its first page, a stretch in the middle, then the whole. `kind`: `MAP_PRIVATE` (numpy's
+/// read-only memmap) or `MAP_SHARED` (LMDB, Python's `mmap.mmap`).
+fn mapping_matches(file: &File, data: &[u8], kind: libc::c_int) {
+    // SAFETY: a read-only mapping of a file the caller keeps open for its lifetime.
     let map = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             data.len(),
             libc::PROT_READ,
-            libc::MAP_PRIVATE,
+            kind,
             file.as_raw_fd(),
             0,
         )
     };
-    assert_ne!(map, libc::MAP_FAILED);
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
     // SAFETY: the mapping is data.len() bytes long and readable.
     let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, data.len()) };
     assert!(mapped[..4096] == data[..4096]);
@@ -358,7 +359,7 @@ fn files_opened_without_asking_are_read_by_inode() {
     check_tree(&m, &files);
     let file = File::open(m.path("x.npy")).unwrap();
     random_preads_match(&file, &data, 777, 100);
-    mapping_matches(&file, &data);
+    mapping_matches(&file, &data, libc::MAP_PRIVATE);
     drop(file);
     // Read once, a file's pages stay with the kernel: opening and reading it again asks
     // nothing (with opens, each open of a complete file counts a local hit).
@@ -457,10 +458,52 @@ fn random_reads_and_mmap_are_byte_exact() {
         let file = File::open(m.path("x.npy")).unwrap();
         random_preads_match(&file, &data, 12345, 300);
         drop(file);
-        // mmap (numpy.memmap) before and after the file is complete in the cache.
-        for _ in 0..2 {
-            mapping_matches(&File::open(m.path("x.npy")).unwrap(), &data);
+        // mmap (LMDB's shared map, then numpy.memmap's private one) before and after the file
+        // is complete in the cache.
+        for kind in [libc::MAP_SHARED, libc::MAP_PRIVATE] {
+            mapping_matches(&File::open(m.path("x.npy")).unwrap(), &data, kind);
         }
+    }
+}
+
+/// Random preads of a large file whose reader does not advise random access fetch about what
+/// they touch: while the file is filled by pages it is opened for direct I/O, so the kernel
+/// reads no further ahead than each read (through the page cache it asks as much again ahead
+/// of each 256 KiB read: 1.6-1.8x the bytes read, as `--page-cache-large-files` still does). A
+/// shared map of it still works, and buffered readers are told to read it a MiB at a time.
+#[test]
+fn random_preads_of_a_large_file_fetch_what_they_touch() {
+    const LEN: usize = 256 << 10;
+    let data = pattern(64 * MIB + 4321, 8);
+    for (args, direct) in [(&[][..], true), (&["--page-cache-large-files"][..], false)] {
+        // A fixture each: an empty cache.
+        let f = Fixture::new(if direct { "direct" } else { "direct-off" });
+        f.write("rows.mdb", &data);
+        f.write("small.bin", &pattern(MIB, 9));
+        let m = f.mount(args);
+        let file = File::open(m.path("rows.mdb")).unwrap();
+        let mut seed = 99u64;
+        for _ in 0..40 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (seed >> 20) as usize % (data.len() - LEN);
+            let mut buf = vec![0; LEN];
+            file.read_exact_at(&mut buf, off as u64).unwrap();
+            assert!(buf == data[off..off + LEN], "pread at {off}");
+        }
+        let (fetched, touched) = (m.stat("bytes_from_backing"), 40 * LEN as u64);
+        assert_eq!(
+            fetched <= touched * 5 / 4,
+            direct,
+            "{args:?}: fetched {fetched} bytes for {touched} read"
+        );
+        mapping_matches(&file, &data, libc::MAP_SHARED);
+        drop(file);
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fs::metadata(m.path("rows.mdb")).unwrap().blksize(), 1 << 20);
+        assert_eq!(fs::metadata(m.path("small.bin")).unwrap().blksize(), 4096);
+        m.unmount();
     }
 }
 

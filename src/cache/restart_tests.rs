@@ -376,7 +376,10 @@ fn held_pages_are_told_in_words_of_32() {
     want[2 * words..].fill(u32::MAX);
     assert_eq!(e.held_pages(0, 100), want);
     // A window from a word on, and one past the file's end.
-    assert_eq!(e.held_pages(words as u64 + 1, 2), want[words + 1..words + 3]);
+    assert_eq!(
+        e.held_pages(words as u64 + 1, 2),
+        want[words + 1..words + 3]
+    );
     assert!(e.held_pages(100, 4).is_empty());
     let _ = fs::remove_dir_all(dir);
 }

@@ -51,6 +51,7 @@ impl From<MountArgs> for MountConfig {
                 passthrough: !a.no_passthrough && !a.no_open,
                 pack_auto: a.pack_max == PackMax::Auto,
                 passthrough_min: a.passthrough_min,
+                direct_large: !a.page_cache_large_files,
                 readahead_threads: a.readahead_threads.into(),
                 wait: a.wait,
                 max_waits_per_user: a.max_waits_per_user as usize,

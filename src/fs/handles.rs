@@ -36,6 +36,11 @@ pub struct Opened {
     pub passthrough: Option<Arc<Entry>>,
     /// Whether the kernel may keep the pages it already holds for this inode.
     pub keep_cache: bool,
+    /// Read by the daemon as the reader asks, without the kernel's page cache or readahead
+    /// (FOPEN_DIRECT_IO): a large file not cached whole, filled by the pages its reads touch,
+    /// where the kernel's readahead of each read (as large again, ahead of it) would fetch
+    /// pages no read touches. Mapping it still goes through the page cache.
+    pub direct: bool,
     /// Rather served by the daemon, the kernel keeping its pages, than passed through, though
     /// `passthrough` may be offered (a small file whose bytes were not in memory at the inode's
     /// first open: see `--passthrough-min`).
@@ -109,6 +114,7 @@ impl Handles {
             fh,
             passthrough: None,
             keep_cache: false,
+            direct: false,
             keep_pages: false,
             finishes: writable,
             store: None,

@@ -88,6 +88,9 @@ pub struct FsConfig {
     /// pages kept by the kernel), unless their bytes are in memory at the inode's first open:
     /// see `--passthrough-min`.
     pub passthrough_min: u64,
+    /// Large files not cached whole are opened for direct I/O (`Opened::direct`), unless
+    /// `--page-cache-large-files`.
+    pub direct_large: bool,
     /// Threads filling readahead chunks in the background.
     pub readahead_threads: usize,
     /// How long a lookup of a name nobody has published yet waits for a producer.
@@ -116,6 +119,9 @@ pub struct Capabilities {
     pub passthrough: bool,
     /// The kernel opens files without asking (`--no-open` in effect).
     pub no_open: bool,
+    /// Files opened for direct I/O may still be mapped shared (FUSE_DIRECT_IO_ALLOW_MMAP,
+    /// Linux 6.6): large files being filled by pages are opened so (see [`Opened::direct`]).
+    pub direct_io_mmap: bool,
 }
 
 pub struct DyadFs<S: Source> {
@@ -293,8 +299,14 @@ impl<S: Source> DyadFs<S> {
         let Capabilities {
             passthrough,
             no_open,
+            direct_io_mmap,
         } = caps;
-        tracing::info!(passthrough, no_open, "FUSE session initialised");
+        tracing::info!(
+            passthrough,
+            no_open,
+            direct_io_mmap,
+            "FUSE session initialised"
+        );
         if self.config.pack_auto && self.config.passthrough && passthrough {
             // Cached files can be handed to the kernel: a file of its own each, passed through
             // (a cold read of it costs the daemon no READ request and no copy of its bytes).

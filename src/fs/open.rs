@@ -91,10 +91,15 @@ impl<S: Source> DyadFs<S> {
             window: AtomicU64::new(0),
             map: Default::default(),
         }));
+        let direct = self.config.direct_large
+            && !complete
+            && entry.version.size > WHOLE_FILE_MAX
+            && self.kernel().direct_io_mmap;
         Ok(Opened {
             fh,
             passthrough: verified.then_some(entry),
             keep_cache: keep_cache || store.is_some(),
+            direct,
             keep_pages,
             finishes: false,
             store,

@@ -166,6 +166,7 @@ pub(crate) fn fs_over(
         pack_auto: false,
         passthrough: false,
         passthrough_min: 0,
+        direct_large: true,
         readahead_threads: 1,
         wait,
         max_waits_per_user: 1024,

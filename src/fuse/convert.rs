@@ -22,7 +22,7 @@ pub(super) fn file_attr(a: &Attr) -> FileAttr {
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,
-        blksize: 4096,
+        blksize: a.blksize(),
         flags: 0,
     }
 }

@@ -130,9 +130,16 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             }
         };
         self.ops.ring_taken.store(ring, Ordering::Relaxed);
+        let direct_io_mmap = config
+            .capabilities()
+            .contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+            && config
+                .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+                .is_ok();
         fs.kernel_offers(Capabilities {
             passthrough,
             no_open: unasked,
+            direct_io_mmap,
         });
         Ok(())
     }

@@ -23,6 +23,7 @@ use crate::fs::{Attr, Changes, DyadFs, Error, Opened};
 use crate::fuse::io_modes::{IoModes, OpenMode};
 
 /// Open reply flags (FOPEN_*).
+pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
 pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 pub const FOPEN_CACHE_DIR: u32 = 1 << 3;
 pub const FOPEN_NOFLUSH: u32 = 1 << 5;
@@ -373,7 +374,9 @@ impl<S: Source> Ops<S> {
                 tracing::debug!(ino, error = %e, "storing a file in the kernel's page cache failed");
             }
         }
-        let flags = if opened.keep_cache {
+        let flags = if opened.direct {
+            FOPEN_DIRECT_IO
+        } else if opened.keep_cache {
             FOPEN_KEEP_CACHE
         } else {
             0

@@ -207,7 +207,7 @@ pub fn attr(w: &mut Writer, a: &Attr) -> Option<()> {
     w.u32(a.uid)?;
     w.u32(a.gid)?;
     w.u32(a.rdev)?;
-    w.u32(4096)?; // blksize
+    w.u32(a.blksize())?;
     w.u32(0) // flags
 }
 
