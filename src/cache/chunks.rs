@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+pub use super::format::PageMask;
 use super::format::PartialRecord;
 use crate::core::sync::model::{Condvar, Mutex, MutexGuard};
 
@@ -33,9 +34,6 @@ pub(super) enum Chunk {
 /// Pages of a chunk (the last chunk of a file may have fewer): the unit a random read fills,
 /// 16 KiB at the default chunk size, so a 110 KB record fetches about 1.1x its bytes.
 pub const PAGES: u64 = 128;
-
-/// A set of a chunk's pages, a bit each (bit p: page p).
-pub type PageMask = u128;
 
 /// The pages of one partial chunk, a bit each.
 #[derive(Debug, Clone, PartialEq, Eq)]

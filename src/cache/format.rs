@@ -18,7 +18,6 @@
 //! (`pages u32`): read, its partial chunks forgotten (their pages are fetched again; a crc32c of
 //! a 32nd cannot vouch for the 128ths of format 3).
 
-use super::chunks::PageMask;
 use super::error::CacheError;
 use crate::core::Version;
 
@@ -28,6 +27,9 @@ pub const FORMAT_VERSION: u32 = 3;
 pub const FORMAT_V1: u32 = 1;
 /// The format of 32 pages per chunk: read, its partial chunks dropped.
 pub const FORMAT_V2: u32 = 2;
+
+/// A set of a chunk's pages, a bit each (bit p: page p; see `super::chunks::PAGES`).
+pub type PageMask = u128;
 
 /// A chunk as recorded on disk: present with its checksum, or absent.
 pub type ChunkRecord = Option<u32>;
