@@ -246,9 +246,10 @@ pub fn mounted_at(mnt: &Path, out: Output) -> Mounted {
     mounted
 }
 
-/// Waits until process `pid` has exited (20 s at most).
+/// Waits until process `pid` has exited (20 s at most; then the panic names the threads left,
+/// their states and kernel stacks: a thread that outlives a SIGKILL is stuck in the kernel).
 pub fn wait_gone(pid: u32) {
-    wait_until("the daemon exits", Duration::from_secs(20), || {
+    let gone = || {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return true;
         }
@@ -258,7 +259,43 @@ pub fn wait_gone(pid: u32) {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count());
         stat.split(' ').nth(2) == Some("Z") && threads <= 1
-    });
+    };
+    let start = Instant::now();
+    while !gone() {
+        if start.elapsed() > Duration::from_secs(20) {
+            panic!(
+                "the daemon exits: not within 20 s; left:\n{}",
+                threads_of(pid)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Each thread of `pid`: its name, state and kernel stack (root only), for a failure message.
+fn threads_of(pid: u32) -> String {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    let read = |tid: &str, what: &str| {
+        fs::read_to_string(format!("/proc/{pid}/task/{tid}/{what}")).unwrap_or_default()
+    };
+    tasks
+        .flatten()
+        .map(|t| {
+            let tid = t.file_name().to_string_lossy().into_owned();
+            let state = read(&tid, "stat")
+                .split(' ')
+                .nth(2)
+                .unwrap_or("?")
+                .to_string();
+            format!(
+                "{tid} {} {state}\n{}",
+                read(&tid, "comm").trim(),
+                read(&tid, "stack")
+            )
+        })
+        .collect()
 }
 
 pub fn is_mounted(path: &Path) -> bool {
