@@ -92,7 +92,8 @@ command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 # Every configuration is mounted at once and they take turns run by run (interleaved), so a
 # slow moment of the VM hits all of them. BASE_BIN=path adds "base": another dyadfs binary (e.g.
 # the previous commit's) in passthrough mode, or mounted with BASE_ARGS (e.g. "--no-open"), for
-# an A/B in the same run.
+# an A/B in the same run. Its transport is the default (auto: the ring, which this script
+# enables): against dyadfs-passthrough (/dev/fuse) give BASE_ARGS="--fuse-transport dev".
 declare -A R
 CONFIGS=(direct dyadfs-passthrough dyadfs-read-only dyadfs-no-passthrough dyadfs-no-open
   dyadfs-packed dyadfs-passthrough-uring dyadfs-read-only-uring dyadfs-packed-uring

@@ -355,14 +355,18 @@ pub struct MountArgs {
     pub fuse_transport: FuseTransportArg,
 
     /// How far the kernel reads ahead of a reader in a file the daemon serves itself (packed
-    /// samples, large files not passed through, --no-open), in READs of at most 1 MiB: the
-    /// daemon sets its mount's /sys/class/bdi/MAJOR:MINOR/read_ahead_kb once the mount is up
-    /// (INIT caps it at the kernel's 128 KiB; root only). 0 (the default) leaves the kernel's:
-    /// 1M reads a large cached file with --no-open faster, but a large file pulled from a peer
-    /// slower (fewer, larger READs served one after another)
-    #[arg(hide_short_help = true, long, value_name = "SIZE", default_value = "0", value_parser = parse_readahead,
+    /// samples, large files not passed through, --no-open) or around a fault in a mapped
+    /// large file not cached whole, in READs of at most 1 MiB: the daemon sets its mount's
+    /// /sys/class/bdi/MAJOR:MINOR/read_ahead_kb once the mount is up (INIT caps it at the
+    /// kernel's 128 KiB; root only). 0 leaves the kernel's. By default 24K where complete files
+    /// pass through and large ones are opened for direct I/O (what the kernel still reads
+    /// ahead then is the faults of mapped large files: LMDB, np.memmap read at random fetch
+    /// about what they touch), else the kernel's. 1M reads a large cached file with --no-open
+    /// faster, but a large file pulled from a peer slower (fewer, larger READs served one
+    /// after another)
+    #[arg(hide_short_help = true, long, value_name = "SIZE", value_parser = parse_readahead,
           help_heading = "Performance")]
-    pub kernel_readahead: u64,
+    pub kernel_readahead: Option<u64>,
 
     /// Threads filling readahead chunks in the background: each pulls (or reads) one chunk at
     /// a time, so this is the number of chunks of a large file in flight (the readahead window

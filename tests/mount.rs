@@ -400,12 +400,52 @@ fn files_opened_without_asking_are_read_by_inode() {
     assert_eq!(m.stat("uncached_reads"), 0);
 }
 
+/// The mount's readahead (`/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`), in KiB.
+fn readahead_kib(m: &Mounted) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(m.path("")).ok()?.dev();
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    fs::read_to_string(knob).ok()?.trim().parse().ok()
+}
+
+/// By default, where complete files pass through and large ones are read by direct I/O, what
+/// the kernel still reads ahead is mapped large files around their faults: the daemon lowers
+/// the mount's readahead to 24 KiB, so that LMDB or np.memmap read at random fetch about what
+/// they touch. Where the daemon serves files itself it leaves the kernel's 128 KiB, as it does
+/// when told 0.
+#[test]
+fn mapped_large_files_are_read_around_their_faults_by_24_kib() {
+    let f = Fixture::new("readaround");
+    f.write("f.bin", &pattern(MIB, 1));
+    for (args, kib) in [
+        (&[][..], 24),
+        (&["--no-passthrough"][..], 128),
+        (&["--kernel-readahead", "0"][..], 128),
+    ] {
+        let m = f.mount(args);
+        let passthrough = !args.contains(&"--no-passthrough");
+        assert_eq!(m.stats()["passthrough"].as_bool(), Some(passthrough));
+        // The daemon sets it on a thread of its own once INIT is done.
+        wait_until(
+            &format!("{args:?}: readahead {kib} KiB"),
+            Duration::from_secs(10),
+            || readahead_kib(&m) == Some(kib),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(readahead_kib(&m), Some(kib), "{args:?}");
+        m.unmount();
+    }
+}
+
 /// Once INIT is done the daemon sets its mount's readahead (`--kernel-readahead`, which INIT
 /// caps at the kernel's 128 KiB): a file it serves itself is read in requests of up to 1 MiB,
 /// not 128 KiB (a 256 KiB packed sample took two READs, a large file eight per MiB).
 #[test]
 fn daemon_served_reads_come_in_requests_of_a_mebibyte() {
-    use std::os::unix::fs::MetadataExt;
     let f = Fixture::new("readahead");
     let data = pattern(8 * MIB, 5);
     f.write("big.bin", &data);
@@ -417,16 +457,10 @@ fn daemon_served_reads_come_in_requests_of_a_mebibyte() {
         "--trace",
         trace.to_str().unwrap(),
     ]);
-    let dev = fs::metadata(m.path("")).unwrap().dev();
-    let knob = format!(
-        "/sys/class/bdi/{}:{}/read_ahead_kb",
-        libc::major(dev),
-        libc::minor(dev)
-    );
     wait_until(
         "the mount's readahead raised",
         Duration::from_secs(10),
-        || fs::read_to_string(&knob).is_ok_and(|kib| kib.trim() == "2048"),
+        || readahead_kib(&m) == Some(2048),
     );
     assert!(fs::read(m.path("big.bin")).unwrap() == data);
     m.unmount();

@@ -42,8 +42,9 @@ pub struct MountConfig {
     pub fs: FsConfig,
     /// Threads serving FUSE requests.
     pub threads: u16,
-    /// The mount's readahead in bytes, set once it is up (0: the kernel's).
-    pub kernel_readahead: u64,
+    /// The mount's readahead in bytes, set once it is up (0: the kernel's; `None`: chosen by
+    /// what the kernel agreed to at INIT, see `daemon::start_kernel_readahead`).
+    pub kernel_readahead: Option<u64>,
     /// How FUSE requests arrive.
     pub fuse_transport: crate::fuse::FuseTransport,
     /// Mount read-only (also asked by `-o ro`).

@@ -283,6 +283,18 @@ impl<S: Source> DyadFs<S> {
         let _ = self.status.set(f);
     }
 
+    /// Whether large files not cached whole are opened for direct I/O ([`Opened::direct`])
+    /// while complete files pass through: then the kernel's readahead serves little but the
+    /// faults of mapped large files (known once INIT is done).
+    pub fn reads_large_files_directly(&self) -> bool {
+        let k = self.kernel();
+        self.config.direct_large
+            && self.config.passthrough
+            && k.passthrough
+            && k.direct_io_mmap
+            && !k.no_open
+    }
+
     pub fn passthrough_enabled(&self) -> bool {
         self.config.passthrough
     }

@@ -181,6 +181,12 @@ impl<S: Source> Ops<S> {
         self.fs.stats()
     }
 
+    /// Whether large files not cached whole are read by direct I/O while complete ones pass
+    /// through (known once INIT is done).
+    pub fn reads_large_files_directly(&self) -> bool {
+        self.fs.reads_large_files_directly()
+    }
+
     /// `--no-open` in effect (the kernel agreed to zero-message opens at INIT): opens and
     /// flushes are answered ENOSYS, reads come by inode.
     fn unasked(&self) -> bool {
