@@ -630,9 +630,9 @@ fn start_kernel_readahead<S: crate::core::source::Source>(
 /// The mount's readahead by default where complete files pass through and large files are
 /// read by direct I/O: how far the kernel reads around a fault in a mapped large file not
 /// cached whole. 2,000 random 110 KiB records of a 2 GiB file mapped without advice fetched
-/// 2.89x their bytes at the kernel's 128 KiB, 1.57x at 32K, 1.48x at 24K, 1.28x at 16K, and a
-/// cold 1 GiB file mapped and read in order took about as long at 24K and 32K as at 128K
-/// (medians of 5: 2.08, 2.21, 2.31 s) but 1.6x that at 16K (docs/BENCHMARKS.md).
+/// 2.89x their bytes at the kernel's 128 KiB, 1.57x at 32K, 1.48x at 24K, 1.28x at 16K; a cold
+/// 1 GiB file mapped and read in order took from as long as at 128K to 24% longer at 24K
+/// (two alternated series), 1.6x at 16K (docs/BENCHMARKS.md).
 const MAPPED_READAROUND: u64 = 24 << 10;
 
 /// Finds the session's device (passthrough backing ids are registered on it) and, where the
