@@ -638,7 +638,7 @@ mod tests {
             golden.as_slice(),
             "the journal's packed record changed: bump FORMAT_VERSION and regenerate the fixture"
         );
-        // In a log as this release starts one (format 1's framing) and as a format 2 log.
+        // In a log as this release starts one (format 1's framing) and one of the header format.
         for format in [FORMAT_V1, FORMAT_VERSION] {
             let mut log = MAGIC.to_vec();
             log.extend_from_slice(&format.to_le_bytes());
