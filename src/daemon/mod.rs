@@ -21,7 +21,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::fs::DyadFs;
 use crate::fuse::ops::{Access, Ops};
@@ -248,6 +248,21 @@ pub fn is_mount_point(path: &Path) -> bool {
     info.lines()
         .filter_map(|l| l.split(' ').nth(4))
         .any(|m| unescape_mountinfo(m) == path.as_os_str().to_string_lossy())
+}
+
+/// The device of the file system mounted at `path` (the last such mount), from
+/// /proc/self/mountinfo: no request to that file system (a daemon's own mount cannot answer
+/// its daemon while it is being killed).
+fn mount_device(path: &Path) -> Option<(u32, u32)> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.as_os_str().to_string_lossy();
+    let line = info.lines().rev().find(|l| {
+        l.split(' ')
+            .nth(4)
+            .is_some_and(|m| unescape_mountinfo(m) == want)
+    })?;
+    let (major, minor) = line.split(' ').nth(2)?.split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
 fn unescape_mountinfo(s: &str) -> String {
@@ -603,10 +618,22 @@ fn start_kernel_readahead<S: crate::core::source::Source>(
     std::thread::Builder::new()
         .name("readahead".into())
         .spawn(move || {
-            // Waits for INIT, which says what the kernel agreed to.
-            if let Err(e) = std::fs::metadata(&mountpoint) {
-                tracing::info!(error = %e, "the mount's readahead stays the kernel's");
+            // Nothing here asks the mount itself: a request to its own daemon that one of the
+            // daemon's threads has taken is waited out uninterruptibly, so a daemon killed
+            // meanwhile would never exit (a stat of the mount point did that).
+            let Some(dev) = mount_device(&mountpoint) else {
+                tracing::info!("the mount's device not found: its readahead stays the kernel's");
                 return;
+            };
+            // INIT says what the kernel agreed to; its reply, processed once `init` returns,
+            // lowers the readahead to what the daemon asked at most, so it is set after that
+            // and set again if that came later.
+            let start = Instant::now();
+            while !ops.initialised() {
+                if start.elapsed() > Duration::from_secs(60) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
             let bytes = match asked {
                 Some(b) => b,
@@ -614,10 +641,19 @@ fn start_kernel_readahead<S: crate::core::source::Source>(
                 None => return,
             };
             let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-            match crate::sys::set_readahead(&mountpoint, kib) {
-                Ok(()) => tracing::debug!(kib, "readahead of the mount set"),
-                // Not root (mounted through fusermount3): reads keep the kernel's 128 KiB.
-                Err(e) => tracing::info!(error = %e, "the mount's readahead stays the kernel's"),
+            for wait in [50, 500] {
+                std::thread::sleep(Duration::from_millis(wait));
+                if crate::sys::readahead_kib(dev).is_ok_and(|k| k == kib) {
+                    continue;
+                }
+                match crate::sys::set_readahead_kib(dev, kib) {
+                    Ok(()) => tracing::debug!(kib, "readahead of the mount set"),
+                    // Not root (mounted through fusermount3): reads keep the kernel's 128 KiB.
+                    Err(e) => {
+                        tracing::info!(error = %e, "the mount's readahead stays the kernel's");
+                        return;
+                    }
+                }
             }
         })
         .map_err(|source| UserError::Start {

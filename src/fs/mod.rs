@@ -332,6 +332,11 @@ impl<S: Source> DyadFs<S> {
         self.config.max_waits_per_user
     }
 
+    /// Whether the kernel's INIT came (and [`Self::kernel`] says what it agreed to).
+    pub fn initialised(&self) -> bool {
+        self.kernel.get().is_some()
+    }
+
     /// What the kernel agreed to (nothing before INIT).
     pub fn kernel(&self) -> Capabilities {
         self.kernel.get().copied().unwrap_or_default()

@@ -181,6 +181,11 @@ impl<S: Source> Ops<S> {
         self.fs.stats()
     }
 
+    /// Whether the kernel's INIT has been answered (what it agreed to is known).
+    pub fn initialised(&self) -> bool {
+        self.fs.initialised()
+    }
+
     /// Whether large files not cached whole are read by direct I/O while complete ones pass
     /// through (known once INIT is done).
     pub fn reads_large_files_directly(&self) -> bool {

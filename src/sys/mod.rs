@@ -144,13 +144,16 @@ pub fn detach(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Sets the readahead of the file system mounted at `path` to `kib` KiB, through its
-/// backing device's `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb` (root only). The stat waits
-/// for a FUSE mount's INIT, which lowers the readahead to what the daemon asked at most.
-pub fn set_readahead(path: &Path, kib: u32) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path)?.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
+/// The readahead, in KiB, of the file systems on device `(major, minor)` (`/sys/class/bdi/
+/// MAJOR:MINOR/read_ahead_kb`): read, and set (root only).
+pub fn readahead_kib((major, minor): (u32, u32)) -> io::Result<u32> {
+    let s = std::fs::read_to_string(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"))?;
+    s.trim()
+        .parse()
+        .map_err(|_| io::Error::other("read_ahead_kb: not a number"))
+}
+
+pub fn set_readahead_kib((major, minor): (u32, u32), kib: u32) -> io::Result<()> {
     std::fs::write(
         format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"),
         kib.to_string(),
