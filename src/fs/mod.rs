@@ -283,16 +283,19 @@ impl<S: Source> DyadFs<S> {
         let _ = self.status.set(f);
     }
 
-    /// Whether large files not cached whole are opened for direct I/O ([`Opened::direct`])
-    /// while complete files pass through: then the kernel's readahead serves little but the
-    /// faults of mapped large files (known once INIT is done).
+    /// Whether a large file not cached whole is opened for direct I/O ([`Opened::direct`]):
+    /// unless `--page-cache-large-files`, where the kernel lets such files be mapped (known once
+    /// INIT is done).
+    pub(super) fn opens_large_files_directly(&self) -> bool {
+        self.config.direct_large && self.kernel().direct_io_mmap
+    }
+
+    /// Whether large files not cached whole are opened for direct I/O while complete files
+    /// pass through: then the kernel's readahead serves little but the faults of mapped large
+    /// files (known once INIT is done).
     pub fn reads_large_files_directly(&self) -> bool {
         let k = self.kernel();
-        self.config.direct_large
-            && self.config.passthrough
-            && k.passthrough
-            && k.direct_io_mmap
-            && !k.no_open
+        self.opens_large_files_directly() && self.config.passthrough && k.passthrough && !k.no_open
     }
 
     pub fn passthrough_enabled(&self) -> bool {

@@ -91,10 +91,8 @@ impl<S: Source> DyadFs<S> {
             window: AtomicU64::new(0),
             map: Default::default(),
         }));
-        let direct = self.config.direct_large
-            && !complete
-            && entry.version.size > WHOLE_FILE_MAX
-            && self.kernel().direct_io_mmap;
+        let direct =
+            !complete && entry.version.size > WHOLE_FILE_MAX && self.opens_large_files_directly();
         Ok(Opened {
             fh,
             passthrough: verified.then_some(entry),
