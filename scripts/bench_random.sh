@@ -22,8 +22,12 @@
 # tcp on loopback), node A reads the run's records (its first epoch), then node B reads the same
 # records (a DataLoader's next epoch gives them to another rank): per run, B's bytes pulled
 # from peers and fetched from the shared directory over the bytes touched, and both times.
+# SPARSE=1 makes the file a hole of SIZE bytes (no disk, no write time) instead of random bytes:
+# with a large SIZE and small LEN, many chunks with a page or two each, to see what their page
+# tables cost the daemon (each run prints its anonymous memory before and after the reads, and
+# `partial_chunks`).
 # Needs root (drop_caches). Usage: scripts/bench_random.sh (env: RUNS, SIZE, LEN, COUNT, MODE,
-# MIBS, ADVICE, EPOCH2, MOUNT_ARGS, DYADFS_BIN)
+# MIBS, ADVICE, EPOCH2, SPARSE, MOUNT_ARGS, DYADFS_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -45,8 +49,14 @@ if [ -n "${MIBS:-}" ]; then
   echo "the shared directory: ext4 on a loop device, reads throttled to $MIBS MiB/s"
 fi
 mkdir -p "$W/backing" "$W/mnt"
-echo "writing a $SIZE file into the shared directory"
-head -c "$bytes" /dev/urandom > "$W/backing/big.bin"
+if [ -n "${SPARSE:-}" ]; then
+  truncate -s "$bytes" "$W/backing/big.bin"
+else
+  echo "writing a $SIZE file into the shared directory"
+  head -c "$bytes" /dev/urandom > "$W/backing/big.bin"
+fi
+# rss_anon PID: the process's anonymous memory in KiB (its heap: what page tables cost).
+rss_anon() { awk '/^RssAnon/ {print $2}' /proc/"$1"/status; }
 # reads DIR SEED: the run's reads of DIR/big.bin; prints the seconds they took and the bytes
 # they touch.
 reads() {
@@ -123,8 +133,11 @@ for r in $(seq "$RUNS"); do
   rm -rf "$W/ssd"; mkdir "$W/ssd"
   # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options
   "$BIN" mount "$W/mnt" --ssd "$W/ssd" --backing "$W/backing" ${MOUNT_ARGS:-}
+  pid=$(dyadfs_stat "$W/mnt" pid)
+  rss0=$(rss_anon "$pid")
   read -r t touched < <(reads "$W/mnt" "$seed")
   fetched=$(dyadfs_stat "$W/mnt" bytes_from_backing)
+  echo "run $r  daemon anonymous memory $rss0 -> $(rss_anon "$pid") KiB, $(dyadfs_stat "$W/mnt" partial_chunks 2>/dev/null || echo '?') chunks partly cached"
   # What the cache's header log took for this epoch's fills (written on the cache disk).
   log=$(stat -c %s "$W/ssd/index.log")
   unmount_mounted "$W/mnt"

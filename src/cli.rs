@@ -256,6 +256,15 @@ pub struct MountArgs {
           help_heading = "Storage")]
     pub pack_max: PackMax,
 
+    /// Chunks of large files that may be partly cached at once: a random read (an HDF5 row, an
+    /// LMDB record) caches the 16 KiB pages it touches (at the default chunk size), and each
+    /// chunk holding some keeps a table of them in the daemon's memory (about 100 bytes). Past
+    /// this many, a random read of a chunk not cached yet caches the chunk whole. The default,
+    /// 262144, is 512 GiB of large files read at random at 2M chunks
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = crate::cache::MAX_PARTIAL_CHUNKS,
+          help_heading = "Storage")]
+    pub max_partial_chunks: u64,
+
     /// How long names and attributes are trusted (kernel and daemon); a changed backing file
     /// is noticed once this has passed. Accepts 500ms, 30s, 5m, 1h
     #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,

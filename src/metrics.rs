@@ -20,7 +20,7 @@ use crate::stats::{Latencies, Snapshot};
 type Labels = Vec<(String, String)>;
 
 /// Keys of `dyadfs stats` that are levels, not counts.
-const GAUGES: [&str; 16] = [
+const GAUGES: [&str; 17] = [
     "cached_bytes",
     "cached_files",
     "cache_segments",
@@ -37,6 +37,7 @@ const GAUGES: [&str; 16] = [
     "home_rack_files",
     "home_global_files",
     "home_names",
+    "partial_chunks",
 ];
 
 /// The text a scrape returns.
@@ -226,6 +227,7 @@ mod tests {
             open_files: 0,
             prefetch_pending: 0,
             kept_files: 0,
+            partial_chunks: 0,
         });
         stats.latency.fill("peer", std::time::Instant::now());
         let text = render(&snap, &stats.latency);

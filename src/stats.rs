@@ -175,6 +175,10 @@ pub struct Snapshot {
     /// Produced files this node keeps as their only copy. (Absent from older daemons: 0.)
     #[serde(default)]
     pub kept_files: u64,
+    /// Chunks of large files partly cached (pages a random reader touched), each with a page
+    /// table in memory (`--max-partial-chunks`). (Absent from older daemons: 0.)
+    #[serde(default)]
+    pub partial_chunks: u64,
     /// Background scrubs done (`--scrub-interval`). (Absent from older daemons: 0.)
     #[serde(default)]
     pub background_scrubs: u64,
@@ -377,6 +381,8 @@ pub struct Gauges {
     pub prefetch_pending: u64,
     /// Produced files this node keeps as their only copy.
     pub kept_files: u64,
+    /// Chunks partly cached, with a page table each.
+    pub partial_chunks: u64,
 }
 
 impl Stats {
@@ -391,6 +397,7 @@ impl Stats {
             open_files,
             prefetch_pending,
             kept_files,
+            partial_chunks,
         } = g;
         Snapshot {
             local_hits: get(&self.local_hits),
@@ -428,6 +435,7 @@ impl Stats {
             forged_chunks: get(&self.forged_chunks),
             unnamed_reclaimed: get(&self.unnamed_reclaimed),
             kept_files,
+            partial_chunks,
             background_scrubs: get(&self.background_scrubs),
             cache_write_errors: get(&self.cache_write_errors),
             pid: std::process::id(),
@@ -476,7 +484,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 61] = [
+        let rows: [(&str, String); 62] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -530,6 +538,7 @@ impl Snapshot {
                 self.unnamed_reclaimed.to_string(),
             ),
             ("produced files kept here", self.kept_files.to_string()),
+            ("chunks partly cached", self.partial_chunks.to_string()),
             ("background scrubs", self.background_scrubs.to_string()),
             ("cache write errors", self.cache_write_errors.to_string()),
             ("inodes", self.inodes.to_string()),

@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub use super::format::PageMask;
@@ -35,27 +37,97 @@ pub(super) enum Chunk {
 /// 16 KiB at the default chunk size, so a 110 KB record fetches about 1.1x its bytes.
 pub const PAGES: u64 = 128;
 
-/// The pages of one partial chunk, a bit each.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The pages of one partial chunk, a bit each, with the checksums of the present ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Pages {
-    pub(super) present: PageMask,
+    present: PageMask,
     /// Claimed by a filler (single flight, as a chunk's `Filling`).
     pub(super) filling: PageMask,
     /// Present pages whose bytes were checked against their checksum in this daemon's lifetime.
     pub(super) verified: PageMask,
-    /// Each present page's crc32c.
-    pub(super) crcs: [u32; PAGES as usize],
+    /// The crc32c of each present page, in page order: a chunk read at random holds a page or
+    /// two, so its table is 64 bytes and a few crcs, not one crc per page it could hold.
+    crcs: Box<[u32]>,
 }
 
-// The arrays are past `Default`'s 32 elements.
-impl Default for Pages {
-    fn default() -> Pages {
-        Pages {
-            present: 0,
-            filling: 0,
-            verified: 0,
-            crcs: [0; PAGES as usize],
+impl Pages {
+    pub(super) fn present(&self) -> PageMask {
+        self.present
+    }
+
+    /// The crc32c of page `page`, if present.
+    pub(super) fn crc(&self, page: u32) -> Option<u32> {
+        let bit: PageMask = 1 << page;
+        (self.present & bit != 0)
+            .then(|| self.crcs[(self.present & (bit - 1)).count_ones() as usize])
+    }
+
+    /// The crc32cs of the present pages, in page order (as the log records them).
+    pub(super) fn crcs(&self) -> &[u32] {
+        &self.crcs
+    }
+
+    /// Makes `pages` present with their checksums (`crcs[p]` for page p).
+    fn add(&mut self, pages: PageMask, crcs: &[u32; PAGES as usize]) {
+        let all = self.present | pages;
+        self.crcs = (0..PAGES as u32)
+            .filter(|&p| all & (1 << p) != 0)
+            .map(|p| match pages & (1 << p) {
+                0 => self.crc(p).unwrap_or_default(),
+                _ => crcs[p as usize],
+            })
+            .collect();
+        self.present = all;
+    }
+
+    /// Makes `pages` absent (and not verified).
+    pub(super) fn remove(&mut self, pages: PageMask) {
+        let kept = self.present & !pages;
+        self.crcs = (0..PAGES as u32)
+            .filter(|&p| kept & (1 << p) != 0)
+            .filter_map(|p| self.crc(p))
+            .collect();
+        self.present = kept;
+        self.verified &= !pages;
+    }
+
+    /// Pages as the log recorded them: `crcs` those of `present`'s pages in page order.
+    fn restore(&mut self, present: PageMask, crcs: &[u32]) {
+        self.present = present;
+        self.crcs = crcs.into();
+    }
+}
+
+/// How many chunks of one cache have a page table (each a few dozen bytes of the daemon's
+/// memory, for as little as one page of cache), and how many may: past that, a random read of
+/// an absent chunk fills it whole, as a sequential reader's would.
+pub(super) struct PageTables {
+    now: AtomicU64,
+    max: u64,
+}
+
+impl PageTables {
+    pub(super) fn new(max: u64) -> PageTables {
+        PageTables {
+            now: AtomicU64::new(0),
+            max,
         }
+    }
+
+    pub(super) fn count(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    fn room(&self) -> bool {
+        self.count() < self.max
+    }
+
+    fn add(&self, n: u64) {
+        self.now.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub(&self, n: u64) {
+        self.now.fetch_sub(n, Ordering::Relaxed);
     }
 }
 
@@ -70,6 +142,16 @@ pub(super) struct ManyChunks {
     chunks: Box<[Chunk]>,
     /// The pages of its `Partial` chunks, by chunk.
     pages: HashMap<u32, Pages>,
+    /// Where its page tables are counted (`None` until it joins a cache's entry).
+    tables: Option<Arc<PageTables>>,
+}
+
+impl Drop for ManyChunks {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tables {
+            t.sub(self.pages.len() as u64);
+        }
+    }
 }
 
 impl From<Vec<Chunk>> for Chunks {
@@ -79,6 +161,7 @@ impl From<Vec<Chunk>> for Chunks {
             _ => Chunks::Many(Box::new(ManyChunks {
                 chunks: v.into_boxed_slice(),
                 pages: HashMap::new(),
+                tables: None,
             })),
         }
     }
@@ -102,14 +185,43 @@ impl Chunks {
     pub(super) fn pages_mut(&mut self, idx: u64) -> Option<&mut Pages> {
         match self {
             Chunks::One(_) => None,
-            Chunks::Many(m) => Some(m.pages.entry(idx as u32).or_default()),
+            Chunks::Many(m) => {
+                let ManyChunks { pages, tables, .. } = &mut **m;
+                Some(pages.entry(idx as u32).or_insert_with(|| {
+                    if let Some(t) = tables {
+                        t.add(1);
+                    }
+                    Pages::default()
+                }))
+            }
         }
     }
 
     /// Forgets the pages of chunk `idx` (it is absent, being filled whole, or present whole).
     pub(super) fn drop_pages(&mut self, idx: u64) {
-        if let Chunks::Many(m) = self {
-            m.pages.remove(&(idx as u32));
+        if let Chunks::Many(m) = self
+            && m.pages.remove(&(idx as u32)).is_some()
+            && let Some(t) = &m.tables
+        {
+            t.sub(1);
+        }
+    }
+
+    /// Counts its page tables, now and as they come and go, in `tables`.
+    pub(super) fn counted_in(mut self, tables: &Arc<PageTables>) -> Chunks {
+        if let Chunks::Many(m) = &mut self {
+            tables.add(m.pages.len() as u64);
+            m.tables = Some(tables.clone());
+        }
+        self
+    }
+
+    /// Whether chunk `idx`, absent, may be filled page by page: a cache's page tables are
+    /// bounded (see [`PageTables`]).
+    fn may_take_pages(&self) -> bool {
+        match self {
+            Chunks::One(_) => false,
+            Chunks::Many(m) => m.tables.as_ref().is_none_or(|t| t.room()),
         }
     }
 
@@ -124,10 +236,7 @@ impl Chunks {
             .map(|(&chunk, p)| PartialRecord {
                 chunk,
                 pages: p.present,
-                crcs: (0..PAGES as usize)
-                    .filter(|&i| p.present & (1 << i) != 0)
-                    .map(|i| p.crcs[i])
-                    .collect(),
+                crcs: p.crcs.to_vec(),
             })
             .collect();
         out.sort_by_key(|r| r.chunk);
@@ -141,11 +250,7 @@ impl Chunks {
             let Some(p) = chunks.pages_mut(idx) else {
                 continue;
             };
-            p.present = r.pages;
-            let set = (0..PAGES as usize).filter(|&i| r.pages & (1 << i) != 0);
-            for (i, crc) in set.zip(&r.crcs) {
-                p.crcs[i] = *crc;
-            }
+            p.restore(r.pages, &r.crcs);
             chunks[idx as usize] = Chunk::Partial;
         }
         chunks
@@ -154,6 +259,9 @@ impl Chunks {
     /// Every chunk absent, no page anywhere.
     pub(super) fn clear(&mut self) {
         if let Chunks::Many(m) = self {
+            if let Some(t) = &m.tables {
+                t.sub(m.pages.len() as u64);
+            }
             m.pages.clear();
         }
         self.fill(Chunk::Absent);
@@ -203,7 +311,7 @@ impl State {
                 Chunk::Partial => {
                     let idx = i as u64;
                     let filling = self.chunks.pages_mut(idx).map_or(0, |p| {
-                        (p.present, p.verified) = (0, 0);
+                        p.remove(PageMask::MAX);
                         p.filling
                     });
                     if filling == 0 {
@@ -251,6 +359,9 @@ pub struct PageClaim {
     pub mine: PageMask,
     /// Whether another filler holds some of the pages wanted (or the whole chunk).
     pub others: bool,
+    /// The chunk is absent and the cache holds as many page tables as it may: it is to be
+    /// filled whole (nothing was claimed).
+    pub whole: bool,
 }
 
 /// The chunks of one entry, behind their lock, with the condition readers wait on.
@@ -301,23 +412,30 @@ impl ChunkStates {
     pub(super) fn claim_pages(&self, idx: u64, want: PageMask) -> PageClaim {
         let mut st = self.lock();
         let i = idx as usize;
-        if !matches!(st.chunks[i], Chunk::Absent | Chunk::Partial) {
-            return PageClaim {
-                mine: 0,
-                others: st.chunks[i] == Chunk::Filling,
-            };
+        let none = |others, whole| PageClaim {
+            mine: 0,
+            others,
+            whole,
+        };
+        match st.chunks[i] {
+            Chunk::Partial => {}
+            Chunk::Absent if st.chunks.may_take_pages() => {}
+            Chunk::Absent => return none(false, true),
+            Chunk::Filling => return none(true, false),
+            Chunk::Present { .. } => return none(false, false),
         }
         let Some(p) = st.chunks.pages_mut(idx) else {
-            return PageClaim {
-                mine: 0,
-                others: false,
-            };
+            return none(false, false);
         };
         let mine = want & !p.present & !p.filling;
         let others = want & p.filling != 0;
         p.filling |= mine;
         st.chunks[i] = Chunk::Partial;
-        PageClaim { mine, others }
+        PageClaim {
+            mine,
+            others,
+            whole: false,
+        }
     }
 
     /// Marks claimed pages `mine` of chunk `idx` present (`bytes` in all) with their checksums
@@ -338,22 +456,18 @@ impl ChunkStates {
         if let Some(p) = st.chunks.pages_mut(idx) {
             p.filling &= !mine;
             if kept {
-                for page in 0..PAGES as u32 {
-                    if mine & (1 << page) != 0 {
-                        p.crcs[page as usize] = crcs[page as usize];
-                    }
-                }
-                p.present |= mine;
+                p.add(mine, crcs);
                 p.verified |= mine;
             }
             let (present, filling, verified) = (p.present, p.filling, p.verified);
             let whole = present & all == all && filling == 0;
             if whole {
-                let page_crcs = p.crcs;
-                let crc = (1..PAGES as u32)
-                    .take_while(|&page| all & (1 << page) != 0)
-                    .fold(page_crcs[0], |acc, page| {
-                        crc32c::crc32c_combine(acc, page_crcs[page as usize], len(page) as usize)
+                // Every page present: its crcs are the chunk's pages' in order.
+                let crc = p.crcs[1..]
+                    .iter()
+                    .zip(1..)
+                    .fold(p.crcs[0], |acc, (&page_crc, page)| {
+                        crc32c::crc32c_combine(acc, page_crc, len(page) as usize)
                     });
                 st.chunks.drop_pages(idx);
                 st.chunks[idx as usize] = Chunk::Present {
@@ -460,6 +574,41 @@ impl ChunkStates {
         st.chunks[range.start as usize..range.end as usize]
             .iter()
             .all(|c| matches!(c, Chunk::Present { .. }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partial chunk keeps a crc for each present page only, in page order, whatever order
+    /// its pages come and go in.
+    #[test]
+    fn a_page_table_holds_the_crcs_of_its_present_pages_only() {
+        let mut crcs = [0u32; PAGES as usize];
+        for (p, c) in crcs.iter_mut().enumerate() {
+            *c = 1000 + p as u32;
+        }
+        let mut p = Pages::default();
+        p.add(1 << 70, &crcs);
+        p.add((1 << 3) | (1 << 127), &crcs);
+        p.add(1 << 0, &crcs);
+        assert_eq!(p.crcs(), [1000, 1003, 1070, 1127]);
+        assert_eq!(
+            (p.crc(70), p.crc(4), p.crc(127)),
+            (Some(1070), None, Some(1127))
+        );
+        p.verified = (1 << 3) | (1 << 70);
+        p.remove((1 << 3) | (1 << 5));
+        assert_eq!(p.present(), (1 << 0) | (1 << 70) | (1 << 127));
+        assert_eq!((p.crcs(), p.verified), (&[1000, 1070, 1127][..], 1 << 70));
+        // A page filled again takes its new checksum.
+        let mut again = crcs;
+        again[70] = 7;
+        p.add(1 << 70, &again);
+        assert_eq!(p.crcs(), [1000, 7, 1127]);
+        // The table's own size, whatever it holds: its crcs live beside it.
+        assert_eq!(std::mem::size_of::<Pages>(), 64);
     }
 }
 

@@ -69,6 +69,7 @@ impl Entry {
             .filter(|(_, c)| matches!(c, Chunk::Present { .. }))
             .map(|(i, _)| chunk_len(version.size, shared.chunk_size, i as u64))
             .sum();
+        let chunks = chunks.counted_in(&shared.page_tables);
         let entry = Entry {
             path,
             version,
@@ -91,7 +92,7 @@ impl Entry {
             .pages()
             .into_iter()
             .flatten()
-            .map(|(&idx, p)| entry.page_bytes(u64::from(idx), p.present))
+            .map(|(&idx, p)| entry.page_bytes(u64::from(idx), p.present()))
             .sum();
         st.present_bytes += pages;
         drop(st);
@@ -223,6 +224,21 @@ impl Reloaded {
         self.chunks = Chunks::with_partial(chunks, &[part]);
     }
 
+    /// Marks chunks present whole as a later record logged them (`(chunk, crc)`), their pages
+    /// if any forgotten; chunks the file does not have are ignored.
+    pub(super) fn set_chunks(&mut self, chunks: &[(u32, u32)]) {
+        for &(idx, crc) in chunks {
+            let i = idx as usize;
+            if i < self.chunks.len() {
+                self.chunks.drop_pages(u64::from(idx));
+                self.chunks[i] = Chunk::Present {
+                    crc,
+                    verified: false,
+                };
+            }
+        }
+    }
+
     /// A packed object's logged header.
     pub(super) fn packed(place: Place, h: Header) -> Reloaded {
         Reloaded {
@@ -259,7 +275,7 @@ impl Reloaded {
         let page = chunk_size / PAGES;
         for (&idx, p) in self.chunks.pages().into_iter().flatten() {
             let len = chunk_len(self.version.size, chunk_size, u64::from(idx));
-            if u64::from(PageMask::BITS - p.present.leading_zeros()) > len.div_ceil(page) {
+            if u64::from(PageMask::BITS - p.present().leading_zeros()) > len.div_ceil(page) {
                 return Err(CacheError::Corrupt("a page past its chunk".into()));
             }
         }
@@ -407,7 +423,7 @@ impl Entry {
         let st = self.state.lock();
         st.chunks
             .pages()
-            .is_some_and(|p| p.values().any(|p| p.present != 0))
+            .is_some_and(|p| p.values().any(|p| p.present() != 0))
     }
 
     /// Which pages are present, a word per 32 pages (every page of a present chunk), for words
@@ -422,7 +438,7 @@ impl Entry {
                 let i = w / WORDS;
                 let mask = match st.chunks[i as usize] {
                     Chunk::Present { .. } => self.all_pages(i),
-                    Chunk::Partial => st.chunks.page_set(i).map_or(0, |p| p.present),
+                    Chunk::Partial => st.chunks.page_set(i).map_or(0, |p| p.present()),
                     _ => 0,
                 };
                 (mask >> (w % WORDS * 32)) as u32
@@ -703,13 +719,10 @@ impl Entry {
                 return None;
             }
             let part = match (st.chunks[idx as usize], st.chunks.page_set(idx)) {
-                (Chunk::Partial, Some(p)) if p.present != 0 => PartialRecord {
+                (Chunk::Partial, Some(p)) if p.present() != 0 => PartialRecord {
                     chunk: idx as u32,
-                    pages: p.present,
-                    crcs: (0..PAGES as usize)
-                        .filter(|&i| p.present & (1 << i) != 0)
-                        .map(|i| p.crcs[i])
-                        .collect(),
+                    pages: p.present(),
+                    crcs: p.crcs().to_vec(),
                 },
                 // Present whole now (or dropped): the header says so.
                 _ => {
@@ -724,8 +737,37 @@ impl Entry {
             })
         })?;
         if whole {
+            return self.persist_chunks(&[idx]);
+        }
+        Ok(())
+    }
+
+    /// Records chunks a fill just made present whole: those chunks alone once the log holds a
+    /// whole header of the entry (a header grows with the file: rewriting it for each fill of
+    /// a file of thousands of chunks made the log grow with the square of its size), else the
+    /// whole header.
+    pub fn persist_chunks(&self, chunks: &[u64]) -> Result<(), CacheError> {
+        if self.pins_marks.load(Ordering::Relaxed) & LOGGED == 0 {
             return self.persist();
         }
+        self.shared.journal.put(|| {
+            let st = self.state.lock();
+            if st.evicted {
+                return None;
+            }
+            let present: Vec<(u32, u32)> = chunks
+                .iter()
+                .filter_map(|&i| match st.chunks[i as usize] {
+                    Chunk::Present { crc, .. } => Some((i as u32, crc)),
+                    _ => None,
+                })
+                .collect();
+            (!present.is_empty()).then(|| Record::Chunks {
+                path: self.path.to_string(),
+                version: self.version,
+                chunks: present,
+            })
+        })?;
         Ok(())
     }
 }

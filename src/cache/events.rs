@@ -57,6 +57,15 @@ impl Cache {
         self.tell_filled(entry);
     }
 
+    /// As [`Cache::filled`] for chunks `chunks` made present whole (see
+    /// [`Entry::persist_chunks`]).
+    pub fn chunks_filled(&self, entry: &Entry, chunks: &[u64]) {
+        if let Err(e) = entry.persist_chunks(chunks) {
+            self.write_failed(&entry.path, &e.into());
+        }
+        self.tell_filled(entry);
+    }
+
     /// As [`Cache::filled`] for pages of chunk `idx` (see [`Entry::persist_pages`]).
     pub fn pages_filled(&self, entry: &Entry, idx: u64) {
         if let Err(e) = entry.persist_pages(idx) {

@@ -25,9 +25,14 @@
 //! `fixtures/cache/pages-record-v2.bin`), so that a random reader's page fill appends tens of
 //! bytes, not the file's whole header (which grows with the file and with its partial chunks).
 //! Kind 4 was the same with `pages u32` when a page was a 32nd of a chunk: skipped whole (its
-//! pages are refetched; its checksums cannot vouch for a 128th). A daemon older than a kind
+//! pages are refetched; its checksums cannot vouch for a 128th). Kind 6 = chunks a fill made
+//! present whole in a file whose header is in the log: `size u64 | mtime_ns i64 | count u32 |
+//! (chunk u32 | crc32c u32) per chunk | path_len u32 | path` (golden:
+//! `fixtures/cache/chunks-record-v1.bin`): a fill of a file of thousands of chunks appends its
+//! chunks, not a header that grows with the file (a 16 GiB file read in order logged 320 MiB
+//! of headers, and the log grew with the square of a file's size). A daemon older than a kind
 //! skips its records as corrupt: it forgets packed objects (its sweep leaves their segments
-//! alone), and the pages of kind 5 (refetched when read).
+//! alone), the pages of kind 5 and the chunks of kind 6 (refetched when read).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -47,6 +52,7 @@ const PACKED: u8 = 3;
 /// Pages of 32 per chunk (retired: skipped).
 const PAGES_OF_32: u8 = 4;
 const PAGES: u8 = 5;
+const CHUNKS: u8 = 6;
 /// The log is rewritten once it exceeds twice its size after the last rewrite plus this.
 const SLACK: u64 = 16 << 20;
 
@@ -62,6 +68,13 @@ pub enum Record {
         path: String,
         version: Version,
         part: PartialRecord,
+    },
+    /// Chunks present whole now, with their crc32c, of the file at `path`, `version`, whose
+    /// header an earlier record holds.
+    Chunks {
+        path: String,
+        version: Version,
+        chunks: Vec<(u32, u32)>,
     },
 }
 
@@ -94,6 +107,23 @@ impl Record {
                 payload.extend_from_slice(&(path.len() as u32).to_le_bytes());
                 payload.extend_from_slice(path.as_bytes());
                 encode(PAGES, &payload)
+            }
+            Record::Chunks {
+                path,
+                version,
+                chunks,
+            } => {
+                let mut payload = Vec::with_capacity(24 + 8 * chunks.len() + path.len());
+                payload.extend_from_slice(&version.size.to_le_bytes());
+                payload.extend_from_slice(&version.mtime_ns.to_le_bytes());
+                payload.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+                for (chunk, crc) in chunks {
+                    payload.extend_from_slice(&chunk.to_le_bytes());
+                    payload.extend_from_slice(&crc.to_le_bytes());
+                }
+                payload.extend_from_slice(&(path.len() as u32).to_le_bytes());
+                payload.extend_from_slice(path.as_bytes());
+                encode(CHUNKS, &payload)
             }
         }
     }
@@ -298,6 +328,35 @@ fn pages_record(payload: &[u8]) -> Option<Record> {
     })
 }
 
+/// A kind 6 record's payload: at least one chunk, and the path's length matching the rest.
+fn chunks_record(payload: &[u8]) -> Option<Record> {
+    let u32_at = |at: usize| {
+        Some(u32::from_le_bytes(
+            payload.get(at..at + 4)?.try_into().ok()?,
+        ))
+    };
+    let size = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+    let mtime_ns = i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
+    let count = u32_at(16)? as usize;
+    if count == 0 || payload.len() < 20 + 8 * count {
+        return None;
+    }
+    let chunks: Vec<(u32, u32)> = (0..count)
+        .map(|i| Some((u32_at(20 + 8 * i)?, u32_at(24 + 8 * i)?)))
+        .collect::<Option<_>>()?;
+    let at = 20 + 8 * count;
+    let path_len = u32_at(at)? as usize;
+    if payload.len() != at + 4 + path_len {
+        return None;
+    }
+    let path = String::from_utf8(payload[at + 4..].to_vec()).ok()?;
+    Some(Record::Chunks {
+        path,
+        version: Version { size, mtime_ns },
+        chunks,
+    })
+}
+
 /// The record at the start of `bytes` (`None` for one of a retired kind) and its length, if a
 /// whole valid one starts there.
 fn record_at(bytes: &[u8]) -> Option<(Option<Record>, usize)> {
@@ -322,6 +381,7 @@ fn record_at(bytes: &[u8]) -> Option<(Option<Record>, usize)> {
                 .map(|h| Record::Packed(place, h))
         }
         PAGES => pages_record(&body[1..]),
+        CHUNKS => chunks_record(&body[1..]),
         PAGES_OF_32 => return Some((None, 4 + len)),
         _ => None,
     }?;
@@ -623,6 +683,47 @@ mod tests {
         })
         .unwrap();
         assert_eq!((n, skipped), (1, 0));
+    }
+
+    fn chunks() -> Record {
+        Record::Chunks {
+            path: "train/rows.h5".into(),
+            version: Version {
+                size: 5 << 30,
+                mtime_ns: 1_700_000_000_123_456_789,
+            },
+            chunks: vec![(0x0102, 0xdead_beef), (0x0103, 0x0bad_f00d)],
+        }
+    }
+
+    #[test]
+    fn chunks_record_golden_bytes() {
+        let path = "fixtures/cache/chunks-record-v1.bin";
+        let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
+            fs::write(&golden_file, chunks().encode()).unwrap();
+        }
+        let golden = include_bytes!("../../fixtures/cache/chunks-record-v1.bin");
+        assert_eq!(
+            chunks().encode(),
+            golden.as_slice(),
+            "the journal's chunks record changed: bump FORMAT_VERSION and regenerate the fixture"
+        );
+        let mut log = MAGIC.to_vec();
+        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
+        log.extend_from_slice(golden);
+        log.extend_from_slice(&packed().encode());
+        assert_eq!(decode(&log), vec![chunks(), packed()]);
+        // Torn, it is never taken.
+        for cut in 1..golden.len() {
+            assert_eq!(decode(&log[..12 + golden.len() - cut]), vec![]);
+        }
+        // A count its pairs do not fill is no record.
+        let mut body = golden[4..golden.len() - 4].to_vec();
+        body[17..21].copy_from_slice(&3u32.to_le_bytes());
+        let mut log = log[..12].to_vec();
+        log.extend_from_slice(&encode(body[0], &body[1..]));
+        assert_eq!(decode(&log), vec![]);
     }
 
     #[test]

@@ -68,7 +68,14 @@ pub struct CacheConfig {
     /// Objects of at most this many bytes are packed into segments (see [`segments`]); 0: none.
     /// At most one chunk.
     pub pack_max: u64,
+    /// Chunks that may be partly present at once (a page table each, in memory); a random read
+    /// of an absent chunk beyond that fills it whole.
+    pub max_partial_chunks: u64,
 }
+
+/// The default of [`CacheConfig::max_partial_chunks`]: 262,144 chunks (512 GiB of large files
+/// read at random at 2 MiB chunks) in about 25-40 MB of tables.
+pub const MAX_PARTIAL_CHUNKS: u64 = 1 << 18;
 
 /// The entries by slot (the hash of their path, which names their data file): a slot holds one
 /// entry at a time (a colliding newcomer takes it), so one table finds both. A table of bare
@@ -235,6 +242,7 @@ impl Cache {
             used: AtomicU64::new(0),
             segments,
             tick: AtomicU64::new(1),
+            page_tables: Arc::new(chunks::PageTables::new(config.max_partial_chunks)),
         });
         let mut index = Index::default();
         index.slots.reserve(live.len(), |e| place(e.slot()));
@@ -376,6 +384,11 @@ impl Cache {
     }
 
     /// Number of entries holding at least one present chunk.
+    /// Chunks partly present, a page table each (bounded by `max_partial_chunks`).
+    pub fn partial_chunks(&self) -> u64 {
+        self.shared.page_tables.count()
+    }
+
     pub fn cached_files(&self) -> u64 {
         let index = lock(&self.index);
         index

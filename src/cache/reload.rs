@@ -40,6 +40,11 @@ impl Live {
                 version,
                 part,
             } => live.pages(&path, version, part),
+            Record::Chunks {
+                path,
+                version,
+                chunks,
+            } => live.chunks(&path, version, &chunks),
         })?;
         Ok(live)
     }
@@ -59,16 +64,24 @@ impl Live {
     /// Pages of a partial chunk, over the header its path's slot holds if that is the same
     /// file at the same version (a record for a replaced or dropped one changes nothing).
     fn pages(&mut self, path: &str, version: Version, part: PartialRecord) {
-        let Some(&i) = self.slots.get(&path_hash(path)) else {
-            return;
-        };
-        if let Some(h) = self.headers[i as usize].as_mut()
-            && *h.path == *path
-            && h.version() == version
-            && h.place.is_none()
-        {
+        if let Some(h) = self.same_file(path, version) {
             h.set_pages(part);
         }
+    }
+
+    /// Chunks present whole, over the header of the same file at the same version.
+    fn chunks(&mut self, path: &str, version: Version, chunks: &[(u32, u32)]) {
+        if let Some(h) = self.same_file(path, version) {
+            h.set_chunks(chunks);
+        }
+    }
+
+    /// The header of `path` at `version` (not packed: a later record only extends a file's own).
+    fn same_file(&mut self, path: &str, version: Version) -> Option<&mut Reloaded> {
+        let &i = self.slots.get(&path_hash(path))?;
+        self.headers[i as usize]
+            .as_mut()
+            .filter(|h| *h.path == *path && h.version() == version && h.place.is_none())
     }
 
     fn drop_path(&mut self, path: &str) {

@@ -328,6 +328,49 @@ fn page_fills_log_their_chunks_pages_alone() {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// Whole-chunk fills of a large file whose header is logged append their chunks alone (a
+/// header of a file of thousands of chunks rewritten per fill made the log grow with the square
+/// of the file's size), and a restart finds those chunks present, the others absent.
+#[test]
+fn chunk_fills_log_their_chunks_alone() {
+    let (dir, config, stats) = setup(100 << 20);
+    let chunk = u64::from(config.chunk_size);
+    let size = 4096 * chunk;
+    let log = config.dir.join("index.log");
+    let log_len = || fs::metadata(&log).unwrap().len();
+    let fill_chunk = |cache: &Cache, e: &Entry, idx: u64| {
+        assert_eq!(e.claim(idx..idx + 1).mine, vec![idx]);
+        assert!(cache.reserve(e, chunk));
+        let bytes = vec![idx as u8; chunk as usize];
+        e.write_at(idx * chunk, &bytes).unwrap();
+        assert!(e.complete(idx, crc32c::crc32c(&bytes)));
+        cache.chunks_filled(e, &[idx]);
+    };
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        let e = cache.entry("big", v(size)).unwrap();
+        // The first fill logs the whole header: nothing of the entry is in the log yet.
+        let before = log_len();
+        fill_chunk(&cache, &e, 0);
+        assert!(log_len() - before > 4096, "the header has a word per chunk");
+        for idx in [7, 9, 4095] {
+            let before = log_len();
+            fill_chunk(&cache, &e, idx);
+            let grew = log_len() - before;
+            assert!(grew < 64, "a chunk fill appended {grew} bytes");
+        }
+    }
+    let cache = Cache::open(&config, stats).unwrap();
+    let e = cache.entry("big", v(size)).unwrap();
+    for idx in [0, 7, 9, 4095] {
+        assert!(e.all_present(idx..idx + 1), "chunk {idx}");
+        assert!(e.verify(&cache, idx..idx + 1).unwrap());
+    }
+    assert!(!e.all_present(1..2) && !e.all_present(8..9));
+    assert_eq!(cache.used_bytes(), 4 * chunk);
+    let _ = fs::remove_dir_all(dir);
+}
+
 /// A scrub (`recheck`) checks a partial chunk's present pages too, already verified or not, and
 /// drops a page rotten on disk alone.
 #[test]

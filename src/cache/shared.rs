@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::chunks::PageTables;
 use super::files::DataFiles;
 use super::journal::Journal;
 use super::segments::Segments;
@@ -21,6 +22,8 @@ pub(super) struct Shared {
     pub(super) segments: Segments,
     /// The clock: see `next_tick`.
     pub(super) tick: AtomicU64,
+    /// The page tables of its entries' partial chunks, bounded.
+    pub(super) page_tables: Arc<PageTables>,
 }
 
 impl Shared {

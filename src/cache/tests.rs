@@ -13,6 +13,7 @@ fn setup(capacity: u64) -> (PathBuf, CacheConfig, Arc<Stats>) {
         capacity: Some(capacity),
         open_files: 4,
         pack_max: 0,
+        max_partial_chunks: crate::cache::MAX_PARTIAL_CHUNKS,
     };
     (dir, config, Arc::new(Stats::default()))
 }

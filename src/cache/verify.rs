@@ -32,9 +32,9 @@ impl Entry {
                         checked += 1;
                     }
                     Chunk::Partial => {
-                        if let Some(p) = st.chunks.pages_mut(idx).filter(|p| p.present != 0) {
+                        if let Some(p) = st.chunks.pages_mut(idx).filter(|p| p.present() != 0) {
                             p.verified = 0;
-                            partial.push((idx, p.present));
+                            partial.push((idx, p.present()));
                             checked += 1;
                         }
                     }
@@ -148,12 +148,12 @@ impl Entry {
                 Chunk::Partial => st.chunks.page_set(idx),
                 _ => None,
             };
-            let Some(p) = pages.filter(|p| p.present & want == want) else {
+            let Some(p) = pages.filter(|p| p.present() & want == want) else {
                 return Ok(None);
             };
             (0..PAGES as u32)
                 .filter(|&i| want & !p.verified & (1 << i) != 0)
-                .map(|i| (i, p.crcs[i as usize]))
+                .filter_map(|i| Some((i, p.crc(i)?)))
                 .collect()
         };
         let (mut good, mut dropped) = (true, false);
@@ -190,15 +190,15 @@ impl Entry {
             return false;
         };
         // Only act if nobody changed the page while we read it.
-        if p.present & bit == 0 || p.crcs[page as usize] != crc {
+        if p.crc(page) != Some(crc) {
             return false;
         }
         if good {
             p.verified |= bit;
             return true;
         }
-        (p.present, p.verified) = (p.present & !bit, p.verified & !bit);
-        if p.present == 0 && p.filling == 0 {
+        p.remove(bit);
+        if p.present() == 0 && p.filling == 0 {
             st.chunks.drop_pages(idx);
             st.chunks[idx as usize] = Chunk::Absent;
         }

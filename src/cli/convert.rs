@@ -44,6 +44,7 @@ impl From<MountArgs> for MountConfig {
             open_files: a.open_files,
             chunk_size: a.chunk_size,
             pack_max: a.pack_max,
+            max_partial_chunks: a.max_partial_chunks,
             scrub_interval: a.scrub_interval,
             scrub_rate: a.scrub_rate,
             fs: FsConfig {

@@ -35,6 +35,8 @@ pub struct MountConfig {
     pub chunk_size: u64,
     /// Which cached objects are packed into segments.
     pub pack_max: PackMax,
+    /// Chunks that may be partly present at once (see `CacheConfig::max_partial_chunks`).
+    pub max_partial_chunks: u64,
     /// How often the background scrub re-checks the cache (zero: never), and its read rate.
     pub scrub_interval: Duration,
     pub scrub_rate: u64,

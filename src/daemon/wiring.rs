@@ -80,6 +80,7 @@ fn open_cache(args: &MountConfig, limit: u64, stats: &Arc<Stats>) -> Result<Arc<
         chunk_size: args.chunk_size as u32,
         capacity: args.capacity,
         pack_max: args.pack_max.until_init(),
+        max_partial_chunks: args.max_partial_chunks,
         open_files: args
             .open_files
             .unwrap_or((limit / 2).clamp(8, MAX_OPEN_FILES)),

@@ -138,6 +138,10 @@ impl<S: Source + ?Sized> Reader<S> {
         mut kept: Option<&mut Kept>,
     ) -> Result<bool, FillError> {
         let claim = entry.claim_pages(idx, want);
+        if claim.whole {
+            // The cache holds as many partly present chunks as it may.
+            return self.fill_claimed(entry, idx..idx + 1, wait, kept);
+        }
         let mut fill = PageFill {
             entry,
             cache: &self.cache,
@@ -371,7 +375,7 @@ impl<S: Source + ?Sized> Reader<S> {
         let mut fill = Fill {
             entry,
             cache: &self.cache,
-            pending: claim.mine,
+            pending: claim.mine.clone(),
             reserved: 0,
         };
         if !fill.pending.is_empty() {
@@ -428,7 +432,7 @@ impl<S: Source + ?Sized> Reader<S> {
                     fill.complete(idx, crc);
                 }
             }
-            self.cache.filled(entry);
+            self.cache.chunks_filled(entry, &claim.mine);
         }
         // Chunks a random read began: their absent pages only (the present ones stay).
         for &idx in &claim.partial {

@@ -12,6 +12,15 @@ use crate::core::mem_source::MemSource;
 static TEST_ID: AtomicU64 = AtomicU64::new(0);
 
 fn reader(source: MemSource, capacity: u64) -> (Reader<MemSource>, std::path::PathBuf) {
+    reader_with(source, capacity, crate::cache::MAX_PARTIAL_CHUNKS)
+}
+
+/// A reader whose cache holds at most `max_partial` partly present chunks.
+fn reader_with(
+    source: MemSource,
+    capacity: u64,
+    max_partial: u64,
+) -> (Reader<MemSource>, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!(
         "dyadfs-read-test-{}-{}",
         std::process::id(),
@@ -26,6 +35,7 @@ fn reader(source: MemSource, capacity: u64) -> (Reader<MemSource>, std::path::Pa
             capacity: Some(capacity),
             open_files: 4,
             pack_max: 0,
+            max_partial_chunks: max_partial,
         },
         stats.clone(),
     )
@@ -108,6 +118,45 @@ fn a_large_files_read_fetches_only_the_pages_it_touches() {
     // Its checksum, combined from its pages', is that of its bytes.
     assert_eq!(e.recheck(&r.cache, 6..7).unwrap(), (1, 0));
     assert_eq!(r.source.bytes.load(Ordering::Relaxed), chunk);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A cache's page tables are bounded: past `max_partial_chunks` partly present chunks, a random
+/// read of an absent chunk fills it whole; a table goes when its chunk is whole or its entry
+/// leaves the cache, and the next random read takes pages again.
+#[test]
+fn partly_present_chunks_are_bounded_per_cache() {
+    let (r, dir) = reader_with(MemSource::default(), 64 << 20, 1);
+    let data = pattern(20 << 20, 3);
+    let v = r.source.add("big", data.clone());
+    let e = r.cache.entry("big", v).unwrap();
+    let (chunk, page) = (e.chunk_size(), e.page_size());
+    let fetched = || r.source.bytes.load(Ordering::Relaxed);
+    let read = |at: u64, len: u64| {
+        let got = r.read(&e, at, len as u32).unwrap();
+        assert!(
+            got == data[at as usize..(at + len) as usize],
+            "bytes at {at}"
+        );
+    };
+    read(2 * chunk + 100, 20);
+    assert_eq!((fetched(), r.cache.partial_chunks()), (page, 1));
+    // No room for a second table: chunk 5 is filled whole.
+    read(5 * chunk + 100, 20);
+    assert_eq!((fetched(), r.cache.partial_chunks()), (page + chunk, 1));
+    assert!(e.all_present(5..6));
+    // Chunk 2 has its table: it goes on page by page, and once whole gives the table back.
+    read(2 * chunk + 3 * page, 20);
+    assert_eq!(fetched(), 2 * page + chunk);
+    read(2 * chunk, chunk);
+    assert!(e.all_present(2..3));
+    assert_eq!((fetched(), r.cache.partial_chunks()), (2 * chunk, 0));
+    read(7 * chunk + 100, 20);
+    assert_eq!((fetched(), r.cache.partial_chunks()), (2 * chunk + page, 1));
+    // The entry leaves the cache: its tables go with it.
+    r.cache.forget("big", v);
+    drop(e);
+    assert_eq!(r.cache.partial_chunks(), 0);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -247,6 +296,7 @@ mod model {
             capacity: Some(capacity),
             open_files: 4,
             pack_max: 0,
+            max_partial_chunks: crate::cache::MAX_PARTIAL_CHUNKS,
         };
         Arc::new(Cache::open(&config, stats).unwrap())
     }

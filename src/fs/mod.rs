@@ -274,6 +274,7 @@ impl<S: Source> DyadFs<S> {
                 open_files: cache.open_files(),
                 prefetch_pending: prefetch.pending(),
                 kept_files: producer.kept_count(),
+                partial_chunks: cache.partial_chunks(),
             })
         }
     }

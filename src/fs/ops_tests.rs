@@ -157,6 +157,7 @@ pub(crate) fn fs_over(
         open_files: 8,
         // Files of a quarter chunk or less are packed in segments, the rest have files.
         pack_max: 64 << 10,
+        max_partial_chunks: crate::cache::MAX_PARTIAL_CHUNKS,
     };
     let cache = Arc::new(Cache::open(&config, stats.clone()).unwrap());
     let quota = quota::Quota::new(max_staged_per_user, stats.clone());
