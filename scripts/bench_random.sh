@@ -6,7 +6,10 @@
 # os.pread; MODE=mmap touches the same ranges of an mmap of the file (as LMDB or np.memmap do).
 # MODE=stream reads the first COUNT x LEN bytes in order instead, LEN bytes a call through
 # Python's buffered open (a line reader, tarfile, pickle: small reads of a large file in order);
-# MODE=rawstream the same with os.read (GNU tar's 10 KiB reads, dd bs=...).
+# MODE=rawstream the same with os.read (GNU tar's 10 KiB reads, dd bs=...). MODE=h5py makes the
+# file an HDF5 file of one contiguous dataset of SIZE/LEN rows of LEN bytes (h5py, installed
+# from Debian's python3-h5py if missing) and reads COUNT random rows by index through h5py (as a
+# Dataset's __getitem__ does): HDF5's own reads of its metadata and rows.
 # Per run: the time, the bytes the reads touch, and for the mount the bytes it fetched from the
 # shared directory (`bytes_from_backing`) over those touched: what a first epoch of random
 # reads costs the shared file system. Defaults: a 1.5 GiB file, 1000 reads of 256 KiB; for an
@@ -32,6 +35,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-3} SIZE=${SIZE:-1536M} LEN=${LEN:-262144} COUNT=${COUNT:-1000} MODE=${MODE:-pread}
+# The Python that reads (and for MODE=h5py writes) the file: Debian's, which python3-h5py serves.
+PY=python3
+if [ "$MODE" = h5py ]; then
+  PY=/usr/bin/python3
+  "$PY" -c 'import h5py' 2>/dev/null || apt-get install -y --no-install-recommends python3-h5py
+fi
 build_dyadfs
 W=$(mktemp -d /var/tmp/dyadfs-random-bench.XXXX)
 . scripts/lib/slow-fs.sh
@@ -49,7 +58,20 @@ if [ -n "${MIBS:-}" ]; then
   echo "the shared directory: ext4 on a loop device, reads throttled to $MIBS MiB/s"
 fi
 mkdir -p "$W/backing" "$W/mnt"
-if [ -n "${SPARSE:-}" ]; then
+if [ "$MODE" = h5py ]; then
+  echo "writing a $SIZE HDF5 file of $((bytes / LEN)) rows of $LEN bytes into the shared directory"
+  "$PY" - "$W/backing/big.bin" "$bytes" "$LEN" <<'PY'
+import os, sys, h5py, numpy as np
+path, size, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rows = size // length
+with h5py.File(path, "w") as f:
+    d = f.create_dataset("rows", shape=(rows, length), dtype="u1")  # contiguous
+    step = max(1, (64 << 20) // length)
+    for at in range(0, rows, step):
+        n = min(step, rows - at)
+        d[at:at + n] = np.frombuffer(os.urandom(n * length), dtype="u1").reshape(n, length)
+PY
+elif [ -n "${SPARSE:-}" ]; then
   truncate -s "$bytes" "$W/backing/big.bin"
 else
   echo "writing a $SIZE file into the shared directory"
@@ -60,12 +82,22 @@ rss_anon() { awk '/^RssAnon/ {print $2}' /proc/"$1"/status; }
 # reads DIR SEED: the run's reads of DIR/big.bin; prints the seconds they took and the bytes
 # they touch.
 reads() {
-  python3 - "$1/big.bin" "$2" "$LEN" "$COUNT" "$MODE" "${ADVICE:-}" <<'PY'
+  "$PY" - "$1/big.bin" "$2" "$LEN" "$COUNT" "$MODE" "${ADVICE:-}" <<'PY'
 import mmap, os, random, sys, time
 path, seed, length, count, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 random_advice = sys.argv[6] == "random"
 size = os.path.getsize(path)
 rng = random.Random(seed)
+if mode == "h5py":
+    import h5py
+    t = time.perf_counter()
+    with h5py.File(path, "r") as f:
+        d = f["rows"]
+        rows = [rng.randrange(0, d.shape[0]) for _ in range(count)]
+        for i in rows:
+            assert d[i].nbytes == length
+    print(f"{time.perf_counter() - t:.3f} {count * length}")
+    sys.exit(0)
 offsets = [rng.randrange(0, size - length) for _ in range(count)]
 if mode in ("stream", "rawstream"):
     t = time.perf_counter()
