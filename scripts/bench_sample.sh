@@ -15,6 +15,8 @@
 # Both caches are on one fresh journaled ext4 loop image (CACHE_FS=ext4, the default; empty: the
 # directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
 # cache file's inode allocation scans for recently deleted inodes).
+# Each phase also splits both daemons' CPU by thread name (FUSE threads, the runtime, the
+# publisher, the holder's serving threads), per file.
 # Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
 # FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS; STRACE=0 leaves out the strace pass)
 set -euo pipefail
@@ -67,6 +69,17 @@ round_trips() {
   done
   echo $s
 }
+# by_thread PID: each thread name's CPU so far (ns), summed over the threads of that name.
+by_thread() {
+  for t in /proc/"$1"/task/*; do
+    echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"
+  done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}' | sort
+}
+# thread_split BEFORE AFTER: the names that took at least 1 us per file between the two.
+thread_split() {
+  join -a 2 "$1" "$2" | awk -v n="$FILES" 'NF == 2 {$3 = $2; $2 = 0}
+    {d = ($3 - $2) / 1000 / n; if (d >= 1) printf "%s %.0f  ", $1, d}'
+}
 # read_set MNT SET: the 4 readers over set SET through MNT, each its quarter of a shuffled order.
 read_set() {
   python3 - "$1/set$2" <<'PY'
@@ -96,6 +109,7 @@ for r in $(seq "$RUNS"); do
     [ "$ph" != hit ] || sleep 0.5   # B's publishes trail its reads
     drop
     a0=$(threads_cpu_ms "$A") b0=$(threads_cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
+    by_thread "$A" > "$W/ta0"; by_thread "$B" > "$W/tb0"
     l0=$(round_trips)
     fuse_trace_start
     if [ "${PERF:-0}" = 1 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
@@ -115,6 +129,8 @@ for r in $(seq "$RUNS"); do
         r, ph, n / (T[2] - T[1]), (A[2] - A[1]) * 1000 / n, (B[2] - B[1]) * 1000 / n,
         (SA[2] - SA[1]) / n, (SB[2] - SB[1]) / n, (L[2] - L[1]) / n }' | tee -a "$W/runs.txt"
     echo "  FUSE requests per file: $req"
+    by_thread "$A" > "$W/ta1"; by_thread "$B" > "$W/tb1"
+    echo "  CPU per file by thread, us: B $(thread_split "$W/tb0" "$W/tb1")| A $(thread_split "$W/ta0" "$W/ta1")"
     awk -v ph=$ph -v n="$FILES" -v d="$a0 $a1 $b0 $b1" 'BEGIN {
       split(d, D, " "); printf "%s %.1f\n", ph, (D[2] - D[1] + D[4] - D[3]) * 1000 / n }' >> "$W/cpu.txt"
   done
