@@ -20,7 +20,7 @@ use crate::stats::{Latencies, Snapshot};
 type Labels = Vec<(String, String)>;
 
 /// Keys of `dyadfs stats` that are levels, not counts.
-const GAUGES: [&str; 17] = [
+const GAUGES: [&str; 18] = [
     "cached_bytes",
     "cached_files",
     "cache_segments",
@@ -38,6 +38,7 @@ const GAUGES: [&str; 17] = [
     "home_global_files",
     "home_names",
     "partial_chunks",
+    "kept_files",
 ];
 
 /// The text a scrape returns.
@@ -226,8 +227,8 @@ mod tests {
             inodes: 2,
             open_files: 0,
             prefetch_pending: 0,
-            kept_files: 0,
-            partial_chunks: 0,
+            kept_files: 2,
+            partial_chunks: 3,
         });
         stats.latency.fill("peer", std::time::Instant::now());
         let text = render(&snap, &stats.latency);
@@ -236,6 +237,13 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("dyadfs_cached_bytes{node=\"0\"} 7"), "{text}");
+        // Levels are gauges (a counter must never go down).
+        for level in ["kept_files", "partial_chunks"] {
+            assert!(
+                text.contains(&format!("# TYPE dyadfs_{level} gauge")),
+                "{text}"
+            );
+        }
         assert!(
             text.lines()
                 .filter(|l| l.starts_with("dyadfs_fill_seconds_count"))
