@@ -261,7 +261,7 @@ pub struct MountArgs {
     /// chunk holding some keeps a table of them in the daemon's memory (about 100 bytes). Past
     /// this many, a random read of a chunk not cached yet caches the chunk whole. The default,
     /// 262144, is 512 GiB of large files read at random at 2M chunks
-    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = crate::cache::MAX_PARTIAL_CHUNKS,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = crate::daemon::config::MAX_PARTIAL_CHUNKS,
           help_heading = "Storage")]
     pub max_partial_chunks: u64,
 

@@ -541,6 +541,41 @@ fn random_preads_of_a_large_file_fetch_what_they_touch() {
     }
 }
 
+/// The page tables of a mount's cache are bounded (`--max-partial-chunks`): past the bound, a
+/// random read of a chunk not cached yet caches it whole; the chunks so cached are logged as
+/// such and survive a restart (nothing fetched again), as the partial ones do.
+#[test]
+fn partly_cached_chunks_are_bounded_and_survive_a_restart() {
+    const LEN: usize = 64 << 10;
+    let data = pattern(64 * MIB + 777, 10);
+    let f = Fixture::new("partial-bound");
+    f.write("rows.h5", &data);
+    let offsets: Vec<usize> = (0..24)
+        .map(|k| (k * 2 * MIB + 5 * k * 4096 + 100) % (data.len() - LEN))
+        .collect();
+    let read_all = |m: &Mounted| {
+        let file = File::open(m.path("rows.h5")).unwrap();
+        for &off in &offsets {
+            let mut buf = vec![0; LEN];
+            file.read_exact_at(&mut buf, off as u64).unwrap();
+            assert!(buf == data[off..off + LEN], "pread at {off}");
+        }
+    };
+    let args = ["--max-partial-chunks", "2"];
+    let m = f.mount(&args);
+    read_all(&m);
+    assert_eq!(m.stat("partial_chunks"), 2);
+    // Two chunks by their pages, the other 22 whole.
+    let fetched = m.stat("bytes_from_backing");
+    assert!(fetched >= 22 * 2 * MIB as u64, "fetched {fetched}");
+    m.unmount();
+    let m = f.mount(&args);
+    read_all(&m);
+    assert_eq!(m.stat("bytes_from_backing"), 0, "refetched after a restart");
+    assert_eq!(m.stat("partial_chunks"), 2);
+    m.unmount();
+}
+
 #[test]
 fn small_capacity_evicts_and_stays_byte_exact() {
     for (i, mode) in MODES.iter().enumerate() {

@@ -98,9 +98,9 @@ impl Pages {
     }
 }
 
-/// How many chunks of one cache have a page table (each a few dozen bytes of the daemon's
-/// memory, for as little as one page of cache), and how many may: past that, a random read of
-/// an absent chunk fills it whole, as a sequential reader's would.
+/// How many chunks of one cache have a page table (about 250 bytes of the daemon's memory each
+/// with its map slot and crcs, for as little as one page of cache), and how many may: past
+/// that, a random read of an absent chunk fills it whole, as a sequential reader's would.
 pub(super) struct PageTables {
     now: AtomicU64,
     max: u64,
@@ -216,8 +216,8 @@ impl Chunks {
         self
     }
 
-    /// Whether chunk `idx`, absent, may be filled page by page: a cache's page tables are
-    /// bounded (see [`PageTables`]).
+    /// Whether an absent chunk may be filled page by page: never a one-chunk file's (files
+    /// that small are fetched whole), and a cache's page tables are bounded ([`PageTables`]).
     fn may_take_pages(&self) -> bool {
         match self {
             Chunks::One(_) => false,

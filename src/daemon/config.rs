@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::cache::MAX_PARTIAL_CHUNKS;
 use crate::fs::FsConfig;
 
 /// The empty directory in the cache directory that a managed directory presents as its
@@ -35,7 +36,8 @@ pub struct MountConfig {
     pub chunk_size: u64,
     /// Which cached objects are packed into segments.
     pub pack_max: PackMax,
-    /// Chunks that may be partly present at once (see `CacheConfig::max_partial_chunks`).
+    /// Chunks that may be partly present at once (see `CacheConfig::max_partial_chunks`;
+    /// default [`MAX_PARTIAL_CHUNKS`]).
     pub max_partial_chunks: u64,
     /// How often the background scrub re-checks the cache (zero: never), and its read rate.
     pub scrub_interval: Duration,
