@@ -10,7 +10,10 @@
 # `fuse:fuse_request_send` tracepoint), both daemons' CPU and context switches, and, in a second
 # pass over other files with `strace -c -f` attached to both daemons (which slows them, so its
 # CPU is not counted), every system call the daemons made. PERF=1 adds `perf record -g` of B
-# over the pull and hit phases of run 1 and prints where B's CPU went (top symbols, children). RUNS passes of the first kind, whose
+# over the pull and hit phases of run 1 and prints where B's CPU went (top symbols, children);
+# PERF=dwarf records DWARF call graphs instead (release builds keep no frame pointers) and also
+# prints each of the daemon's functions with its callees' share; PERF_OF=A records the holder
+# instead of B. RUNS passes of the first kind, whose
 # CPU is printed run by run; one strace pass. MOUNT_ARGS: extra options for both mounts.
 # Both caches are on one fresh journaled ext4 loop image (CACHE_FS=ext4, the default; empty: the
 # directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
@@ -18,7 +21,7 @@
 # Each phase also splits both daemons' CPU by thread name (FUSE threads, the runtime, the
 # publisher, the holder's serving threads), per file.
 # Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
-# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS; STRACE=0 leaves out the strace pass)
+# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS, PERF, PERF_OF; STRACE=0 leaves out the strace pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -112,8 +115,10 @@ for r in $(seq "$RUNS"); do
     by_thread "$A" > "$W/ta0"; by_thread "$B" > "$W/tb0"
     l0=$(round_trips)
     fuse_trace_start
-    if [ "${PERF:-0}" = 1 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
-      perf record -q -g -p "$B" -o "$W/perf.$ph" 2>/dev/null &
+    if [ "${PERF:-0}" != 0 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
+      # shellcheck disable=SC2046 # the call-graph option is one or two words
+      perf record -q $([ "$PERF" = dwarf ] && echo "--call-graph dwarf,16384 -F 2000" || echo -g) \
+        -p "$([ "${PERF_OF:-B}" = A ] && echo "$A" || echo "$B")" -o "$W/perf.$ph" 2>/dev/null &
       pf=$!; sleep 0.5
     fi
     t0=$(now); read_set "$(phase_mnt $ph)" "$s"; t1=$(now)
@@ -192,11 +197,15 @@ for ph in $phases; do
       c = $2 / n; if (c >= 0.05) s = s sprintf("%s %.2f  ", $1, c); t += c }
     END { printf "  %-4s %.1f calls per file: %s\n", ph, t, s }' "$W/strace.$ph"
 done
-if [ "${PERF:-0}" = 1 ]; then
+if [ "${PERF:-0}" != 0 ]; then
   for ph in pull hit; do
-    echo "perf of B, $ph (run 1; self time, symbols over 1%):"
+    echo "perf of ${PERF_OF:-B}, $ph (run 1; self time, symbols over 1%):"
     perf report -q -i "$W/perf.$ph" --no-children --sort sym --percent-limit 1 2>/dev/null |
       grep -E '^ +[0-9]' | head -40
+    [ "$PERF" = dwarf ] || continue
+    echo "perf of ${PERF_OF:-B}, $ph: the daemon's functions with their callees (over 1.5%):"
+    perf report -q -i "$W/perf.$ph" --children --sort sym --percent-limit 1.5 2>/dev/null |
+      grep -E '^ +[0-9]' | grep -v '\[k\]' | head -60
   done
 fi
 echo "medians over $RUNS runs (both daemons' CPU per file):"
