@@ -629,28 +629,42 @@ mod tests {
         }
     }
 
-    #[test]
-    fn pages_record_golden_bytes() {
-        let path = "fixtures/cache/pages-record-v2.bin";
-        let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
-            fs::write(&golden_file, pages().encode()).unwrap();
-        }
-        let golden = include_bytes!("../../fixtures/cache/pages-record-v2.bin");
-        assert_eq!(
-            pages().encode(),
-            golden.as_slice(),
-            "the journal's pages record changed: bump FORMAT_VERSION and regenerate the fixture"
-        );
+    /// A log of format 1's framing (as this release starts one) holding `golden`, then `then`.
+    fn log_of(golden: &[u8], then: &[Record]) -> Vec<u8> {
         let mut log = MAGIC.to_vec();
         log.extend_from_slice(&FORMAT_V1.to_le_bytes());
         log.extend_from_slice(golden);
-        log.extend_from_slice(&packed().encode());
-        assert_eq!(decode(&log), vec![pages(), packed()]);
-        // Torn, it is never taken; a page count its crcs do not match is no record.
-        for cut in 1..golden.len() {
-            assert_eq!(decode(&log[..12 + golden.len() - cut]), vec![]);
+        for r in then {
+            log.extend_from_slice(&r.encode());
         }
+        log
+    }
+
+    /// `record` encodes to `golden`, the bytes of `fixtures/cache/<name>` (rewritten from it
+    /// first under DYADFS_REGENERATE_FIXTURES); in a log before a packed record, both read back;
+    /// torn anywhere, it is never taken.
+    fn golden_record(name: &str, golden: &[u8], record: Record) {
+        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
+            let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cache");
+            fs::write(file.join(name), record.encode()).unwrap();
+        }
+        assert_eq!(
+            record.encode(),
+            golden,
+            "the journal's record {name} changed: bump FORMAT_VERSION and regenerate the fixture"
+        );
+        assert_eq!(decode(&log_of(golden, &[packed()])), vec![record, packed()]);
+        let log = log_of(golden, &[]);
+        for cut in 1..golden.len() {
+            assert_eq!(decode(&log[..log.len() - cut]), vec![]);
+        }
+    }
+
+    #[test]
+    fn pages_record_golden_bytes() {
+        let golden = include_bytes!("../../fixtures/cache/pages-record-v2.bin");
+        golden_record("pages-record-v2.bin", golden, pages());
+        // A page count its crcs do not match is no record.
         let Record::Pages { mut part, .. } = pages() else {
             unreachable!()
         };
@@ -663,9 +677,7 @@ mod tests {
             },
             part,
         };
-        let mut log = log[..12].to_vec();
-        log.extend_from_slice(&bad.encode());
-        assert_eq!(decode(&log), vec![]);
+        assert_eq!(decode(&log_of(&bad.encode(), &[])), vec![]);
     }
 
     /// The pages record of 32 pages per chunk (kind 4) is skipped whole, and what follows it
@@ -698,60 +710,22 @@ mod tests {
 
     #[test]
     fn chunks_record_golden_bytes() {
-        let path = "fixtures/cache/chunks-record-v1.bin";
-        let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
-            fs::write(&golden_file, chunks().encode()).unwrap();
-        }
         let golden = include_bytes!("../../fixtures/cache/chunks-record-v1.bin");
-        assert_eq!(
-            chunks().encode(),
-            golden.as_slice(),
-            "the journal's chunks record changed: bump FORMAT_VERSION and regenerate the fixture"
-        );
-        let mut log = MAGIC.to_vec();
-        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
-        log.extend_from_slice(golden);
-        log.extend_from_slice(&packed().encode());
-        assert_eq!(decode(&log), vec![chunks(), packed()]);
-        // Torn, it is never taken.
-        for cut in 1..golden.len() {
-            assert_eq!(decode(&log[..12 + golden.len() - cut]), vec![]);
-        }
+        golden_record("chunks-record-v1.bin", golden, chunks());
         // A count its pairs do not fill is no record.
         let mut body = golden[4..golden.len() - 4].to_vec();
         body[17..21].copy_from_slice(&3u32.to_le_bytes());
-        let mut log = log[..12].to_vec();
-        log.extend_from_slice(&encode(body[0], &body[1..]));
-        assert_eq!(decode(&log), vec![]);
+        assert_eq!(decode(&log_of(&encode(body[0], &body[1..]), &[])), vec![]);
     }
 
     #[test]
     fn packed_record_golden_bytes() {
-        let path = "fixtures/cache/packed-record-v1.bin";
-        let golden_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-        if std::env::var_os("DYADFS_REGENERATE_FIXTURES").is_some() {
-            fs::write(&golden_file, packed().encode()).unwrap();
-        }
         let golden = include_bytes!("../../fixtures/cache/packed-record-v1.bin");
-        assert_eq!(
-            packed().encode(),
-            golden.as_slice(),
-            "the journal's packed record changed: bump FORMAT_VERSION and regenerate the fixture"
-        );
-        // In a log as this release starts one (format 1's framing) and one of the header format.
-        for format in [FORMAT_V1, FORMAT_VERSION] {
-            let mut log = MAGIC.to_vec();
-            log.extend_from_slice(&format.to_le_bytes());
-            log.extend_from_slice(golden);
-            assert_eq!(decode(&log), vec![packed()]);
-        }
+        golden_record("packed-record-v1.bin", golden, packed());
+        // Also in a log of the header format's number.
         let mut log = MAGIC.to_vec();
-        log.extend_from_slice(&FORMAT_V1.to_le_bytes());
+        log.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         log.extend_from_slice(golden);
-        // Torn anywhere, it is never taken.
-        for cut in 1..golden.len() {
-            assert_eq!(decode(&log[..log.len() - cut]), vec![]);
-        }
+        assert_eq!(decode(&log), vec![packed()]);
     }
 }
