@@ -95,36 +95,30 @@ impl Record {
                 path,
                 version,
                 part,
-            } => {
-                let mut payload = Vec::with_capacity(36 + 4 * part.crcs.len() + path.len());
-                payload.extend_from_slice(&version.size.to_le_bytes());
-                payload.extend_from_slice(&version.mtime_ns.to_le_bytes());
-                payload.extend_from_slice(&part.chunk.to_le_bytes());
-                payload.extend_from_slice(&part.pages.to_le_bytes());
-                for crc in &part.crcs {
-                    payload.extend_from_slice(&crc.to_le_bytes());
-                }
-                payload.extend_from_slice(&(path.len() as u32).to_le_bytes());
-                payload.extend_from_slice(path.as_bytes());
-                encode(PAGES, &payload)
-            }
+            } => encode(
+                PAGES,
+                &of_file(*version, path, |payload| {
+                    payload.extend_from_slice(&part.chunk.to_le_bytes());
+                    payload.extend_from_slice(&part.pages.to_le_bytes());
+                    for crc in &part.crcs {
+                        payload.extend_from_slice(&crc.to_le_bytes());
+                    }
+                }),
+            ),
             Record::Chunks {
                 path,
                 version,
                 chunks,
-            } => {
-                let mut payload = Vec::with_capacity(24 + 8 * chunks.len() + path.len());
-                payload.extend_from_slice(&version.size.to_le_bytes());
-                payload.extend_from_slice(&version.mtime_ns.to_le_bytes());
-                payload.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
-                for (chunk, crc) in chunks {
-                    payload.extend_from_slice(&chunk.to_le_bytes());
-                    payload.extend_from_slice(&crc.to_le_bytes());
-                }
-                payload.extend_from_slice(&(path.len() as u32).to_le_bytes());
-                payload.extend_from_slice(path.as_bytes());
-                encode(CHUNKS, &payload)
-            }
+            } => encode(
+                CHUNKS,
+                &of_file(*version, path, |payload| {
+                    payload.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+                    for (chunk, crc) in chunks {
+                        payload.extend_from_slice(&chunk.to_le_bytes());
+                        payload.extend_from_slice(&crc.to_le_bytes());
+                    }
+                }),
+            ),
         }
     }
 }
@@ -298,61 +292,72 @@ impl<R: Read> Window<R> {
     }
 }
 
+/// The payload of a record about part of one file (kinds 5 and 6): `size u64 | mtime_ns i64 |`
+/// what `body` writes `| path_len u32 | path`.
+fn of_file(version: Version, path: &str, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(64 + path.len());
+    payload.extend_from_slice(&version.size.to_le_bytes());
+    payload.extend_from_slice(&version.mtime_ns.to_le_bytes());
+    body(&mut payload);
+    payload.extend_from_slice(&(path.len() as u32).to_le_bytes());
+    payload.extend_from_slice(path.as_bytes());
+    payload
+}
+
+/// The little-endian u32 at `at` of `bytes`, if it holds one there.
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The version a record of [`of_file`]'s shape starts with.
+fn version_of(payload: &[u8]) -> Option<Version> {
+    Some(Version {
+        size: u64::from_le_bytes(payload.get(..8)?.try_into().ok()?),
+        mtime_ns: i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?),
+    })
+}
+
+/// The path a record of [`of_file`]'s shape ends with, its length at `at`: only if it ends the
+/// payload exactly.
+fn path_at(payload: &[u8], at: usize) -> Option<String> {
+    let len = u32_at(payload, at)? as usize;
+    if payload.len() != at + 4 + len {
+        return None;
+    }
+    String::from_utf8(payload[at + 4..].to_vec()).ok()
+}
+
 /// A kind 5 record's payload: a page set whose page count its crcs match.
 fn pages_record(payload: &[u8]) -> Option<Record> {
-    let u32_at = |at: usize| {
-        Some(u32::from_le_bytes(
-            payload.get(at..at + 4)?.try_into().ok()?,
-        ))
-    };
-    let size = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
-    let mtime_ns = i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
-    let chunk = u32_at(16)?;
+    let version = version_of(payload)?;
+    let chunk = u32_at(payload, 16)?;
     let pages = u128::from_le_bytes(payload.get(20..36)?.try_into().ok()?);
     if pages == 0 {
         return None;
     }
     let crcs: Vec<u32> = (0..pages.count_ones() as usize)
-        .map(|i| u32_at(36 + 4 * i))
+        .map(|i| u32_at(payload, 36 + 4 * i))
         .collect::<Option<_>>()?;
-    let at = 36 + 4 * crcs.len();
-    let path_len = u32_at(at)? as usize;
-    if payload.len() != at + 4 + path_len {
-        return None;
-    }
-    let path = String::from_utf8(payload[at + 4..].to_vec()).ok()?;
     Some(Record::Pages {
-        path,
-        version: Version { size, mtime_ns },
+        path: path_at(payload, 36 + 4 * crcs.len())?,
+        version,
         part: PartialRecord { chunk, pages, crcs },
     })
 }
 
 /// A kind 6 record's payload: at least one chunk, and the path's length matching the rest.
 fn chunks_record(payload: &[u8]) -> Option<Record> {
-    let u32_at = |at: usize| {
-        Some(u32::from_le_bytes(
-            payload.get(at..at + 4)?.try_into().ok()?,
-        ))
-    };
-    let size = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
-    let mtime_ns = i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
-    let count = u32_at(16)? as usize;
+    let version = version_of(payload)?;
+    let count = u32_at(payload, 16)? as usize;
     if count == 0 || payload.len() < 20 + 8 * count {
         return None;
     }
     let chunks: Vec<(u32, u32)> = (0..count)
-        .map(|i| Some((u32_at(20 + 8 * i)?, u32_at(24 + 8 * i)?)))
+        .map(|i| Some((u32_at(payload, 20 + 8 * i)?, u32_at(payload, 24 + 8 * i)?)))
         .collect::<Option<_>>()?;
-    let at = 20 + 8 * count;
-    let path_len = u32_at(at)? as usize;
-    if payload.len() != at + 4 + path_len {
-        return None;
-    }
-    let path = String::from_utf8(payload[at + 4..].to_vec()).ok()?;
     Some(Record::Chunks {
-        path,
-        version: Version { size, mtime_ns },
+        path: path_at(payload, 20 + 8 * count)?,
+        version,
         chunks,
     })
 }
