@@ -258,9 +258,9 @@ pub struct MountArgs {
 
     /// Chunks of large files that may be partly cached at once: a random read (an HDF5 row, an
     /// LMDB record) caches the 16 KiB pages it touches (at the default chunk size), and each
-    /// chunk holding some keeps a table of them in the daemon's memory (about 100 bytes). Past
+    /// chunk holding some keeps a table of them in the daemon's memory (about 250 bytes). Past
     /// this many, a random read of a chunk not cached yet caches the chunk whole. The default,
-    /// 262144, is 512 GiB of large files read at random at 2M chunks
+    /// 262144 (about 64 MB), is 512 GiB of large files read at random at 2M chunks
     #[arg(hide_short_help = true, long, value_name = "N", default_value_t = crate::daemon::config::MAX_PARTIAL_CHUNKS,
           help_heading = "Storage")]
     pub max_partial_chunks: u64,

@@ -74,7 +74,8 @@ pub struct CacheConfig {
 }
 
 /// The default of [`CacheConfig::max_partial_chunks`]: 262,144 chunks (512 GiB of large files
-/// read at random at 2 MiB chunks) in about 25-40 MB of tables.
+/// read at random at 2 MiB chunks) in about 64 MB of tables (236-265 bytes each, measured with
+/// a page per chunk: docs/BENCHMARKS.md).
 pub const MAX_PARTIAL_CHUNKS: u64 = 1 << 18;
 
 /// The entries by slot (the hash of their path, which names their data file): a slot holds one

@@ -387,7 +387,7 @@ impl<S: Source + ?Sized> Reader<S> {
                 return Ok(false);
             }
             fill.reserved = bytes;
-            for run in runs(&fill.pending.clone()) {
+            for run in runs(&claim.mine) {
                 let offset = run.start * self.cache.chunk_size();
                 let len: u64 = run.clone().map(|i| entry.chunk_len(i)).sum();
                 let mut crcs: Vec<Option<u32>> = vec![None; (run.end - run.start) as usize];
