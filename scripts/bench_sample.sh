@@ -13,7 +13,8 @@
 # over the pull and hit phases of run 1 and prints where B's CPU went (top symbols, children);
 # PERF=dwarf records DWARF call graphs instead (release builds keep no frame pointers) and also
 # prints each of the daemon's functions with its callees' share; PERF_OF=A records the holder
-# instead of B. RUNS passes of the first kind, whose
+# instead of B; PERF_EVENT=E records event E instead of CPU cycles (e.g.
+# syscalls:sys_enter_futex: which functions make the daemon's futex calls). RUNS passes of the first kind, whose
 # CPU is printed run by run; one strace pass. MOUNT_ARGS: extra options for both mounts.
 # Both caches are on one fresh journaled ext4 loop image (CACHE_FS=ext4, the default; empty: the
 # directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
@@ -118,6 +119,7 @@ for r in $(seq "$RUNS"); do
     if [ "${PERF:-0}" != 0 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
       # shellcheck disable=SC2046 # the call-graph option is one or two words
       perf record -q $([ "$PERF" = dwarf ] && echo "--call-graph dwarf,16384 -F 2000" || echo -g) \
+        ${PERF_EVENT:+-e "$PERF_EVENT"} \
         -p "$([ "${PERF_OF:-B}" = A ] && echo "$A" || echo "$B")" -o "$W/perf.$ph" 2>/dev/null &
       pf=$!; sleep 0.5
     fi
@@ -178,7 +180,7 @@ done
 if [ "${STRACE:-1}" = 0 ]; then
   phases=
 elif command -v strace > /dev/null; then
-  echo "strace pass (set $RUNS): system calls per file of both daemons, calls over 0.05 per file"
+  echo "strace pass (set $RUNS): system calls per file of each daemon, calls over 0.05 per file"
   phases="fill pull hit"
 else
   echo "strace not found: no system call pass"
@@ -187,15 +189,20 @@ fi
 for ph in $phases; do
   [ "$ph" != hit ] || sleep 0.5
   drop
-  strace -q -c -f -U name,calls -S calls -p "$A" -p "$B" -o "$W/strace.$ph" &
-  st=$!
+  # One strace per daemon, so each one's calls are told apart.
+  strace -q -c -f -U name,calls -S calls -p "$A" -o "$W/strace.$ph.A" &
+  sta=$!
+  strace -q -c -f -U name,calls -S calls -p "$B" -o "$W/strace.$ph.B" &
+  stb=$!
   sleep 1   # attached to every thread
   read_set "$(phase_mnt $ph)" "$RUNS"
   [ "$ph" != pull ] || sleep 0.5
-  kill -INT "$st"; wait "$st" || true
-  awk -v n="$FILES" -v ph=$ph 'NF == 2 && $2 ~ /^[0-9]+$/ && $1 != "total" {
-      c = $2 / n; if (c >= 0.05) s = s sprintf("%s %.2f  ", $1, c); t += c }
-    END { printf "  %-4s %.1f calls per file: %s\n", ph, t, s }' "$W/strace.$ph"
+  kill -INT "$sta" "$stb"; wait "$sta" "$stb" || true
+  for d in A B; do
+    awk -v n="$FILES" -v ph="$ph $d" 'NF == 2 && $2 ~ /^[0-9]+$/ && $1 != "total" {
+        c = $2 / n; if (c >= 0.05) s = s sprintf("%s %.2f  ", $1, c); t += c }
+      END { printf "  %-6s %.1f calls per file: %s\n", ph, t, s }' "$W/strace.$ph.$d"
+  done
 done
 if [ "${PERF:-0}" != 0 ]; then
   for ph in pull hit; do
