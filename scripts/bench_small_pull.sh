@@ -28,10 +28,16 @@
 # other protocol versions cannot talk to each other).
 # FLOOR=1 adds (e): examples/pull_floor.rs on B's cache file system each run, the same files'
 # bytes moved with no dyadfs in the way (loopback TCP, a thread pair per reader; see
-# scripts/bench_floor.sh), one cost added at a time: what the figures above cannot go below.
+# scripts/bench_floor.sh), one cost added at a time: what the figures above cannot go below;
+# and examples/fuse_floor.rs mounted over the local copy and read by the same readers: what the
+# kernel's FUSE requests of each file (LOOKUP, OPEN, IOCTL, RELEASE) cost a daemon that does
+# nothing else (its CPU per file in the puller's column), the floor under a hit and under the
+# FUSE part of a pull.
+# HITS=1 (the default with FLOOR=1) reads B's files once more after each pulled run, the page
+# cache and the kernel's dentries dropped: every file a cached hit, beside the FUSE floor.
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, HINT, BOPTS, FILLS, FLOOR, READER=python for Python readers instead of `cat`s,
-# REPLICATE=0 to leave out (c))
+# CACHE_FS, BINS, HINT, BOPTS, FILLS, FLOOR, HITS, READER=python for Python readers instead of
+# `cat`s, REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -44,16 +50,16 @@ declare -A LABEL
 KEYS=()
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
-[ "${FLOOR:-0}" != 1 ] || cargo build --release --quiet --example pull_floor
+[ "${FLOOR:-0}" != 1 ] || cargo build --release --quiet --example pull_floor --example fuse_floor
 read -r -a BINS <<< "${BINS:-$BIN}"
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
 cleanup() {
-  unmount_mounted "$W"/{a,b,c}/mnt
+  unmount_mounted "$W"/{a,b,c,f}/mnt
   if mountpoint -q "$W/b/ssd"; then umount "$W/b/ssd"; fi
   rm -rf "$W"
 }
 trap cleanup EXIT
-mkdir -p "$W"/{backing,local} "$W"/{a,b}/mnt "$W/b/ssd"
+mkdir -p "$W"/{backing,local} "$W"/{a,b,f}/mnt "$W/b/ssd"
 if [ "${CACHE_FS:-}" = ext4 ]; then
   truncate -s $((FILES * SIZE * 4 + (1 << 30))) "$W/cache.img"
   mkfs.ext4 -q -F "$W/cache.img"
@@ -126,6 +132,19 @@ for _ in $(seq "$RUNS"); do
     done < <(target/release/examples/pull_floor "$W/b/ssd/floor" "$FILES" "$SIZE" 4 1 |
       sed -nE 's#^run 1 (.*[^ ]) +([0-9]+) files/s +holder +([0-9.]+) us/file +puller +([0-9.]+) us/file$#\1|\2|\3|\4#p')
     [ "$n" -gt 0 ] || { echo "pull_floor reported nothing" >&2; exit 1; }
+    # The FUSE requests alone: examples/fuse_floor.rs, a daemon answering the readers' LOOKUP,
+    # OPEN (passthrough), IOCTL and RELEASE of each file of the local copy and nothing else.
+    target/release/examples/fuse_floor "$W/local" "$W/f/mnt" &
+    F=$!
+    until mountpoint -q "$W/f/mnt"; do kill -0 "$F" || exit 1; sleep 0.05; done
+    drop
+    a0=0 a1=0 sa0=0 sa1=0 b0=$(cpu_ms "$F") sb0=$(switches "$F")
+    t0=$(now); read_all "$W/f/mnt"; t1=$(now)
+    b1=$(cpu_ms "$F") sb1=$(switches "$F")
+    fusermount3 -u "$W/f/mnt"; wait "$F"
+    k=floor-fuse
+    [ -n "${LABEL[$k]:-}" ] || { LABEL[$k]="floor: FUSE requests alone, passthrough"; KEYS+=("$k"); }
+    record "$k" "$t0" "$t1"
   fi
 
   if [ "${FILLS:-0}" = 1 ]; then
@@ -167,7 +186,6 @@ for _ in $(seq "$RUNS"); do
     a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
     peers=$(stat_b bytes_from_peers)
     [ "$peers" = $((FILES * SIZE)) ] || { echo "node B pulled $peers bytes, expected $((FILES * SIZE))" >&2; exit 1; }
-    fusermount3 -u "$W/b/mnt"; sleep 0.3
     k="dyadfs-$e-$p-$i-$h-$o"
     if [ -z "${LABEL[$k]:-}" ]; then
       LABEL[$k]="pulled, eager $e, pt-min $p${BINS[1]:+, B$i}${BOPTS[$o]:+, ${BOPTS[$o]}}"
@@ -175,6 +193,17 @@ for _ in $(seq "$RUNS"); do
       KEYS+=("$k")
     fi
     record "$k" "$t0" "$t1"
+    if [ "${HITS:-${FLOOR:-0}}" = 1 ]; then
+      # The same files again from B's cache, the page cache (and the kernel's dentries) dropped.
+      drop
+      a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
+      t0=$(now); read_all "$W/b/mnt"; t1=$(now)
+      a1=$(cpu_ms "$A") b1=$(cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+      [ "$(stat_b bytes_from_peers)" = "$peers" ] || { echo "node B pulled again on its hits" >&2; exit 1; }
+      [ -n "${LABEL[$k-hit]:-}" ] || { LABEL[$k-hit]="  the same, hits"; KEYS+=("$k-hit"); }
+      record "$k-hit" "$t0" "$t1"
+    fi
+    fusermount3 -u "$W/b/mnt"; sleep 0.3
     done
     done
     done
@@ -214,6 +243,10 @@ for k in "${KEYS[@]}"; do
   fi
   printf '    daemon CPU per file: puller B %.0f us, holder A %.0f us   (runs B: %s)\n' \
     "$(median < "$W/$k.cpu_b.txt")" "$(median < "$W/$k.cpu_a.txt")" "$(runs "$W/$k.cpu_b.txt")"
+  if [ "$k" = floor-fuse ]; then
+    printf '    context switches per file: %.1f\n' "$(median < "$W/$k.sw_b.txt")"
+    continue
+  fi
   [ "${k#floor-}" = "$k" ] || continue   # the floor counts no switches
   printf '    context switches per file: puller B %.1f, holder A %.1f\n' \
     "$(median < "$W/$k.sw_b.txt")" "$(median < "$W/$k.sw_a.txt")"
