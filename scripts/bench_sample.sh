@@ -65,18 +65,20 @@ printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d %s\n' $PORT $((PORT + 1)) $rack_b > "$
 mount_node a 0
 mount_node b 1
 A=$(pgrep -f -- " mount $W/a/mnt ") B=$(pgrep -f -- " mount $W/b/mnt ")
-# The locator round trips both nodes made so far (`locator_calls`).
+# Both nodes' locator round trips and shared-FS stats so far: "CALLS STATS".
 round_trips() {
-  local s=0 m
+  local s=0 f=0 m
   for m in "$W"/{a,b}/mnt; do
-    s=$((s + $("$BIN" stats "$m" --json | python3 -c 'import json, sys; print(json.load(sys.stdin).get("locator_calls", 0))')))
+    read -r c b < <("$BIN" stats "$m" --json | python3 -c 'import json, sys; j = json.load(sys.stdin); print(j.get("locator_calls", 0), j.get("backing_stats", 0))')
+    s=$((s + c)) f=$((f + b))
   done
-  echo $s
+  echo "$s $f"
 }
-# by_thread PID: each thread name's CPU so far (ns), summed over the threads of that name.
+# by_thread PID: each thread name's CPU so far (ns), summed over the threads of that name (a
+# thread that ends while it is read is left out).
 by_thread() {
   for t in /proc/"$1"/task/*; do
-    echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"
+    { c=$(tr ' ' _ < "$t/comm") && n=$(awk '{print $1}' "$t/schedstat") && echo "$c $n"; } 2>/dev/null || true
   done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}' | sort
 }
 # thread_split BEFORE AFTER: the names that took at least 1 us per file between the two.
@@ -132,9 +134,9 @@ for r in $(seq "$RUNS"); do
       -v sa="$sa0 $sa1" -v sb="$sb0 $sb1" -v l="$l0 $l1" 'BEGIN {
       split(t, T, " "); split(a, A, " "); split(b, B, " "); split(sa, SA, " "); split(sb, SB, " ")
       split(l, L, " ")
-      printf "run %d %-4s %6.0f files/s  CPU per file A %4.0f us B %4.0f us  switches A %.1f B %.1f  locator round trips %.2f\n",
+      printf "run %d %-4s %6.0f files/s  CPU per file A %4.0f us B %4.0f us  switches A %.1f B %.1f  locator round trips %.2f  shared-FS stats %.2f\n",
         r, ph, n / (T[2] - T[1]), (A[2] - A[1]) * 1000 / n, (B[2] - B[1]) * 1000 / n,
-        (SA[2] - SA[1]) / n, (SB[2] - SB[1]) / n, (L[2] - L[1]) / n }' | tee -a "$W/runs.txt"
+        (SA[2] - SA[1]) / n, (SB[2] - SB[1]) / n, (L[3] - L[1]) / n, (L[4] - L[2]) / n }' | tee -a "$W/runs.txt"
     echo "  FUSE requests per file: $req"
     by_thread "$A" > "$W/ta1"; by_thread "$B" > "$W/tb1"
     echo "  CPU per file by thread, us: B $(thread_split "$W/tb0" "$W/tb1")| A $(thread_split "$W/ta0" "$W/ta1")"
