@@ -625,6 +625,15 @@ impl Entry {
         false
     }
 
+    /// Whether every chunk is verified with the data file's print taken, without looking at the
+    /// file again: for the open whose own fill just wrote and verified every chunk (the print
+    /// was taken after that write, a moment ago; asking the file again would only tell the same
+    /// at the cost of a `statx`). Any later open asks [`Entry::is_verified`].
+    pub fn is_verified_as_filled(&self) -> bool {
+        let st = self.state.lock();
+        st.verified_ctime != 0 && all_verified(&st)
+    }
+
     /// A fingerprint of the data file's ctime (never 0), if the file can be opened.
     pub(super) fn ctime_print(&self) -> Option<u32> {
         ctime_print(&*self.file(Mode::ReadWrite).ok()?)

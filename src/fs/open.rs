@@ -71,7 +71,14 @@ impl<S: Source> DyadFs<S> {
         *lock(&node.kernel_version) = Some((attr.version, keep_pages));
         // Every open of a complete file asks whether it is still as verified, whoever serves
         // it: asking notices a data file changed behind the daemon (see `verified_for_kernel`).
-        let unchanged = complete && !entry.is_evicted() && entry.is_verified();
+        // An open that completed the file itself just now has the print its fill took.
+        let unchanged = complete
+            && !entry.is_evicted()
+            && if was_complete {
+                entry.is_verified()
+            } else {
+                entry.is_verified_as_filled()
+            };
         let verified = may_pass
             && !packed
             && complete
