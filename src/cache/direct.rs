@@ -68,8 +68,16 @@ impl Entry {
         if !aligned {
             return false;
         }
-        // Opened on demand (and kept in the LRU while idle); a refusal means read another way.
-        let Ok(direct) = self.file(Mode::Direct) else {
+        // Opened on demand and kept in the LRU while idle, unless this read is the whole file
+        // (a small file pulled by a peer: its only read for an epoch); a refusal means read
+        // another way.
+        let whole = offset == self.base() && len as u64 == self.version.size;
+        let direct = if whole {
+            self.file_once(Mode::Direct)
+        } else {
+            self.file(Mode::Direct)
+        };
+        let Ok(direct) = direct else {
             return false;
         };
         // A short count only at the end of the file, past `len`.

@@ -126,6 +126,17 @@ impl Entry {
     /// resized file (changed behind the cache's back) empties the entry, whose chunks are then
     /// fetched again.
     pub(super) fn file(&self, mode: Mode) -> io::Result<Arc<File>> {
+        self.file_kept(mode, true)
+    }
+
+    /// As [`Entry::file`], but a file the LRU does not hold is opened for the caller alone and
+    /// closed when it lets go: a one-shot read (a peer's pull of a whole small file is the only
+    /// read of it for an epoch) then costs the LRU no insert, and no other file its place.
+    pub(super) fn file_once(&self, mode: Mode) -> io::Result<Arc<File>> {
+        self.file_kept(mode, false)
+    }
+
+    fn file_kept(&self, mode: Mode, keep: bool) -> io::Result<Arc<File>> {
         let files = &self.shared.files;
         if let Some(place) = self.place() {
             // A segment's name is never reused, so the file is this entry's segment whenever
@@ -166,7 +177,11 @@ impl Entry {
             }
             st.unchecked = false;
         }
-        let file = files.open(self.id, &path, mode)?;
+        let file = if keep {
+            files.open(self.id, &path, mode)?
+        } else {
+            Arc::new(files.open_unkept(&path, mode)?)
+        };
         drop(st);
         if emptied && let Err(e) = self.persist() {
             // Logged as present still: after a restart those chunks fail their checksums.

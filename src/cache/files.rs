@@ -62,6 +62,12 @@ impl DataFiles {
         Ok(file)
     }
 
+    /// Opens the data file at `path` as `mode` for one caller, not kept (see
+    /// `Entry::file_once`).
+    pub fn open_unkept(&self, path: &Path, mode: Mode) -> io::Result<File> {
+        self.open_retrying(|| open(path, mode))
+    }
+
     /// Keeps `file`, just opened as `mode` for entry `id`.
     pub fn insert(&self, id: u64, mode: Mode, file: File) {
         self.keep((id, mode), Arc::new(file));
