@@ -74,6 +74,8 @@ round_trips() {
   done
   echo "$s $f"
 }
+# faults PID: the page faults (minor and major) of the process so far.
+faults() { awk '{print $10 + $12}' "/proc/$1/stat"; }
 # by_thread PID: each thread name's CPU so far (ns), summed over the threads of that name (a
 # thread that ends while it is read is left out).
 by_thread() {
@@ -115,6 +117,7 @@ for r in $(seq "$RUNS"); do
     [ "$ph" != hit ] || sleep 0.5   # B's publishes trail its reads
     drop
     a0=$(threads_cpu_ms "$A") b0=$(threads_cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
+    fa0=$(faults "$A") fb0=$(faults "$B")
     by_thread "$A" > "$W/ta0"; by_thread "$B" > "$W/tb0"
     l0=$(round_trips)
     fuse_trace_start
@@ -129,6 +132,7 @@ for r in $(seq "$RUNS"); do
     if [ -n "${pf:-}" ]; then kill -INT "$pf"; wait "$pf" || true; pf=; fi
     req=$(fuse_trace_stop "$FILES")
     a1=$(threads_cpu_ms "$A") b1=$(threads_cpu_ms "$B") sa1=$(switches "$A") sb1=$(switches "$B")
+    fa1=$(faults "$A") fb1=$(faults "$B")
     l1=$(round_trips)
     awk -v ph=$ph -v r="$r" -v n="$FILES" -v t="$t0 $t1" -v a="$a0 $a1" -v b="$b0 $b1" \
       -v sa="$sa0 $sa1" -v sb="$sb0 $sb1" -v l="$l0 $l1" 'BEGIN {
@@ -138,6 +142,8 @@ for r in $(seq "$RUNS"); do
         r, ph, n / (T[2] - T[1]), (A[2] - A[1]) * 1000 / n, (B[2] - B[1]) * 1000 / n,
         (SA[2] - SA[1]) / n, (SB[2] - SB[1]) / n, (L[3] - L[1]) / n, (L[4] - L[2]) / n }' | tee -a "$W/runs.txt"
     echo "  FUSE requests per file: $req"
+    awk -v n="$FILES" -v a="$fa0 $fa1" -v b="$fb0 $fb1" 'BEGIN { split(a, A, " "); split(b, B, " ")
+      printf "  page faults per file: A %.1f B %.1f\n", (A[2] - A[1]) / n, (B[2] - B[1]) / n }'
     by_thread "$A" > "$W/ta1"; by_thread "$B" > "$W/tb1"
     echo "  CPU per file by thread, us: B $(thread_split "$W/tb0" "$W/tb1")| A $(thread_split "$W/ta0" "$W/ta1")"
     awk -v ph=$ph -v n="$FILES" -v d="$a0 $a1 $b0 $b1" 'BEGIN {

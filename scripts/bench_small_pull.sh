@@ -13,9 +13,10 @@
 # PTMIN lists values of `mount --passthrough-min` for the pulled reads, likewise (default "0",
 # the mount's default: a pulled small file is fetched whole at open and handed to the kernel by
 # passthrough; "1M": served by B's daemon, pages kept).
-# CACHE_FS=ext4 puts B's cache (and the fills' node's) on a fresh journaled ext4 image on a
-# loop device instead of the directory's own file system (where that is ext4 without a journal, as on the 2-vCPU VM, every
-# new cache file's inode allocation scans for recently deleted inodes: a cost of that machine).
+# CACHE_FS=ext4 puts B's cache (and A's, and the fills' node's, and the floor's files) on a
+# fresh journaled ext4 image on a loop device instead of the directory's own file system (where
+# that is ext4 without a journal, as on the 2-vCPU VM, every new cache file's inode allocation
+# scans for recently deleted inodes: a cost of that machine).
 # HINT lists whether B is handed the readers' order first (`dyadfs prefetch --list`, timed with
 # the reads): default "0"; "0 1" compares demand pulls with pulls ahead of the readers.
 # FILLS=1 adds (d): each build in BINS mounted alone (no peers) over an empty cache, timed
@@ -33,10 +34,12 @@
 # kernel's FUSE requests of each file (LOOKUP, OPEN, IOCTL, RELEASE) cost a daemon that does
 # nothing else (its CPU per file in the puller's column), the floor under a hit and under the
 # FUSE part of a pull.
+# SETTLE (seconds, default 2): how long B is left after its mount before its reads are timed,
+# so that what its start costs both nodes is not counted per file (0: counted).
 # HITS=1 (the default with FLOOR=1) reads B's files once more after each pulled run, the page
 # cache and the kernel's dentries dropped: every file a cached hit, beside the FUSE floor.
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, HINT, BOPTS, FILLS, FLOOR, HITS, READER=python for Python readers instead of
+# CACHE_FS, BINS, HINT, BOPTS, FILLS, FLOOR, HITS, SETTLE, READER=python for Python readers instead of
 # `cat`s, REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,18 +58,23 @@ read -r -a BINS <<< "${BINS:-$BIN}"
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
 cleanup() {
   unmount_mounted "$W"/{a,b,c,f}/mnt
-  if mountpoint -q "$W/b/ssd"; then umount "$W/b/ssd"; fi
+  for m in "$W"/{a,b}/ssd; do if mountpoint -q "$m"; then umount "$m"; fi; done
   rm -rf "$W"
 }
 trap cleanup EXIT
-mkdir -p "$W"/{backing,local} "$W"/{a,b,f}/mnt "$W/b/ssd"
+mkdir -p "$W"/{backing,local} "$W"/{a,b,f}/mnt "$W"/{a,b}/ssd
 if [ "${CACHE_FS:-}" = ext4 ]; then
-  truncate -s $((FILES * SIZE * 4 + (1 << 30))) "$W/cache.img"
+  truncate -s $((FILES * SIZE * 5 + (1 << 30))) "$W/cache.img"
   mkfs.ext4 -q -F "$W/cache.img"
   mount -o loop "$W/cache.img" "$W/b/ssd"
+  # A's cache on the same file system (a directory of it), as the floor's holder reads its
+  # files there: the two holders' reads then cost the same per byte.
+  mkdir "$W/b/ssd/holder"
+  mount --bind "$W/b/ssd/holder" "$W/a/ssd"
 fi
-# B starts each run with an empty cache (the floor's files, on the same file system, stay).
-empty_b() { find "$W/b/ssd" -mindepth 1 -maxdepth 1 ! -name floor -exec rm -rf {} +; }
+# B starts each run with an empty cache (the floor's files and A's cache, on the same file
+# system, stay).
+empty_b() { find "$W/b/ssd" -mindepth 1 -maxdepth 1 ! -name floor ! -name holder -exec rm -rf {} +; }
 job_secret "$W/secret"
 python3 - "$W/backing" "$FILES" "$SIZE" <<'PY'
 import os, sys
@@ -176,6 +184,9 @@ for _ in $(seq "$RUNS"); do
     empty_b
     BIN=$(bin_of "${BINS[$i]}") BIN_ARGS=$(args_of "${BINS[$i]}") MOUNT_ARGS="${MOUNT_ARGS:-} --eager-max $e --passthrough-min $p ${BOPTS[$o]}" \
       mount_node b 1
+    # B's start (A re-announcing its copies to B's tables, B's first reads of the holders'
+    # feeds) is not a cost of the reads: a training job starts its daemons once.
+    sleep "${SETTLE:-2}"
     drop
     A=$(daemon_of a) B=$(daemon_of b)
     a0=$(cpu_ms "$A") b0=$(cpu_ms "$B") sa0=$(switches "$A") sb0=$(switches "$B")
@@ -227,8 +238,8 @@ for _ in $(seq "$RUNS"); do
   done
 done
 runs() { xargs printf '%.0f ' < "$1"; }
-printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s%s)\n' \
-  "$FILES" "$SIZE" "$RUNS" "$UCX_TLS" "${CACHE_FS:+, the cache of B on a journaled $CACHE_FS loop image}"
+printf '%d files of %d bytes, 4 readers, page cache dropped, medians of %d runs (UCX_TLS=%s%s, B read %ss after its mount)\n' \
+  "$FILES" "$SIZE" "$RUNS" "$UCX_TLS" "${CACHE_FS:+, the caches of A and B on a journaled $CACHE_FS loop image}" "${SETTLE:-2}"
 printf '  local copy, direct           %8.0f files/s   runs: %s\n' "$(median < "$W/local.txt")" "$(runs "$W/local.txt")"
 for i in "${!BINS[@]}"; do
   [ "${#BINS[@]}" -gt 1 ] && echo "  B$i = ${BINS[$i]}"
