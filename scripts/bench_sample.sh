@@ -14,8 +14,9 @@
 # PERF=dwarf records DWARF call graphs instead (release builds keep no frame pointers) and also
 # prints each of the daemon's functions with its callees' share; PERF_OF=A records the holder
 # instead of B; PERF_EVENT=E records event E instead of CPU cycles (e.g.
-# syscalls:sys_enter_futex: which functions make the daemon's futex calls). RUNS passes of the first kind, whose
-# CPU is printed run by run; one strace pass. MOUNT_ARGS: extra options for both mounts.
+# syscalls:sys_enter_futex: which functions make the daemon's futex calls). RUNS passes of the
+# first kind, whose CPU is printed run by run; one strace pass. MOUNT_ARGS: extra options for
+# both mounts.
 # Both caches are on one fresh journaled ext4 loop image (CACHE_FS=ext4, the default; empty: the
 # directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
 # cache file's inode allocation scans for recently deleted inodes).

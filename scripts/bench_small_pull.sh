@@ -39,8 +39,8 @@
 # HITS=1 (the default with FLOOR=1) reads B's files once more after each pulled run, the page
 # cache and the kernel's dentries dropped: every file a cached hit, beside the FUSE floor.
 # Needs root. Usage: scripts/bench_small_pull.sh   (env: RUNS, FILES, SIZE, UCX_TLS, EAGER, PTMIN,
-# CACHE_FS, BINS, HINT, BOPTS, FILLS, FLOOR, HITS, SETTLE, READER=python for Python readers instead of
-# `cat`s, REPLICATE=0 to leave out (c))
+# CACHE_FS, BINS, HINT, BOPTS, FILLS, FLOOR, HITS, SETTLE, READER=python for Python readers
+# instead of `cat`s, REPLICATE=0 to leave out (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh

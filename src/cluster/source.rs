@@ -677,7 +677,8 @@ pub fn start_publisher(
     /// While changes keep coming (an epoch's pulls: a few per linger on each node), a round
     /// goes on gathering them a linger at a time, up to this long: each round costs an RPC
     /// per home and both sides their wake-ups, and at 10 ms a round carried about 3 copies
-    /// (publisher and runtime 113 -> 65 us per sample with 50 ms, docs/BENCHMARKS.md).
+    /// (an epoch's publisher and runtime: 81-123 -> 63-66 us per 64 KiB sample of a
+    /// DataLoader, docs/BENCHMARKS.md).
     const MOST_LINGER: Duration = Duration::from_millis(50);
     let rt = runtime.clone();
     std::thread::Builder::new()
