@@ -57,13 +57,13 @@ impl DataFiles {
 
     /// Opens the data file of entry `id` at `path` as `mode` and keeps it open while idle.
     pub fn open(&self, id: u64, path: &Path, mode: Mode) -> io::Result<Arc<File>> {
-        let file = Arc::new(self.open_retrying(|| open(path, mode))?);
+        let file = Arc::new(self.open_unkept(path, mode)?);
         self.keep((id, mode), file.clone());
         Ok(file)
     }
 
     /// Opens the data file at `path` as `mode` for one caller, not kept (see
-    /// `Entry::file_once`).
+    /// `Entry::file_once`; [`DataFiles::open`] keeps what this opens).
     pub fn open_unkept(&self, path: &Path, mode: Mode) -> io::Result<File> {
         self.open_retrying(|| open(path, mode))
     }
