@@ -299,6 +299,10 @@ pub(super) struct State {
     /// taken; see `Entry::is_verified`). In the padding after the flags: an entry stays within
     /// its malloc size class.
     pub(super) verified_ctime: u32,
+    /// Readers waiting for a fill's end (see `ChunkStates::wait_while`): a fill that ends with
+    /// none waiting wakes nobody (a condvar's notify is a futex system call whether or not
+    /// anyone waits, one per pulled file). In the same padding.
+    pub(super) waiting: u16,
 }
 
 impl State {
@@ -482,7 +486,7 @@ impl ChunkStates {
         if kept {
             st.present_bytes += bytes;
         }
-        self.filled.notify_all();
+        self.wake(&st);
         kept
     }
 
@@ -496,7 +500,7 @@ impl ChunkStates {
                 st.chunks[idx as usize] = Chunk::Absent;
             }
         }
-        self.filled.notify_all();
+        self.wake(&st);
     }
 
     /// Whether every page of `want` in chunk `idx` is present (the chunk whole, or those pages).
@@ -528,13 +532,23 @@ impl ChunkStates {
             if left.is_zero() {
                 return false;
             }
+            st.waiting += 1;
             st = self
                 .filled
                 .wait_timeout(st, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            st.waiting -= 1;
         }
         true
+    }
+
+    /// Wakes the readers waiting for a fill's end, if any (asked under the lock they count
+    /// themselves under, so none is missed).
+    fn wake(&self, st: &State) {
+        if st.waiting > 0 {
+            self.filled.notify_all();
+        }
     }
 
     /// Marks claimed chunk `idx` (of `len` bytes) present with its checksum; `false` (and the
@@ -551,14 +565,15 @@ impl ChunkStates {
         } else {
             Chunk::Absent
         };
-        self.filled.notify_all();
+        self.wake(&st);
         kept
     }
 
     /// Gives back a claimed chunk that could not be filled; waiters retry it themselves.
     pub(super) fn abandon(&self, idx: u64) {
-        self.lock().chunks[idx as usize] = Chunk::Absent;
-        self.filled.notify_all();
+        let mut st = self.lock();
+        st.chunks[idx as usize] = Chunk::Absent;
+        self.wake(&st);
     }
 
     /// Waits up to `wait` until no chunk of `range` is being filled by someone else; `false` if
@@ -631,6 +646,7 @@ mod shuttle_tests {
             evicted: false,
             unchecked: false,
             verified_ctime: 0,
+            waiting: 0,
         })
     }
 

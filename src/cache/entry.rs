@@ -81,6 +81,7 @@ impl Entry {
                 evicted: false,
                 unchecked: false,
                 verified_ctime: 0,
+                waiting: 0,
             }),
             pins_marks: AtomicU32::new(0),
             last_use: AtomicU32::new(tick as u32),

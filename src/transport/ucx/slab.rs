@@ -10,8 +10,16 @@ pub struct Slab {
     base: *mut u8,
     slot_size: usize,
     slots: usize,
-    free: Mutex<Vec<usize>>,
+    free: Mutex<Free>,
     freed: Condvar,
+}
+
+/// The slots not lent out, and how many takers wait for one: a slot returned with none waiting
+/// wakes nobody (a condvar's notify is a futex system call whether or not anyone waits: one per
+/// served or pulled chunk on both nodes).
+struct Free {
+    slots: Vec<usize>,
+    waiting: usize,
 }
 
 // SAFETY: the mapping is plain memory; concurrent access is partitioned by slot ownership
@@ -56,7 +64,10 @@ impl Slab {
             base: base as *mut u8,
             slot_size,
             slots,
-            free: Mutex::new((0..slots).rev().collect()),
+            free: Mutex::new(Free {
+                slots: (0..slots).rev().collect(),
+                waiting: 0,
+            }),
             freed: Condvar::new(),
         })
     }
@@ -130,8 +141,8 @@ impl Slab {
     /// of the shared slots a get goes into).
     pub fn take_index(self: &Arc<Self>, index: usize) -> Option<Slot> {
         let mut free = lock(&self.free);
-        let at = free.iter().position(|&i| i == index)?;
-        free.swap_remove(at);
+        let at = free.slots.iter().position(|&i| i == index)?;
+        free.slots.swap_remove(at);
         Some(Slot {
             slab: self.clone(),
             index,
@@ -159,7 +170,7 @@ impl Slab {
         let deadline = Instant::now() + timeout;
         let mut free = lock(&self.free);
         loop {
-            if let Some(index) = free.pop() {
+            if let Some(index) = free.slots.pop() {
                 return Some(Slot {
                     slab: self.clone(),
                     index,
@@ -169,11 +180,13 @@ impl Slab {
             if left.is_zero() {
                 return None;
             }
+            free.waiting += 1;
             free = self
                 .freed
                 .wait_timeout(free, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            free.waiting -= 1;
         }
     }
 
@@ -186,7 +199,7 @@ impl Slab {
     }
 
     pub fn free_slots(&self) -> usize {
-        lock(&self.free).len()
+        lock(&self.free).slots.len()
     }
 }
 
@@ -238,8 +251,10 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut free = lock(&self.slab.free);
-        free.push(self.index);
-        self.slab.freed.notify_one();
+        free.slots.push(self.index);
+        if free.waiting > 0 {
+            self.slab.freed.notify_one();
+        }
     }
 }
 
