@@ -183,20 +183,29 @@ impl FrameReader {
 
     /// Reads exactly `dst.len()` raw bytes that follow the last frame (a `Data` chunk), and the
     /// tag that seals them: those already buffered first, the rest straight from the socket
-    /// into `dst`; then opens them in place.
+    /// into `dst` and the tag together (a read of the tag alone cost a system call per chunk);
+    /// then opens them in place.
     pub(super) fn read_raw(&mut self, dst: &mut [u8]) -> io::Result<()> {
-        self.take_raw(dst)?;
         let mut tag = [0u8; super::session::TAG];
         let tag = &mut tag[..self.open.overhead()];
-        self.take_raw(tag)?;
+        let had = self.take_buffered(dst);
+        let had_tag = self.take_buffered(tag);
+        read_exact_parts(
+            &mut self.s,
+            &mut [
+                io::IoSliceMut::new(&mut dst[had..]),
+                io::IoSliceMut::new(&mut tag[had_tag..]),
+            ],
+        )?;
         self.open.record(dst, tag).map_err(forged)
     }
 
-    fn take_raw(&mut self, dst: &mut [u8]) -> io::Result<()> {
+    /// Copies what is buffered, up to `dst.len()` bytes, to the start of `dst`; how many.
+    fn take_buffered(&mut self, dst: &mut [u8]) -> usize {
         let have = self.buf.len().min(dst.len());
         dst[..have].copy_from_slice(&self.buf[..have]);
         self.buf.drain(..have);
-        self.s.read_exact(&mut dst[have..])
+        have
     }
 
     /// The next frame. `wait`: block for it (within the socket's read timeout: then an error of
@@ -250,6 +259,24 @@ pub(super) fn write_all_parts(
         match s.write_vectored(parts) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fills all of `parts` from `s`, with as few syscalls as the bytes' arrival allows.
+fn read_exact_parts(
+    s: &mut impl io::Read,
+    parts: &mut [io::IoSliceMut<'_>],
+) -> io::Result<()> {
+    let mut parts = parts;
+    io::IoSliceMut::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        match s.read_vectored(parts) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => io::IoSliceMut::advance_slices(&mut parts, n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
