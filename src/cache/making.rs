@@ -97,7 +97,11 @@ impl Cache {
         let data = create_fresh(&data_path, || {
             files.open_retrying(|| private_file(&data_path))
         })?;
-        if let Err(e) = data.set_len(version.size) {
+        // A file of one chunk is written whole by its fill (its one write gives it its size);
+        // a larger one is sized now, its chunks and pages written where they fall.
+        if version.size > self.shared.chunk_size
+            && let Err(e) = data.set_len(version.size)
+        {
             let _ = fs::remove_file(&data_path);
             return Err(e.into());
         }
