@@ -69,7 +69,7 @@ pub struct Ops<S: Source> {
     /// The I/O modes of open inodes, in shards by inode: an open's decision, its backing-file
     /// registration (an ioctl) and its reply stay atomic for the inode without making every
     /// other open and release of the mount wait behind those syscalls.
-    modes: Box<[Mutex<IoModes<Passthrough>>]>,
+    modes: Box<[Mutex<IoModes<Arc<Passthrough>>>]>,
     /// The process that opened each handle whose close may finish a file being written: only
     /// its own `close()` finishes it at flush (a forked child closing an inherited descriptor
     /// must not publish the parent's half-written file; the last release still does).
@@ -199,7 +199,7 @@ impl<S: Source> Ops<S> {
     }
 
     /// The shard of the I/O-mode table that holds inode `ino`.
-    fn modes_of(&self, ino: u64) -> std::sync::MutexGuard<'_, IoModes<Passthrough>> {
+    fn modes_of(&self, ino: u64) -> std::sync::MutexGuard<'_, IoModes<Arc<Passthrough>>> {
         lock(&self.modes[(ino % MODE_SHARDS as u64) as usize])
     }
 
@@ -344,7 +344,7 @@ impl<S: Source> Ops<S> {
                     .ok_or_else(|| std::io::Error::other("the session's device was not found"));
                 match dev.and_then(|d| entry.data_file().and_then(|f| Passthrough::open(d, &*f))) {
                     Ok(id) => {
-                        modes.bind(ino, id, entry.version);
+                        modes.bind(ino, Arc::new(id), entry.version);
                         true
                     }
                     Err(e) => {
@@ -370,9 +370,12 @@ impl<S: Source> Ops<S> {
                 .stats()
                 .passthrough_opens
                 .fetch_add(1, Ordering::Relaxed);
+            let id = modes.passthrough(opened.fh, ino).clone();
+            // Replied outside the shard's lock: the reader's close comes right after the reply,
+            // and its release, locking the same shard, waited for this thread's write of it.
+            drop(modes);
             let flags = self.open_flags(&opened, c.pid, 0);
-            let id = modes.passthrough(opened.fh, ino);
-            reply.opened_passthrough(opened.fh, flags, id);
+            reply.opened_passthrough(opened.fh, flags, &id);
             return;
         }
         modes.served_by_daemon(opened.fh, ino);

@@ -267,10 +267,7 @@ pub(super) fn write_all_parts(
 }
 
 /// Fills all of `parts` from `s`, with as few syscalls as the bytes' arrival allows.
-fn read_exact_parts(
-    s: &mut impl io::Read,
-    parts: &mut [io::IoSliceMut<'_>],
-) -> io::Result<()> {
+fn read_exact_parts(s: &mut impl io::Read, parts: &mut [io::IoSliceMut<'_>]) -> io::Result<()> {
     let mut parts = parts;
     io::IoSliceMut::advance_slices(&mut parts, 0);
     while !parts.is_empty() {
