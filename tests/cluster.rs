@@ -209,8 +209,10 @@ fn rack_local_holders_are_preferred() {
     assert_eq!(c.total("bytes_from_backing"), data.len() as u64);
 }
 
+/// Nodes reading what others hold learn the holders in bulk from the feeds, another rack's as
+/// well as their own, and pull from their own rack where it holds a copy.
 #[test]
-fn a_node_reading_what_its_rack_holds_learns_the_holders_in_bulk() {
+fn nodes_learn_holders_in_bulk_and_pull_in_their_rack_first() {
     let mut c = Cluster::new("hints", 4);
     let (files, total) = small_set(&c, 60);
     c.start(4);
@@ -231,19 +233,20 @@ fn a_node_reading_what_its_rack_holds_learns_the_holders_in_bulk() {
     for (p, d) in &files {
         read_check(&c.nodes[0], p, d);
     }
-    // Node 1 takes no hint naming node 2 (another rack): it asks its rack home each file.
-    assert_eq!(c.nodes[1].stat("locator_hints"), 0);
-    assert_eq!(c.nodes[1].stat("lookups_rack"), 200);
-    // Node 0 learns node 1's copies; a read starts after 16 answers naming holders, and until
-    // it lands a few more files are asked.
-    let (hints, asked) = (
-        c.nodes[0].stat("locator_hints"),
-        c.nodes[0].stat("lookups_rack"),
-    );
-    assert!(
-        hints >= 150 && asked < 100,
-        "node 0: {hints} holders learned from the feeds, {asked} of 200 files asked one by one"
-    );
+    // Each learns the holders from the feeds: a read starts after 16 answers naming holders,
+    // and until it lands a few more files are asked. Node 1 takes node 2's copies (another
+    // rack: asked one by one, each would cost its rack home a round trip to the global home).
+    for n in [1, 0] {
+        let (hints, asked) = (
+            c.nodes[n].stat("locator_hints"),
+            c.nodes[n].stat("lookups_rack"),
+        );
+        assert!(
+            hints >= 150 && asked < 100,
+            "node {n}: {hints} holders learned from the feeds, {asked} of 200 files asked one by one"
+        );
+    }
+    // Node 0 learned node 2's copies too, and pulled every file from node 1, in its rack.
     assert_eq!(
         c.nodes[2].stat("bytes_served_to_peers"),
         served,

@@ -2,10 +2,10 @@
 //! it" (a later epoch, each node reading a shard another node filled), it reads the global
 //! homes' feeds of copies gained (the feed replication reads) into its node tier, so the rest
 //! of its reads find their holders there instead of costing a locate round trip each (and the
-//! home's answer). Only holders in the node's own rack are taken (see the service's
-//! `read_hints`): a file held only elsewhere is asked of the rack home as before (a hint of
-//! another rack's holder would outlive the copy the node's rack gains later), unless the node
-//! is alone in its rack. A hint is an answer like any other in the node tier: it expires with
+//! home's answer). Every rack's holders are taken (see the service's `read_hints`): a file
+//! held only in another rack costs no locate either (it cost two round trips, the rack home
+//! asking the global home), and a holder in the node's own rack is preferred where one is
+//! known. A hint is an answer like any other in the node tier: it expires with
 //! it, and a holder that no longer has the file is dropped at its failed pull and the file
 //! located again. Here only the decision of when to read, and from where; the service does the
 //! reading.
@@ -26,8 +26,7 @@ pub const READ_AFTER: u32 = 16;
 pub const MOST_PER_READ: usize = 1 << 18;
 /// Copies asked of a home per call.
 pub const PAGE: u32 = 4096;
-/// Past a read that taught nothing (the holders are in other racks, or the feeds hold nothing
-/// new), the next waits for twice as many answers, up to this many.
+/// Past a read that taught nothing (the feeds hold nothing new), the next waits for twice as many answers, up to this many.
 pub const READ_AFTER_MOST: u32 = 1 << 14;
 
 struct State {

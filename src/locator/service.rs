@@ -400,18 +400,15 @@ impl LocatorService {
     }
 
     /// Reads the global homes' feeds of copies gained into the node tier (see [`hints`]): from
-    /// their start, or on from where the last read stopped. Only copies in this node's rack are
-    /// taken: a feed names the first copy in each rack and learns of a rack's copy after its
-    /// rack home does, so a hint naming another rack's holder would send a pull across racks
-    /// that the rack home would have kept inside (a rack-mate pulled it meanwhile). Produced
-    /// objects are left out (their producer is their holder, named in their key); so are this
-    /// node's own copies.
+    /// their start, or on from where the last read stopped. Every rack's copies are taken (a
+    /// feed names the first copy in each rack): a file held only in another rack is then pulled
+    /// from there without asking the rack home, whose answer would have named the same holder
+    /// after a second round trip (to the global home). A holder in this node's rack is still
+    /// preferred where one is known ([`super::tiers::pick_holder`]); one its rack gains after the read is
+    /// passed over until the hint expires. Produced objects are left out (their producer is
+    /// their holder, named in their key); so are this node's own copies.
     async fn read_hints(self: Arc<Self>, from_start: bool) {
         let homes: Vec<NodeId> = self.membership.members().map(|m| m.id).collect();
-        let rack = self.membership.rack_of(self.me()).to_string();
-        // Alone in its rack, a node has no holder nearer than another rack's: every hint is
-        // taken (no copy its rack gains later could be passed over for it).
-        let alone = self.membership.rack_members(&rack) == [self.me()];
         let (mut learned, mut read) = (0, 0);
         'homes: for home in homes {
             let mut after = if from_start {
@@ -432,10 +429,7 @@ impl LocatorService {
                 let last = copies.is_empty() || next == after;
                 read += copies.len();
                 for (path, version, node) in copies {
-                    if node != self.me()
-                        && (alone || self.membership.rack_of(node) == rack)
-                        && !crate::core::names::is_object(&path)
-                    {
+                    if node != self.me() && !crate::core::names::is_object(&path) {
                         self.node.hint((path, version), node);
                         learned += 1;
                     }
