@@ -114,6 +114,9 @@ pub struct Stats {
     /// Files this node's tables hold as a rack home and as a global home (their rows).
     pub home_rack_files: AtomicU64,
     pub home_global_files: AtomicU64,
+    /// Copies this node's feed as a global home has recorded since it started (each rack's
+    /// first copy of a file: what nodes read as holder hints).
+    pub home_feed_copies: AtomicU64,
     /// Produced names this node keeps, as their directory's home or its backup.
     pub home_names: AtomicU64,
     /// Passthrough opens allowed. This and `no_open` are what the kernel agreed to at INIT,
@@ -287,6 +290,8 @@ pub struct Snapshot {
     pub home_rack_files: u64,
     #[serde(default)]
     pub home_global_files: u64,
+    #[serde(default)]
+    pub home_feed_copies: u64,
     #[serde(default)]
     pub home_names: u64,
 }
@@ -476,6 +481,7 @@ impl Stats {
             backing_stats_remembered: get(&self.backing_stats_remembered),
             home_rack_files: get(&self.home_rack_files),
             home_global_files: get(&self.home_global_files),
+            home_feed_copies: get(&self.home_feed_copies),
             home_names: get(&self.home_names),
         }
     }
@@ -484,7 +490,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 62] = [
+        let rows: [(&str, String); 63] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -552,6 +558,7 @@ impl Snapshot {
             ("members", self.members.to_string()),
             ("home rack files", self.home_rack_files.to_string()),
             ("home global files", self.home_global_files.to_string()),
+            ("home feed copies", self.home_feed_copies.to_string()),
             ("home names", self.home_names.to_string()),
         ];
         // One column for the values, however long the longest label is.

@@ -224,10 +224,11 @@ fn nodes_learn_holders_in_bulk_and_pull_in_their_rack_first() {
     for (p, d) in &files {
         read_check(&c.nodes[1], p, d);
     }
+    // In the global homes' feeds too (each rack's first copy): node 0's hints name node 1.
     wait_until(
         "rack r0's copies are published",
         Duration::from_secs(10),
-        || c.total("home_rack_files") >= 400,
+        || c.total("home_rack_files") >= 400 && c.total("home_feed_copies") >= 400,
     );
     let served = c.nodes[2].stat("bytes_served_to_peers");
     for (p, d) in &files {

@@ -262,7 +262,7 @@ impl GlobalHome {
     /// from next. A position beyond the feed (this home restarted) starts again from 0. A copy
     /// may have been dropped since: its node then refuses the pull.
     pub fn gained_since(&self, after: u64, max: usize) -> (u64, Vec<(Key, NodeId)>) {
-        let end = self.base + self.gained.len() as u64;
+        let end = self.feed_end();
         // Past the end (this home restarted) or before the oldest kept: from the oldest.
         let from = if after > end || after < self.base {
             self.base
@@ -278,6 +278,11 @@ impl GlobalHome {
             .map(|(k, n)| (k.to_key(), *n))
             .collect();
         (from + out.len() as u64, out)
+    }
+
+    /// The feed position after its newest copy: how many copies it has recorded.
+    pub fn feed_end(&self) -> u64 {
+        self.base + self.gained.len() as u64
     }
 
     pub fn rack_lost(&mut self, key: &Key, rack: &str) {

@@ -187,6 +187,9 @@ impl LocatorService {
         self.stats
             .home_global_files
             .store(g.files() as u64, Ordering::Relaxed);
+        self.stats
+            .home_feed_copies
+            .store(g.feed_end(), Ordering::Relaxed);
         Msg::Ack
     }
 
