@@ -16,14 +16,18 @@
 # instead of B; PERF_EVENT=E records event E instead of CPU cycles (e.g.
 # syscalls:sys_enter_futex: which functions make the daemon's futex calls). RUNS passes of the
 # first kind, whose CPU is printed run by run; one strace pass. MOUNT_ARGS: extra options for
-# both mounts.
+# both mounts. RESTART_A=1 remounts A after each fill (and waits SETTLE seconds, default 2): its
+# serves are then each file's first since a restart (a reloaded cache entry's data file is
+# checked at its first open), as in scripts/bench_small_pull.sh, whose holder is remounted
+# between the builds it alternates.
 # Both caches are on one fresh journaled ext4 loop image (CACHE_FS=ext4, the default; empty: the
 # directory's own file system, which on the 2-vCPU VM is ext4 without a journal, where every new
 # cache file's inode allocation scans for recently deleted inodes).
 # Each phase also splits both daemons' CPU by thread name (FUSE threads, the runtime, the
 # publisher, the holder's serving threads), per file.
 # Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
-# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS, PERF, PERF_OF; STRACE=0 leaves out the strace pass)
+# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS, PERF, PERF_OF, RESTART_A, SETTLE; STRACE=0 leaves
+# out the strace pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -66,6 +70,17 @@ printf '0 127.0.0.1:%d r0\n1 127.0.0.1:%d %s\n' $PORT $((PORT + 1)) $rack_b > "$
 mount_node a 0
 mount_node b 1
 A=$(pgrep -f -- " mount $W/a/mnt ") B=$(pgrep -f -- " mount $W/b/mnt ")
+# restart_a: with RESTART_A=1, A is unmounted and mounted again over its cache, then left SETTLE
+# seconds (what its start costs is not counted per file).
+restart_a() {
+  [ "${RESTART_A:-0}" = 1 ] || return 0
+  unmount_mounted "$W/a/mnt"
+  local _
+  for _ in $(seq 100); do kill -0 "$A" 2> /dev/null || break; sleep 0.1; done
+  mount_node a 0
+  A=$(pgrep -f -- " mount $W/a/mnt ")
+  sleep "${SETTLE:-2}"
+}
 # Both nodes' locator round trips and shared-FS stats so far: "CALLS STATS".
 round_trips() {
   local s=0 f=0 m
@@ -149,6 +164,7 @@ for r in $(seq "$RUNS"); do
     echo "  CPU per file by thread, us: B $(thread_split "$W/tb0" "$W/tb1")| A $(thread_split "$W/ta0" "$W/ta1")"
     awk -v ph=$ph -v n="$FILES" -v d="$a0 $a1 $b0 $b1" 'BEGIN {
       split(d, D, " "); printf "%s %.1f\n", ph, (D[2] - D[1] + D[4] - D[3]) * 1000 / n }' >> "$W/cpu.txt"
+    [ "$ph" != fill ] || restart_a
   done
 done
 # What each FUSE request of a hit costs B alone, on set 0 (cached on B): one request many times
@@ -212,6 +228,7 @@ for ph in $phases; do
         c = $2 / n; if (c >= 0.05) s = s sprintf("%s %.2f  ", $1, c); t += c }
       END { printf "  %-6s %.1f calls per file: %s\n", ph, t, s }' "$W/strace.$ph.$d"
   done
+  [ "$ph" != fill ] || restart_a
 done
 if [ "${PERF:-0}" != 0 ]; then
   for ph in pull hit; do
