@@ -31,22 +31,42 @@ impl Entry {
     /// blocks), not through the page cache: on a node serving its cache to others, that copy
     /// costs as much CPU as the whole transfer (`perf` of `scripts/bench_cluster.sh`); a reader
     /// of this mount has the bytes kept in the mount's own page cache; and the pages would only
-    /// push the node's working set out.
+    /// push the node's working set out. `print`: also returns the data file's ctime print,
+    /// taken before the read (see `Entry::note_verified`).
     pub(super) fn read_avoiding_page_cache(
         &self,
         offset: u64,
         room: &mut [u8],
         len: usize,
-    ) -> io::Result<()> {
-        let data = self.file(Mode::ReadWrite)?;
+        print: bool,
+    ) -> io::Result<Option<u32>> {
         // Where the bytes are in the data file (its region of a segment, if packed).
         let at = self.base() + offset;
+        // A whole file of its own whose read-write descriptor is not kept (a reloaded entry's
+        // first serve to a peer, or one the LRU let go): its O_DIRECT descriptor alone asks,
+        // prints and reads, where the read-write one would be opened and kept for that (after
+        // a restart a serve opened three files, `RESTART_A=1 scripts/bench_sample.sh`).
+        if offset == 0
+            && len as u64 == self.version.size
+            && self.place().is_none()
+            && self.shared.files.cached(self.id, Mode::ReadWrite).is_none()
+            && let Ok(direct) = self.file_once(Mode::Direct)
+            && crate::sys::pages_cached(&direct, at, len) == Some(false)
+        {
+            let before = print.then(|| super::entry::ctime_print(&direct)).flatten();
+            if read_direct_with(&direct, at, room, len) {
+                return Ok(before);
+            }
+        }
+        let data = self.file(Mode::ReadWrite)?;
+        let before = print.then(|| super::entry::ctime_print(&data)).flatten();
         if crate::sys::pages_cached(&data, at, len) == Some(false)
             && self.read_direct(at, room, len)
         {
-            return Ok(());
+            return Ok(before);
         }
-        data.read_exact_at(&mut room[..len], at)
+        data.read_exact_at(&mut room[..len], at)?;
+        Ok(before)
     }
 
     /// Whether every byte of the data file is in the page cache (`None` where that cannot be
@@ -57,15 +77,10 @@ impl Entry {
     }
 
     /// Reads at least `room[..len]` at `offset` of the data file with O_DIRECT, rounded up to
-    /// whole blocks;
-    /// `false` where that is impossible (unaligned, refused) or failed: read another way.
+    /// whole blocks; `false` where that is impossible (unaligned, refused) or failed: read
+    /// another way.
     fn read_direct(&self, offset: u64, room: &mut [u8], len: usize) -> bool {
-        const BLOCK: usize = crate::core::source::DIRECT_ALIGN;
-        let padded = len.next_multiple_of(BLOCK);
-        let aligned = offset.is_multiple_of(BLOCK as u64)
-            && (room.as_ptr() as usize).is_multiple_of(BLOCK)
-            && padded <= room.len();
-        if !aligned {
+        if !aligned_for_direct(offset, room, len) {
             return false;
         }
         // Opened on demand and kept in the LRU while idle, unless this read is the whole file
@@ -77,13 +92,29 @@ impl Entry {
         } else {
             self.file(Mode::Direct)
         };
-        let Ok(direct) = direct else {
-            return false;
-        };
-        // A short count only at the end of the file, past `len`.
-        matches!(
-            crate::sys::read_at_least(&direct, &mut room[..padded], offset, len),
-            Ok(n) if n >= len
-        )
+        direct.is_ok_and(|d| read_direct_with(&d, offset, room, len))
     }
+}
+
+/// Whether `room[..len]` at `offset` can be read with O_DIRECT: block-aligned, with room for
+/// the last block whole.
+fn aligned_for_direct(offset: u64, room: &[u8], len: usize) -> bool {
+    const BLOCK: usize = crate::core::source::DIRECT_ALIGN;
+    offset.is_multiple_of(BLOCK as u64)
+        && (room.as_ptr() as usize).is_multiple_of(BLOCK)
+        && len.next_multiple_of(BLOCK) <= room.len()
+}
+
+/// Reads at least `room[..len]` at `offset` of `direct` (opened O_DIRECT), rounded up to whole
+/// blocks; `false` if unaligned or failed.
+fn read_direct_with(direct: &std::fs::File, offset: u64, room: &mut [u8], len: usize) -> bool {
+    if !aligned_for_direct(offset, room, len) {
+        return false;
+    }
+    let padded = len.next_multiple_of(crate::core::source::DIRECT_ALIGN);
+    // A short count only at the end of the file, past `len`.
+    matches!(
+        crate::sys::read_at_least(direct, &mut room[..padded], offset, len),
+        Ok(n) if n >= len
+    )
 }

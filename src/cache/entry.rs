@@ -155,33 +155,44 @@ impl Entry {
         }
         let path = self.data_path();
         let mut emptied = false;
+        let mut checked = None;
         if st.unchecked {
-            let data = files.open_retrying(|| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o600)
-                    .open(&path)
-            })?;
-            if data.metadata()?.len() != self.version.size {
-                tracing::warn!(path = %self.path, "cache data file missing or resized: refetching");
-                data.set_len(0)?;
-                data.set_len(self.version.size)?;
-                self.shared
-                    .used
-                    .fetch_sub(st.present_bytes, Ordering::Relaxed);
-                st.chunks.clear();
-                st.present_bytes = 0;
-                emptied = true;
+            // The descriptor the caller wants is opened first: a file as the cache left it
+            // (its size) is checked by it alone (a peer's pull of a reloaded entry then opens
+            // one file, not three). A missing or resized one is made again, read-write.
+            if let Ok(f) = files.open_unkept(&path, mode)
+                && f.metadata().is_ok_and(|m| m.len() == self.version.size)
+            {
+                checked = Some(f);
+            } else {
+                let data = files.open_retrying(|| {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .mode(0o600)
+                        .open(&path)
+                })?;
+                if data.metadata()?.len() != self.version.size {
+                    tracing::warn!(path = %self.path, "cache data file missing or resized: refetching");
+                    data.set_len(0)?;
+                    data.set_len(self.version.size)?;
+                    self.shared
+                        .used
+                        .fetch_sub(st.present_bytes, Ordering::Relaxed);
+                    st.chunks.clear();
+                    st.present_bytes = 0;
+                    emptied = true;
+                }
             }
             st.unchecked = false;
         }
-        let file = if keep {
-            files.open(self.id, &path, mode)?
-        } else {
-            Arc::new(files.open_unkept(&path, mode)?)
+        let file = match (checked, keep) {
+            (Some(f), true) => files.insert(self.id, mode, f),
+            (Some(f), false) => Arc::new(f),
+            (None, true) => files.open(self.id, &path, mode)?,
+            (None, false) => Arc::new(files.open_unkept(&path, mode)?),
         };
         drop(st);
         if emptied && let Err(e) = self.persist() {

@@ -68,9 +68,11 @@ impl DataFiles {
         self.open_retrying(|| open(path, mode))
     }
 
-    /// Keeps `file`, just opened as `mode` for entry `id`.
-    pub fn insert(&self, id: u64, mode: Mode, file: File) {
-        self.keep((id, mode), Arc::new(file));
+    /// Keeps `file`, just opened as `mode` for entry `id`; returns it as kept.
+    pub fn insert(&self, id: u64, mode: Mode, file: File) -> Arc<File> {
+        let file = Arc::new(file);
+        self.keep((id, mode), file.clone());
+        file
     }
 
     /// Keeps a file in the LRU, applying its evictions every `evict_every` files so that the

@@ -238,7 +238,7 @@ impl Entry {
             return Pooled::fill(len, |b| data.read_exact_at(b, at)).map(ReadBytes::Pooled);
         }
         let mut buf = Aligned::zeroed(len);
-        self.read_avoiding_page_cache(offset, buf.room(), len)?;
+        self.read_avoiding_page_cache(offset, buf.room(), len, false)?;
         Ok(ReadBytes::Aligned(buf))
     }
 }

@@ -292,8 +292,7 @@ impl Entry {
                 }
             )
         });
-        let before = if checks { self.ctime_print() } else { None };
-        self.read_avoiding_page_cache(offset, room, len)?;
+        let before = self.read_avoiding_page_cache(offset, room, len, checks)?;
         let buf = &room[..len];
         let mut all_good = true;
         let mut at = 0;
