@@ -13,7 +13,8 @@
 # over the pull and hit phases of run 1 and prints where B's CPU went (top symbols, children);
 # PERF=dwarf records DWARF call graphs instead (release builds keep no frame pointers) and also
 # prints each of the daemon's functions with its callees' share; PERF_OF=A records the holder
-# instead of B; PERF_EVENT=E records event E instead of CPU cycles (e.g.
+# instead of B; PERF_PHASES lists the phases recorded (default "pull hit"; "fill" with PERF_OF=A
+# shows a fill); PERF_EVENT=E records event E instead of CPU cycles (e.g.
 # syscalls:sys_enter_futex: which functions make the daemon's futex calls). RUNS passes of the
 # first kind, whose CPU is printed run by run; one strace pass. MOUNT_ARGS: extra options for
 # both mounts. RESTART_A=1 remounts A after each fill (and waits SETTLE seconds, default 2): its
@@ -137,7 +138,7 @@ for r in $(seq "$RUNS"); do
     by_thread "$A" > "$W/ta0"; by_thread "$B" > "$W/tb0"
     l0=$(round_trips)
     fuse_trace_start
-    if [ "${PERF:-0}" != 0 ] && [ "$r" = 1 ] && [ "$ph" != fill ]; then
+    if [ "${PERF:-0}" != 0 ] && [ "$r" = 1 ] && [[ " ${PERF_PHASES:-pull hit} " == *" $ph "* ]]; then
       # shellcheck disable=SC2046 # the call-graph option is one or two words
       perf record -q $([ "$PERF" = dwarf ] && echo "--call-graph dwarf,16384 -F 2000" || echo -g) \
         ${PERF_EVENT:+-e "$PERF_EVENT"} \
@@ -231,7 +232,7 @@ for ph in $phases; do
   [ "$ph" != fill ] || restart_a
 done
 if [ "${PERF:-0}" != 0 ]; then
-  for ph in pull hit; do
+  for ph in ${PERF_PHASES:-pull hit}; do
     echo "perf of ${PERF_OF:-B}, $ph (run 1; self time, symbols over 1%):"
     perf report -q -i "$W/perf.$ph" --no-children --sort sym --percent-limit 1 2>/dev/null |
       grep -E '^ +[0-9]' | head -40
