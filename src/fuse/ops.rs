@@ -66,9 +66,10 @@ pub struct Caller {
 
 pub struct Ops<S: Source> {
     pub(super) fs: Arc<DyadFs<S>>,
-    /// The I/O modes of open inodes, in shards by inode: an open's decision, its backing-file
-    /// registration (an ioctl) and its reply stay atomic for the inode without making every
-    /// other open and release of the mount wait behind those syscalls.
+    /// The I/O modes of open inodes, in shards by inode: an open's decision and its backing-file
+    /// registration (an ioctl) stay atomic for the inode without making every other open and
+    /// release of the mount wait behind that syscall. (A passthrough open's reply is written
+    /// after the shard is unlocked: the backing id it names is held by the open's own count.)
     modes: Box<[Mutex<IoModes<Arc<Passthrough>>>]>,
     /// The process that opened each handle whose close may finish a file being written: only
     /// its own `close()` finishes it at flush (a forked child closing an inherited descriptor

@@ -26,7 +26,8 @@ pub const READ_AFTER: u32 = 16;
 pub const MOST_PER_READ: usize = 1 << 18;
 /// Copies asked of a home per call.
 pub const PAGE: u32 = 4096;
-/// Past a read that taught nothing (the feeds hold nothing new), the next waits for twice as many answers, up to this many.
+/// Past a read that taught nothing (the feeds hold nothing new), the next waits for twice as
+/// many answers, up to this many.
 pub const READ_AFTER_MOST: u32 = 1 << 14;
 
 struct State {

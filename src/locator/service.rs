@@ -404,9 +404,9 @@ impl LocatorService {
     /// feed names the first copy in each rack): a file held only in another rack is then pulled
     /// from there without asking the rack home, whose answer would have named the same holder
     /// after a second round trip (to the global home). A holder in this node's rack is still
-    /// preferred where one is known ([`super::tiers::pick_holder`]); one its rack gains after the read is
-    /// passed over until the hint expires. Produced objects are left out (their producer is
-    /// their holder, named in their key); so are this node's own copies.
+    /// preferred where one is known ([`super::tiers::pick_holder`]); one its rack gains after
+    /// the read is passed over until the hint expires. Produced objects are left out (their
+    /// producer is their holder, named in their key); so are this node's own copies.
     async fn read_hints(self: Arc<Self>, from_start: bool) {
         let homes: Vec<NodeId> = self.membership.members().map(|m| m.id).collect();
         let (mut learned, mut read) = (0, 0);
