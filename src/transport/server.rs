@@ -395,17 +395,29 @@ impl Conn for PullConn {
         } = self;
         let (store, faults, eager_max) = (&**store, *faults, *eager_max);
         let slab = worker.slab();
+        // A request was answered since this turn began.
+        let mut answered = false;
         loop {
             if turn.over() {
                 return Ok(Step::Yield);
             }
             let Some(r) = queued.pop_front() else {
+                // Answered, with nothing more buffered: the puller's next request has most
+                // likely not come yet (a small-file pull asks once), so the connection goes
+                // idle without a read, which returned EAGAIN after nearly every request; the
+                // thread's poll tells when the next one comes. Not while other connections
+                // wait for a thread: an idle connection with a request pending would be parked
+                // on the reactor and handed straight back.
+                if answered && !frames.has_buffered() && !turn.others_wait() {
+                    return Ok(Step::Idle);
+                }
                 match frames.next(false)? {
                     Some(msg) => note(msg, lent, queued)?,
                     None => return Ok(Step::Idle),
                 }
                 continue;
             };
+            answered = true;
             // Slots lent longer than a lease are taken back (a puller that neither gets nor
             // releases them is gone or hostile; a late get of reused memory fails its checksum).
             lent.retain(|_, (_, at)| at.elapsed() < LEASE);

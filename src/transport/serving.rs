@@ -47,7 +47,12 @@ pub(super) struct Turn<'a> {
 
 impl Turn<'_> {
     pub(super) fn over(&self) -> bool {
-        self.waiting.load(Ordering::Relaxed) > 0 && self.since.elapsed() >= SLICE
+        self.others_wait() && self.since.elapsed() >= SLICE
+    }
+
+    /// Whether other connections wait for a thread (an idle one is then parked on the reactor).
+    pub(super) fn others_wait(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
     }
 }
 

@@ -200,6 +200,11 @@ impl FrameReader {
         self.open.record(dst, tag).map_err(forged)
     }
 
+    /// Whether bytes past the last frame read are buffered (a frame, or part of one).
+    pub(super) fn has_buffered(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
     /// Copies what is buffered, up to `dst.len()` bytes, to the start of `dst`; how many.
     fn take_buffered(&mut self, dst: &mut [u8]) -> usize {
         let have = self.buf.len().min(dst.len());
