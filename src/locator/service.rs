@@ -405,40 +405,53 @@ impl LocatorService {
     /// from there without asking the rack home, whose answer would have named the same holder
     /// after a second round trip (to the global home). A holder in this node's rack is still
     /// preferred where one is known ([`super::tiers::pick_holder`]); one its rack gains after
-    /// the read is passed over until the hint expires. Produced objects are left out (their
-    /// producer is their holder, named in their key); so are this node's own copies.
+    /// the read is passed over until the hint expires. Another rack's copies are hinted once the
+    /// home's feed has been read, after its copies in this node's rack: a file's copies are all
+    /// in its global home's feed, so a reader never finds only the far holder of a file whose
+    /// near one the same read names. Produced objects are left out (their producer is their
+    /// holder, named in their key); so are this node's own copies.
     async fn read_hints(self: Arc<Self>, from_start: bool) {
         let homes: Vec<NodeId> = self.membership.members().map(|m| m.id).collect();
+        let rack = self.membership.rack_of(self.me()).to_string();
         let (mut learned, mut read) = (0, 0);
-        'homes: for home in homes {
+        for home in homes {
             let mut after = if from_start {
                 0
             } else {
                 self.hints.position(home)
             };
+            let mut elsewhere = Vec::new();
             while read < hints::MOST_PER_READ {
                 let ask = Msg::Gained {
                     after,
                     max: hints::PAGE,
                 };
                 let Some(Msg::GainedList { next, copies }) = self.call(home, ask).await else {
-                    continue 'homes;
+                    break;
                 };
                 // (A page holds fewer than asked when its paths are long: only an empty one,
                 // or one that did not move, is the end.)
                 let last = copies.is_empty() || next == after;
                 read += copies.len();
                 for (path, version, node) in copies {
-                    if node != self.me() && !crate::core::names::is_object(&path) {
-                        self.node.hint((path, version), node);
-                        learned += 1;
+                    if node == self.me() || crate::core::names::is_object(&path) {
+                        continue;
                     }
+                    if self.membership.rack_of(node) == rack {
+                        self.node.hint((path, version), node);
+                    } else {
+                        elsewhere.push(((path, version), node));
+                    }
+                    learned += 1;
                 }
                 self.hints.advanced(home, next);
                 if last {
                     break;
                 }
                 after = next;
+            }
+            for (key, node) in elsewhere {
+                self.node.hint(key, node);
             }
         }
         self.hints.done(learned);
