@@ -42,14 +42,20 @@ impl Entry {
     ) -> io::Result<Option<u32>> {
         // Where the bytes are in the data file (its region of a segment, if packed).
         let at = self.base() + offset;
+        // A file of its own: its read-write descriptor if the LRU keeps it, looked up once (what
+        // `Entry::file` would return first).
+        let own = self.place().is_none();
+        let kept = own
+            .then(|| self.shared.files.cached(self.id, Mode::ReadWrite))
+            .flatten();
         // A whole file of its own whose read-write descriptor is not kept (a reloaded entry's
         // first serve to a peer, or one the LRU let go): its O_DIRECT descriptor alone asks,
         // prints and reads, where the read-write one would be opened and kept for that (after
         // a restart a serve opened three files, `RESTART_A=1 scripts/bench_sample.sh`).
-        if offset == 0
+        if own
+            && kept.is_none()
+            && offset == 0
             && len as u64 == self.version.size
-            && self.place().is_none()
-            && self.shared.files.cached(self.id, Mode::ReadWrite).is_none()
             && let Ok(direct) = self.file_once(Mode::Direct)
             && crate::sys::pages_cached(&direct, at, len) == Some(false)
         {
@@ -58,7 +64,10 @@ impl Entry {
                 return Ok(before);
             }
         }
-        let data = self.file(Mode::ReadWrite)?;
+        let data = match kept {
+            Some(f) => f,
+            None => self.file(Mode::ReadWrite)?,
+        };
         let before = print.then(|| super::entry::ctime_print(&data)).flatten();
         if crate::sys::pages_cached(&data, at, len) == Some(false)
             && self.read_direct(at, room, len)
