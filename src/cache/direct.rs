@@ -56,10 +56,9 @@ impl Entry {
             && kept.is_none()
             && offset == 0
             && len as u64 == self.version.size
-            && let Ok(direct) = self.file_once(Mode::Direct)
+            && let Ok((direct, before)) = self.file_once_printed(Mode::Direct, print)
             && crate::sys::pages_cached(&direct, at, len) == Some(false)
         {
-            let before = print.then(|| super::entry::ctime_print(&direct)).flatten();
             if read_direct_with(&direct, at, room, len) {
                 return Ok(before);
             }

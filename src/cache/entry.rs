@@ -3,7 +3,7 @@
 //! descriptor: its data file is opened through the cache's bounded
 //! [`DataFiles`](super::files::DataFiles) when used.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -127,27 +127,46 @@ impl Entry {
     /// resized file (changed behind the cache's back) empties the entry, whose chunks are then
     /// fetched again.
     pub(super) fn file(&self, mode: Mode) -> io::Result<Arc<File>> {
-        self.file_kept(mode, true)
+        self.file_kept(mode, true).map(|(f, _)| f)
     }
 
     /// As [`Entry::file`], but a file the LRU does not hold is opened for the caller alone and
     /// closed when it lets go: a one-shot read (a peer's pull of a whole small file is the only
     /// read of it for an epoch) then costs the LRU no insert, and no other file its place.
     pub(super) fn file_once(&self, mode: Mode) -> io::Result<Arc<File>> {
-        self.file_kept(mode, false)
+        self.file_kept(mode, false).map(|(f, _)| f)
     }
 
-    fn file_kept(&self, mode: Mode, keep: bool) -> io::Result<Arc<File>> {
+    /// As [`Entry::file_once`], with the file's ctime print if `print` (taken before its bytes
+    /// are read). A reloaded entry's first open prints from the stat that checks the file: a
+    /// peer's first pull after a restart then makes one `statx`, not two.
+    pub(super) fn file_once_printed(
+        &self,
+        mode: Mode,
+        print: bool,
+    ) -> io::Result<(Arc<File>, Option<u32>)> {
+        let (file, checked) = self.file_kept(mode, false)?;
+        let print = match checked {
+            _ if !print => None,
+            Some(m) => Some(print_of(&m)),
+            None => ctime_print(&file),
+        };
+        Ok((file, print))
+    }
+
+    /// The data file as `mode`, kept in the LRU if `keep`; with the metadata that checked it
+    /// where this open was a reloaded entry's first (taken on the descriptor returned).
+    fn file_kept(&self, mode: Mode, keep: bool) -> io::Result<(Arc<File>, Option<Metadata>)> {
         let files = &self.shared.files;
         if let Some(place) = self.place() {
             // A segment's name is never reused, so the file is this entry's segment whenever
             // it opens; one that is gone (its objects all left) fails the read, which falls
             // back to the source.
-            return self.shared.segments.file(files, place, mode);
+            return Ok((self.shared.segments.file(files, place, mode)?, None));
         }
         // A file in the LRU was opened while the entry was live: it is this entry's.
         if let Some(f) = files.cached(self.id, mode) {
-            return Ok(f);
+            return Ok((f, None));
         }
         let mut st = self.state.lock();
         if st.evicted {
@@ -161,9 +180,10 @@ impl Entry {
             // (its size) is checked by it alone (a peer's pull of a reloaded entry then opens
             // one file, not three). A missing or resized one is made again, read-write.
             if let Ok(f) = files.open_unkept(&path, mode)
-                && f.metadata().is_ok_and(|m| m.len() == self.version.size)
+                && let Ok(m) = f.metadata()
+                && m.len() == self.version.size
             {
-                checked = Some(f);
+                checked = Some((f, m));
             } else {
                 let data = files.open_retrying(|| {
                     OpenOptions::new()
@@ -188,18 +208,18 @@ impl Entry {
             }
             st.unchecked = false;
         }
-        let file = match (checked, keep) {
-            (Some(f), true) => files.insert(self.id, mode, f),
-            (Some(f), false) => Arc::new(f),
-            (None, true) => files.open(self.id, &path, mode)?,
-            (None, false) => Arc::new(files.open_unkept(&path, mode)?),
+        let (file, meta) = match (checked, keep) {
+            (Some((f, m)), true) => (files.insert(self.id, mode, f), Some(m)),
+            (Some((f, m)), false) => (Arc::new(f), Some(m)),
+            (None, true) => (files.open(self.id, &path, mode)?, None),
+            (None, false) => (Arc::new(files.open_unkept(&path, mode)?), None),
         };
         drop(st);
         if emptied && let Err(e) = self.persist() {
             // Logged as present still: after a restart those chunks fail their checksums.
             tracing::warn!(path = %self.path, error = %e, "could not record an emptied entry");
         }
-        Ok(file)
+        Ok((file, meta))
     }
 }
 
@@ -353,10 +373,14 @@ fn all_verified(st: &State) -> bool {
 
 /// A fingerprint of `file`'s ctime (never 0: 0 is "none taken"), if it can be looked at.
 pub(super) fn ctime_print(file: &File) -> Option<u32> {
+    Some(print_of(&file.metadata().ok()?))
+}
+
+/// The ctime print of a data file's metadata (never 0, which stands for none).
+fn print_of(m: &Metadata) -> u32 {
     use std::os::unix::fs::MetadataExt;
-    let m = file.metadata().ok()?;
     let print = (m.ctime() as u32).wrapping_mul(2_654_435_761) ^ m.ctime_nsec() as u32;
-    Some(print.max(1))
+    print.max(1)
 }
 
 fn chunk_len(size: u64, chunk_size: u64, idx: u64) -> u64 {
