@@ -124,6 +124,7 @@ def reader(i, files):
             continue
         name = names[k % len(names)]
         k += 1
+        began = time.strftime('%H:%M:%S')
         t = time.monotonic()
         try:
             with gates[i], open(f"{mnt(i)}/{name}", "rb") as f:
@@ -136,7 +137,7 @@ def reader(i, files):
         took = time.monotonic() - t
         with lock:
             spanned = changes[i] != before or state[i] != "up"
-            results.append((i, took, files[name][0], outcome, spanned))
+            results.append((i, took, files[name][0], outcome, spanned, began, name))
         if outcome == "wrong" and not spanned:
             log(f"WRONG BYTES: node {i} {name}")
 
@@ -257,6 +258,7 @@ def flip(path):
 def driver_read(n, name):
     """Reads a file through node n's mount as the driver, the kernel's pages of it dropped
     first, and records the outcome with the readers'."""
+    began = time.strftime('%H:%M:%S')
     t = time.monotonic()
     try:
         with open(f"{mnt(n)}/{name}", "rb") as f:
@@ -267,7 +269,8 @@ def driver_read(n, name):
     except OSError as e:
         outcome = f"error {e.errno}"
     with lock:
-        results.append((n, time.monotonic() - t, dataset_files[name][0], outcome, False))
+        results.append((n, time.monotonic() - t, dataset_files[name][0], outcome, False, began,
+                        name))
     if outcome == "wrong":
         log(f"WRONG BYTES: node {n} {name} (driver)")
 
@@ -390,7 +393,7 @@ def main():
     wrong = sum(1 for r in results if r[3] == "wrong")
     errors = sum(1 for r in live if r[3].startswith("error"))
     down_reads = len(results) - len(live)
-    stall = max(live, key=lambda r: r[1]) if live else (0, 0.0, 0, "", False)
+    stall = max(live, key=lambda r: r[1]) if live else (0, 0.0, 0, "", False, "", "")
     bound = PEER_TIMEOUT + 1.0
     print()
     print(f"reads                    {len(results)} ({len(live)} on nodes up for the whole read, "
@@ -406,8 +409,11 @@ def main():
     print(f"longest live read        {stall[1]:.2f} s (node {stall[0]}, {stall[2]} bytes); "
           f"bound: peer timeout {PEER_TIMEOUT}s + shared-FS time (< 1 s here) = {bound:.1f} s: "
           f"{'within' if stall[1] <= bound else 'OVER'}")
-    slow = sorted((r[1] for r in live), reverse=True)[:5]
-    print(f"slowest live reads       {', '.join(f'{s:.2f}' for s in slow)} s")
+    slow = sorted(live, key=lambda r: r[1], reverse=True)[:5]
+    print(f"slowest live reads       {', '.join(f'{r[1]:.2f}' for r in slow)} s")
+    # When and where, to set beside the actions logged above.
+    for r in slow:
+        print(f"  {r[1]:5.2f} s  node {r[0]}  {r[6]}  began {r[5]}")
     print(f"shared-FS bytes          {counted['bytes_from_backing'] / 2**20:.1f} MiB = "
           f"{counted['bytes_from_backing'] / dataset:.2f}x the dataset "
           f"({dataset / 2**20:.1f} MiB)")
