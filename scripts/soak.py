@@ -85,7 +85,7 @@ def mount(i):
     cmd = [BIN, "mount", mnt(i), "--ssd", ssd(i), "--backing", f"{W}/backing",
            "--node-id", str(i), "--peers", f"{W}/peers", "--secret-file", f"{W}/secret",
            "--peer-timeout", f"{PEER_TIMEOUT}s", "--failure-detection", f"{DETECT}s",
-           "--capacity", capacity[0]]
+           "--capacity", capacity[0]] + os.environ.get("SOAK_MOUNT_ARGS", "").split()
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"node {i} failed to mount: {out.stderr.strip()}")

@@ -22,6 +22,8 @@ cleanup() {
     fusermount3 -uz "$m" 2>/dev/null || true
   done
   for d in "$W"/n*/disk; do
+    # KEEP: the daemon's log outlives its tmpfs cache disk.
+    [ -z "${KEEP:-}" ] || cp "$d/cache/dyadfs.log" "$d/../dyadfs.log" 2>/dev/null || true
     mountpoint -q "$d" && umount -l "$d" || true
   done
   [ -n "${KEEP:-}" ] || rm -rf "$W"

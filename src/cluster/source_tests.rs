@@ -328,6 +328,28 @@ fn suspect_holders_are_tried_last() {
 }
 
 #[test]
+fn a_suspect_only_holder_gets_a_short_wait_then_the_shared_fs_serves() {
+    // Node 1 froze: an earlier request timed out on it. This request's own timeout is not
+    // spent on it again: a quarter of it, then the shared file system.
+    let mut script = Script::new(vec![Reply::Holders(vec![1])]);
+    script.suspects = vec![1];
+    script.timeout = Duration::from_millis(400);
+    let s = cluster(
+        script,
+        Peers {
+            frozen: [1].into(),
+            ..Default::default()
+        },
+        Shared::default(),
+    );
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert_eq!(tried(&s), [1]);
+    let given = s.puller.given.lock().unwrap().clone();
+    assert!(given[0] <= Duration::from_millis(100), "{given:?}");
+    assert_eq!(s.backing.reads.load(Ordering::Relaxed), 1);
+}
+
+#[test]
 fn this_node_as_the_only_holder_is_no_holder() {
     // The locator may still list this node for a copy it just dropped.
     let s = cluster(
