@@ -58,10 +58,9 @@ impl Entry {
             && len as u64 == self.version.size
             && let Ok((direct, before)) = self.file_once_printed(Mode::Direct, print)
             && crate::sys::pages_cached(&direct, at, len) == Some(false)
+            && read_direct_with(&direct, at, room, len)
         {
-            if read_direct_with(&direct, at, room, len) {
-                return Ok(before);
-            }
+            return Ok(before);
         }
         let data = match kept {
             Some(f) => f,
