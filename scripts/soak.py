@@ -6,9 +6,10 @@ dataset in shifted shards in a loop and checks every byte; a driver freezes (SIG
 kills and restarts daemons at random, usually one at a time, sometimes two at once, fills a
 node's cache disk (each node's cache is on a tmpfs of its own) and flips bytes in a node's
 cached data files (once, or twice with a read between: "recorrupt"). SOAK_START_WITH (e.g.
-"fill,corrupt,recorrupt") runs those actions first. At the end
-it reports reads, wrong bytes (must be 0), errors, the longest read stall on a node that was up
-the whole read, shared-FS bytes against the dataset size, failovers and the actions taken.
+"fill,corrupt,recorrupt") runs those actions first; SOAK_MOUNT_ARGS adds mount options on every
+node. At the end it reports reads, wrong bytes (must be 0), errors, the longest read stall on a
+node that was up the whole read and the five slowest such reads (node, file, start time),
+shared-FS bytes against the dataset size, failovers and the actions taken.
 """
 
 import hashlib

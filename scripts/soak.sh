@@ -4,9 +4,13 @@
 # freezes, kills and restarts daemons at random, fills cache disks and flips bytes in cached
 # files (scripts/soak.py). Reports reads, wrong bytes
 # (exit 1 if any), errors, the longest read stall on a node that was up, shared-FS bytes
-# against the dataset, failovers and the actions. Needs root (FUSE). Loopback only.
+# against the dataset, failovers and the actions, and the five slowest live reads with their
+# node, file and start time. SOAK_MOUNT_ARGS: mount options added on every node (e.g.
+# "--page-cache-large-files"). KEEP=1 keeps the work directory, each node's log beside its cache
+# disk. Needs root (FUSE). Loopback only.
 # Usage: SOAK_SECONDS=600 scripts/soak.sh   (env: SOAK_NODES (6), SOAK_RACKS (3), SOAK_FILES, SOAK_KIB, SOAK_LARGE,
-#        SOAK_LARGE_MIB, SOAK_PEER_TIMEOUT, SOAK_DETECT, SOAK_SEED, SOAK_START_WITH, DYADFS_BIN, KEEP)
+#        SOAK_LARGE_MIB, SOAK_PEER_TIMEOUT, SOAK_DETECT, SOAK_SEED, SOAK_START_WITH, SOAK_MOUNT_ARGS,
+#        DYADFS_BIN, KEEP)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
