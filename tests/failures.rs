@@ -372,6 +372,41 @@ fn frozen_holders_not_known_down_cost_a_read_one_peer_timeout() {
     assert_eq!(c.nodes[4].stat("backing_fetches"), files.len() as u64);
 }
 
+/// The only holder freezes and the cluster does not know yet: once a read has timed out on it
+/// (it is suspect), later reads give it a quarter of the --peer-timeout (2 s), not a whole one
+/// each: a large file read by direct I/O is such a series of requests (the soak's reads of 24
+/// MiB took two timeouts, 4.2 s).
+#[test]
+fn a_suspect_only_holder_costs_later_reads_a_quarter_of_the_peer_timeout() {
+    let mut c = Cluster::new("suspect", 3);
+    c.extra = vec!["--failure-detection".into(), "30s".into()];
+    let files = dataset(&c, 8, 256 * KIB);
+    c.start(3);
+    // Node 0 (rack r0) holds every file; node 2 (alone in rack r1) reads them.
+    read_all(&c.nodes[0], &files);
+    c.wait_published(files.len() as u64);
+    signal(&c.nodes[0], libc::SIGSTOP);
+    let mut took = Vec::new();
+    for f in &files {
+        let t = Instant::now();
+        read_all(&c.nodes[2], std::slice::from_ref(f));
+        took.push(t.elapsed());
+    }
+    signal(&c.nodes[0], libc::SIGCONT);
+    eprintln!("reads with the only holder frozen: {took:?}");
+    assert_eq!(
+        c.nodes[2].stat("members_down"),
+        0,
+        "declared down: not the case tested"
+    );
+    // The first read makes node 0 suspect; every later one tries it for 0.5 s at most (a
+    // whole timeout each before: 2.01-2.02 s a read).
+    for t in &took[2..] {
+        assert!(*t < Duration::from_millis(1250), "{took:?}");
+    }
+    assert_eq!(c.nodes[2].stat("backing_fetches"), files.len() as u64);
+}
+
 /// A byte that rots in a cached file while mounted is found by the background scrub
 /// (`--scrub-interval`) and its chunk dropped; the next open reads it again from the shared
 /// file system, byte-exact. (Passthrough reads never reach the daemon: this is how it learns.)
