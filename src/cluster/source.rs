@@ -313,6 +313,19 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
     }
 
     /// The holder [`ClusterSource::pull_with`] would try first for `path` (not this node).
+    /// How long a pull from `holder` may wait of the `left` of its read's deadline. A suspect
+    /// (it just failed a call or a pull) gets a short wait: frozen, it would cost each request
+    /// of a large read a whole peer timeout again (every READ has its own: the soak's reads of
+    /// 24 MiB took two, 4.2 s, when their only holder froze); busy but live, it still answers
+    /// in that time.
+    fn pull_wait(&self, holder: NodeId, left: Duration, suspects: &[NodeId]) -> Duration {
+        if suspects.contains(&holder) {
+            left.min(self.locator.timeout() / SUSPECT_WAIT_DIVISOR)
+        } else {
+            left
+        }
+    }
+
     fn first_holder(&self, path: &str, holders: &[NodeId]) -> Option<NodeId> {
         let live: Vec<NodeId> = holders
             .iter()
@@ -364,17 +377,11 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
                 continue;
             }
             // The read's one peer timeout is spent: the caller reads the shared file system.
-            let mut within = deadline.saturating_duration_since(Instant::now());
-            if within.is_zero() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Ok(false);
             }
-            // A suspect (it just failed a call or a pull) gets a short wait: frozen, it would
-            // cost each request of a large read a whole peer timeout again (every READ has its
-            // own: the soak's reads of 24 MiB took two, 4.2 s, when their only holder froze);
-            // busy but live, it still answers in that time.
-            if suspects.contains(&h) {
-                within = within.min(self.locator.timeout() / SUSPECT_WAIT_DIVISOR);
-            }
+            let within = self.pull_wait(h, left, &suspects);
             let Some(addr) = membership.member(h).map(|m| m.addr) else {
                 return Ok(false);
             };
@@ -470,7 +477,8 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
             replies.push(Some(reply));
         }
         for (holder, batch) in by_holder.into_iter().filter(|(_, b)| b.len() > 1) {
-            let within = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
+            let within = self.pull_wait(holder, left, &self.locator.suspects());
             let Some(addr) = self.locator.membership().member(holder).map(|m| m.addr) else {
                 continue;
             };

@@ -149,6 +149,7 @@ impl Pull for Peers {
     ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
         let node = NodeId::from(peer.port() - 7000);
         self.batches.lock().unwrap().push((node, wants.len()));
+        self.given.lock().unwrap().push(within);
         if self.frozen.contains(&node) {
             return Err(TransportError::Timeout {
                 peer,
@@ -567,6 +568,27 @@ fn a_batch_moves_by_holder_and_what_it_did_not_bring_comes_one_by_one() {
     let origins = read_batch(&s, &["a", "b"]);
     assert_eq!(origins, [Origin::Backing; 2]);
     assert_eq!(*s.puller.batches.lock().unwrap(), [(2, 2)]);
+}
+
+#[test]
+fn a_batch_to_a_suspect_holder_gets_a_short_wait() {
+    // As a single pull does: a quarter of the timeout, not all that is left of it.
+    let mut script = Script::new(vec![Reply::Holders(vec![2])]);
+    script.suspects = vec![2];
+    script.timeout = Duration::from_millis(400);
+    let s = cluster(
+        script,
+        Peers {
+            frozen: [2].into(),
+            ..Peers::default()
+        },
+        Shared::default(),
+    );
+    let origins = read_batch(&s, &["a", "b"]);
+    assert_eq!(origins, [Origin::Backing; 2]);
+    assert_eq!(*s.puller.batches.lock().unwrap(), [(2, 2)]);
+    let given = s.puller.given.lock().unwrap().clone();
+    assert!(given[0] <= Duration::from_millis(100), "{given:?}");
 }
 
 /// A large file's first page: what a random reader of it reads.
