@@ -28,6 +28,18 @@ fn read_all(m: &Mounted, files: &[(String, Vec<u8>)]) {
     }
 }
 
+/// Reads each file through `m` (checked byte for byte); how long each read took.
+fn read_each_timed(m: &Mounted, files: &[(String, Vec<u8>)]) -> Vec<Duration> {
+    files
+        .iter()
+        .map(|f| {
+            let t = Instant::now();
+            read_all(m, std::slice::from_ref(f));
+            t.elapsed()
+        })
+        .collect()
+}
+
 /// Waits until `m` reports `n` members down; returns how long that took.
 fn wait_members_down(m: &Mounted, n: u64) -> Duration {
     wait_until("members declared down", Duration::from_secs(30), || {
@@ -356,12 +368,7 @@ fn frozen_holders_not_known_down_cost_a_read_one_peer_timeout() {
     );
     signal(&c.nodes[0], libc::SIGSTOP);
     signal(&c.nodes[2], libc::SIGSTOP);
-    let mut took = Vec::new();
-    for f in &files {
-        let t = Instant::now();
-        read_all(&c.nodes[4], std::slice::from_ref(f));
-        took.push(t.elapsed());
-    }
+    let took = read_each_timed(&c.nodes[4], &files);
     signal(&c.nodes[0], libc::SIGCONT);
     signal(&c.nodes[2], libc::SIGCONT);
     eprintln!("reads with both holders frozen: {took:?}");
@@ -386,12 +393,7 @@ fn a_suspect_only_holder_costs_later_reads_a_quarter_of_the_peer_timeout() {
     read_all(&c.nodes[0], &files);
     c.wait_published(files.len() as u64);
     signal(&c.nodes[0], libc::SIGSTOP);
-    let mut took = Vec::new();
-    for f in &files {
-        let t = Instant::now();
-        read_all(&c.nodes[2], std::slice::from_ref(f));
-        took.push(t.elapsed());
-    }
+    let took = read_each_timed(&c.nodes[2], &files);
     signal(&c.nodes[0], libc::SIGCONT);
     eprintln!("reads with the only holder frozen: {took:?}");
     assert_eq!(
