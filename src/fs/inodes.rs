@@ -43,12 +43,11 @@ pub(super) struct Inodes {
 }
 
 impl Inodes {
-    /// The number for a new node of `path`: the one a listing shows for it ([`listed_number`],
-    /// so a `d_ino` read before the lookup equals the `st_ino` after it), unless a live node
-    /// holds that number (a node renamed away from `path`, or two paths of one hash): then the
-    /// next of a counter, which stays far below the listed numbers.
-    pub(super) fn number_for(&mut self, path: &str) -> u64 {
-        let listed = listed_number(path);
+    /// The number for a new node of a path whose [`listed_number`] is `listed`: that one (so a
+    /// `d_ino` read before the lookup equals the `st_ino` after it), unless a live node holds
+    /// it (a node renamed away from the path, or two paths of one hash): then the next of a
+    /// counter, which stays far below the listed numbers.
+    pub(super) fn number_for(&mut self, listed: u64) -> u64 {
         if !self.nodes.contains_key(&listed) {
             return listed;
         }

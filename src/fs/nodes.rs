@@ -8,7 +8,7 @@ use super::DyadFs;
 use super::attr::Attr;
 use super::error::Error;
 use super::found::Found;
-use super::inodes::{InodeShedder, Node, ROOT_INO, link_id, new_node};
+use super::inodes::{InodeShedder, Node, ROOT_INO, link_id, listed_number, new_node};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
@@ -31,12 +31,17 @@ impl<S: Source> DyadFs<S> {
     /// kernel references the reply gives (1 for an entry reply, 0 otherwise), counted under
     /// the same lock so a concurrent `forget` cannot drop the node in between.
     pub(super) fn upsert(&self, path: String, found: &Found, refs: u64) -> Result<Attr, Error> {
-        let attr_of = |ino| found.attr(ino);
         // The names of a hard-linked file share one inode, found by its record's id.
         let link_id = match found {
             Found::Produced(n) if !n.meta.inode.is_empty() => Some(link_id(&n.meta.inode)),
             _ => None,
         };
+        // The attributes, and a new name's node, are made before the table's write lock, which
+        // every lookup of a known name waits behind; the number is set under it.
+        let listed = listed_number(&path);
+        let read = found.read_at();
+        let mut attr = found.attr(listed)?;
+        let fresh = new_node(&path, attr, read, refs);
         let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
         let known = |key: &String| {
             inodes
@@ -46,33 +51,37 @@ impl<S: Source> DyadFs<S> {
                 .copied()
         };
         if let Some(ino) = known(&path).or_else(|| link_id.as_ref().and_then(known)) {
-            let attr = attr_of(ino)?;
+            attr.ino = ino;
             let node = inodes.nodes[&ino].clone();
             for key in [Some(&path), link_id.as_ref()].into_iter().flatten() {
                 if inodes.by_path.insert(key.clone(), ino) != Some(ino) {
                     lock(&node.aliases).push(key.clone());
                 }
             }
-            *lock(&node.attr) = (attr, found.read_at());
+            *lock(&node.attr) = (attr, read);
             inodes.referenced(&node, refs);
             return Ok(attr);
         }
-        let ino = inodes.number_for(&path);
-        let attr = attr_of(ino)?;
-        inodes.by_path.insert(path.clone(), ino);
-        let node = new_node(&path, attr, found.read_at(), refs);
+        let ino = inodes.number_for(listed);
+        if ino != listed {
+            attr.ino = ino;
+            lock(&fresh.attr).0.ino = ino;
+        }
+        inodes.by_path.insert(path, ino);
         if let Some(id) = link_id {
             inodes.by_path.insert(id.clone(), ino);
-            lock(&node.aliases).push(id);
+            lock(&fresh.aliases).push(id);
         }
-        inodes.nodes.insert(ino, Arc::new(node));
+        inodes.nodes.insert(ino, Arc::new(fresh));
         inodes.referenced(&inodes.nodes[&ino], 0);
         Ok(attr)
     }
 
     /// The kernel takes a reference to a known inode; `false` if it was forgotten.
     pub(super) fn take_ref(&self, ino: u64) -> bool {
-        let inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        // A read lock: the count is atomic, and `forget`, which drops a node at zero, takes
+        // the write lock.
+        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
         inodes
             .nodes
             .get(&ino)
