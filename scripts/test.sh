@@ -25,6 +25,6 @@ if [ -n "$was" ]; then
 else
   echo "== this kernel has no FUSE over io_uring: the ring run is skipped"
 fi
-# The cache's chunk claims under shuttle's randomized scheduler (a build of their own: shuttle's
-# primitives replace std's there, so only these tests run in it).
-cargo test --features shuttle --lib cache::chunks::shuttle_tests
+# The cache's chunk claims and its log's appends under shuttle's randomized scheduler (a build of
+# their own: shuttle's primitives replace std's there, so only these tests run in it).
+cargo test --features shuttle --lib shuttle_tests

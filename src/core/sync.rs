@@ -13,7 +13,7 @@ pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (`cargo test --features shuttle`): std's in every build without that feature.
 pub mod model {
     #[cfg(feature = "shuttle")]
-    pub use shuttle::sync::{Condvar, Mutex, MutexGuard};
+    pub use shuttle::sync::{Condvar, Mutex, MutexGuard, RwLock};
     #[cfg(not(feature = "shuttle"))]
-    pub use std::sync::{Condvar, Mutex, MutexGuard};
+    pub use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
 }
