@@ -70,11 +70,56 @@ impl Config {
     }
 }
 
-/// One run's figures: wall time and the CPU time of the holder's and the puller's threads.
+/// One run's figures: wall time, the CPU time of the holder's and the puller's threads and
+/// their context switches, per file.
 struct Run {
     secs: f64,
-    holder_us: f64,
-    puller_us: f64,
+    holder: Usage,
+    puller: Usage,
+}
+
+/// What a thread used: CPU time in microseconds (user and system, as schedstat counts it) and
+/// context switches (voluntary and not: a wait for the network or the disk is one).
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    us: f64,
+    switches: f64,
+}
+
+impl Usage {
+    /// The calling thread's so far.
+    fn now() -> Usage {
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage for the call's duration.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        assert_eq!(rc, 0, "getrusage(RUSAGE_THREAD)");
+        Usage {
+            us: thread_cpu_us(),
+            switches: (ru.ru_nvcsw + ru.ru_nivcsw) as f64,
+        }
+    }
+
+    fn since(self, start: Usage) -> Usage {
+        Usage {
+            us: self.us - start.us,
+            switches: self.switches - start.switches,
+        }
+    }
+
+    fn add(self, o: Usage) -> Usage {
+        Usage {
+            us: self.us + o.us,
+            switches: self.switches + o.switches,
+        }
+    }
+
+    fn per(self, files: u32) -> Usage {
+        Usage {
+            us: self.us / files as f64,
+            switches: self.switches / files as f64,
+        }
+    }
 }
 
 /// CPU time of the calling thread in microseconds (user and system, as schedstat counts it).
@@ -120,9 +165,10 @@ fn nonce(n: u64) -> Nonce {
     Nonce::assume_unique_for_key(b)
 }
 
-/// Serves the numbered files of `src` until the puller closes the connection; returns its CPU.
-fn hold(mut conn: TcpStream, src: PathBuf, size: usize, cfg: Config) -> f64 {
-    let start = thread_cpu_us();
+/// Serves the numbered files of `src` until the puller closes the connection; returns what
+/// its thread used.
+fn hold(mut conn: TcpStream, src: PathBuf, size: usize, cfg: Config) -> Usage {
+    let start = Usage::now();
     let key = key();
     let mut buf = Aligned::new(size + 4 + TAG);
     let mut ask = [0u8; 4];
@@ -153,10 +199,10 @@ fn hold(mut conn: TcpStream, src: PathBuf, size: usize, cfg: Config) -> f64 {
         conn.write_all(&out[..len + 4]).expect("send a file");
         sent += 1;
     }
-    thread_cpu_us() - start
+    Usage::now().since(start)
 }
 
-/// Asks for `files` in turn, receives and stores each; returns its CPU.
+/// Asks for `files` in turn, receives and stores each; returns what its thread used.
 fn pull(
     mut conn: TcpStream,
     files: Vec<u32>,
@@ -164,8 +210,8 @@ fn pull(
     cfg: Config,
     (src, dst): (&Path, &Path),
     segment: &File,
-) -> f64 {
-    let start = thread_cpu_us();
+) -> Usage {
+    let start = Usage::now();
     let key = key();
     let mut buf = vec![0u8; size + TAG + 4];
     let len = size + if cfg.seal { TAG } else { 0 };
@@ -206,7 +252,7 @@ fn pull(
                 .expect("append to the segment"),
         }
     }
-    thread_cpu_us() - start
+    Usage::now().since(start)
 }
 
 fn drop_caches() {
@@ -235,7 +281,7 @@ fn one_run(dir: &Path, files: u32, size: usize, streams: u32, cfg: Config) -> Ru
     let addr = listener.local_addr().expect("its address");
     let src_dir = &dir.join("src");
     let wall = Instant::now();
-    let (holder_us, puller_us) = std::thread::scope(|s| {
+    let (holder, puller) = std::thread::scope(|s| {
         let mut holders = Vec::new();
         let mut pullers = Vec::new();
         for k in 0..streams {
@@ -249,21 +295,18 @@ fn one_run(dir: &Path, files: u32, size: usize, streams: u32, cfg: Config) -> Ru
             let (dirs, segment) = ((src_dir.as_path(), dst.as_path()), &segment);
             pullers.push(s.spawn(move || pull(conn, mine, size, cfg, dirs, segment)));
         }
-        let puller_us: f64 = pullers
-            .into_iter()
-            .map(|h| h.join().expect("a puller"))
-            .sum();
-        let holder_us: f64 = holders
-            .into_iter()
-            .map(|h| h.join().expect("a holder"))
-            .sum();
-        (holder_us, puller_us)
+        let sum = |hs: Vec<std::thread::ScopedJoinHandle<Usage>>| {
+            hs.into_iter()
+                .map(|h| h.join().expect("a stream's thread"))
+                .fold(Usage::default(), Usage::add)
+        };
+        (sum(holders), sum(pullers))
     });
     let secs = wall.elapsed().as_secs_f64();
     Run {
         secs,
-        holder_us: holder_us / files as f64,
-        puller_us: puller_us / files as f64,
+        holder: holder.per(files),
+        puller: puller.per(files),
     }
 }
 
@@ -319,11 +362,14 @@ fn main() {
         for (c, cfg) in configs.iter().enumerate() {
             let r = one_run(&dir, files, size, streams, *cfg);
             println!(
-                "run {run} {:<38} {:>8.0} files/s  holder {:>6.1} us/file  puller {:>6.1} us/file",
+                "run {run} {:<38} {:>8.0} files/s  holder {:>6.1} us/file {:>4.1} switches  \
+                 puller {:>6.1} us/file {:>4.1} switches",
                 cfg.name(),
                 files as f64 / r.secs,
-                r.holder_us,
-                r.puller_us
+                r.holder.us,
+                r.holder.switches,
+                r.puller.us,
+                r.puller.switches,
             );
             results[c].push(r);
         }
@@ -331,12 +377,15 @@ fn main() {
     let _ = std::fs::remove_dir_all(dir.join("dst"));
     println!("medians (min-max) of {runs} runs:");
     for (cfg, rs) in configs.iter().zip(results) {
+        let median = |f: &dyn Fn(&Run) -> f64| median_spread(rs.iter().map(f).collect());
         println!(
-            "  {:<38} files/s {}  holder {} us  puller {} us",
+            "  {:<38} files/s {}  holder {} us, {} switches  puller {} us, {} switches",
             cfg.name(),
-            median_spread(rs.iter().map(|r| files as f64 / r.secs).collect()),
-            median_spread(rs.iter().map(|r| r.holder_us).collect()),
-            median_spread(rs.iter().map(|r| r.puller_us).collect()),
+            median(&|r| files as f64 / r.secs),
+            median(&|r| r.holder.us),
+            median(&|r| r.holder.switches),
+            median(&|r| r.puller.us),
+            median(&|r| r.puller.switches),
         );
     }
 }
