@@ -7,7 +7,9 @@
 //! AES-128-GCM (as the stream data plane does) and sends it; the puller receives it, opens the
 //! seal, checks the crc and stores it: a new file each (create, write, close), an append into one
 //! preallocated segment file, or nowhere. No locate, no FUSE request, no publish, no wake-up of
-//! another thread: what is left is the bytes' own cost on this machine. Every configuration runs
+//! another thread: what is left is the bytes' own cost on this machine. The first configuration
+//! sends from memory (the network alone); one runs the holder in a process of its own (as two
+//! daemons are; `--holder` is that child's mode). Every configuration runs
 //! RUNS times, interleaved run by run, each run printed, medians with their spread at the end.
 //!
 //! `cargo run --release --example pull_floor -- DIR [FILES] [SIZE] [STREAMS] [RUNS]`
@@ -51,6 +53,10 @@ struct Config {
     from: Source,
     seal: bool,
     store: Store,
+    /// The holder in a process of its own, as two daemons are: a switch between the holder
+    /// and the puller (or the readers) then changes address spaces, which a switch between
+    /// two threads of one process does not.
+    apart: bool,
 }
 
 impl Config {
@@ -66,7 +72,8 @@ impl Config {
             Source::Fill => "filled from disk",
         };
         let seal = if self.seal { "sealed" } else { "plain" };
-        format!("{from}, {seal}, {store}")
+        let apart = if self.apart { ", two processes" } else { "" };
+        format!("{from}, {seal}, {store}{apart}")
     }
 }
 
@@ -175,17 +182,19 @@ fn hold(mut conn: TcpStream, src: PathBuf, size: usize, cfg: Config) -> Usage {
     let mut sent = 0u64;
     while conn.read_exact(&mut ask).is_ok() {
         let i = u32::from_be_bytes(ask);
-        let f = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(src.join(format!("{i:05}.bin")))
-            .expect("open a holder's file");
         // The file at the aligned start (O_DIRECT), then the tag if sealed, then the crc.
         let out = buf.bytes();
-        let n = f
-            .read_at(&mut out[..size.div_ceil(4096) * 4096], 0)
-            .expect("O_DIRECT read");
-        assert_eq!(n, size, "a holder's file is SIZE bytes");
+        if cfg.from == Source::Disk {
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(src.join(format!("{i:05}.bin")))
+                .expect("open a holder's file");
+            let n = f
+                .read_at(&mut out[..size.div_ceil(4096) * 4096], 0)
+                .expect("O_DIRECT read");
+            assert_eq!(n, size, "a holder's file is SIZE bytes");
+        }
         let crc = crc32c::crc32c(&out[..size]);
         let mut len = size;
         if cfg.seal {
@@ -277,9 +286,16 @@ fn one_run(dir: &Path, files: u32, size: usize, streams: u32, cfg: Config) -> Ru
         assert_eq!(rc, 0, "preallocate the segment");
     }
     drop_caches();
-    let listener = TcpListener::bind("127.0.0.1:0").expect("listen on loopback");
-    let addr = listener.local_addr().expect("its address");
     let src_dir = &dir.join("src");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen on loopback");
+    // Apart: a child process serves, on a listener of its own, and reports what it used.
+    let mut apart = cfg
+        .apart
+        .then(|| HolderProcess::start(src_dir, size, streams, cfg));
+    let addr = match &mut apart {
+        Some(child) => child.addr,
+        None => listener.local_addr().expect("its address"),
+    };
     let wall = Instant::now();
     let (holder, puller) = std::thread::scope(|s| {
         let mut holders = Vec::new();
@@ -287,9 +303,11 @@ fn one_run(dir: &Path, files: u32, size: usize, streams: u32, cfg: Config) -> Ru
         for k in 0..streams {
             let conn = TcpStream::connect(addr).expect("connect");
             conn.set_nodelay(true).expect("nodelay");
-            let (served, _) = listener.accept().expect("accept");
-            served.set_nodelay(true).expect("nodelay");
-            holders.push(s.spawn(move || hold(served, src_dir.clone(), size, cfg)));
+            if !cfg.apart {
+                let (served, _) = listener.accept().expect("accept");
+                served.set_nodelay(true).expect("nodelay");
+                holders.push(s.spawn(move || hold(served, src_dir.clone(), size, cfg)));
+            }
             // Stream k pulls every streams-th file, as 4 readers split a shuffled list.
             let mine: Vec<u32> = (k..files).step_by(streams as usize).collect();
             let (dirs, segment) = ((src_dir.as_path(), dst.as_path()), &segment);
@@ -300,7 +318,12 @@ fn one_run(dir: &Path, files: u32, size: usize, streams: u32, cfg: Config) -> Ru
                 .map(|h| h.join().expect("a stream's thread"))
                 .fold(Usage::default(), Usage::add)
         };
-        (sum(holders), sum(pullers))
+        let puller = sum(pullers);
+        let holder = match apart.take() {
+            Some(child) => child.finish(),
+            None => sum(holders),
+        };
+        (holder, puller)
     });
     let secs = wall.elapsed().as_secs_f64();
     Run {
@@ -308,6 +331,90 @@ fn one_run(dir: &Path, files: u32, size: usize, streams: u32, cfg: Config) -> Ru
         holder: holder.per(files),
         puller: puller.per(files),
     }
+}
+
+/// A holder in a child process (this program with `--holder`), serving one run's streams.
+struct HolderProcess {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    addr: std::net::SocketAddr,
+}
+
+impl HolderProcess {
+    fn start(src: &Path, size: usize, streams: u32, cfg: Config) -> HolderProcess {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("this program"))
+            .arg("--holder")
+            .arg(src)
+            .args([size.to_string(), streams.to_string()])
+            .args([u8::from(cfg.from == Source::Disk), u8::from(cfg.seal)].map(|b| b.to_string()))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the holder's process");
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let addr = read_line(&mut out)
+            .strip_prefix("listening ")
+            .and_then(|a| a.parse().ok())
+            .expect("the holder's address");
+        HolderProcess { child, out, addr }
+    }
+
+    /// What its threads used, once the pullers closed their connections.
+    fn finish(mut self) -> Usage {
+        let line = read_line(&mut self.out);
+        let used: Vec<f64> = line
+            .strip_prefix("used ")
+            .map(|u| u.split(' ').filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
+        assert!(self.child.wait().expect("the holder's exit").success());
+        match used[..] {
+            [us, switches] => Usage { us, switches },
+            _ => panic!("the holder's process reported {line:?}"),
+        }
+    }
+}
+
+fn read_line(from: &mut impl std::io::BufRead) -> String {
+    let mut line = String::new();
+    from.read_line(&mut line).expect("read the holder's output");
+    line.trim_end().to_string()
+}
+
+/// The child's side of [`HolderProcess`]: `--holder SRC SIZE STREAMS DISK SEAL` serves STREAMS
+/// connections on a loopback listener whose address it prints, then prints what it used.
+fn holder_process(args: &[String]) {
+    let [src, size, streams, disk, seal] = args else {
+        panic!("--holder SRC SIZE STREAMS DISK SEAL");
+    };
+    let number = |s: &String| s.parse::<usize>().expect("a number");
+    let cfg = Config {
+        from: if number(disk) == 1 {
+            Source::Disk
+        } else {
+            Source::Memory
+        },
+        seal: number(seal) == 1,
+        store: Store::Nowhere,
+        apart: false,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen on loopback");
+    println!("listening {}", listener.local_addr().expect("its address"));
+    std::io::stdout().flush().expect("tell the puller");
+    let (src, size) = (PathBuf::from(src), number(size));
+    let used = std::thread::scope(|s| {
+        let served: Vec<_> = (0..number(streams))
+            .map(|_| {
+                let (conn, _) = listener.accept().expect("accept");
+                conn.set_nodelay(true).expect("nodelay");
+                let src = src.clone();
+                s.spawn(move || hold(conn, src, size, cfg))
+            })
+            .collect();
+        served
+            .into_iter()
+            .map(|h| h.join().expect("a holder"))
+            .fold(Usage::default(), Usage::add)
+    });
+    println!("used {} {}", used.us, used.switches);
 }
 
 fn median_spread(mut v: Vec<f64>) -> String {
@@ -322,6 +429,9 @@ fn median_spread(mut v: Vec<f64>) -> String {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--holder") {
+        return holder_process(&args[1..]);
+    }
     let Some(dir) = args.first().map(PathBuf::from) else {
         eprintln!("usage: pull_floor DIR [FILES] [SIZE] [STREAMS] [RUNS]");
         std::process::exit(2);
@@ -343,15 +453,22 @@ fn main() {
             std::fs::write(&p, bytes).expect("write a holder's file");
         }
     }
-    // Each adds one cost to the one before it (the last two differ only in the store).
-    let cfg = |from, seal, store| Config { from, seal, store };
+    // Each adds one cost to the one before it (the segment differs from the file each only in
+    // the store, the two processes only in the holder's process).
+    let cfg = |from, seal, store, apart| Config {
+        from,
+        seal,
+        store,
+        apart,
+    };
     let configs = [
-        cfg(Source::Memory, false, Store::Nowhere),
-        cfg(Source::Disk, false, Store::Nowhere),
-        cfg(Source::Disk, true, Store::Nowhere),
-        cfg(Source::Disk, true, Store::FileEach),
-        cfg(Source::Disk, true, Store::Segment),
-        cfg(Source::Fill, false, Store::FileEach),
+        cfg(Source::Memory, false, Store::Nowhere, false),
+        cfg(Source::Disk, false, Store::Nowhere, false),
+        cfg(Source::Disk, true, Store::Nowhere, false),
+        cfg(Source::Disk, true, Store::FileEach, false),
+        cfg(Source::Disk, true, Store::Segment, false),
+        cfg(Source::Disk, true, Store::FileEach, true),
+        cfg(Source::Fill, false, Store::FileEach, false),
     ];
     println!(
         "{files} files of {size} bytes, {streams} streams, {runs} runs, in {}",
