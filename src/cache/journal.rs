@@ -560,7 +560,7 @@ mod tests {
     use super::*;
     use crate::core::Version;
 
-    fn header(path: &str, crc: u32) -> Header {
+    pub(super) fn header(path: &str, crc: u32) -> Header {
         Header {
             chunk_size: 1 << 20,
             version: Version {
@@ -849,21 +849,8 @@ mod shuttle_tests {
     use shuttle::sync::Arc;
     use shuttle::thread;
 
+    use super::tests::header;
     use super::*;
-    use crate::core::Version;
-
-    fn header(path: &str, n: u32) -> Header {
-        Header {
-            chunk_size: 1 << 20,
-            version: Version {
-                size: 10,
-                mtime_ns: 7,
-            },
-            path: path.into(),
-            chunks: vec![Some(n)],
-            partial: Vec::new(),
-        }
-    }
 
     #[test]
     fn a_rewrite_between_appends_loses_none_and_keeps_their_order() {

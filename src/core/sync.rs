@@ -9,7 +9,7 @@ pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The lock and condition variable of code whose interleavings are explored with shuttle
+/// The locks and condition variable of code whose interleavings are explored with shuttle
 /// (`cargo test --features shuttle`): std's in every build without that feature.
 pub mod model {
     #[cfg(feature = "shuttle")]
