@@ -675,6 +675,30 @@ mod tests {
         let _ = fs::remove_dir_all(dir);
     }
 
+    /// An append whose write fails gives its place back when it was the last one taken, so a
+    /// full disk leaves no gap and does not grow the log's length.
+    #[test]
+    fn a_failed_append_gives_its_place_back() {
+        let dir = std::env::temp_dir().join(format!("dyadfs-journal-f-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("index.log");
+        let j = Journal::create(&path, [Record::Put(header("a", 1))]).unwrap();
+        let before = j.bytes();
+        // The log's file read-only: every write fails (EBADF), as on a full disk (ENOSPC).
+        let writable = std::mem::replace(&mut *j.file.write().unwrap(), File::open(&path).unwrap());
+        assert!(j.put(|| Some(Record::Put(header("b", 2)))).is_err());
+        assert!(j.drop_path("a").is_err());
+        assert_eq!(j.bytes(), before);
+        *j.file.write().unwrap() = writable;
+        j.put(|| Some(Record::Put(header("c", 3)))).unwrap();
+        assert_eq!(
+            read(&path).unwrap(),
+            [Record::Put(header("a", 1)), Record::Put(header("c", 3))]
+        );
+        assert_eq!(fs::metadata(&path).unwrap().len(), j.bytes());
+        let _ = fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn a_log_longer_than_the_window_is_replayed_whole_across_its_boundaries() {
         let dir = std::env::temp_dir().join(format!("dyadfs-journal-w-{}", std::process::id()));
