@@ -29,7 +29,8 @@
 # other protocol versions cannot talk to each other).
 # FLOOR=1 adds (e): examples/pull_floor.rs on B's cache file system each run, the same files'
 # bytes moved with no dyadfs in the way (loopback TCP, a thread pair per reader; see
-# scripts/bench_floor.sh), one cost added at a time: what the figures above cannot go below;
+# scripts/bench_floor.sh), one cost added at a time, each side's context switches counted, one
+# row with the holder in a process of its own: what the figures above cannot go below;
 # and examples/fuse_floor.rs mounted over the local copy and read by the same readers: what the
 # kernel's FUSE requests of each file (LOOKUP, OPEN, IOCTL, RELEASE) cost a daemon that does
 # nothing else (its CPU per file in the puller's column), the floor under a hit and under the
