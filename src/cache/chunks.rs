@@ -385,7 +385,7 @@ impl ChunkStates {
     /// The state, for a few updates (ignoring poisoning: each critical section leaves it
     /// consistent, chunks are only marked present after their bytes are written).
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::core::sync::model::lock(&self.state)
     }
 
     /// Claims every absent chunk of `range` for the caller to fill; partial ones are listed,

@@ -44,7 +44,7 @@ use super::error::CacheError;
 use super::format::{FORMAT_V1, FORMAT_V2, FORMAT_VERSION, Header, PartialRecord};
 use super::segments::Place;
 use crate::core::Version;
-use crate::core::sync::model::{Mutex, MutexGuard, RwLock};
+use crate::core::sync::model::{Mutex, RwLock, lock};
 
 pub const MAGIC: &[u8; 8] = b"DYADFSJ\0";
 const PUT: u8 = 1;
@@ -122,12 +122,6 @@ impl Record {
             ),
         }
     }
-}
-
-/// Locks `m`, ignoring poisoning (the log's lock is a model lock: see [`put`](Journal::put)'s
-/// shuttle test).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub struct Journal {
@@ -443,10 +437,7 @@ impl Journal {
 
     /// Records that `path` left the cache (before its data file is deleted).
     pub fn drop_path(&self, path: &str) -> io::Result<()> {
-        let file = self.file.read().unwrap_or_else(|e| e.into_inner());
-        let record = encode(DROP, path.as_bytes());
-        let at = self.place(&mut lock(&self.log), record.len());
-        self.write_at(&file, &record, at)
+        self.put(|| Some(Record::Drop(path.to_string())))
     }
 
     pub fn wants_rewrite(&self) -> bool {

@@ -16,4 +16,9 @@ pub mod model {
     pub use shuttle::sync::{Condvar, Mutex, MutexGuard, RwLock};
     #[cfg(not(feature = "shuttle"))]
     pub use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
+
+    /// Locks `m`, ignoring poisoning (as [`super::lock`] does a std lock).
+    pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
