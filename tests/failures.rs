@@ -21,6 +21,24 @@ fn dataset(c: &Cluster, n: usize, len: usize) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// A cluster of `nodes` daemons with `--failure-detection detection` whose node 0 has read, and
+/// published, every file of a dataset of `n` files of about `len` bytes (returned).
+fn node0_holding(
+    name: &str,
+    nodes: u32,
+    detection: &str,
+    n: usize,
+    len: usize,
+) -> (Cluster, Vec<(String, Vec<u8>)>) {
+    let mut c = Cluster::new(name, nodes);
+    c.extra = vec!["--failure-detection".into(), detection.into()];
+    let files = dataset(&c, n, len);
+    c.start(nodes);
+    read_all(&c.nodes[0], &files);
+    c.wait_published(files.len() as u64);
+    (c, files)
+}
+
 fn read_all(m: &Mounted, files: &[(String, Vec<u8>)]) {
     for (p, d) in files {
         let got = fs::read(m.path(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
@@ -54,12 +72,7 @@ fn signal(m: &Mounted, sig: i32) {
 
 #[test]
 fn a_frozen_only_holder_costs_no_timeout_once_it_is_known_down() {
-    let mut c = Cluster::new("frozen", 3);
-    c.extra = vec!["--failure-detection".into(), "1s".into()];
-    let files = dataset(&c, 40, 256 * KIB);
-    c.start(3);
-    read_all(&c.nodes[0], &files);
-    c.wait_published(files.len() as u64);
+    let (c, files) = node0_holding("frozen", 3, "1s", 40, 256 * KIB);
     signal(&c.nodes[0], libc::SIGSTOP);
     let detected = wait_members_down(&c.nodes[2], 1);
     eprintln!("node 0 frozen: known down at node 2 after {detected:?}");
@@ -81,12 +94,7 @@ fn a_frozen_only_holder_costs_no_timeout_once_it_is_known_down() {
 #[test]
 fn a_dead_rack_home_sends_nobody_to_the_shared_file_system() {
     // Racks: nodes 0 and 1 in r0, nodes 2 and 3 in r1.
-    let mut c = Cluster::new("deadhome", 4);
-    c.extra = vec!["--failure-detection".into(), "1s".into()];
-    let files = dataset(&c, 64, 64 * KIB);
-    c.start(4);
-    read_all(&c.nodes[0], &files);
-    c.wait_published(files.len() as u64);
+    let (c, files) = node0_holding("deadhome", 4, "1s", 64, 64 * KIB);
     signal(&c.nodes[3], libc::SIGKILL);
     for i in 0..3 {
         let took = wait_members_down(&c.nodes[i], 1);
@@ -385,13 +393,8 @@ fn frozen_holders_not_known_down_cost_a_read_one_peer_timeout() {
 /// MiB took two timeouts, 4.2 s).
 #[test]
 fn a_suspect_only_holder_costs_later_reads_a_quarter_of_the_peer_timeout() {
-    let mut c = Cluster::new("suspect", 3);
-    c.extra = vec!["--failure-detection".into(), "30s".into()];
-    let files = dataset(&c, 8, 256 * KIB);
-    c.start(3);
     // Node 0 (rack r0) holds every file; node 2 (alone in rack r1) reads them.
-    read_all(&c.nodes[0], &files);
-    c.wait_published(files.len() as u64);
+    let (c, files) = node0_holding("suspect", 3, "30s", 8, 256 * KIB);
     signal(&c.nodes[0], libc::SIGSTOP);
     let took = read_each_timed(&c.nodes[2], &files);
     signal(&c.nodes[0], libc::SIGCONT);

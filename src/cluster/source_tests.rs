@@ -328,25 +328,33 @@ fn suspect_holders_are_tried_last() {
     assert_eq!(tried(&s), [2], "node 1 is suspect although in this rack");
 }
 
-#[test]
-fn a_suspect_only_holder_gets_a_short_wait_then_the_shared_fs_serves() {
-    // Node 1 froze: an earlier request timed out on it. This request's own timeout is not
-    // spent on it again: a quarter of it, then the shared file system.
-    let mut script = Script::new(vec![Reply::Holders(vec![1])]);
-    script.suspects = vec![1];
+/// A cluster whose one holder, `node`, froze and is suspect already (an earlier request timed
+/// out on it), with a peer timeout of 400 ms.
+fn only_holder_frozen_and_suspect(node: NodeId) -> ClusterSource<Script, Peers, Shared> {
+    let mut script = Script::new(vec![Reply::Holders(vec![node])]);
+    script.suspects = vec![node];
     script.timeout = Duration::from_millis(400);
-    let s = cluster(
-        script,
-        Peers {
-            frozen: [1].into(),
-            ..Default::default()
-        },
-        Shared::default(),
-    );
-    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
-    assert_eq!(tried(&s), [1]);
+    let peers = Peers {
+        frozen: [node].into(),
+        ..Peers::default()
+    };
+    cluster(script, peers, Shared::default())
+}
+
+/// The first pull was given at most a quarter of the 400 ms peer timeout.
+fn assert_first_pull_waited_a_quarter(s: &ClusterSource<Script, Peers, Shared>) {
     let given = s.puller.given.lock().unwrap().clone();
     assert!(given[0] <= Duration::from_millis(100), "{given:?}");
+}
+
+#[test]
+fn a_suspect_only_holder_gets_a_short_wait_then_the_shared_fs_serves() {
+    // This request's own timeout is not spent on the frozen holder again: a quarter of it,
+    // then the shared file system.
+    let s = only_holder_frozen_and_suspect(1);
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert_eq!(tried(&s), [1]);
+    assert_first_pull_waited_a_quarter(&s);
     assert_eq!(s.backing.reads.load(Ordering::Relaxed), 1);
 }
 
@@ -573,22 +581,11 @@ fn a_batch_moves_by_holder_and_what_it_did_not_bring_comes_one_by_one() {
 #[test]
 fn a_batch_to_a_suspect_holder_gets_a_short_wait() {
     // As a single pull does: a quarter of the timeout, not all that is left of it.
-    let mut script = Script::new(vec![Reply::Holders(vec![2])]);
-    script.suspects = vec![2];
-    script.timeout = Duration::from_millis(400);
-    let s = cluster(
-        script,
-        Peers {
-            frozen: [2].into(),
-            ..Peers::default()
-        },
-        Shared::default(),
-    );
+    let s = only_holder_frozen_and_suspect(2);
     let origins = read_batch(&s, &["a", "b"]);
     assert_eq!(origins, [Origin::Backing; 2]);
     assert_eq!(*s.puller.batches.lock().unwrap(), [(2, 2)]);
-    let given = s.puller.given.lock().unwrap().clone();
-    assert!(given[0] <= Duration::from_millis(100), "{given:?}");
+    assert_first_pull_waited_a_quarter(&s);
 }
 
 /// A large file's first page: what a random reader of it reads.
