@@ -312,7 +312,6 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         (Some(has), fills)
     }
 
-    /// The holder [`ClusterSource::pull_with`] would try first for `path` (not this node).
     /// How long a pull from `holder` may wait of the `left` of its read's deadline. A suspect
     /// (it just failed a call or a pull) gets a short wait: frozen, it would cost each request
     /// of a large read a whole peer timeout again (every READ has its own: the soak's reads of
@@ -326,6 +325,7 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         }
     }
 
+    /// The holder [`ClusterSource::pull_with`] would try first for `path` (not this node).
     fn first_holder(&self, path: &str, holders: &[NodeId]) -> Option<NodeId> {
         let live: Vec<NodeId> = holders
             .iter()
@@ -476,9 +476,10 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
             }
             replies.push(Some(reply));
         }
+        let suspects = self.locator.suspects();
         for (holder, batch) in by_holder.into_iter().filter(|(_, b)| b.len() > 1) {
             let left = deadline.saturating_duration_since(Instant::now());
-            let within = self.pull_wait(holder, left, &self.locator.suspects());
+            let within = self.pull_wait(holder, left, &suspects);
             let Some(addr) = self.locator.membership().member(holder).map(|m| m.addr) else {
                 continue;
             };
