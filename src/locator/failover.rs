@@ -14,6 +14,13 @@ use super::service::LocatorService;
 use crate::core::Version;
 use crate::core::sync::lock;
 
+/// The longest a `Rejoined` answer waits for gossip to have its sender up (it never does
+/// when gossip cannot reach it: the sender then mounts as before, a second later).
+pub const JOIN_WAIT: Duration = Duration::from_secs(1);
+
+/// How often that wait looks.
+const JOIN_POLL: Duration = Duration::from_millis(5);
+
 impl LocatorService {
     /// Tells every peer this node (re)started with empty tables, so they re-announce what the
     /// tables held; waits (at most `timeout` per peer, all at once) for their answers. A peer
@@ -40,6 +47,19 @@ impl LocatorService {
             }
         }
         answered
+    }
+
+    /// Waits (at most [`JOIN_WAIT`]) until gossip has `node` up again if this node has it down.
+    /// A member that starts after this node declared it down (silent past the failure
+    /// detection time: a slow launch) announces itself by gossip before it says `Rejoined`,
+    /// and its mount returns when that is answered: answered at once, this node could still
+    /// home its directories elsewhere when its first file is produced here and asked for
+    /// there, and the name would be missing there until gossip caught up.
+    pub(super) async fn until_up(&self, node: NodeId) {
+        let deadline = tokio::time::Instant::now() + JOIN_WAIT;
+        while self.liveness.is_down(node) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(JOIN_POLL).await;
+        }
     }
 
     /// What `node`, just (re)started, lost: this node's copies it is rack home of, this rack's

@@ -274,6 +274,34 @@ fn a_restarted_home_is_told_again_what_it_was_home_of() {
 }
 
 #[test]
+fn a_member_declared_down_before_it_started_is_answered_once_gossip_has_it_up() {
+    let mut job = Job::new();
+    // Node 1 was silent past the failure detection time while node 0 started.
+    job.nodes[0].liveness.set(1, true);
+    job.nodes[1] = job.start(1);
+    let node0 = job.nodes[0].clone();
+    let gossip = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        node0.liveness.set(1, false);
+    });
+    let started = Instant::now();
+    assert_eq!(job.net.block_on(job.nodes[1].rejoin(TIMEOUT * 5)), 3);
+    // Node 1's mount returns once node 0 homes its directories where node 1 does.
+    assert!(!job.nodes[0].liveness.is_down(1));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    gossip.join().unwrap();
+    // A member gossip never has up is answered after the bounded wait.
+    job.nodes[2].liveness.set(1, true);
+    let started = Instant::now();
+    assert_eq!(job.net.block_on(job.nodes[1].rejoin(TIMEOUT * 5)), 3);
+    let took = started.elapsed();
+    assert!(
+        took >= super::failover::JOIN_WAIT && took < TIMEOUT * 5,
+        "{took:?}"
+    );
+}
+
+#[test]
 fn a_name_outlives_its_home_at_the_backup_and_goes_back_when_it_returns() {
     let mut job = Job::new();
     let m = &job.nodes[0].membership;

@@ -64,6 +64,7 @@ impl LocatorService {
             Msg::Rejoined { node } => {
                 // Its address may be reused by a new process: drop the suspicion now.
                 lock(&self.suspects).remove(&node);
+                self.until_up(node).await;
                 self.reannounce(node).await;
                 Msg::Ack
             }
