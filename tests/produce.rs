@@ -793,3 +793,32 @@ fn a_managed_directorys_lookups_never_stat_the_shared_fs() {
         .collect();
     assert_eq!(names, ["there.bin"]);
 }
+
+/// A producer whose other threads spawn processes (Rust's `Command`, Python's `subprocess`: a
+/// `vfork` child holds a copy of every descriptor until its exec) still publishes each file
+/// before its `close()` returns (CI, stop 62: a spawn of `dyadfs stats` by another test's
+/// thread held `c0` at its close; here 16-38 of 300 were missing on the other node before).
+#[test]
+fn a_close_publishes_while_other_threads_spawn_processes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let c = cluster("spawner", 2, "0s");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = std::process::Command::new("true").status();
+                }
+            });
+        }
+        let missing: Vec<u64> = (0..300u64)
+            .filter(|&k| {
+                let data = pattern(5000 + k as usize, k);
+                produce(&c.nodes[0], &format!("s{k}"), &data);
+                fs::read(c.nodes[1].path(&format!("s{k}"))).ok() != Some(data)
+            })
+            .collect();
+        stop.store(true, Ordering::Relaxed);
+        assert!(missing.is_empty(), "not published at close: {missing:?}");
+    });
+}

@@ -236,19 +236,83 @@ pub type FileId = ((u32, u32), u64);
 /// parent closes a file its child is still writing to): sealing it now would fail their later
 /// writes. A private mapping never writes to its file (its reads keep going to the handle's
 /// staged copy after the seal), so it holds nothing back.
+///
+/// A child spawned by another thread (`subprocess`, Rust's `Command`) holds a copy of every
+/// descriptor of its parent until its exec, which closes those marked close-on-exec. Counted,
+/// such a copy would leave the file unpublished when `close()` returns, so a child that holds
+/// the file only by such copies is waited out: a `vfork` child (sharing its parent's memory
+/// until it execs) for up to [`EXEC_WAIT`], any other (`fork` then exec, or a child already
+/// past the exec's switch of memory but not yet at its closing of descriptors) for up to
+/// [`FORK_WAIT`]: a forked worker that keeps the copy (`multiprocessing`) costs the close that
+/// long, then holds the file as before.
 pub fn held_elsewhere(pid: u32, id: FileId, children: &Children) -> bool {
+    let start = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(200);
+    loop {
+        let waited = start.elapsed();
+        match hold_in_tree(pid, id, children) {
+            Hold::No => return false,
+            Hold::Yes => return true,
+            Hold::UntilVforkExecs if waited >= EXEC_WAIT => return true,
+            Hold::UntilForkExecs if waited >= FORK_WAIT => return true,
+            Hold::UntilVforkExecs | Hold::UntilForkExecs => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// The longest a close waits for a `vfork` child to exec (a stopped one holds it that long).
+pub const EXEC_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The longest a close waits for another child holding close-on-exec copies to exec.
+pub const FORK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How a process holds a file, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Hold {
+    No,
+    /// Only by close-on-exec descriptors of a `vfork` child.
+    UntilVforkExecs,
+    /// Only by close-on-exec descriptors of another child.
+    UntilForkExecs,
+    Yes,
+}
+
+/// How `pid` and its descendants hold file `id` (the strongest of theirs).
+fn hold_in_tree(pid: u32, id: FileId, children: &Children) -> Hold {
     /// Processes looked at, at most (a process with more descendants defers the seal).
     const MAX_PROCESSES: usize = 4096;
-    let mut todo = vec![pid];
+    let mut todo = vec![(pid, None)];
     let mut looked = 0;
-    while let Some(p) = todo.pop() {
+    let mut hold = Hold::No;
+    while let Some((p, parent)) = todo.pop() {
         looked += 1;
-        if looked > MAX_PROCESSES || holds(p, id) {
-            return true;
+        if looked > MAX_PROCESSES {
+            return Hold::Yes;
         }
-        todo.extend(children.of(p));
+        let child = parent.map(|parent| {
+            if crate::sys::shares_memory(p, parent) {
+                Child::Vfork
+            } else {
+                Child::Fork
+            }
+        });
+        hold = hold.max(holds(p, id, child));
+        if hold == Hold::Yes {
+            return hold;
+        }
+        todo.extend(children.of(p).into_iter().map(|c| (c, Some(p))));
     }
-    false
+    hold
+}
+
+/// A descendant of the process that closed: one sharing its parent's memory, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Child {
+    Vfork,
+    Fork,
 }
 
 /// The device and inode of `path` as the kernel has them cached: never a request to a file
@@ -275,15 +339,40 @@ pub fn device_of(mountpoint: &std::path::Path) -> Option<(u32, u32)> {
     cached_id(mountpoint).map(|(dev, _)| dev)
 }
 
-/// Whether process `pid` has a descriptor of, or a shared mapping of, file `id`.
-fn holds(pid: u32, id: FileId) -> bool {
+/// How process `pid` holds file `id`: by a descriptor or a shared mapping. `child`: a
+/// descendant of the process that closed, whose close-on-exec descriptors may be on their way
+/// out (a `vfork` child's mappings are its parent's, looked at already).
+fn holds(pid: u32, id: FileId, child: Option<Child>) -> Hold {
+    let mut hold = Hold::No;
     if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for fd in fds.flatten() {
-            if cached_id(&fd.path()) == Some(id) {
-                return true;
+            if cached_id(&fd.path()) != Some(id) {
+                continue;
             }
+            let Some(c) = child else {
+                return Hold::Yes;
+            };
+            hold = match close_on_exec(pid, &fd.file_name()) {
+                // Gone since it was listed (the child's exec closed it).
+                None => hold,
+                Some(false) => return Hold::Yes,
+                Some(true) if c == Child::Vfork => hold.max(Hold::UntilVforkExecs),
+                Some(true) => hold.max(Hold::UntilForkExecs),
+            };
         }
     }
+    if child == Some(Child::Vfork) {
+        return hold;
+    }
+    if mapped_shared(pid, id) {
+        Hold::Yes
+    } else {
+        hold
+    }
+}
+
+/// Whether process `pid` has a shared mapping of file `id`.
+fn mapped_shared(pid: u32, id: FileId) -> bool {
     let ((major, minor), ino) = id;
     match crate::sys::maps_shared(pid, (major, minor), ino) {
         Ok(Some(mapped)) => return mapped,
@@ -304,6 +393,19 @@ fn holds(pid: u32, id: FileId) -> bool {
                 && f.next().and_then(|i| i.parse().ok()) == Some(ino)
         })
     })
+}
+
+/// Whether descriptor `fd` of process `pid` is closed at its exec (its `fdinfo` flags, in
+/// octal, have `O_CLOEXEC`); `None` if it is gone (closed, or its process exited).
+fn close_on_exec(pid: u32, fd: &std::ffi::OsStr) -> Option<bool> {
+    let path = format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy());
+    let info = std::fs::read_to_string(path).ok()?;
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok());
+    // Unreadable flags: taken as a descriptor that stays.
+    Some(flags.is_some_and(|flags| flags & libc::O_CLOEXEC as u32 != 0))
 }
 
 #[cfg(test)]
@@ -342,6 +444,65 @@ mod tests {
             "a private mapping never writes to the file: it holds nothing back"
         );
         drop(private);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A forked child's copy of the file: one closed at exec is waited out for [`FORK_WAIT`]
+    /// (the child may be on its way to an exec), then holds the file; an inherited one holds it
+    /// at once. (In a Python process of its own: a fork here would copy every other test's
+    /// descriptors.)
+    #[test]
+    fn a_forked_childs_copy_holds_the_file_an_exec_closes_it_after_a_wait() {
+        const FORKS: &str = r#"
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.set_inheritable(fd, sys.argv[2] == "inherited")
+pid = os.fork()
+if pid == 0:
+    time.sleep(60)
+    os._exit(0)
+os.close(fd)
+print(pid, flush=True)
+sys.stdin.readline()
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+"#;
+        let dir = std::env::temp_dir().join(format!("dyadfs-forked-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, [0u8; 16]).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let id = (
+            (libc::major(meta.dev()), libc::minor(meta.dev())),
+            meta.ino(),
+        );
+        for copy in ["closed at exec", "inherited"] {
+            let mut parent = std::process::Command::new("python3")
+                .args(["-c", FORKS])
+                .arg(&path)
+                .arg(copy)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(parent.stdout.as_mut().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            let started = std::time::Instant::now();
+            let held = held_elsewhere(parent.id(), id, &Children::default());
+            let took = started.elapsed();
+            drop(parent.stdin.take());
+            assert!(parent.wait().unwrap().success());
+            assert!(held, "{copy}: the child's copy holds the file");
+            if copy == "inherited" {
+                assert!(took < FORK_WAIT, "{copy}: {took:?}");
+            } else {
+                assert!(took >= FORK_WAIT, "{copy}: {took:?}");
+            }
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -260,6 +260,26 @@ pub fn pages_cached(file: &std::fs::File, offset: u64, len: usize) -> Option<boo
     (r == 0).then(|| stat.nr_cache >= (len as u64).div_ceil(page))
 }
 
+/// Whether processes `a` and `b` share one address space (`kcmp` `KCMP_VM`): a `vfork` child
+/// and its parent until the child execs or exits. Not if that cannot be told (a kernel built
+/// without `kcmp`, or processes this one may not inspect).
+pub fn shares_memory(a: u32, b: u32) -> bool {
+    /// `enum kcmp_type` in linux/kcmp.h.
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp reads nothing from this process's memory; its arguments are plain numbers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            a as libc::c_long,
+            b as libc::c_long,
+            KCMP_VM,
+            0,
+            0,
+        )
+    };
+    r == 0
+}
+
 /// Whether process `pid` has a shared mapping of file `ino` of device `(major, minor)`, asked
 /// of the kernel one shared file-backed mapping at a time (`PROCMAP_QUERY` on
 /// `/proc/PID/maps`, Linux >= 6.11): no text is made, where reading `maps` formats every
