@@ -245,7 +245,7 @@ pub type FileId = ((u32, u32), u64);
 /// past the exec's switch of memory but not yet at its closing of descriptors) for up to
 /// [`FORK_WAIT`]: a forked worker that keeps the copy (`multiprocessing`) costs the close that
 /// long, then holds the file as before.
-pub fn held_elsewhere(pid: u32, id: FileId, children: &Children) -> bool {
+pub fn held_elsewhere(pid: u32, id: FileId, children: Option<&Children>) -> bool {
     let start = std::time::Instant::now();
     let mut pause = std::time::Duration::from_micros(200);
     loop {
@@ -280,8 +280,8 @@ enum Hold {
     Yes,
 }
 
-/// How `pid` and its descendants hold file `id` (the strongest of theirs).
-fn hold_in_tree(pid: u32, id: FileId, children: &Children) -> Hold {
+/// How `pid` and its descendants (`None`: it alone) hold file `id` (the strongest of theirs).
+fn hold_in_tree(pid: u32, id: FileId, children: Option<&Children>) -> Hold {
     /// Processes looked at, at most (a process with more descendants defers the seal).
     const MAX_PROCESSES: usize = 4096;
     let mut todo = vec![(pid, None)];
@@ -303,7 +303,9 @@ fn hold_in_tree(pid: u32, id: FileId, children: &Children) -> Hold {
         if hold == Hold::Yes {
             return hold;
         }
-        todo.extend(children.of(p).into_iter().map(|c| (c, Some(p))));
+        if let Some(children) = children {
+            todo.extend(children.of(p).into_iter().map(|c| (c, Some(p))));
+        }
     }
     hold
 }
@@ -425,22 +427,29 @@ mod tests {
         let id = (dev, meta.ino());
         let kids = Children::default();
         let me = std::process::id();
-        assert!(!held_elsewhere(me, id, &kids));
+        assert!(!held_elsewhere(me, id, Some(&kids)));
         // Another file system's file with the same inode number is not it.
-        assert!(!held_elsewhere(me, ((dev.0 + 1, dev.1), meta.ino()), &kids));
+        assert!(!held_elsewhere(
+            me,
+            ((dev.0 + 1, dev.1), meta.ino()),
+            Some(&kids)
+        ));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .unwrap();
-        assert!(held_elsewhere(me, id, &kids));
+        assert!(held_elsewhere(me, id, Some(&kids)));
         let private = crate::sys::MappedPage::new(&f, libc::MAP_PRIVATE);
         let shared = crate::sys::MappedPage::new(&f, libc::MAP_SHARED);
         drop(f);
-        assert!(held_elsewhere(me, id, &kids), "the shared mapping holds it");
+        assert!(
+            held_elsewhere(me, id, Some(&kids)),
+            "the shared mapping holds it"
+        );
         drop(shared);
         assert!(
-            !held_elsewhere(me, id, &kids),
+            !held_elsewhere(me, id, Some(&kids)),
             "a private mapping never writes to the file: it holds nothing back"
         );
         drop(private);
@@ -492,7 +501,7 @@ os.waitpid(pid, 0)
             )
             .unwrap();
             let started = std::time::Instant::now();
-            let held = held_elsewhere(parent.id(), id, &Children::default());
+            let held = held_elsewhere(parent.id(), id, Some(&Children::default()));
             let took = started.elapsed();
             drop(parent.stdin.take());
             assert!(parent.wait().unwrap().success());

@@ -204,15 +204,18 @@ impl<S: Source> Ops<S> {
         lock(&self.modes[(ino % MODE_SHARDS as u64) as usize])
     }
 
-    /// Whether process `opener` (or its children) holds inode `ino` of this mount otherwise
-    /// than through the descriptor being closed; if the mount's device cannot be told, it is
-    /// taken as held (the write then finishes at the last release).
-    fn held_elsewhere(&self, opener: u32, ino: u64) -> bool {
+    /// Whether process `opener` (or, with `children`, its children) holds inode `ino` of this
+    /// mount otherwise than through the descriptor being closed; if the mount's device cannot
+    /// be told, it is taken as held (the write then finishes at the last release).
+    fn held_elsewhere(&self, opener: u32, ino: u64, children: bool) -> bool {
         let device = self
             .device
             .get_or_init(|| caller::device_of(&self.mountpoint));
         match device {
-            Some(dev) => caller::held_elsewhere(opener, (*dev, ino), &self.children),
+            Some(dev) => {
+                let children = children.then_some(&self.children);
+                caller::held_elsewhere(opener, (*dev, ino), children)
+            }
             None => true,
         }
     }
@@ -423,20 +426,44 @@ impl<S: Source> Ops<S> {
         empty_or_error(self.fs.release(fh), reply);
     }
 
-    pub fn flush(&self, c: Caller, ino: u64, fh: u64, reply: impl EmptyReply) {
+    pub fn flush(self: &Arc<Self>, c: Caller, ino: u64, fh: u64, reply: impl EmptyReply) {
         if self.unasked() {
             // Files opened unasked have nothing to flush: the kernel stops sending flushes.
             return reply.error(errno(&Error::OpensUnasked));
         }
         let _span = tracing::debug_span!("flush", fh).entered();
         let opener = lock(&self.openers).get(&fh).copied().flatten();
-        if let Some(p) = opener
-            && Some(p) == caller::process_of(c.pid)
-            && !tracing::debug_span!("mappings").in_scope(|| self.held_elsewhere(p, ino))
-        {
-            empty_or_error(self.fs.flush(fh), reply);
-        } else {
+        let Some(p) = opener.filter(|&p| Some(p) == caller::process_of(c.pid)) else {
+            return reply.ok();
+        };
+        // Whether the opener's children hold the file is read from their /proc files, which
+        // wait for a child in the middle of an exec; that child may be closing descriptors of
+        // this mount (its close-on-exec ones, each a FLUSH), which a request thread must be
+        // free to answer, or the mount stops (over io_uring a queue may have one thread). So
+        // an opener with children is looked at, and its file finished, on a thread of its own.
+        // (A child forked after the close began never had its descriptor.) Without a thread to
+        // spare (a ring queue's are all out), the children are not looked at.
+        let children = !self.children.of(p).is_empty();
+        if !(children && reply.may_leave()) {
+            return self.finish_flush(p, ino, fh, false, reply);
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("flush".into())
+            .spawn(move || me.finish_flush(p, ino, fh, true, reply));
+        if let Err(e) = spawned {
+            // (The reply went with the closure: a reply never sent is answered EIO.)
+            tracing::warn!(error = %e, "cannot start a thread to finish a flush");
+        }
+    }
+
+    /// A flush by opener `p`: finishes the file unless something else (`p`, or with
+    /// `children` its children) holds it.
+    fn finish_flush(&self, p: u32, ino: u64, fh: u64, children: bool, reply: impl EmptyReply) {
+        if tracing::debug_span!("mappings").in_scope(|| self.held_elsewhere(p, ino, children)) {
             reply.ok();
+        } else {
+            empty_or_error(self.fs.flush(fh), reply);
         }
     }
 
