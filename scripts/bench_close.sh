@@ -8,8 +8,10 @@
 # checkpointing or in-situ producer would (hundreds of mappings, which a close looks through:
 # caller::held_elsewhere). CACHE_FS=ext4: both caches on a fresh journaled ext4 image (the
 # 2-vCPU VM's own ext4, without a journal, makes every new file's inode slow to allocate).
+# CHILD=1: the producer has a child process alive while it writes (a `sleep`, as a job with a
+# helper process or a DataLoader's workers has), so each close looks at its children too.
 # Needs root. Usage: scripts/bench_close.sh   (env: RUNS (3), N (300), SIZE (262144), BINS, PY,
-# IMPORT, CACHE_FS)
+# IMPORT, CACHE_FS, CHILD)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -42,15 +44,19 @@ run() {
   "$bin" mount "$W/m1" --ssd "$C/s1" --node-id 1 --peers "$W/peers"
   mkdir "$W/m0/run"
   local close
-  close=$("${PY:-python3}" - "$W/m0/run" "$N" "$SIZE" "${IMPORT:-}" <<'PY'
-import importlib, os, sys, time
+  close=$("${PY:-python3}" - "$W/m0/run" "$N" "$SIZE" "${IMPORT:-}" "${CHILD:-}" <<'PY'
+import importlib, os, subprocess, sys, time
 d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if sys.argv[4]:
     importlib.import_module(sys.argv[4])
+child = subprocess.Popen(["sleep", "600"]) if sys.argv[5] else None
 data, ts = os.urandom(size), []
 for i in range(n):
     f = open(f"{d}/f{i}", "wb"); f.write(data)
     t = time.perf_counter(); f.close(); ts.append(time.perf_counter() - t)
+if child:
+    child.kill()
+    child.wait()
 ts.sort()
 print(f"{ts[n // 2] * 1e3:.3f} {ts[n * 9 // 10] * 1e3:.3f}")
 PY
@@ -70,7 +76,7 @@ PY
   echo "$close $spans" >> "$out"
   printf '  %-40s close p50 %s ms p90 %s ms  seal %s us  publish %s us\n' "$bin" $close $spans
 }
-echo "$N closes of $SIZE-byte files on node 0 of 2${IMPORT:+, the producer importing $IMPORT}${CACHE_FS:+, caches on a $CACHE_FS image}, every run:"
+echo "$N closes of $SIZE-byte files on node 0 of 2${IMPORT:+, the producer importing $IMPORT}${CHILD:+, the producer with a child}${CACHE_FS:+, caches on a $CACHE_FS image}, every run:"
 for _ in $(seq "$RUNS"); do
   for b in $BINS; do run "$b"; done
 done
