@@ -8,6 +8,7 @@
 mod admission;
 mod convert;
 pub mod dev;
+mod finishers;
 pub mod io_modes;
 pub mod ops;
 #[cfg(test)]

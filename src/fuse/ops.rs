@@ -81,6 +81,8 @@ pub struct Ops<S: Source> {
     device: OnceLock<Option<(u32, u32)>>,
     /// The children of openers, for `caller::held_elsewhere` (their `/proc` files kept open).
     children: crate::sys::children::Children,
+    /// The threads that look at a closing opener's children (see [`Ops::flush`]).
+    finishers: super::finishers::Finishers,
     /// The session's /dev/fuse descriptor (backing ids are registered on it; the ring
     /// submits on it), once the mount is made.
     dev: OnceLock<Arc<OwnedFd>>,
@@ -138,6 +140,7 @@ impl<S: Source> Ops<S> {
             mountpoint: mountpoint.to_path_buf(),
             device: OnceLock::new(),
             children: Default::default(),
+            finishers: super::finishers::Finishers::new("flush"),
             dev: OnceLock::new(),
             ring_taken: AtomicBool::new(false),
             notifier: OnceLock::new(),
@@ -440,7 +443,8 @@ impl<S: Source> Ops<S> {
         // wait for a child in the middle of an exec; that child may be closing descriptors of
         // this mount (its close-on-exec ones, each a FLUSH), which a request thread must be
         // free to answer, or the mount stops (over io_uring a queue may have one thread). So
-        // an opener with children is looked at, and its file finished, on a thread of its own.
+        // an opener with children is looked at, and its file finished, on a thread of its own
+        // (kept for the next such flush).
         // (A child forked after the close began never had its descriptor.) Without a thread to
         // spare (a ring queue's are all out), the children are not looked at.
         let children = !self.children.of(p).is_empty();
@@ -448,10 +452,10 @@ impl<S: Source> Ops<S> {
             return self.finish_flush(p, ino, fh, false, reply);
         }
         let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("flush".into())
-            .spawn(move || me.finish_flush(p, ino, fh, true, reply));
-        if let Err(e) = spawned {
+        let started = self
+            .finishers
+            .run(move || me.finish_flush(p, ino, fh, true, reply));
+        if let Err(e) = started {
             // (The reply went with the closure: a reply never sent is answered EIO.)
             tracing::warn!(error = %e, "cannot start a thread to finish a flush");
         }
