@@ -443,10 +443,10 @@ impl<S: Source> Ops<S> {
         // wait for a child in the middle of an exec; that child may be closing descriptors of
         // this mount (its close-on-exec ones, each a FLUSH), which a request thread must be
         // free to answer, or the mount stops (over io_uring a queue may have one thread). So
-        // an opener with children is looked at, and its file finished, on a thread of its own
-        // (kept for the next such flush).
-        // (A child forked after the close began never had its descriptor.) Without a thread to
-        // spare (a ring queue's are all out), the children are not looked at.
+        // an opener with children is looked at, and its file finished, on a kept thread (see
+        // `finishers.rs`); one without is looked at here, alone (a child forked after the close
+        // began never had its descriptor). Without a reply to spare (a ring queue's are all
+        // out), the children are not looked at.
         let children = !self.children.of(p).is_empty();
         if !(children && reply.may_leave()) {
             return self.finish_flush(p, ino, fh, false, reply);
