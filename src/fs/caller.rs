@@ -292,14 +292,7 @@ fn hold_in_tree(pid: u32, id: FileId, children: Option<&Children>) -> Hold {
         if looked > MAX_PROCESSES {
             return Hold::Yes;
         }
-        let child = parent.map(|parent| {
-            if crate::sys::shares_memory(p, parent) {
-                Child::Vfork
-            } else {
-                Child::Fork
-            }
-        });
-        hold = hold.max(holds(p, id, child));
+        hold = hold.max(holds(p, id, parent));
         if hold == Hold::Yes {
             return hold;
         }
@@ -308,13 +301,6 @@ fn hold_in_tree(pid: u32, id: FileId, children: Option<&Children>) -> Hold {
         }
     }
     hold
-}
-
-/// A descendant of the process that closed: one sharing its parent's memory, or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Child {
-    Vfork,
-    Fork,
 }
 
 /// The device and inode of `path` as the kernel has them cached: never a request to a file
@@ -341,29 +327,32 @@ pub fn device_of(mountpoint: &std::path::Path) -> Option<(u32, u32)> {
     cached_id(mountpoint).map(|(dev, _)| dev)
 }
 
-/// How process `pid` holds file `id`: by a descriptor or a shared mapping. `child`: a
-/// descendant of the process that closed, whose close-on-exec descriptors may be on their way
-/// out (a `vfork` child's mappings are its parent's, looked at already).
-fn holds(pid: u32, id: FileId, child: Option<Child>) -> Hold {
+/// How process `pid` holds file `id`: by a descriptor or a shared mapping. `parent`: that of
+/// a descendant of the process that closed, whose close-on-exec descriptors may be on their
+/// way out (whether it is a `vfork` child is asked only of one holding such a descriptor).
+fn holds(pid: u32, id: FileId, parent: Option<u32>) -> Hold {
     let mut hold = Hold::No;
     if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for fd in fds.flatten() {
             if cached_id(&fd.path()) != Some(id) {
                 continue;
             }
-            let Some(c) = child else {
+            let Some(parent) = parent else {
                 return Hold::Yes;
             };
             hold = match close_on_exec(pid, &fd.file_name()) {
                 // Gone since it was listed (the child's exec closed it).
                 None => hold,
                 Some(false) => return Hold::Yes,
-                Some(true) if c == Child::Vfork => hold.max(Hold::UntilVforkExecs),
+                Some(true) if crate::sys::shares_memory(pid, parent) => {
+                    hold.max(Hold::UntilVforkExecs)
+                }
                 Some(true) => hold.max(Hold::UntilForkExecs),
             };
         }
     }
-    if child == Some(Child::Vfork) {
+    if hold == Hold::UntilVforkExecs {
+        // Its mappings are its parent's, looked at already.
         return hold;
     }
     if mapped_shared(pid, id) {
