@@ -27,7 +27,7 @@
 # Each phase also splits both daemons' CPU by thread name (FUSE threads, the runtime, the
 # publisher, the holder's serving threads), per file.
 # Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
-# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS, PERF, PERF_OF, RESTART_A, SETTLE; STRACE=0 leaves
+# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS, PERF, PERF_OF, RESTART_A, SETTLE, PERF_SAVE; STRACE=0 leaves
 # out the strace pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -241,6 +241,8 @@ if [ "${PERF:-0}" != 0 ]; then
     perf report -q -i "$W/perf.$ph" --children --sort sym --percent-limit 1.5 2>/dev/null |
       grep -E '^ +[0-9]' | grep -v '\[k\]' | head -60
   done
+  # PERF_SAVE=DIR keeps the recordings (perf.<phase>) for `perf report -i` after the run.
+  [ -z "${PERF_SAVE:-}" ] || { mkdir -p "$PERF_SAVE" && cp "$W"/perf.* "$PERF_SAVE"/; }
 fi
 echo "medians over $RUNS runs (both daemons' CPU per file):"
 for ph in fill pull hit; do
