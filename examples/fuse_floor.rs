@@ -9,23 +9,31 @@
 //! to the kernel by passthrough: its reads never come here), IOCTL (Python's `isatty`: fuser's
 //! default ENOSYS, as dyadfs), RELEASE (the backing id closed). No cache, no locator, no shared
 //! file system behind it, no ACL read: what is left is the kernel's requests and their replies.
+//! A listing (READDIR, as `os.listdir` sends: names only) is answered from the directory read
+//! once, at the first: a DataLoader's dataset lists its files before it reads them
+//! (`scripts/bench_dataloader.sh`, configuration `fusefloor`). Mounted read-only unless `--rw`:
+//! on a writable mount the kernel asks for a file's attributes again at the first `fstat` after a
+//! passthrough read (the atime it marks stale), as it does of dyadfs's default mount.
 //! Runs until unmounted (`fusermount3 -u MOUNTPOINT`).
 //!
-//! `cargo run --release --example fuse_floor -- DIR MOUNTPOINT` (root: passthrough needs
+//! `cargo run --release --example fuse_floor -- DIR MOUNTPOINT [--rw]` (root: passthrough needs
 //! CAP_SYS_ADMIN).
 
 use std::collections::HashMap;
-use std::ffi::{CString, OsStr};
+use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Mutex;
+use std::os::unix::fs::DirEntryExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, Request,
 };
 
 /// As long as dyadfs trusts a name and its attributes by default (`--metadata-ttl 60s`).
@@ -36,6 +44,9 @@ const FILE_INO_BASE: u64 = 1 << 32;
 
 struct Floor {
     dir: File,
+    path: PathBuf,
+    /// The directory's regular files (inode, name), read at the first listing.
+    listing: OnceLock<Vec<(u64, OsString)>>,
     /// Names looked up, by inode (what an open opens).
     names: Mutex<HashMap<u64, CString>>,
     /// Open files' backing ids, by handle: dropped (closed with the kernel) at release.
@@ -176,6 +187,40 @@ impl fuser::Filesystem for Floor {
         self.open.lock().unwrap().insert(fh, id);
     }
 
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        if ino.0 != ROOT {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let listing = self.listing.get_or_init(|| {
+            let Ok(dir) = std::fs::read_dir(&self.path) else {
+                return Vec::new();
+            };
+            dir.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| (FILE_INO_BASE + e.ino(), e.file_name()))
+                .collect()
+        });
+        // Offsets: 1 and 2 are "." and "..", then each file's index + 3.
+        let dot = |name| (ROOT, FileType::Directory, OsStr::new(name));
+        let files = listing
+            .iter()
+            .map(|(ino, name)| (*ino, FileType::RegularFile, name.as_os_str()));
+        let all = [dot("."), dot("..")].into_iter().chain(files);
+        for (i, (ino, kind, name)) in all.enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(ino), i as u64 + 1, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
     fn release(
         &self,
         _req: &Request,
@@ -194,12 +239,18 @@ impl fuser::Filesystem for Floor {
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, dir, mountpoint] = &args[..] else {
-        eprintln!("usage: fuse_floor DIR MOUNTPOINT");
-        std::process::exit(2);
+    let (dir, mountpoint, rw) = match &args[..] {
+        [_, dir, mnt] => (dir, mnt, false),
+        [_, dir, mnt, flag] if flag == "--rw" => (dir, mnt, true),
+        _ => {
+            eprintln!("usage: fuse_floor DIR MOUNTPOINT [--rw]");
+            std::process::exit(2);
+        }
     };
     let fs = Floor {
         dir: File::open(dir)?,
+        path: PathBuf::from(dir),
+        listing: OnceLock::new(),
         names: Mutex::default(),
         open: Mutex::default(),
         next_fh: AtomicU64::new(1),
@@ -207,7 +258,11 @@ fn main() -> std::io::Result<()> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("fuse_floor".into()),
-        fuser::MountOption::RO,
+        if rw {
+            fuser::MountOption::RW
+        } else {
+            fuser::MountOption::RO
+        },
         fuser::MountOption::NoAtime,
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::NoDev,

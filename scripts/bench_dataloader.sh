@@ -11,8 +11,13 @@
 # Unlike scripts/workload.sh it installs nothing, throttles nothing and uses no namespaces, so
 # it runs where only python3 with torch and numpy is (a lent machine with many cores): it
 # measures the later epochs, not epoch 1 against a slow shared file system.
+# CONFIGS lists the configurations alternated (default "local dyadfs"); "fusefloor" adds the
+# same ranks reading the local copy through examples/fuse_floor.rs, one mount per rank, writable
+# as dyadfs's default mount is: the kernel's FUSE requests of each sample (LOOKUP, OPEN, IOCTL,
+# GETATTR, RELEASE) answered by a daemon that does nothing else, the floor under dyadfs's hits,
+# and what those requests alone cost the epoch on this machine.
 # Needs root (mounts, drop_caches). Usage: scripts/bench_dataloader.sh (env: RUNS, FILES, SIZE,
-# EPOCHS, WORKERS, PY (python3 with torch), MOUNT_ARGS, DYADFS_BIN, REQUESTS, THREADS)
+# EPOCHS, WORKERS, PY (python3 with torch), MOUNT_ARGS, DYADFS_BIN, REQUESTS, THREADS, CONFIGS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -20,10 +25,13 @@ RUNS=${RUNS:-3} FILES=${FILES:-4096} SIZE=${SIZE:-262144} EPOCHS=${EPOCHS:-3} WO
 PY=${PY:-python3}
 NODES=4
 "$PY" -c 'import torch, numpy' || { echo "$PY has no torch or numpy (set PY)" >&2; exit 1; }
+CONFIGS=${CONFIGS:-local dyadfs}
+case " $CONFIGS " in *" local "*) ;; *) echo "CONFIGS must list local (the ratios are to it)" >&2; exit 2 ;; esac
 if [ -n "${DYADFS_BIN:-}" ]; then BIN=$DYADFS_BIN; else cargo build --release --quiet; BIN=$PWD/target/release/dyadfs; fi
+case " $CONFIGS " in *" fusefloor "*) cargo build --release --quiet --example fuse_floor ;; esac
 W=$(mktemp -d /var/tmp/dyadfs-dataloader.XXXX)
 cleanup() {
-  for i in $(seq 0 $((NODES - 1))); do unmount_mounted "$W/n$i/mnt"; done
+  for i in $(seq 0 $((NODES - 1))); do unmount_mounted "$W/n$i/mnt"; unmount_mounted "$W/f$i/mnt"; done
   [ -z "${FUSE_TRACEFS_MOUNTED:-}" ] || umount "$FUSE_TRACE"
   rm -rf "$W"
 }
@@ -48,19 +56,22 @@ daemons_cpu_ms() {
   for p in $DAEMONS; do s=$(awk -v a="$s" -v b="$(threads_cpu_ms "$p")" 'BEGIN {print a + b}'); done
   echo "$s"
 }
-# THREADS=1: each dyadfs epoch's daemon CPU by thread name (the 4 daemons' threads of one name
+# THREADS=1: each dyadfs (or fusefloor) epoch's daemon CPU by thread name (the 4 daemons' threads of one name
 # together), per sample.
 thread_cpu() {
-  local p t
+  local p t c s
   for p in $DAEMONS; do
+    # (A thread that ends between the listing and the read is left out.)
     for t in /proc/"$p"/task/*; do
-      echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"
+      c=$(tr ' ' _ < "$t/comm" 2>/dev/null) && s=$(awk '{print $1}' "$t/schedstat" 2>/dev/null) &&
+        echo "$c $s"
     done
   done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}' | sort
 }
-# The locator round trips the 4 nodes made so far (`locator_calls`, summed).
+# The locator round trips the 4 nodes made so far (`locator_calls`, summed; 0 but for dyadfs).
 locator_calls() {
   local i s=0
+  [ "$cfg" = dyadfs ] || { echo 0; return; }
   for i in $(seq 0 $((NODES - 1))); do
     s=$((s + $("$BIN" stats "$W/n$i/mnt" --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("locator_calls", 0))')))
   done
@@ -84,9 +95,19 @@ print(max(x["seconds"] for x in r), sum(x["samples"] for x in r))'
 }
 : > "$W/results"
 for r in $(seq "$RUNS"); do
-  for cfg in local dyadfs; do
+  for cfg in $CONFIGS; do
     DAEMONS=
-    if [ "$cfg" = dyadfs ]; then
+    if [ "$cfg" = fusefloor ]; then
+      for i in $(seq 0 $((NODES - 1))); do
+        mkdir -p "$W/f$i/mnt"
+        target/release/examples/fuse_floor "$W/local/dl" "$W/f$i/mnt" --rw 2> "$W/f$i/log" &
+        DAEMONS+=" $!"
+      done
+      for i in $(seq 0 $((NODES - 1))); do
+        for _ in $(seq 100); do mountpoint -q "$W/f$i/mnt" && break; sleep 0.05; done
+        mountpoint -q "$W/f$i/mnt" || { cat "$W/f$i/log" >&2; exit 1; }
+      done
+    elif [ "$cfg" = dyadfs ]; then
       for i in $(seq 0 $((NODES - 1))); do
         rm -rf "$W/n$i"; mkdir -p "$W/n$i/mnt" "$W/n$i/ssd"
         # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options
@@ -101,6 +122,7 @@ for r in $(seq "$RUNS"); do
       l0=$([ -z "$DAEMONS" ] && echo 0 || locator_calls)
       [ "${THREADS:-0}" != 1 ] || [ -z "$DAEMONS" ] || thread_cpu > "$W/threads0"
       if [ "$cfg" = local ]; then read -r secs n < <(epoch "$e" "$W/local/dl")
+      elif [ "$cfg" = fusefloor ]; then trace_on; read -r secs n < <(epoch "$e" "$W/f%d/mnt")
       else trace_on; read -r secs n < <(epoch "$e" "$W/n%d/mnt/dl"); fi
       c1=$([ -z "$DAEMONS" ] && echo 0 || daemons_cpu_ms)
       l1=$([ -z "$DAEMONS" ] && echo 0 || locator_calls)
@@ -119,17 +141,24 @@ for r in $(seq "$RUNS"); do
     if [ "$cfg" = dyadfs ]; then
       for i in $(seq 0 $((NODES - 1))); do fusermount3 -u "$W/n$i/mnt"; done
       wait_daemons_gone "$W"
+    elif [ "$cfg" = fusefloor ]; then
+      for i in $(seq 0 $((NODES - 1))); do fusermount3 -u "$W/f$i/mnt"; done
+      # shellcheck disable=SC2086 # a list of pids
+      wait $DAEMONS || true
     fi
   done
 done
 printf '%d x %d bytes, %d ranks x %d workers, medians of %d runs (ratio: dyadfs / local copy,\n' \
   "$FILES" "$SIZE" $NODES "$WORKERS" "$RUNS"
 echo "the same run and epoch; every ratio listed):"
-for e in $(seq "$EPOCHS"); do
-  awk -v e="$e" '$3 == e {t[$1 " " $2] = $4; c[$1 " " $2] = $5}
-    END {for (k in t) if (k ~ / dyadfs$/) {split(k, K, " "); print t[k] / t[K[1] " local"], c[k]}}' \
-    "$W/results" | sort -g > "$W/ratios"
-  printf '  epoch %d: %.2fx the local copy (%s), daemons %s us/sample\n' "$e" \
-    "$(awk '{print $1}' "$W/ratios" | median)" "$(awk '{printf "%.2f ", $1}' "$W/ratios")" \
-    "$(awk '{print $2}' "$W/ratios" | median)"
+for cfg in $CONFIGS; do
+  [ "$cfg" != local ] || continue
+  for e in $(seq "$EPOCHS"); do
+    awk -v e="$e" -v cfg="$cfg" '$3 == e {t[$1 " " $2] = $4; c[$1 " " $2] = $5}
+      END {for (k in t) {split(k, K, " "); if (K[2] == cfg) print t[k] / t[K[1] " local"], c[k]}}' \
+      "$W/results" | sort -g > "$W/ratios"
+    printf '  %-9s epoch %d: %.2fx the local copy (%s), daemons %s us/sample\n' "$cfg" "$e" \
+      "$(awk '{print $1}' "$W/ratios" | median)" "$(awk '{printf "%.2f ", $1}' "$W/ratios")" \
+      "$(awk '{print $2}' "$W/ratios" | median)"
+  done
 done
