@@ -263,3 +263,25 @@ for k in "${KEYS[@]}"; do
   printf '    context switches per file: puller B %.1f, holder A %.1f\n' \
     "$(median < "$W/$k.sw_b.txt")" "$(median < "$W/$k.sw_a.txt")"
 done
+# FLOOR=1: each pulled configuration against issue 49's targets, from the medians above (the
+# two daemons' medians added): pull / the floor's "a new file each" (target 1.5), the same with
+# the FUSE floor taken out of the pull (the kernel's requests, which the floor does not make),
+# and a hit against 50 us and the FUSE floor.
+if [ "${FLOOR:-0}" = 1 ]; then
+  nf=
+  for k in "${KEYS[@]}"; do [ "${LABEL[$k]}" != "floor: disk, sealed, a new file each" ] || nf=$k; done
+  [ -n "$nf" ] || { echo "no floor row \"a new file each\"" >&2; exit 1; }
+  floor=$(( $(median < "$W/$nf.cpu_a.txt" | cut -d. -f1) + $(median < "$W/$nf.cpu_b.txt" | cut -d. -f1) ))
+  fuse=$(median < "$W/floor-fuse.cpu_b.txt" | cut -d. -f1)
+  echo "against issue 49's targets (us of daemon CPU per file; floor $floor, FUSE floor $fuse):"
+  for k in "${KEYS[@]}"; do
+    [ "${k#dyadfs-}" != "$k" ] && [ "${k%-hit}" = "$k" ] || continue
+    pull=$(( $(median < "$W/$k.cpu_a.txt" | cut -d. -f1) + $(median < "$W/$k.cpu_b.txt" | cut -d. -f1) ))
+    awk -v l="${LABEL[$k]}" -v p="$pull" -v f="$floor" -v u="$fuse" 'BEGIN {
+      printf "  %s: pull %d, %.2fx the floor (target 1.5), %.2fx without the FUSE floor\n",
+        l, p, p / f, (p - u) / f }'
+    [ -f "$W/$k-hit.cpu_b.txt" ] || continue
+    awk -v h="$(median < "$W/$k-hit.cpu_b.txt")" -v u="$fuse" 'BEGIN {
+      printf "    a hit %.0f (target 50), %.2fx the FUSE floor\n", h, h / u }'
+  done
+fi
