@@ -232,17 +232,18 @@ for ph in $phases; do
   [ "$ph" != fill ] || restart_a
 done
 if [ "${PERF:-0}" != 0 ]; then
-  for ph in ${PERF_PHASES:-pull hit}; do
-    echo "perf of ${PERF_OF:-B}, $ph (run 1; self time, symbols over 1%):"
-    perf report -q -i "$W/perf.$ph" --no-children --sort sym --percent-limit 1 2>/dev/null |
-      grep -E '^ +[0-9]' | head -40
-    [ "$PERF" = dwarf ] || continue
-    echo "perf of ${PERF_OF:-B}, $ph: the daemon's functions with their callees (over 1.5%):"
-    perf report -q -i "$W/perf.$ph" --children --sort sym --percent-limit 1.5 2>/dev/null |
-      grep -E '^ +[0-9]' | grep -v '\[k\]' | head -60
-  done
   # PERF_SAVE=DIR keeps the recordings (perf.<phase>) for `perf report -i` after the run.
   [ -z "${PERF_SAVE:-}" ] || { mkdir -p "$PERF_SAVE" && cp "$W"/perf.* "$PERF_SAVE"/; }
+  # (`head` may close a report early: its SIGPIPE ends the listing, not the script.)
+  for ph in ${PERF_PHASES:-pull hit}; do
+    echo "perf of ${PERF_OF:-B}, $ph (run 1; self time, symbols over 1%):"
+    { perf report -q -i "$W/perf.$ph" --no-children --sort sym --percent-limit 1 2>/dev/null |
+      grep -E '^ +[0-9]' | head -40; } || true
+    [ "$PERF" = dwarf ] || continue
+    echo "perf of ${PERF_OF:-B}, $ph: the daemon's functions with their callees (over 1.5%):"
+    { perf report -q -i "$W/perf.$ph" --children --sort sym --percent-limit 1.5 2>/dev/null |
+      grep -E '^ +[0-9]' | grep -v '\[k\]' | head -60; } || true
+  done
 fi
 echo "medians over $RUNS runs (both daemons' CPU per file):"
 for ph in fill pull hit; do
