@@ -231,7 +231,18 @@ mod tests {
             partial_chunks: 3,
         });
         stats.latency.fill("peer", std::time::Instant::now());
+        // The series taken once at the start and one made when first observed both export.
+        stats.latency.lookup("global", std::time::Instant::now());
+        stats.latency.lookup("global", std::time::Instant::now());
+        stats.latency.lookup("elsewhere", std::time::Instant::now());
         let text = render(&snap, &stats.latency);
+        for series in [
+            "dyadfs_lookup_seconds_count{node=\"0\",tier=\"global\"} 2",
+            "dyadfs_lookup_seconds_count{node=\"0\",tier=\"elsewhere\"} 1",
+            "dyadfs_lookup_seconds_count{node=\"0\",tier=\"rack\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
         assert!(
             text.contains("dyadfs_bytes_from_peers_total{node=\"0\"} 42"),
             "{text}"
