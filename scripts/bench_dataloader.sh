@@ -56,8 +56,8 @@ daemons_cpu_ms() {
   for p in $DAEMONS; do s=$(awk -v a="$s" -v b="$(threads_cpu_ms "$p")" 'BEGIN {print a + b}'); done
   echo "$s"
 }
-# THREADS=1: each dyadfs (or fusefloor) epoch's daemon CPU by thread name (the 4 daemons' threads of one name
-# together), per sample.
+# THREADS=1: each dyadfs (or fusefloor) epoch's daemon CPU by thread name (the 4 daemons'
+# threads of one name together), per sample.
 thread_cpu() {
   local p t c s
   for p in $DAEMONS; do

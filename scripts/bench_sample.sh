@@ -27,8 +27,8 @@
 # Each phase also splits both daemons' CPU by thread name (FUSE threads, the runtime, the
 # publisher, the holder's serving threads), per file.
 # Needs root (tracefs, strace -p, drop_caches). Usage: scripts/bench_sample.sh (env: RUNS,
-# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS, PERF, PERF_OF, RESTART_A, SETTLE, PERF_SAVE; STRACE=0 leaves
-# out the strace pass)
+# FILES, SIZE, MOUNT_ARGS, DYADFS_BIN, RACKS, PERF, PERF_OF, PERF_SAVE, RESTART_A, SETTLE;
+# STRACE=0 leaves out the strace pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
