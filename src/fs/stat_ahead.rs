@@ -59,6 +59,8 @@ struct Listed {
     next: usize,
     /// Entries before this index were queued already (for lookups).
     queued_to: usize,
+    /// Lookups of the directory in listing order in a row (one out of order ends a run).
+    in_order: u32,
     /// Its close, or its last lookup in order since.
     seen: Instant,
 }
@@ -130,6 +132,7 @@ impl StatAhead {
             entries: entries.clone(),
             next: 0,
             queued_to: 0,
+            in_order: 0,
             seen: Instant::now(),
         });
     }
@@ -166,8 +169,12 @@ impl StatAhead {
     }
 
     /// The kernel looked `name` up in `dir`. If that is the next entry (or one of the few
-    /// after it) of a listing of `dir` remembered, the scan goes on in listing order: the
-    /// entries up to [`AHEAD`] past it are queued, half a window at a time.
+    /// after it) of a listing of `dir` remembered, and so was the lookup before, the scan goes
+    /// on in listing order: the entries up to [`AHEAD`] past it are queued, half a window at a
+    /// time. One such lookup is no scan: a shuffled read of a listed directory (a DataLoader's
+    /// epoch) lands among the next few names now and then (one lookup in 2,048 of a directory
+    /// of 16,384), and reading [`AHEAD`] names ahead on it stat'ed names this node never read:
+    /// 0.19-0.74 stats of the shared file system per sample more than the lookups asked for.
     pub fn looked_up(&self, dir: &str, name: &std::ffi::OsStr) {
         let mut st = lock(&self.state);
         if st.listed.is_empty() {
@@ -185,12 +192,14 @@ impl StatAhead {
             .take(8)
             .position(|e| e.name == name)
         else {
+            l.in_order = 0;
             return;
         };
         let at = l.next + i;
         l.next = at + 1;
         l.seen = now;
-        if l.queued_to > at + AHEAD / 2 {
+        l.in_order = l.in_order.saturating_add(1);
+        if l.in_order < 2 || l.queued_to > at + AHEAD / 2 {
             return;
         }
         let (from, to) = (l.queued_to.max(at + 1), (at + AHEAD).min(l.entries.len()));
@@ -298,20 +307,62 @@ mod tests {
         a.looked_up("wide", "f500".as_ref());
         a.looked_up("other", "f0".as_ref());
         assert_eq!(ranges(&a), []);
-        // In order: the window past it, then nothing until half of it is used.
+        // In order, twice in a row: the window past it, then nothing until half of it is used.
         a.looked_up("wide", "f0".as_ref());
-        assert_eq!(ranges(&a), [(1, AHEAD)]);
+        assert_eq!(ranges(&a), []);
         a.looked_up("wide", "f1".as_ref());
+        assert_eq!(ranges(&a), [(2, 1 + AHEAD)]);
         a.looked_up("wide", "f3".as_ref()); // (a name skipped is fine)
         assert_eq!(ranges(&a), []);
-        for i in 4..=AHEAD / 2 {
+        for i in 4..=AHEAD / 2 + 1 {
             a.looked_up("wide", format!("f{i}").as_ref());
         }
-        assert_eq!(ranges(&a), [(AHEAD, AHEAD / 2 + AHEAD)]);
+        assert_eq!(ranges(&a), [(1 + AHEAD, AHEAD / 2 + 1 + AHEAD)]);
+        // A lookup out of order ends a run: the next in order alone reads nothing ahead, the
+        // one after it does.
+        let b = StatAhead::default();
+        b.opened(12, "wide", &l);
+        b.closed(12);
+        b.looked_up("wide", "f0".as_ref());
+        b.looked_up("wide", "f9000".as_ref());
+        b.looked_up("wide", "f1".as_ref());
+        assert_eq!(ranges(&b), []);
+        b.looked_up("wide", "f2".as_ref());
+        assert_eq!(ranges(&b), [(3, 2 + AHEAD)]);
         // A small listing is not remembered.
         a.opened(10, "small", &listing(10));
         a.closed(10);
         a.looked_up("small", "f0".as_ref());
+        assert_eq!(ranges(&a), []);
+    }
+    /// A listed directory read in shuffled order (a DataLoader's epoch after its dataset listed
+    /// it) reads nothing ahead, though now and then a lookup lands among the next few names.
+    #[test]
+    fn a_shuffled_read_of_a_listing_reads_nothing_ahead() {
+        let a = StatAhead::default();
+        let n = 16_384;
+        let l = listing(n);
+        a.opened(11, "data", &l);
+        a.closed(11);
+        // A fixed shuffle (xorshift, Fisher-Yates): the same order every run.
+        let mut order: Vec<usize> = (0..n).collect();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in (1..n).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let mut lucky = 0;
+        for &i in &order {
+            let before = lock(&a.state).listed[0].next;
+            a.looked_up("data", format!("f{i}").as_ref());
+            lucky += usize::from(lock(&a.state).listed[0].next != before);
+        }
+        assert!(
+            lucky > 0,
+            "no lookup landed among the next names: the test tests nothing"
+        );
         assert_eq!(ranges(&a), []);
     }
 }
