@@ -17,7 +17,8 @@
 # GETATTR, RELEASE) answered by a daemon that does nothing else, the floor under dyadfs's hits,
 # and what those requests alone cost the epoch on this machine.
 # Needs root (mounts, drop_caches). Usage: scripts/bench_dataloader.sh (env: RUNS, FILES, SIZE,
-# EPOCHS, WORKERS, PY (python3 with torch), MOUNT_ARGS, DYADFS_BIN, REQUESTS, THREADS, CONFIGS)
+# EPOCHS, WORKERS, PY (python3 with torch), MOUNT_ARGS, DYADFS_BIN, REQUESTS, THREADS, CONFIGS,
+# STATS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -67,6 +68,31 @@ thread_cpu() {
         echo "$c $s"
     done
   done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}' | sort
+}
+# STATS=1: each dyadfs epoch's counters of `dyadfs stats --json` that moved, the 4 nodes'
+# together, per sample (local hits, pulls, refused pulls, GETATTRs, evictions...).
+counters() {
+  local i
+  for i in $(seq 0 $((NODES - 1))); do "$BIN" stats "$W/n$i/mnt" --json; echo; done | "$PY" -c '
+import json, sys
+s = {}
+for line in sys.stdin:
+    if line.strip():
+        for k, v in json.loads(line).items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                s[k] = s.get(k, 0) + v
+print(json.dumps(s))'
+}
+counters_moved() {
+  "$PY" -c '
+import json, sys
+a, b, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+gauges = {"cached_bytes", "cached_files", "cache_segments", "capacity_bytes", "inodes",
+          "open_files", "kept_files", "partial_chunks", "pid", "node_id", "node_rank", "members",
+          "home_rack_files", "home_global_files", "home_names", "members_down"}
+moved = [f"{k} {(b[k] - a.get(k, 0)) / n:.2f}" for k in sorted(b)
+         if k not in gauges and b[k] != a.get(k, 0)]
+print("    counters per sample: " + "  ".join(moved))' "$1" "$2" "$3"
 }
 # The locator round trips the 4 nodes made so far (`locator_calls`, summed; 0 but for dyadfs).
 locator_calls() {
@@ -121,6 +147,7 @@ for r in $(seq "$RUNS"); do
       c0=$([ -z "$DAEMONS" ] && echo 0 || daemons_cpu_ms)
       l0=$([ -z "$DAEMONS" ] && echo 0 || locator_calls)
       [ "${THREADS:-0}" != 1 ] || [ -z "$DAEMONS" ] || thread_cpu > "$W/threads0"
+      [ "${STATS:-0}" != 1 ] || [ "$cfg" != dyadfs ] || counters > "$W/counters0"
       if [ "$cfg" = local ]; then read -r secs n < <(epoch "$e" "$W/local/dl")
       elif [ "$cfg" = fusefloor ]; then trace_on; read -r secs n < <(epoch "$e" "$W/f%d/mnt")
       else trace_on; read -r secs n < <(epoch "$e" "$W/n%d/mnt/dl"); fi
@@ -131,6 +158,9 @@ for r in $(seq "$RUNS"); do
         "$r" "$cfg" "$e" "$secs" "$n" "$us" "$(awk -v a="$l0" -v b="$l1" -v n="$n" 'BEGIN {print (b - a) / n}')"
       echo "$r $cfg $e $secs $us" >> "$W/results"
       [ "$cfg" = local ] || trace_off "$n"
+      if [ "${STATS:-0}" = 1 ] && [ "$cfg" = dyadfs ]; then
+        counters > "$W/counters1"; counters_moved "$W/counters0" "$W/counters1" "$n"
+      fi
       if [ "${THREADS:-0}" = 1 ] && [ -n "$DAEMONS" ]; then
         thread_cpu > "$W/threads1"
         join -a 2 "$W/threads0" "$W/threads1" | awk -v n="$n" 'NF == 2 {$3 = $2; $2 = 0}
