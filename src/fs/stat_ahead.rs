@@ -173,8 +173,9 @@ impl StatAhead {
     /// on in listing order: the entries up to [`AHEAD`] past it are queued, half a window at a
     /// time. One such lookup is no scan: a shuffled read of a listed directory (a DataLoader's
     /// epoch) lands among the next few names now and then (one lookup in 2,048 of a directory
-    /// of 16,384), and reading [`AHEAD`] names ahead on it stat'ed names this node never read:
-    /// 0.19-0.74 stats of the shared file system per sample more than the lookups asked for.
+    /// of 16,384), and reading [`AHEAD`] names ahead on it stat'ed names this node never read
+    /// (with 4 ranks on 4,096 files every node stat'ed the whole directory in epoch 1: 3.25
+    /// stats of the shared file system per sample where the lookups asked for 1).
     pub fn looked_up(&self, dir: &str, name: &std::ffi::OsStr) {
         let mut st = lock(&self.state);
         if st.listed.is_empty() {
