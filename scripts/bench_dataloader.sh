@@ -96,12 +96,8 @@ print("    counters per sample: " + "  ".join(moved))' "$1" "$2" "$3"
 }
 # The locator round trips the 4 nodes made so far (`locator_calls`, summed; 0 but for dyadfs).
 locator_calls() {
-  local i s=0
   [ "$cfg" = dyadfs ] || { echo 0; return; }
-  for i in $(seq 0 $((NODES - 1))); do
-    s=$((s + $("$BIN" stats "$W/n$i/mnt" --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("locator_calls", 0))')))
-  done
-  echo "$s"
+  counters | "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("locator_calls", 0))'
 }
 # epoch E ROOT_PATTERN: the 4 ranks, rank i reading ROOT_PATTERN with %d replaced by i; prints
 # the slowest rank's seconds and the samples read.
