@@ -29,7 +29,7 @@ NODES=4
 CONFIGS=${CONFIGS:-local dyadfs}
 case " $CONFIGS " in *" local "*) ;; *) echo "CONFIGS must list local (the ratios are to it)" >&2; exit 2 ;; esac
 if [ -n "${DYADFS_BIN:-}" ]; then BIN=$DYADFS_BIN; else cargo build --release --quiet; BIN=$PWD/target/release/dyadfs; fi
-case " $CONFIGS " in *" fusefloor "*) cargo build --release --quiet --example fuse_floor ;; esac
+case " $CONFIGS " in *" fusefloor "*) build_examples fuse_floor ;; esac
 W=$(mktemp -d /var/tmp/dyadfs-dataloader.XXXX)
 cleanup() {
   for i in $(seq 0 $((NODES - 1))); do unmount_mounted "$W/n$i/mnt"; unmount_mounted "$W/f$i/mnt"; done

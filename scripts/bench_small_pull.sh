@@ -54,7 +54,7 @@ declare -A LABEL
 KEYS=()
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 build_dyadfs
-[ "${FLOOR:-0}" != 1 ] || cargo build --release --quiet --example pull_floor --example fuse_floor
+[ "${FLOOR:-0}" != 1 ] || build_examples pull_floor fuse_floor
 read -r -a BINS <<< "${BINS:-$BIN}"
 W=$(mktemp -d /var/tmp/dyadfs-small-bench.XXXX)
 cleanup() {

@@ -7,6 +7,7 @@
 #   drop             drops the page cache
 #   job_secret       makes the job secret and exports DYADFS_SECRET_FILE
 #   build_dyadfs     the binary under test (DYADFS_BIN, else this tree's release build): BIN
+#   build_examples   this tree's release builds of the examples named
 #   unmount_mounted  unmounts those of the mount points given that are mounted
 #   mount_node       mounts a node of a benchmark's test cluster under $W
 #   dyadfs_stat      one value of a mount's `dyadfs stats --json`
@@ -49,6 +50,21 @@ build_dyadfs() {
     fi
   fi
   BIN=${DYADFS_BIN:-$PWD/target/release/dyadfs}
+}
+
+# build_examples NAME...: builds the release examples named; on a machine without cargo (a lent
+# machine the builds were carried to) checks that they are built instead.
+build_examples() {
+  local n args=()
+  if command -v cargo > /dev/null; then
+    for n in "$@"; do args+=(--example "$n"); done
+    cargo build --release --quiet "${args[@]}"
+    return
+  fi
+  for n in "$@"; do
+    [ -x "target/release/examples/$n" ] ||
+      { echo "no cargo here and target/release/examples/$n is not built" >&2; return 1; }
+  done
 }
 
 # unmount_mounted MNT...: for cleanup traps, unmounts each FUSE mount point given that is still
