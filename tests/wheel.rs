@@ -29,6 +29,16 @@ fn built_wheel() -> PathBuf {
         .unwrap_or_else(|| panic!("no wheel in {}: run scripts/build-wheel.sh", dir.display()))
 }
 
+/// The libucp.so.0 the system's loader would find (its cache, `ldconfig -p`), if any.
+fn system_ucx() -> Option<String> {
+    let out = Command::new("ldconfig").arg("-p").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.trim_start().starts_with("libucp.so.0 "))
+        .and_then(|l| l.split("=>").nth(1))
+        .map(|p| p.trim().to_string())
+}
+
 /// The project venv's site-packages (torch and numpy for the DataLoader; not dyadfs).
 fn project_site_packages() -> PathBuf {
     let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/lib");
@@ -107,6 +117,15 @@ fn a_plain_user_installs_the_wheel_and_mounts_reads_and_trains_with_it() {
             return;
         }
     };
+    // The user's machine has UCX only where the wheel puts it: a UCX the system's loader finds
+    // (Debian's libucx0, which OpenMPI's packages bring) would be loaded instead, and the
+    // checks below of a venv without UCX could not hold.
+    if let Some(system) = system_ucx() {
+        panic!(
+            "the system's loader finds {system}: this test needs a machine without a system UCX \
+             (remove the package that installed it, e.g. `apt-get purge libucx0`)"
+        );
+    }
     let wheel = built_wheel();
     let w = std::env::temp_dir().join(format!("dyadfs-wheel-{}", std::process::id()));
     let _ = fs::remove_dir_all(&w);
