@@ -9,6 +9,9 @@ use std::time::Duration;
 use super::membership::NodeId;
 use super::tiers::Key;
 
+/// Answers the node tier has room for before its table first grows (about 0.5 MiB of buckets).
+const HOLDERS_SIZED_FOR: u64 = 1 << 16;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Known {
     Holders(Arc<Vec<NodeId>>),
@@ -24,8 +27,13 @@ pub struct NodeTier {
 impl NodeTier {
     pub fn new(ttl: Duration, negative_ttl: Duration, max_entries: u64) -> NodeTier {
         NodeTier {
+            // Sized for a dataset's worth of hints from the start: a later epoch's feeds insert
+            // a few per sample, and each doubling of the table on the way rehashed every entry
+            // on the runtime's thread (a tenth of its CPU reading hints, `perf` of a DataLoader
+            // node).
             holders: moka::sync::Cache::builder()
                 .max_capacity(max_entries)
+                .initial_capacity(max_entries.min(HOLDERS_SIZED_FOR) as usize)
                 .time_to_live(ttl)
                 .build(),
             misses: moka::sync::Cache::builder()
