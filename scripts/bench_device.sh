@@ -15,7 +15,8 @@
 # Each stage's log lands in $OUT (the device tool's folder that comes back). Tools the scripts
 # use that the machine lacks (bc, fusermount3) are stood in for by a few lines each. Tried on the
 # 2-vCPU VM with cargo off PATH and small sizes (F64=1024 F256=256 FP=256 RUNS_DL=1 RUNS_P=1):
-# 159 s. Env: PY (python3 with torch), TA TB TC (each stage's limit, s), F64 F256 FP (files),
+# 159 s; and with every stage cut at a short limit: nothing left running, mounted (FUSE or the
+# loop image) or on disk of the cut stages, a work directory from before kept. Env: PY (python3 with torch), TA TB TC (each stage's limit, s), F64 F256 FP (files),
 # RUNS_DL RUNS_P (runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,14 +41,21 @@ tidy() {
   pkill -f target/release/examples/fuse_floor
   pkill -f scripts/workload/train.py
   sleep 1
-  awk '$3 ~ /^fuse/ {print $2}' /proc/mounts | while read -r m; do umount -l "$m"; done
+  # (Only the benchmarks' own mounts, FUSE and the cache's loop image: their work directories
+  # are /var/tmp/dyadfs-*. The last listed first: a mount inside another goes before it.)
+  awk '$2 ~ /^\/var\/tmp\/dyadfs-/ {print $2}' /proc/mounts | tac |
+    while read -r m; do umount -l "$m"; done
+  # A script cut at its limit leaves its work directory: those made since the stage began go.
+  comm -13 <(printf '%s\n' "${WORKDIRS[@]}") <(workdirs) | while read -r d; do rm -rf "$d"; done
   return 0
 }
+workdirs() { ls -d /var/tmp/dyadfs-dataloader.* /var/tmp/dyadfs-small-bench.* 2> /dev/null | sort; }
 # stage LIMIT NAME VAR=VALUE... SCRIPT: one benchmark under a time limit, its output kept.
 stage() {
   local lim=$1 name=$2
   shift 2
   log "stage $name (limit $lim s): $*"
+  mapfile -t WORKDIRS < <(workdirs)
   timeout -k 5 "$lim" env "$@" 2>&1 | tee "$OUT/$name.log"
   log "stage $name: rc ${PIPESTATUS[0]}"
   tidy
