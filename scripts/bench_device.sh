@@ -16,8 +16,9 @@
 # use that the machine lacks (bc, fusermount3) are stood in for by a few lines each. Tried on the
 # 2-vCPU VM with cargo off PATH and small sizes (F64=1024 F256=256 FP=256 RUNS_DL=1 RUNS_P=1):
 # 159 s; and with every stage cut at a short limit: nothing left running, mounted (FUSE or the
-# loop image) or on disk of the cut stages, a work directory from before kept. Env: PY (python3 with torch), TA TB TC (each stage's limit, s), F64 F256 FP (files),
-# RUNS_DL RUNS_P (runs).
+# loop image) or on disk of the cut stages, a work directory from before kept.
+# Env: PY (python3 with torch), TA TB TC (each stage's limit, s), F64 F256 FP (files), RUNS_DL
+# RUNS_P (runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d /var/tmp/dyadfs-device.XXXX)}
