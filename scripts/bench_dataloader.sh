@@ -94,10 +94,14 @@ moved = [f"{k} {(b[k] - a.get(k, 0)) / n:.2f}" for k in sorted(b)
          if k not in gauges and b[k] != a.get(k, 0)]
 print("    counters per sample: " + "  ".join(moved))' "$1" "$2" "$3"
 }
-# The locator round trips the 4 nodes made so far (`locator_calls`, summed; 0 but for dyadfs).
+# snapshot FILE: the 4 nodes' counters now (`{}` but for dyadfs), read once at each end of an
+# epoch for its locator round trips and, with STATS=1, every counter that moved.
+snapshot() {
+  if [ "$cfg" = dyadfs ]; then counters > "$1"; else echo '{}' > "$1"; fi
+}
+# locator_calls FILE: the locator round trips in a snapshot (`locator_calls`, summed).
 locator_calls() {
-  [ "$cfg" = dyadfs ] || { echo 0; return; }
-  counters | "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("locator_calls", 0))'
+  "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("locator_calls", 0))' "$1"
 }
 # epoch E ROOT_PATTERN: the 4 ranks, rank i reading ROOT_PATTERN with %d replaced by i; prints
 # the slowest rank's seconds and the samples read.
@@ -141,21 +145,21 @@ for r in $(seq "$RUNS"); do
     for e in $(seq "$EPOCHS"); do
       drop
       c0=$([ -z "$DAEMONS" ] && echo 0 || daemons_cpu_ms)
-      l0=$([ -z "$DAEMONS" ] && echo 0 || locator_calls)
+      snapshot "$W/counters0"
       [ "${THREADS:-0}" != 1 ] || [ -z "$DAEMONS" ] || thread_cpu > "$W/threads0"
-      [ "${STATS:-0}" != 1 ] || [ "$cfg" != dyadfs ] || counters > "$W/counters0"
       if [ "$cfg" = local ]; then read -r secs n < <(epoch "$e" "$W/local/dl")
       elif [ "$cfg" = fusefloor ]; then trace_on; read -r secs n < <(epoch "$e" "$W/f%d/mnt")
       else trace_on; read -r secs n < <(epoch "$e" "$W/n%d/mnt/dl"); fi
       c1=$([ -z "$DAEMONS" ] && echo 0 || daemons_cpu_ms)
-      l1=$([ -z "$DAEMONS" ] && echo 0 || locator_calls)
+      snapshot "$W/counters1"
+      l0=$(locator_calls "$W/counters0") l1=$(locator_calls "$W/counters1")
       us=$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN {printf "%.0f", (b - a) * 1000 / n}')
       printf 'run %d %-6s epoch %d  %6.2f s  %d samples  daemons %4d us/sample  %.2f locator round trips/sample\n' \
         "$r" "$cfg" "$e" "$secs" "$n" "$us" "$(awk -v a="$l0" -v b="$l1" -v n="$n" 'BEGIN {print (b - a) / n}')"
       echo "$r $cfg $e $secs $us" >> "$W/results"
       [ "$cfg" = local ] || trace_off "$n"
       if [ "${STATS:-0}" = 1 ] && [ "$cfg" = dyadfs ]; then
-        counters > "$W/counters1"; counters_moved "$W/counters0" "$W/counters1" "$n"
+        counters_moved "$W/counters0" "$W/counters1" "$n"
       fi
       if [ "${THREADS:-0}" = 1 ] && [ -n "$DAEMONS" ]; then
         thread_cpu > "$W/threads1"
