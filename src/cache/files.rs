@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use lru::LruCache;
 
+use crate::core::sync::lock;
+
 /// How a data file is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -48,13 +50,9 @@ impl DataFiles {
         }
     }
 
-    fn lru(&self) -> std::sync::MutexGuard<'_, LruCache<(u64, Mode), Arc<File>>> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The data file of entry `id` if open as `mode`.
     pub fn cached(&self, id: u64, mode: Mode) -> Option<Arc<File>> {
-        self.lru().get(&(id, mode)).cloned()
+        lock(&self.open).get(&(id, mode)).cloned()
     }
 
     /// Opens the data file of entry `id` at `path` as `mode` and keeps it open while idle.
@@ -82,7 +80,7 @@ impl DataFiles {
     fn keep(&self, key: (u64, Mode), file: Arc<File>) {
         let mut out = Vec::new();
         {
-            let mut lru = self.lru();
+            let mut lru = lock(&self.open);
             out.extend(lru.put(key, file));
             while lru.len() > self.budget {
                 out.extend(lru.pop_lru().map(|(_, f)| f));
@@ -117,7 +115,7 @@ impl DataFiles {
     /// counts them (on a small cache disk read by 4 processes, 1-5 such files held it full).
     pub fn close(&self, id: u64) {
         let out = {
-            let mut lru = self.lru();
+            let mut lru = lock(&self.open);
             [
                 lru.pop(&(id, Mode::ReadWrite)),
                 lru.pop(&(id, Mode::Direct)),
@@ -128,13 +126,13 @@ impl DataFiles {
 
     /// Closes every idle descriptor.
     pub fn shed(&self) {
-        let all = std::mem::replace(&mut *self.lru(), LruCache::unbounded());
+        let all = std::mem::replace(&mut *lock(&self.open), LruCache::unbounded());
         drop(all);
     }
 
     /// Descriptors held by the LRU while idle.
     pub fn open_count(&self) -> u64 {
-        self.lru().len() as u64
+        lock(&self.open).len() as u64
     }
 }
 
