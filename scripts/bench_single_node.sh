@@ -14,19 +14,17 @@
 # "warm" does not. Then the daemons' CPU per small file read (all runs), and a FUSE round trip:
 # stat of one file on mounts that never cache attributes (--metadata-ttl 0), by each transport.
 # The ring needs /sys/module/fuse/parameters/enable_uring set: the script sets it and puts it
-# back. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, BASE_BIN,
-# BASE_ARGS, ONLY="config ..." to run some configurations only)
+# back. Needs root. Usage: scripts/bench_single_node.sh [WORKDIR]  (env: RUNS, DYADFS_BIN (a
+# build to measure instead of this tree's), BASE_BIN, BASE_ARGS, ONLY="config ..." to run some
+# configurations only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
 RUNS=${RUNS:-5}
 URING=/sys/module/fuse/parameters/enable_uring
 was_uring=$(cat "$URING" 2>/dev/null || true)
-[ -z "$was_uring" ] || echo Y > "$URING"
-scripts/install-deps.sh
+build_dyadfs
 dpkg -s bindfs >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null
-cargo build --release --quiet
-BIN=$PWD/target/release/dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench.XXXX)}
 mkdir -p "$W"/{backing/small,ssd,mnt,bind}
 cleanup() {
@@ -37,6 +35,8 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$W"
 }
 trap cleanup EXIT
+# Set once the trap that puts it back is in place.
+[ -z "$was_uring" ] || echo Y > "$URING"
 
 echo "generating data in $W/backing" >&2
 [ -f "$W/backing/big.bin" ] || head -c 1G /dev/urandom > "$W/backing/big.bin"
@@ -129,7 +129,8 @@ fi
 for c in "${CONFIGS[@]}"; do big "${DIR[$c]}"; small "${DIR[$c]}"; done   # fill the caches
 # A daemon's CPU time so far (user + system, in clock ticks).
 cpu_ticks() {
-  local pid; pid=$(pgrep -f -- "dyadfs mount $1 " | head -1)
+  # By its mount point: the binary may have another name (DYADFS_BIN, BASE_BIN).
+  local pid; pid=$(pgrep -f -- " mount $1 " | head -1)
   [ -n "$pid" ] && awk '{print $14 + $15}' "/proc/$pid/stat" || echo 0
 }
 declare -A CPU   # the daemons' CPU ticks in the timed small-file runs, by config and temperature
@@ -192,7 +193,7 @@ printf '\ndaemon CPU per small file read (the %d timed small runs of each; warm:
 printf '%-24s %10s %10s\n' config cold warm
 hz=$(getconf CLK_TCK)
 for c in "${CONFIGS[@]}"; do
-  [[ $c == dyadfs-* ]] || continue
+  [[ $c == dyadfs-* || $c == base ]] || continue
   printf '%-24s' "$c"
   for temp in cold warm; do
     printf ' %7.1f us' "$(echo "${CPU[$c,$temp]} / $hz * 1000000 / (4096 * $RUNS)" | bc -l)"
