@@ -452,6 +452,12 @@ fn a_keyless_client_cannot_forge_a_staged_chunk() {
         .find(|m| m.path.contains("dyadfs-slab"))
         .expect("the holder's data plane maps the shared slab");
     let port = tcp_listen_ports(holder)[0];
+    let slots = (slab.end - slab.start) as usize / chunk;
+    let head = |at: usize| read_memory(holder, slab.start + (at * chunk) as u64, 64);
+    // The slab as it is before the pull starts: taken after it, a chunk staged meanwhile
+    // (quickly, on a quiet machine) was part of the baseline and never seen as staged.
+    let before: Vec<_> = (0..slots).map(head).collect();
+    let staged = |at: usize| head(at) != before[at];
     // The puller's gets wait while its data plane is stopped (within the 6 s peer timeout).
     // SAFETY: stopping and resuming a process this test's cluster started.
     assert_eq!(unsafe { libc::kill(puller as i32, libc::SIGSTOP) }, 0);
@@ -459,10 +465,6 @@ fn a_keyless_client_cannot_forge_a_staged_chunk() {
         let p = c.nodes[1].path("x");
         std::thread::spawn(move || fs::read(p).unwrap())
     };
-    let slots = (slab.end - slab.start) as usize / chunk;
-    let head = |at: usize| read_memory(holder, slab.start + (at * chunk) as u64, 64);
-    let before: Vec<_> = (0..slots).map(head).collect();
-    let staged = |at: usize| head(at) != before[at];
     let t = Instant::now();
     let mut found = Vec::new();
     while found.is_empty() && t.elapsed() < Duration::from_millis(4000) {
@@ -490,7 +492,13 @@ fn a_keyless_client_cannot_forge_a_staged_chunk() {
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(puller as i32, libc::SIGCONT) }, 0);
     let got = reader.join().unwrap();
-    assert!(forged > 0, "no staged chunk was found to forge ({found:?})");
+    assert!(
+        forged > 0,
+        "no staged chunk was found to forge ({found:?}); the puller read {} bytes from peers, {} \
+         from the shared FS",
+        c.nodes[1].stat("bytes_from_peers"),
+        c.nodes[1].stat("bytes_from_backing")
+    );
     assert!(got == data, "the puller served forged bytes");
     assert!(c.nodes[1].stat("forged_chunks") >= 1);
     fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
