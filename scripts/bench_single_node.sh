@@ -138,7 +138,7 @@ for temp in cold warm; do
   for w in big small loop; do
     for r in $(seq "$RUNS"); do
       # Each run starts one configuration later, so that none always holds one place: the
-      # place showed (the last of three was up to 10% faster in small-file rates).
+      # place mattered (the last of three was up to 10% faster in small-file rates).
       for i in "${!CONFIGS[@]}"; do
         c=${CONFIGS[$(((i + r - 1) % ${#CONFIGS[@]}))]}
         [ "$temp" = cold ] && drop
