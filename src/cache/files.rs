@@ -57,9 +57,7 @@ impl DataFiles {
 
     /// Opens the data file of entry `id` at `path` as `mode` and keeps it open while idle.
     pub fn open(&self, id: u64, path: &Path, mode: Mode) -> io::Result<Arc<File>> {
-        let file = Arc::new(self.open_unkept(path, mode)?);
-        self.keep((id, mode), file.clone());
-        Ok(file)
+        Ok(self.insert(id, mode, self.open_unkept(path, mode)?))
     }
 
     /// Opens the data file at `path` as `mode` for one caller, not kept (see
