@@ -99,8 +99,10 @@ print("    counters per sample: " + "  ".join(moved))' "$1" "$2" "$3"
 snapshot() {
   if [ "$cfg" = dyadfs ]; then counters > "$1"; else echo '{}' > "$1"; fi
 }
-# locator_calls FILE: the locator round trips in a snapshot (`locator_calls`, summed).
+# locator_calls FILE: the locator round trips in a snapshot (`locator_calls`, summed; 0 but for
+# dyadfs, whose snapshots alone hold counters).
 locator_calls() {
+  [ "$cfg" = dyadfs ] || { echo 0; return; }
   "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("locator_calls", 0))' "$1"
 }
 # epoch E ROOT_PATTERN: the 4 ranks, rank i reading ROOT_PATTERN with %d replaced by i; prints
