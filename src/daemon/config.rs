@@ -161,11 +161,16 @@ impl DataPlaneKind {
         tls: &str,
         over_tcp: bool,
     ) -> Result<Option<&'static str>, String> {
-        if !self.uses_ucx_with(rdma, tls) || over_tcp {
+        if !self.uses_ucx_with(rdma, tls) {
             return Ok(None);
         }
-        if rdma && tls.is_empty() {
+        // `auto` never uses tcp, `--ucx-over-tcp` or not: on RDMA with UCX_TLS unset it gets
+        // the RDMA transports (UCX's default list would add tcp).
+        if rdma && tls.is_empty() && (self == DataPlaneKind::Auto || !over_tcp) {
             return Ok(Some(RDMA_TLS));
+        }
+        if over_tcp {
+            return Ok(None);
         }
         if tls_allows_tcp(tls) {
             let why = if rdma {
@@ -230,6 +235,8 @@ mod data_plane_tests {
         assert!(!Auto.uses_ucx_with(false, ""));
         // On RDMA with UCX_TLS unset, the data plane is given RDMA transports only.
         assert_eq!(Auto.ucx_tls_with(true, "", false), Ok(Some(RDMA_TLS)));
+        assert_eq!(Auto.ucx_tls_with(true, "", true), Ok(Some(RDMA_TLS)));
+        assert_eq!(Ucx.ucx_tls_with(true, "", true), Ok(None));
         assert_eq!(Auto.ucx_tls_with(true, "rc", false), Ok(None));
         assert_eq!(Stream.ucx_tls_with(false, "tcp", false), Ok(None));
     }

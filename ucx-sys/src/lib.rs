@@ -18,6 +18,9 @@ mod bindings {
 }
 pub use bindings::*;
 
+mod clean;
+pub use clean::REMOVED as REMOVED_VARIABLES;
+
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -30,9 +33,17 @@ static LOADED: OnceLock<Result<(Ucp, PathBuf), String>> = OnceLock::new();
 
 /// Loads libucp once for the process, from the first of [`candidates`] that has every function
 /// dyadfs calls, and returns the file it came from; or a line saying where it looked. Later
-/// calls return the first call's answer.
+/// calls return the first call's answer. The library initialises from `/` with the process
+/// user's own `HOME` and no `UCX_CONFIG_DIR` or `UCX_MODULE_DIR` (see [`clean`]): no
+/// `ucx.conf` or module of the directory it was started in, or of an inherited `HOME`, is
+/// read. The first call must come before the process starts threads (it changes the
+/// environment).
 pub fn load() -> Result<&'static Path, &'static str> {
-    match LOADED.get_or_init(|| load_first(&candidates())) {
+    match LOADED.get_or_init(|| {
+        let candidates = candidates();
+        let _clean = clean::Clean::enter();
+        load_first(&candidates)
+    }) {
         Ok((_, path)) => Ok(path),
         Err(why) => Err(why),
     }

@@ -364,6 +364,9 @@ impl Inner {
         if let Some(tls) = &self.tls {
             cmd.env("UCX_TLS", tls);
         }
+        // No `ucx.conf` of the daemon's directory (UCX reads `./ucx.conf`): the child starts
+        // in `/`, and loads UCX from there as every dyadfs process does (`ucx_sys::load`).
+        cmd.current_dir("/");
         // Not even the daemon's log: a process anyone on the network may take over over tcp
         // must not write where root reads.
         cmd.stdin(std::process::Stdio::null())
