@@ -144,6 +144,9 @@ pub(super) struct ManyChunks {
     pages: HashMap<u32, Pages>,
     /// Where its page tables are counted (`None` until it joins a cache's entry).
     tables: Option<Arc<PageTables>>,
+    /// The data file's ctime print when its pages were last checked (0: none yet), for as
+    /// long as the file is partly cached (see `Entry::guard_partial`).
+    print: u32,
 }
 
 impl Drop for ManyChunks {
@@ -162,12 +165,39 @@ impl From<Vec<Chunk>> for Chunks {
                 chunks: v.into_boxed_slice(),
                 pages: HashMap::new(),
                 tables: None,
+                print: 0,
             })),
         }
     }
 }
 
 impl Chunks {
+    /// The print of a partly cached file's pages (`None` for a one-chunk file, never partial).
+    pub(super) fn print_mut(&mut self) -> Option<&mut u32> {
+        match self {
+            Chunks::One(_) => None,
+            Chunks::Many(m) => Some(&mut m.print),
+        }
+    }
+
+    /// Marks every present chunk and page unverified: each is checked again before it is
+    /// next served.
+    pub(super) fn unverify(&mut self) {
+        for c in self.iter_mut() {
+            if let Chunk::Present { crc, .. } = *c {
+                *c = Chunk::Present {
+                    crc,
+                    verified: false,
+                };
+            }
+        }
+        if let Chunks::Many(m) = self {
+            for p in m.pages.values_mut() {
+                p.verified = 0;
+            }
+        }
+    }
+
     /// The page table (empty for a one-chunk file).
     pub(super) fn pages(&self) -> Option<&HashMap<u32, Pages>> {
         match self {

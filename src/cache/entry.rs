@@ -716,8 +716,14 @@ impl Entry {
         if self.packed() && offset + bytes.len() as u64 > self.version.size {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        self.file(Mode::ReadWrite)?
-            .write_all_at(bytes, self.base() + offset)
+        let file = self.file(Mode::ReadWrite)?;
+        // A partly cached file under guard: this write moves its ctime, not someone else.
+        let before = self.guarded().then(|| ctime_print(&file)).flatten();
+        file.write_all_at(bytes, self.base() + offset)?;
+        if let Some(before) = before {
+            self.wrote_own(before, ctime_print(&file));
+        }
+        Ok(())
     }
 }
 

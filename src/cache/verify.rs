@@ -109,6 +109,7 @@ impl Entry {
     /// [`Entry::verify`] checks them, and in partial chunks the pages it touches, each against
     /// its own checksum (a page that fails is dropped alone, refetched by its next reader).
     pub fn verify_bytes(&self, cache: &Cache, offset: u64, end: u64) -> Result<bool, CacheError> {
+        self.guard_partial()?;
         let mut all_good = true;
         let mut dropped = false;
         for idx in self.chunks_for(offset, end.saturating_sub(offset)) {
@@ -131,6 +132,54 @@ impl Entry {
             self.persist_or_report(cache);
         }
         Ok(all_good)
+    }
+
+    /// The guard of a partly cached file against changes behind the daemon (a complete one has
+    /// [`Entry::is_verified`] at each open): its pages and chunks are verified once each, so a
+    /// byte changed on the cache disk after that would be served as it is. The data file's
+    /// ctime print is kept from one check to the next; a print that moved since (another
+    /// process wrote the file; the daemon's own writes move it forward with them, see
+    /// [`Entry::wrote_own`]) makes every page and chunk unverified, each checked against its
+    /// crc before it is next served. The first check of an entry arms the guard the same way.
+    fn guard_partial(&self) -> Result<(), CacheError> {
+        if self.is_complete() {
+            return Ok(());
+        }
+        let now = ctime_print(&*self.file(Mode::ReadWrite)?).unwrap_or(0);
+        let mut st = self.state.lock();
+        let Some(seen) = st.chunks.print_mut() else {
+            return Ok(());
+        };
+        if *seen == now && now != 0 {
+            return Ok(());
+        }
+        if *seen != 0 {
+            tracing::warn!(path = %self.path, "partly cached data file changed behind the daemon: rechecking");
+        }
+        *seen = now;
+        st.chunks.unverify();
+        Ok(())
+    }
+
+    /// Whether the guard of [`Entry::guard_partial`] holds a print: a write must carry it on.
+    pub(super) fn guarded(&self) -> bool {
+        self.state
+            .lock()
+            .chunks
+            .print_mut()
+            .is_some_and(|seen| *seen != 0)
+    }
+
+    /// After the daemon's own write to the data file: its print moves from `before` (taken
+    /// just before the write) to `after`, unless the file had moved already (then the kept
+    /// print stays, and the next check finds the change).
+    pub(super) fn wrote_own(&self, before: u32, after: Option<u32>) {
+        let mut st = self.state.lock();
+        if let Some(seen) = st.chunks.print_mut()
+            && *seen == before
+        {
+            *seen = after.unwrap_or(0);
+        }
     }
 
     /// Checks the pages `want` of partial chunk `idx` not yet verified against their checksums,
