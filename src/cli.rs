@@ -146,7 +146,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub root: PathBuf,
     /// Address to listen on, e.g. 127.0.0.1:7400
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = host_port)]
     pub listen: std::net::SocketAddr,
     #[command(flatten)]
     pub ucx: UcxArgs,
@@ -420,8 +420,9 @@ pub struct MountArgs {
           help_heading = "Cluster")]
     pub nodes: Option<u32>,
 
-    /// Address peers reach this daemon at [default: this node's line in the peers file]
-    #[arg(long, value_name = "HOST:PORT", help_heading = "Cluster")]
+    /// Address peers reach this daemon at, an address or a host name (resolved once, at
+    /// mount) [default: this node's line in the peers file]
+    #[arg(long, value_name = "HOST:PORT", value_parser = host_port, help_heading = "Cluster")]
     pub listen: Option<std::net::SocketAddr>,
 
     /// This node's rack (with --rendezvous; a peers file names racks itself)
@@ -536,7 +537,7 @@ pub struct MountArgs {
 
     /// Serve the counters of `dyadfs stats` and latency histograms (opens, chunk fills by
     /// source, locator lookups by tier) as Prometheus metrics at http://HOST:PORT/metrics
-    #[arg(long, value_name = "HOST:PORT", help_heading = "Process")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = host_port, help_heading = "Process")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 
     /// Write a trace of FUSE operations, chunk fills, pulls and locator lookups to FILE, in the
@@ -611,4 +612,9 @@ pub struct PrefetchArgs {
     /// Which of your lists this one replaces (e.g. one per rank on the node)
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub stream: String,
+}
+
+/// `HOST:PORT`, an address or a host name resolved now ([`crate::core::addr`]).
+fn host_port(text: &str) -> Result<std::net::SocketAddr, String> {
+    crate::core::addr::socket_addr(text).map_err(|why| format!("not an address: {why}"))
 }

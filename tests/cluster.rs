@@ -363,8 +363,45 @@ fn bad_peers_files_are_refused() {
         "appears twice",
     );
     expect_peers_error(&c, "0 nowhere r0\n", "nowhere");
+    expect_peers_error(
+        &c,
+        "0 no-such-host.invalid:7000 r0\n",
+        "line 1: \"no-such-host.invalid:7000\" is not an address: host name \"no-such-host.invalid\" does not resolve",
+    );
     expect_peers_error(&c, "1 127.0.0.1:7001 r0\n", "id 0 is not in the peers file");
     expect_peers_error(&c, "0 127.0.0.1:7001\n", "expected `ID HOST:PORT RACK`");
+}
+
+/// Node `i`'s host name in these tests: `localhost` for node 0, this machine's name after.
+fn host_name(i: u32) -> String {
+    if i == 0 {
+        return "localhost".into();
+    }
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Issue 69: a peers file of host names, as `scontrol show hostnames` gives them (here
+/// `localhost` and this machine's name, each resolving to a loopback address), works as one of
+/// addresses: the second node pulls what the first read.
+#[test]
+fn a_peers_file_of_host_names_works() {
+    let mut c = Cluster::new("hostnames", 2);
+    let ports = free_ports(2);
+    let named: String = (0..2u32)
+        .map(|i| format!("{i} {}:{} r0\n", host_name(i), ports[i as usize]))
+        .collect();
+    fs::write(&c.peers, &named).unwrap();
+    c.start(2);
+    let data = pattern(MIB, 69);
+    fs::write(c.backing.join("x"), &data).unwrap();
+    read_check(&c.nodes[0], "x", &data);
+    c.wait_published(1);
+    read_check(&c.nodes[1], "x", &data);
+    assert_eq!(c.nodes[1].stat("bytes_from_peers"), MIB as u64, "{named}");
+    assert_eq!(c.nodes[1].stat("bytes_from_backing"), 0);
 }
 
 #[test]
@@ -391,7 +428,8 @@ fn rendezvous_bootstraps_without_a_peers_file() {
                         .args(["--node-id", &i.to_string(), "--rendezvous"])
                         .arg(rdv)
                         .args(["--nodes", "2", "--rack", &format!("r{i}")])
-                        .args(["--listen", &format!("127.0.0.1:{port}")])
+                        // Host names, as a cluster's launcher gives them.
+                        .args(["--listen", &format!("{}:{port}", host_name(i))])
                         .output()
                         .unwrap()
                 })

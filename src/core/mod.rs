@@ -1,9 +1,11 @@
 //! The vocabulary every layer shares, and nothing else: a file's [`Version`] and [`Kind`], a
 //! node's id, a produced [`names::Name`] and the [`names::Namespace`] that holds names, the
 //! [`source::Source`] port that missing chunks come from (and, for unit tests, `mem_source`, its
-//! in-memory double), and the rules a path from outside must follow ([`paths`]). Every other module may use it; it uses none of them, so the
+//! in-memory double), the rules a path from outside must follow ([`paths`]), and `HOST:PORT` as
+//! an operator writes it ([`addr`]). Every other module may use it; it uses none of them, so the
 //! arrows between the layers above only point down.
 
+pub mod addr;
 mod ids;
 mod kind;
 #[cfg(test)]

@@ -73,7 +73,7 @@ pub enum UserError {
     RendezvousNeedsListen,
     #[error("{0}")]
     Rendezvous(String),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {source}{}", listen_hint(.source))]
     Listen { addr: SocketAddr, source: io::Error },
     #[error("UCX: {0}")]
     Ucx(#[from] crate::transport::ucx::UcxError),
@@ -133,4 +133,17 @@ pub enum UserError {
         path: PathBuf,
         source: io::Error,
     },
+}
+
+/// What to check when this node cannot listen where its peers line or `--listen` says (a host
+/// name resolves to the address of another node, or of no interface here).
+fn listen_hint(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EADDRNOTAVAIL) => {
+            " (no interface of this node has that address: this node's line in the peers \
+             file, or --listen, names another host or resolves elsewhere)"
+        }
+        Some(libc::EADDRINUSE) => " (another process listens there)",
+        _ => "",
+    }
 }

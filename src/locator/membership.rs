@@ -1,5 +1,5 @@
 //! Who is in the cluster: the peers file (`ID HOST:PORT RACK` per line, the same file on every
-//! node), each member's rack, and which member is home for a path in each tier.
+//! node; HOST an address or a name, resolved as the file is read), each member's rack, and which member is home for a path in each tier.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -19,8 +19,12 @@ pub enum PeersError {
     Malformed { line: usize, text: String },
     #[error("line {line}: {id:?} is not a node id (a number)")]
     BadId { line: usize, id: String },
-    #[error("line {line}: {addr:?} is not an address (HOST:PORT, e.g. 127.0.0.1:7400)")]
-    BadAddress { line: usize, addr: String },
+    #[error("line {line}: {addr:?} is not an address: {why}")]
+    BadAddress {
+        line: usize,
+        addr: String,
+        why: String,
+    },
     #[error("line {line}: node id {id} appears twice (first on line {first})")]
     DuplicateId {
         line: usize,
@@ -69,10 +73,13 @@ impl Membership {
                 line,
                 id: id.into(),
             })?;
-            let addr: SocketAddr = addr.parse().map_err(|_| PeersError::BadAddress {
-                line,
-                addr: addr.into(),
-            })?;
+            // A host name is resolved here, once: the membership holds addresses.
+            let addr: SocketAddr =
+                crate::core::addr::socket_addr(addr).map_err(|why| PeersError::BadAddress {
+                    line,
+                    addr: addr.into(),
+                    why,
+                })?;
             if let Some(&first) = ids.get(&id) {
                 return Err(PeersError::DuplicateId { line, id, first });
             }
@@ -288,6 +295,17 @@ mod tests {
         assert!(matches!(
             e("0 127.0.0.1:1 r\n1 127.0.0.1:1 r\n", 0),
             PeersError::DuplicateAddress { line: 2, .. }
+        ));
+        // Host names resolve as the file is read: one that names an address twice is found.
+        let named = Membership::parse("0 localhost:7400 r0\n1 127.0.0.1:7401 r0\n", 0).unwrap();
+        assert!(named.member(0).unwrap().addr.ip().is_loopback());
+        assert!(matches!(
+            e("0 localhost:7400 r\n1 127.0.0.1:7400 r\n", 0),
+            PeersError::DuplicateAddress { line: 2, .. }
+        ));
+        assert!(matches!(
+            e("0 no-such-host.invalid:7400 r\n", 0),
+            PeersError::BadAddress { line: 1, .. }
         ));
         assert_eq!(e(FILE, 9), PeersError::OwnIdMissing(9));
         assert_eq!(e("# nobody\n", 0), PeersError::Empty);
