@@ -160,10 +160,20 @@ pub trait Namespace: Send + Sync + 'static {
 }
 
 /// Where a node keeps the names it holds (a single node's, or a home's and its backup copies)
-/// so that a restart finds them again: told every change as it is made.
+/// so that a restart finds them again: told every change as it is made, and handed the live
+/// names when it has grown well past them (a user renaming one file in a loop must not grow it
+/// without bound).
 pub trait NameJournal: Send + Sync + 'static {
     /// `name` of `dir` is now `entry` (`None`: removed).
     fn record(&self, dir: &str, name: &str, entry: Option<&Name>);
+    /// Whether the journal wants [`NameJournal::compact`]: asked after each change, under the
+    /// lock that orders the changes.
+    fn wants_compact(&self) -> bool {
+        false
+    }
+    /// Rewrites the journal with only `live`, every name of the table as of the last record
+    /// (called under the same lock, so no change falls between the two).
+    fn compact<'a>(&self, _live: &mut dyn Iterator<Item = (&'a str, &'a str, &'a Name)>) {}
 }
 
 #[cfg(test)]

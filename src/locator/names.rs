@@ -121,6 +121,26 @@ impl NameTable {
         (out, false)
     }
 
+    /// [`NameTable::set`], told first to `journal`, which is then compacted from the table if
+    /// it has grown well past it (under the caller's lock on the table, as the change was).
+    pub fn set_journaled(
+        &mut self,
+        journal: Option<&dyn NameJournal>,
+        dir: &str,
+        name: &str,
+        entry: Option<Name>,
+    ) -> Option<Name> {
+        let Some(j) = journal else {
+            return self.set(dir, name, entry);
+        };
+        j.record(dir, name, entry.as_ref());
+        let old = self.set(dir, name, entry);
+        if j.wants_compact() {
+            j.compact(&mut self.entries());
+        }
+        old
+    }
+
     /// Publishes (`Some`) or removes (`None`) a name; returns what it replaced.
     pub fn set(&mut self, dir: &str, name: &str, entry: Option<Name>) -> Option<Name> {
         if let Some(e) = &entry {
@@ -294,10 +314,7 @@ impl Namespace for LocalNames {
                 return Err(io::Error::from_raw_os_error(libc::EDQUOT));
             }
             // Kept in the order the table changes (under its lock).
-            if let Some(j) = &self.journal {
-                j.record(dir, name, entry.as_ref());
-            }
-            table.set(dir, name, entry)
+            table.set_journaled(self.journal.as_deref(), dir, name, entry)
         };
         self.changed.notify_all();
         Ok(old)
@@ -447,5 +464,45 @@ mod tests {
             None,
             "a name given to another"
         );
+    }
+
+    /// A journal that wants a rewrite every third record, and keeps what it was told.
+    #[derive(Default)]
+    struct Kept {
+        records: Mutex<Vec<(String, String, Option<Name>)>>,
+        rewrites: Mutex<Vec<Vec<(String, String, Name)>>>,
+    }
+
+    impl NameJournal for Kept {
+        fn record(&self, dir: &str, name: &str, entry: Option<&Name>) {
+            let mut records = lock(&self.records);
+            records.push((dir.into(), name.into(), entry.cloned()));
+        }
+
+        fn wants_compact(&self) -> bool {
+            lock(&self.records).len().is_multiple_of(3)
+        }
+
+        fn compact<'a>(&self, live: &mut dyn Iterator<Item = (&'a str, &'a str, &'a Name)>) {
+            let live = live.map(|(d, n, e)| (d.into(), n.into(), e.clone()));
+            lock(&self.rewrites).push(live.collect());
+        }
+    }
+
+    #[test]
+    fn a_journal_is_rewritten_from_the_table_with_the_change_that_asked() {
+        let kept = Kept::default();
+        let mut t = NameTable::default();
+        t.set_journaled(Some(&kept), "d", "a", Some(file("o1")));
+        t.set_journaled(Some(&kept), "d", "b", Some(file("o2")));
+        assert!(lock(&kept.rewrites).is_empty());
+        let old = t.set_journaled(Some(&kept), "d", "a", None);
+        assert_eq!(old, Some(file("o1")));
+        assert_eq!(lock(&kept.records).len(), 3);
+        let rewrites = lock(&kept.rewrites);
+        assert_eq!(*rewrites, [vec![("d".into(), "b".into(), file("o2"))]]);
+        drop(rewrites);
+        t.set_journaled(None, "d", "c", Some(file("o3")));
+        assert_eq!(lock(&kept.records).len(), 3, "no journal: none told");
     }
 }

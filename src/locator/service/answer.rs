@@ -286,10 +286,8 @@ impl LocatorService {
                 tracing::warn!(%why, "refused a name change");
                 return Msg::Refused(why);
             }
-            if let Some(j) = &self.hooks.journal {
-                j.record(&dir, &name, entry.as_ref());
-            }
-            let old = names.set(&dir, &name, entry.clone());
+            let old =
+                names.set_journaled(self.hooks.journal.as_deref(), &dir, &name, entry.clone());
             self.stats
                 .home_names
                 .store(names.count(), Ordering::Relaxed);
@@ -324,10 +322,7 @@ impl LocatorService {
     fn store_name(self: &Arc<Self>, dir: &str, name: &str, entry: Option<Name>) {
         {
             let mut names = lock(&self.names);
-            if let Some(j) = &self.hooks.journal {
-                j.record(dir, name, entry.as_ref());
-            }
-            names.set(dir, name, entry.clone());
+            names.set_journaled(self.hooks.journal.as_deref(), dir, name, entry.clone());
             self.stats
                 .home_names
                 .store(names.count(), Ordering::Relaxed);
