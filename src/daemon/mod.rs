@@ -5,6 +5,7 @@
 
 pub mod config;
 mod error;
+mod takeover;
 mod tool;
 mod version;
 mod wiring;

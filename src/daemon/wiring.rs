@@ -85,7 +85,11 @@ fn open_cache(args: &MountConfig, limit: u64, stats: &Arc<Stats>) -> Result<Arc<
             .open_files
             .unwrap_or((limit / 2).clamp(8, MAX_OPEN_FILES)),
     };
-    let cache = Arc::new(Cache::open(&config, stats.clone())?);
+    let cache = Arc::new(super::takeover::open_cache(
+        &config,
+        stats,
+        &args.mountpoint,
+    )?);
     let sweeper = cache.clone();
     let _ = std::thread::Builder::new()
         .name("cache-sweep".into())
@@ -145,6 +149,7 @@ fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     ));
     let producer = producer(&b, args, 0)?;
     sweep_unnamed(&producer, &names.entries(), &b.stats);
+    let names = Arc::new(crate::locator::watching::Watched::new(names));
     run(args, b, names, producer, source, None)
 }
 
@@ -340,6 +345,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         failover_wait: args.cluster.failure_detection * 2,
         refresher: Default::default(),
         calls: tokio::sync::Semaphore::new(crate::cluster::names::CALLS_AT_ONCE),
+        registering: Default::default(),
     });
     let pull_config = PullConfig {
         node_id: id,
