@@ -277,8 +277,8 @@ fn vm_kib(pid: u64, field: &str) -> u64 {
 
 /// What a local user can make the daemon hold: a list with a 64 MiB line (a sparse-looking
 /// list of one long line) has the line skipped, not held, while the plan waits at its window;
-/// the daemon's memory does not grow by it. A list naming more than the bytes of paths a user
-/// may have held is refused, saying so.
+/// the daemon's memory does not grow by it. A list costing more than the bytes a user may have
+/// held is refused, saying so.
 #[test]
 fn a_long_line_is_skipped_unheld_and_too_many_path_bytes_are_refused() {
     let f = Fixture::new("prefetch-bounds");
@@ -320,9 +320,9 @@ fn a_long_line_is_skipped_unheld_and_too_many_path_bytes_are_refused() {
         "the plan waits at its window"
     );
 
-    // 16 Ki + 1 paths of 4 KiB: one past 64 MiB of paths.
+    // 32 Ki paths of 4 KiB, each counting 7 bytes more: past 128 MiB.
     let line = format!("d/{}\n", "p".repeat(4094));
-    fs::write(&list, line.repeat((16 << 10) + 1)).unwrap();
+    fs::write(&list, line.repeat(32 << 10)).unwrap();
     let out = dyadfs()
         .arg("prefetch")
         .arg(&m.mnt)
@@ -333,7 +333,7 @@ fn a_long_line_is_skipped_unheld_and_too_many_path_bytes_are_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("at most 64 MiB of paths"), "{err}");
+    assert!(err.contains("at most 128 MiB"), "{err}");
     assert_eq!(m.stat("prefetch_pending"), 1, "the first plan stays");
     m.unmount();
 }
@@ -358,5 +358,168 @@ fn missing_listed_files_are_counted() {
     assert!(out.contains("prefetch_missing"), "{out}");
     assert_eq!(wait_stat(&m, "prefetched_files", |v| v >= 3), 3);
     assert_eq!(wait_stat(&m, "prefetch_missing", |v| v >= 2), 2);
+    m.unmount();
+}
+
+/// `dyadfs prefetch MNT --list LIST --stream STREAM`'s output.
+fn prefetch_stream(m: &Mounted, list: &Path, stream: &str) -> String {
+    let out = dyadfs()
+        .arg("prefetch")
+        .arg(&m.mnt)
+        .arg("--list")
+        .arg(list)
+        .args(["--stream", stream])
+        .output()
+        .unwrap();
+    succeeded("dyadfs prefetch", out)
+}
+
+/// A list of 8,000,000 distinct short paths (4 characters, 38 MiB): what it makes the daemon
+/// hold is near its bytes (before: VmRSS 9 -> 647 MiB, each path ~80 bytes of heap), and it is
+/// given back when the list is cancelled.
+#[test]
+fn eight_million_short_paths_cost_near_their_bytes() {
+    let f = Fixture::new("prefetch-memory");
+    f.write("a.bin", &pattern(10_000, 1));
+    // A window of one file: the plan stalls after its first file, holding its paths.
+    let m = f.mount(&["--prefetch-window", "1"]);
+    let pid = m.stat("pid");
+    prefetch(&m, &write_list(&f, &["a.bin"]));
+    wait_stat(&m, "prefetched_files", |v| v >= 1);
+    let (rss, hwm) = (vm_kib(pid, "VmRSS"), vm_kib(pid, "VmHWM"));
+
+    const DIGITS: &[u8; 62] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let n = 8_000_000;
+    let mut text = Vec::with_capacity(n * 5);
+    for i in 0..n {
+        let mut k = i;
+        for _ in 0..4 {
+            text.push(DIGITS[k % 62]);
+            k /= 62;
+        }
+        text.push(b'\n');
+    }
+    let list = f.root.join("short");
+    fs::write(&list, &text).unwrap();
+    drop(text);
+    let out = prefetch_stream(&m, &list, "big");
+    assert!(out.contains("queued 8000000 files"), "{out}");
+    let (rss2, hwm2) = (vm_kib(pid, "VmRSS"), vm_kib(pid, "VmHWM"));
+    prefetch_stream(&m, Path::new("/dev/null"), "big");
+    let rss3 = vm_kib(pid, "VmRSS");
+    eprintln!(
+        "daemon with 8 M paths: VmRSS {rss} -> {rss2} KiB, VmHWM {hwm} -> {hwm2} KiB; \
+         VmRSS after cancelling {rss3} KiB"
+    );
+    assert!(
+        hwm2 < hwm + (128 << 10),
+        "VmHWM grew from {hwm} to {hwm2} KiB with 8 M paths"
+    );
+    assert!(
+        rss3 < rss + (16 << 10),
+        "VmRSS {rss3} KiB after cancelling, {rss} KiB before the list"
+    );
+    m.unmount();
+}
+
+/// A prefetch request made directly (a getxattr of the mount root): the daemon's answer, or
+/// its errno.
+fn ask_prefetch(mnt: &Path, stream: &str, list: &Path) -> Result<String, i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(mnt.as_os_str().as_bytes()).unwrap();
+    let name = format!("user.dyadfs.prefetch:{stream}:{}", list.display());
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated strings and a buffer of the length passed.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(n as usize);
+    Ok(String::from_utf8(buf).unwrap())
+}
+
+/// Sends SIGCONT to a daemon stopped with SIGSTOP when dropped (a failed test leaves no mount
+/// frozen).
+struct Stopped(u64);
+
+impl Stopped {
+    fn new(pid: u64) -> Stopped {
+        // SAFETY: a signal to a process this test started.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
+}
+
+/// Whether a thread of `pid` named `name` sleeps in the kernel (a read of a frozen mount).
+fn thread_waits(pid: u64, name: &str) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+        comm.trim() == name && matches!(state, Some("S" | "D"))
+    })
+}
+
+/// A user's lists are read one at a time: while one is being read (its file on a second mount
+/// whose daemon is stopped, so the read waits), a second list of the same user is refused with
+/// EBUSY at once, without being read (it lies on the stopped mount too: opening it would
+/// wait); once the first is queued, the next is read. Before, four lists were read at once,
+/// each whole before being refused.
+#[test]
+fn a_users_second_list_is_refused_before_it_is_read() {
+    let f = Fixture::new("prefetch-one-at-a-time");
+    f.write("a.bin", &pattern(10_000, 1));
+    let m = f.mount(&[]);
+    let pid = m.stat("pid");
+    let g = Fixture::new("prefetch-frozen-lists");
+    g.write("first", b"a.bin\n");
+    g.write("second", b"a.bin\n");
+    let lists = g.mount(&[]);
+    let (first, second) = (lists.path("first"), lists.path("second"));
+    let frozen = Stopped::new(lists.stat("pid"));
+    let mnt = m.mnt.clone();
+    let reading = std::thread::spawn(move || ask_prefetch(&mnt, "one", &first));
+    wait_until(
+        "the first list's reader to wait on the stopped mount",
+        Duration::from_secs(10),
+        || thread_waits(pid, "prefetch-list"),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mnt = m.mnt.clone();
+    let second_list = second.clone();
+    std::thread::spawn(move || tx.send(ask_prefetch(&mnt, "two", &second_list)));
+    let refused = rx.recv_timeout(Duration::from_secs(10));
+    drop(frozen);
+    assert_eq!(
+        refused,
+        Ok(Err(libc::EBUSY)),
+        "a second list of the same user, while the first is read"
+    );
+    let queued = reading.join().unwrap().unwrap();
+    assert_eq!(queued, r#"{"files":1,"skipped":0}"#);
+    // Its turn given back: the next list is read.
+    assert_eq!(
+        ask_prefetch(&m.mnt, "two", &second).unwrap(),
+        r#"{"files":1,"skipped":0}"#
+    );
+    lists.unmount();
     m.unmount();
 }

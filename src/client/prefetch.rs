@@ -7,7 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::daemon::UserError;
-use crate::fs::prefetch::{MAX_LIST_BYTES, MAX_PATH_BYTES, MAX_PATHS, MAX_PLANS, PREFETCH_XATTR};
+use crate::fs::prefetch::{MAX_HELD_BYTES, MAX_LIST_BYTES, MAX_PLANS, PATH_COST, PREFETCH_XATTR};
 
 pub struct PrefetchConfig {
     pub mountpoint: PathBuf,
@@ -54,26 +54,20 @@ pub fn prefetch(cfg: PrefetchConfig) -> Result<Queued, UserError> {
             std::fs::File::open(&cfg.list).map_err(read_err)?,
         ))
     };
-    let mut lines = Vec::new();
-    let mut outside = 0u64;
-    for line in input.lines() {
-        let line = line.map_err(read_err)?;
-        let line = line.trim_end_matches('\r');
-        if line.is_empty() {
-            continue;
-        }
-        match relative(&mnt, line) {
-            Some(r) => lines.push(r),
-            None => outside += 1,
-        }
-    }
     let (tmp, file) = temp_file()?;
-    // Buffered: a line per write would be a system call per listed file.
+    // Copied a line at a time, buffered: the list is never held whole, and a line per write
+    // would be a system call per listed file.
     let mut file = std::io::BufWriter::new(file);
-    let written = lines
-        .iter()
-        .try_for_each(|l| writeln!(file, "{l}"))
-        .and_then(|()| file.flush());
+    let mut outside = 0u64;
+    let copied = copy_lines(input, &mnt, &mut file, &mut outside);
+    let written = match copied {
+        Err(Copy::Read(source)) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(read_err(source));
+        }
+        Err(Copy::Write(e)) => Err(e),
+        Ok(()) => file.flush(),
+    };
     let answer = written
         .map_err(|source| UserError::WarmRead {
             path: tmp.clone(),
@@ -91,6 +85,34 @@ pub fn prefetch(cfg: PrefetchConfig) -> Result<Queued, UserError> {
     Ok(q)
 }
 
+/// Where copying a list failed.
+enum Copy {
+    Read(std::io::Error),
+    Write(std::io::Error),
+}
+
+/// Copies `input`'s lines to `out` as paths relative to the mount root, counting those outside
+/// it in `outside`.
+fn copy_lines(
+    input: impl BufRead,
+    mnt: &Path,
+    out: &mut impl Write,
+    outside: &mut u64,
+) -> Result<(), Copy> {
+    for line in input.lines() {
+        let line = line.map_err(Copy::Read)?;
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() {
+            continue;
+        }
+        match relative(mnt, line) {
+            Some(r) => writeln!(out, "{r}").map_err(Copy::Write)?,
+            None => *outside += 1,
+        }
+    }
+    Ok(())
+}
+
 /// The daemon's refusals of a list in words: which of its bounds the list met.
 fn explained(e: UserError) -> UserError {
     let UserError::Stats { path, source } = e else {
@@ -98,20 +120,20 @@ fn explained(e: UserError) -> UserError {
     };
     let why = match source.raw_os_error() {
         Some(libc::E2BIG) => format!(
-            "the mount refused the list: one user's prefetch lists may name at most {} MiB of \
-             paths over all their streams (send a shorter list, or cancel another stream's with \
-             an empty one)",
-            MAX_PATH_BYTES >> 20
+            "the mount refused the list: one user's prefetch lists may hold at most {} MiB over \
+             all their streams, each path counting its length plus {} bytes (send a shorter \
+             list, or cancel another stream's with an empty one)",
+            MAX_HELD_BYTES >> 20,
+            PATH_COST + 1
         ),
         Some(libc::EFBIG) => format!(
             "the mount refused the list: a list file may be at most {} MiB",
             MAX_LIST_BYTES >> 20
         ),
         Some(libc::EBUSY) => format!(
-            "the mount refused the list: one user may have at most {MAX_PLANS} lists and {} Mi \
-             files over them, and the mount reads a few lists at once (cancel a stream's list \
-             with an empty one, or try again)",
-            MAX_PATHS >> 20
+            "the mount refused the list: one user's lists are read one at a time, and one user \
+             may have at most {MAX_PLANS} lists (try again when your other list is queued, or \
+             cancel a stream's list with an empty one)"
         ),
         _ => return UserError::Stats { path, source },
     };

@@ -65,7 +65,7 @@ pub enum Error {
     /// Past `--max-staged-per-user`: what one uid writes or keeps here.
     #[error("user {uid} would hold {wanted} bytes of produced files here (at most {cap})")]
     OverQuota { uid: u32, wanted: u64, cap: u64 },
-    #[error("this user's prefetch lists hold too many files")]
+    #[error("this user has as many prefetch lists as it may, or one is being read")]
     PrefetchFull,
     #[error("prefetch list: {0}")]
     PrefetchList(io::Error),

@@ -12,8 +12,7 @@
 //! job); an empty one cancels it. The answer is `{"files":N,"skipped":M}` (short, so a first
 //! small buffer fits it and the request runs once).
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, Hasher};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
 
@@ -22,8 +21,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 mod list;
-use list::too_many_bytes;
+mod paths;
 pub use list::{read_list, request};
+use paths::{Keys, Paths, hash};
 
 /// Files a prefetch thread takes at once from a list, moved as one batch where they can be.
 const BATCH: usize = 16;
@@ -37,14 +37,16 @@ use crate::core::sync::lock;
 /// The extended attribute name's prefix; `STREAM:LIST` follows.
 pub const PREFETCH_XATTR: &str = "user.dyadfs.prefetch:";
 /// Bounds on what one user can make the daemon hold (docs/CONFIGURATION.md says them): lists,
-/// paths over all of them (each costs about 40 bytes beside its text), the bytes of those
-/// paths' text over all of them, the size of one list file, and the length of one line (a
-/// longer one is skipped, read past without being held).
+/// the bytes of all of them (a path costs its text, its newline and [`paths::PATH_COST`]:
+/// what it holds), the paths of one list (a longer list's further lines are skipped), the size
+/// of one list file, and the length of one line (a longer one is skipped, read past without
+/// being held). A user's lists are read one at a time.
 pub const MAX_PLANS: usize = 64;
+pub const MAX_HELD_BYTES: usize = 128 << 20;
 pub const MAX_PATHS: usize = 8 << 20;
-pub const MAX_PATH_BYTES: usize = 64 << 20;
 pub const MAX_LIST_BYTES: u64 = 1 << 30;
 pub const MAX_LINE: usize = libc::PATH_MAX as usize;
+pub use paths::PATH_COST;
 
 /// How far ahead of the reader the threads may go.
 #[derive(Debug, Clone, Copy)]
@@ -58,11 +60,8 @@ struct Plan {
     id: u64,
     /// Whose list it is: a file is filled only if they may read it.
     who: Arc<Credentials>,
-    paths: Vec<Box<str>>,
-    /// The bytes of `paths`' text, held until the plan ends however far it has come.
-    bytes: usize,
-    /// Path hash -> its first position (a collision at worst moves the reader's mark).
-    index: HashMap<u64, u32>,
+    /// Held until the plan ends however far it has come.
+    paths: Paths,
     /// The next position a thread takes.
     next: usize,
     /// One past the furthest position the reader has opened.
@@ -100,6 +99,8 @@ impl Plan {
 #[derive(Default)]
 struct State {
     plans: HashMap<(u32, String), Plan>,
+    /// Users one of whose lists is being read.
+    reading: HashSet<u32>,
     next_id: u64,
     /// Where the round robin over plans starts next.
     turn: usize,
@@ -119,7 +120,59 @@ pub struct Prefetcher {
     state: Mutex<State>,
     work: Condvar,
     window: Window,
-    hasher: std::collections::hash_map::RandomState,
+    keys: Keys,
+}
+
+/// A user's list being read (one at a time per user), with the bytes it may cost: given to
+/// [`Reading::set`], or dropped to give the user's turn back.
+pub struct Reading<'a> {
+    prefetcher: &'a Prefetcher,
+    key: (u32, String),
+    pub budget: usize,
+}
+
+impl Reading<'_> {
+    pub fn keys(&self) -> &Keys {
+        &self.prefetcher.keys
+    }
+
+    /// The list read replaces the stream's plan (an empty one cancels it). Returns how many
+    /// files were queued.
+    pub fn set(self, who: Arc<Credentials>, paths: Paths) -> usize {
+        debug_assert!(paths.held() <= self.budget || paths.is_empty());
+        let p = self.prefetcher;
+        let mut st = lock(&p.state);
+        let n = paths.len();
+        let old = if paths.is_empty() {
+            st.plans.remove(&self.key)
+        } else {
+            st.next_id += 1;
+            let plan = Plan {
+                id: st.next_id,
+                who,
+                paths,
+                next: 0,
+                read: 0,
+                ahead: BTreeMap::new(),
+                ahead_bytes: 0,
+                in_flight: 0,
+            };
+            st.plans.insert(self.key.clone(), plan)
+        };
+        drop(st);
+        // (A replaced list's memory is given back off the lock.)
+        drop(old);
+        if n > 0 {
+            p.work.notify_all();
+        }
+        n
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        lock(&self.prefetcher.state).reading.remove(&self.key.0);
+    }
 }
 
 impl Prefetcher {
@@ -128,76 +181,38 @@ impl Prefetcher {
             state: Mutex::default(),
             work: Condvar::new(),
             window,
-            hasher: Default::default(),
+            keys: Keys::new(),
         }
     }
 
-    fn hash(&self, path: &str) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        h.write(path.as_bytes());
-        h.finish()
-    }
-
-    /// Replaces `uid`'s plan `stream` with `paths` (none: cancels it). Returns how many
-    /// were queued. Refused past [`MAX_PLANS`], [`MAX_PATHS`] or [`MAX_PATH_BYTES`] over the
-    /// user's other plans (finished or not: a plan waiting at its window holds its paths).
-    pub fn set(
-        &self,
-        who: Arc<Credentials>,
-        stream: &str,
-        paths: Vec<Box<str>>,
-    ) -> Result<usize, Error> {
-        let uid = who.uid;
+    /// Before `uid`'s list for `stream` is read: its turn, and the bytes it may cost beside
+    /// the user's other plans (finished or not: a plan waiting at its window holds its paths;
+    /// the plan it replaces does not count). Refused (EBUSY) while another list of the user's
+    /// is being read, or with [`MAX_PLANS`] others.
+    pub fn begin(&self, uid: u32, stream: &str) -> Result<Reading<'_>, Error> {
         let mut st = lock(&self.state);
         let key = (uid, stream.to_string());
-        if paths.is_empty() {
-            st.plans.remove(&key);
-            return Ok(0);
-        }
-        let (plans, held, held_bytes) = st
+        let (plans, held) = st
             .plans
             .iter()
             .filter(|(k, _)| k.0 == uid && **k != key)
-            .fold((0, 0, 0), |(n, p, b), (_, plan)| {
-                (n + 1, p + plan.paths.len(), b + plan.bytes)
-            });
-        if plans >= MAX_PLANS || held + paths.len() > MAX_PATHS {
-            return Err(Error::PrefetchFull);
-        }
-        let bytes = paths.iter().map(|p| p.len()).sum();
-        if held_bytes + bytes > MAX_PATH_BYTES {
+            .fold((0, 0), |(n, b), (_, plan)| (n + 1, b + plan.paths.held()));
+        if plans >= MAX_PLANS || st.reading.contains(&uid) {
             tracing::warn!(
                 uid,
                 stream,
-                bytes,
-                held_bytes,
-                max = MAX_PATH_BYTES,
-                "prefetch list refused: this user's lists would hold too many bytes of paths"
+                plans,
+                "prefetch list refused: another of this user's lists is being read, or it has \
+                 the most it may"
             );
-            return Err(too_many_bytes());
+            return Err(Error::PrefetchFull);
         }
-        let mut index = HashMap::with_capacity(paths.len());
-        for (i, p) in paths.iter().enumerate() {
-            index.entry(self.hash(p)).or_insert(i as u32);
-        }
-        st.next_id += 1;
-        let n = paths.len();
-        let plan = Plan {
-            id: st.next_id,
-            who,
-            paths,
-            bytes,
-            index,
-            next: 0,
-            read: 0,
-            ahead: BTreeMap::new(),
-            ahead_bytes: 0,
-            in_flight: 0,
-        };
-        st.plans.insert(key, plan);
-        drop(st);
-        self.work.notify_all();
-        Ok(n)
+        st.reading.insert(uid);
+        Ok(Reading {
+            prefetcher: self,
+            key,
+            budget: MAX_HELD_BYTES.saturating_sub(held),
+        })
     }
 
     /// A reader opened `path` (relative to the mount root).
@@ -206,16 +221,21 @@ impl Prefetcher {
         if st.plans.is_empty() {
             return;
         }
-        let h = self.hash(path);
+        let h = hash(&self.keys, path);
         let mut moved = false;
         for plan in st.plans.values_mut() {
-            if let Some(&pos) = plan.index.get(&h) {
-                plan.reached(pos as usize);
+            if let Some(pos) = plan.paths.find(h, path) {
+                plan.reached(pos);
                 moved = true;
             }
         }
-        st.plans.retain(|_, p| !p.finished());
+        let done: Vec<Plan> = st
+            .plans
+            .extract_if(|_, p| p.finished())
+            .map(|(_, p)| p)
+            .collect();
         drop(st);
+        drop(done);
         if moved {
             self.work.notify_all();
         }
@@ -259,7 +279,7 @@ impl Prefetcher {
                         id: plan.id,
                         who: plan.who.clone(),
                         pos,
-                        path: plan.paths[pos].clone(),
+                        path: plan.paths.get(pos).into(),
                         key: key.clone(),
                     });
                 }
@@ -272,6 +292,7 @@ impl Prefetcher {
     /// A thread is done with `item`; `size`: the bytes it holds in the cache now.
     pub fn done(&self, item: Item, size: u64) {
         let mut st = lock(&self.state);
+        let mut finished = None;
         if let Some(plan) = st.plans.get_mut(&item.key).filter(|p| p.id == item.id) {
             plan.in_flight -= 1;
             if item.pos >= plan.read {
@@ -279,10 +300,11 @@ impl Prefetcher {
                 plan.ahead_bytes += size;
             }
             if plan.finished() {
-                st.plans.remove(&item.key);
+                finished = st.plans.remove(&item.key);
             }
         }
         drop(st);
+        drop(finished);
         self.work.notify_all();
     }
 }
@@ -317,8 +339,10 @@ impl<S: Source> DyadFs<S> {
         who: Credentials,
     ) -> Result<Vec<u8>, Error> {
         let uid = who.uid;
-        let (paths, skipped) = read_list(list, uid)?;
-        let files = self.prefetch.set(Arc::new(who), stream, paths)?;
+        // Its turn first: a user's second list is refused before it is read.
+        let reading = self.prefetch.begin(uid, stream)?;
+        let (paths, skipped) = read_list(list, uid, reading.budget, reading.keys())?;
+        let files = reading.set(Arc::new(who), paths);
         tracing::info!(uid, stream, files, skipped, "prefetch list queued");
         Ok(format!("{{\"files\":{files},\"skipped\":{skipped}}}").into_bytes())
     }
@@ -445,8 +469,24 @@ mod tests {
         })
     }
 
-    fn paths(n: usize) -> Vec<Box<str>> {
-        (0..n).map(|i| format!("f{i}").into()).collect()
+    fn paths(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("f{i}")).collect()
+    }
+
+    /// A list handed over as a request would: its turn, then its paths within its budget.
+    fn set(
+        p: &Prefetcher,
+        who: Arc<Credentials>,
+        stream: &str,
+        names: &[String],
+    ) -> Result<usize, Error> {
+        let reading = p.begin(who.uid, stream)?;
+        let mut b = paths::Builder::new(0, reading.budget);
+        for n in names {
+            b.push(n).map_err(|_| list::too_many_bytes())?;
+        }
+        let paths = b.finish(reading.keys());
+        Ok(reading.set(who, paths))
     }
 
     const WIDE: Window = Window {
@@ -460,7 +500,7 @@ mod tests {
             files: 3,
             bytes: u64::MAX,
         });
-        assert_eq!(p.set(user(0), "a", paths(10)).unwrap(), 10);
+        assert_eq!(set(&p, user(0), "a", &paths(10)).unwrap(), 10);
         let taken: Vec<Item> = (0..3).map(|_| p.take()).collect();
         let names: Vec<&str> = taken.iter().map(|i| &*i.path).collect();
         assert_eq!(names, ["f0", "f1", "f2"]);
@@ -485,7 +525,7 @@ mod tests {
             files: 5,
             bytes: u64::MAX,
         });
-        assert_eq!(p.set(user(0), "a", paths(10)).unwrap(), 10);
+        assert_eq!(set(&p, user(0), "a", &paths(10)).unwrap(), 10);
         let names = |items: &[Item]| items.iter().map(|i| i.path.to_string()).collect::<Vec<_>>();
         let first = p.take_batch(3);
         assert_eq!(names(&first), ["f0", "f1", "f2"]);
@@ -505,7 +545,7 @@ mod tests {
             files: 100,
             bytes: 10,
         });
-        p.set(user(7), "s", paths(5)).unwrap();
+        set(&p, user(7), "s", &paths(5)).unwrap();
         let a = p.take();
         p.done(a, 10);
         assert!(
@@ -521,15 +561,15 @@ mod tests {
     #[test]
     fn a_new_list_replaces_the_streams_old_one_and_an_empty_one_cancels() {
         let p = Prefetcher::new(WIDE);
-        p.set(user(1), "s", paths(5)).unwrap();
+        set(&p, user(1), "s", &paths(5)).unwrap();
         let old = p.take();
-        p.set(user(1), "s", vec!["x".into()]).unwrap();
-        p.set(user(2), "s", vec!["y".into()]).unwrap();
+        set(&p, user(1), "s", &["x".into()]).unwrap();
+        set(&p, user(2), "s", &["y".into()]).unwrap();
         assert_eq!(p.pending(), 2);
         // A thread finishing a file of the replaced list does not touch the new one.
         p.done(old, 1);
         assert_eq!(p.pending(), 2);
-        p.set(user(1), "s", Vec::new()).unwrap();
+        set(&p, user(1), "s", &[]).unwrap();
         assert_eq!(p.pending(), 1);
         let y = p.take();
         assert_eq!(&*y.path, "y");
@@ -541,69 +581,89 @@ mod tests {
     fn plans_are_bounded() {
         let p = Prefetcher::new(WIDE);
         for i in 0..MAX_PLANS {
-            p.set(user(0), &i.to_string(), paths(1)).unwrap();
+            set(&p, user(0), &i.to_string(), &paths(1)).unwrap();
         }
         assert!(matches!(
-            p.set(user(0), "one more", paths(1)),
+            set(&p, user(0), "one more", &paths(1)),
             Err(Error::PrefetchFull)
         ));
         // Replacing an existing plan is allowed, and other users have their own bound.
-        p.set(user(0), "0", paths(2)).unwrap();
-        p.set(user(1), "0", paths(2)).unwrap();
-        assert!(matches!(
-            p.set(user(1), "1", paths(MAX_PATHS - 1)),
-            Err(Error::PrefetchFull)
-        ));
+        set(&p, user(0), "0", &paths(2)).unwrap();
+        set(&p, user(1), "0", &paths(2)).unwrap();
     }
 
-    /// The bytes of one user's paths are bounded over its plans, a plan stalled at its window
-    /// counting as much as a new one; a list over the bound alone is refused as it is read.
+    /// One user's lists are read one at a time: a second is refused (EBUSY) before it is
+    /// read; another user's is not, and the turn comes back when the first is set or dropped.
     #[test]
-    fn the_bytes_of_a_users_paths_are_bounded() {
+    fn a_users_lists_are_read_one_at_a_time() {
+        let p = Prefetcher::new(WIDE);
+        let first = p.begin(3, "a").unwrap();
+        assert_eq!(first.budget, MAX_HELD_BYTES);
+        assert_eq!(p.begin(3, "b").err().map(|e| e.errno()), Some(libc::EBUSY));
+        assert_eq!(p.begin(3, "a").err().map(|e| e.errno()), Some(libc::EBUSY));
+        drop(p.begin(4, "a").unwrap());
+        let mut b = paths::Builder::new(0, first.budget);
+        b.push("f").unwrap();
+        let held = {
+            let paths = b.finish(first.keys());
+            let held = paths.held();
+            first.set(user(3), paths);
+            held
+        };
+        // The next list may cost what the first leaves, but for the stream it replaces.
+        assert_eq!(p.begin(3, "b").unwrap().budget, MAX_HELD_BYTES - held);
+        assert_eq!(p.begin(3, "a").unwrap().budget, MAX_HELD_BYTES);
+    }
+
+    /// The bytes of one user's lists are bounded over its plans, a plan stalled at its window
+    /// counting as much as a new one; a list past what is left is refused as it is read.
+    #[test]
+    fn the_bytes_of_a_users_lists_are_bounded() {
         let p = Prefetcher::new(Window {
             files: 1,
             bytes: u64::MAX,
         });
-        // Paths of PATH_MAX bytes, a quarter of the bound per list.
-        let quarter = |c: char| -> Vec<Box<str>> {
-            let n = MAX_PATH_BYTES / 4 / MAX_LINE;
-            (0..n)
-                .map(|i| format!("{c}{i:08}{}", "z".repeat(MAX_LINE - 9)).into())
+        // 8 Ki paths each charged 4 KiB: a quarter of the bound per list.
+        let quarter = |c: char| -> Vec<String> {
+            let len = 4096 - 1 - PATH_COST;
+            (0..8192)
+                .map(|i| format!("{c}{i:08}{}", "z".repeat(len - 9)))
                 .collect()
         };
         for s in ["a", "b", "c"] {
-            p.set(user(5), s, quarter('a')).unwrap();
+            set(&p, user(5), s, &quarter('a')).unwrap();
         }
         // "a" stalls at its window: one file taken, the rest waiting for the reader.
         let taken = p.take();
         assert!(!lock(&p.state).plans[&(5, "a".into())].runnable(p.window));
         let mut over = quarter('d');
         over.push("x".into());
-        assert_eq!(
-            p.set(user(5), "d", over.clone()).unwrap_err().errno(),
-            libc::E2BIG
-        );
-        p.set(user(5), "d", quarter('d')).unwrap();
+        let e2big = |r: Result<usize, Error>| r.unwrap_err().errno() == libc::E2BIG;
+        assert!(e2big(set(&p, user(5), "d", &over)));
+        set(&p, user(5), "d", &quarter('d')).unwrap();
         // At the bound, with "a" stalled: not a byte more.
-        let one = || vec!["x".into()];
-        assert_eq!(p.set(user(5), "e", one()).unwrap_err().errno(), libc::E2BIG);
+        assert!(e2big(set(&p, user(5), "e", &["x".into()])));
         // Replacing a plan is judged without it; another user has a bound of its own.
-        p.set(user(5), "d", quarter('d')).unwrap();
-        p.set(user(6), "d", over.clone()).unwrap();
+        set(&p, user(5), "d", &quarter('d')).unwrap();
+        set(&p, user(6), "d", &quarter('d')).unwrap();
         // Cancelling the stalled plan gives its bytes back.
-        p.set(user(5), "a", Vec::new()).unwrap();
+        set(&p, user(5), "a", &[]).unwrap();
         p.done(taken, 1);
-        p.set(user(5), "e", quarter('e')).unwrap();
+        set(&p, user(5), "e", &quarter('e')).unwrap();
 
+        // Read from a file: refused at the line that passes what the user has left.
         let dir =
             std::env::temp_dir().join(format!("dyadfs-prefetch-bytes-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let list = dir.join("l");
-        let line = "p".repeat(MAX_LINE) + "\n";
-        std::fs::write(&list, line.repeat(MAX_PATH_BYTES / MAX_LINE + 1)).unwrap();
+        std::fs::write(&list, "p".repeat(100) + "\n").unwrap();
         let me = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&list).unwrap());
-        assert_eq!(read_list(&list, me).unwrap_err().errno(), libc::E2BIG);
+        let (keys, budget) = (Keys::new(), 101 + PATH_COST);
+        assert_eq!(read_list(&list, me, budget, &keys).unwrap().0.len(), 1);
+        std::fs::write(&list, "p".repeat(100) + "\nx\n").unwrap();
+        let r = read_list(&list, me, budget, &keys);
+        assert_eq!(r.err().map(|e| e.errno()), Some(libc::E2BIG));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,13 +1,14 @@
 //! A prefetch request and its list file: the attribute name parsed, and the list read for its
 //! caller, line by line, within the bounds of [`super::MAX_LINE`], [`super::MAX_PATHS`] and
-//! [`super::MAX_PATH_BYTES`].
+//! the bytes its user has left ([`super::MAX_HELD_BYTES`]), into one arena ([`Paths`]).
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use super::{MAX_LINE, MAX_LIST_BYTES, MAX_PATH_BYTES, MAX_PATHS, PREFETCH_XATTR};
+use super::paths::{Builder, Keys, Paths};
+use super::{MAX_LINE, MAX_LIST_BYTES, PREFETCH_XATTR};
 use crate::fs::Error;
 
 /// Parses a request's attribute name: `Some((stream, list))` if it is one.
@@ -17,18 +18,24 @@ pub fn request(name: &str) -> Option<(&str, &Path)> {
     (!stream.is_empty() && list.starts_with('/')).then_some((stream, Path::new(list)))
 }
 
-/// A list whose paths would take its user past [`MAX_PATH_BYTES`] (E2BIG: `dyadfs prefetch`
-/// says which bound).
+/// A list whose paths would take its user past [`super::MAX_HELD_BYTES`] (E2BIG: `dyadfs
+/// prefetch` says which bound).
 pub(super) fn too_many_bytes() -> Error {
     Error::PrefetchList(std::io::Error::from_raw_os_error(libc::E2BIG))
 }
 
 /// Reads a list file for caller `uid`: it must be a regular file the caller owns (the daemon
-/// may run as root; it reads nobody else's files). Returns the paths it accepts, in order, and
-/// how many lines it skipped (absolute, `..`, empty, longer than [`MAX_LINE`], past
-/// [`MAX_PATHS`]). A list whose paths are more than [`MAX_PATH_BYTES`] is refused as it is
-/// read; no line is held whole but those it accepts.
-pub fn read_list(list: &Path, uid: u32) -> Result<(Vec<Box<str>>, usize), Error> {
+/// may run as root; it reads nobody else's files). Returns the paths it accepts, in order and
+/// indexed under `keys`, and how many lines it skipped (absolute, `..`, empty, longer than
+/// [`MAX_LINE`], past [`super::MAX_PATHS`]). Refused as soon as its paths cost more than
+/// `budget` bytes (what its user has left): never read whole first. No line is held whole but
+/// those it accepts.
+pub fn read_list(
+    list: &Path,
+    uid: u32,
+    budget: usize,
+    keys: &Keys,
+) -> Result<(Paths, usize), Error> {
     // Looked at before it is opened for reading: opening a device (a terminal the daemon
     // would take as its controlling one, a watchdog) has effects of its own.
     let path = std::fs::OpenOptions::new()
@@ -58,25 +65,22 @@ pub fn read_list(list: &Path, uid: u32) -> Result<(Vec<Box<str>>, usize), Error>
             libc::EFBIG,
         )));
     }
-    let (mut paths, mut skipped, mut bytes) = (Vec::new(), 0, 0);
+    let mut paths = Builder::new(meta.len() as usize, budget);
+    let mut skipped = 0;
     let mut lines = Lines::new(BufReader::new(file));
     while let Some(line) = lines.next_line().map_err(Error::PrefetchList)? {
-        let path = match line {
-            Line::Text(l) => std::str::from_utf8(l).ok().and_then(clean),
-            Line::TooLong => None,
+        let kept = match line {
+            Line::Text(l) if !paths.full() => match std::str::from_utf8(l) {
+                Ok(l) => paths
+                    .push_with(|text| clean_into(l, text))
+                    .map_err(|_| too_many_bytes())?,
+                Err(_) => false,
+            },
+            _ => false,
         };
-        match path {
-            Some(p) if paths.len() < MAX_PATHS => {
-                bytes += p.len();
-                if bytes > MAX_PATH_BYTES {
-                    return Err(too_many_bytes());
-                }
-                paths.push(p.into());
-            }
-            _ => skipped += 1,
-        }
+        skipped += usize::from(!kept);
     }
-    Ok((paths, skipped))
+    Ok((paths.finish(keys), skipped))
 }
 
 /// A line of a list.
@@ -129,22 +133,43 @@ impl<R: BufRead> Lines<R> {
     }
 }
 
-/// A list line as a path relative to the mount root (`./` and repeated slashes dropped), or
-/// `None` if it is empty, absolute or climbs with `..`.
-fn clean(line: &str) -> Option<String> {
+/// Appends a list line to `text` as a path relative to the mount root (`./` and repeated
+/// slashes dropped); false if it is empty, absolute or climbs with `..` (what it appended is
+/// then the caller's to drop).
+fn clean_into(line: &str, text: &mut String) -> bool {
     if line.starts_with('/') {
-        return None;
+        return false;
     }
-    let parts: Vec<&str> = line
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    (!parts.is_empty() && !parts.contains(&"..")).then(|| parts.join("/"))
+    let start = text.len();
+    for part in line.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if part == ".." {
+            return false;
+        }
+        if text.len() > start {
+            text.push('/');
+        }
+        text.push_str(part);
+    }
+    text.len() > start
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn clean(line: &str) -> Option<String> {
+        let mut text = String::new();
+        clean_into(line, &mut text).then_some(text)
+    }
+
+    /// Reads `list` for `uid` with no budget but the list's own bounds.
+    fn read(list: &Path, uid: u32) -> Result<(Vec<String>, usize), Error> {
+        let (paths, skipped) = read_list(list, uid, usize::MAX, &Keys::new())?;
+        Ok((
+            (0..paths.len()).map(|i| paths.get(i).into()).collect(),
+            skipped,
+        ))
+    }
 
     #[test]
     fn requests_and_list_lines_are_checked() {
@@ -169,18 +194,18 @@ mod tests {
         let list = dir.join("l");
         std::fs::write(&list, "a\n/abs\n\nb/c\n../x\n").unwrap();
         let me = std::fs::metadata(&list).unwrap().uid();
-        let (got, skipped) = read_list(&list, me).unwrap();
-        assert_eq!(got, vec!["a".into(), "b/c".into()] as Vec<Box<str>>);
+        let (got, skipped) = read(&list, me).unwrap();
+        assert_eq!(got, ["a", "b/c"]);
         assert_eq!(skipped, 3);
         let other = me.wrapping_add(1).max(1);
-        assert_eq!(read_list(&list, other).unwrap_err().errno(), libc::EACCES);
+        assert_eq!(read(&list, other).unwrap_err().errno(), libc::EACCES);
         let link = dir.join("link");
         std::os::unix::fs::symlink(&list, &link).unwrap();
-        assert_eq!(read_list(&link, me).unwrap_err().errno(), libc::ELOOP);
-        assert!(read_list(&dir, me).is_err());
+        assert_eq!(read(&link, me).unwrap_err().errno(), libc::ELOOP);
+        assert!(read(&dir, me).is_err());
         // A device is refused, also for root, before it is opened for reading.
         assert_eq!(
-            read_list(Path::new("/dev/null"), 0).unwrap_err().errno(),
+            read(Path::new("/dev/null"), 0).unwrap_err().errno(),
             libc::EACCES
         );
         std::fs::remove_dir_all(&dir).unwrap();
@@ -218,7 +243,7 @@ mod tests {
         let list = dir.join("l");
         std::fs::write(&list, &text).unwrap();
         let me = std::fs::metadata(&list).unwrap().uid();
-        let (paths, skipped) = read_list(&list, me).unwrap();
+        let (paths, skipped) = read(&list, me).unwrap();
         assert_eq!(paths.len(), 3);
         assert_eq!(skipped, 1);
         let held: usize = paths.iter().map(|p| p.len()).sum();
