@@ -16,10 +16,11 @@ use common::*;
 
 /// Makes `DIR` + [`DEEP`] (directories of 250 bytes, the path near PATH_MAX, so each change's
 /// record is about 4 KiB as in the attack), creates a file of 250 bytes' name in it, and renames
-/// and chmods that for SECS seconds, four changes a round; prints how many changes it made.
+/// and chmods that for SECS seconds or until it made MAX changes, four changes a round; prints
+/// how many changes it made.
 const RENAME_LOOP: &str = r#"
 use Time::HiRes qw(time);
-my ($d, $secs) = @ARGV;
+my ($d, $secs, $max) = @ARGV;
 chdir($d) or die "chdir: $!";
 my $part = "d" x 250;
 for (1..14) { mkdir($part) or die "mkdir: $!"; chdir($part) or die "chdir: $!"; }
@@ -28,7 +29,7 @@ open(my $f, '>', $a) or die "create: $!";
 print $f "produced";
 close($f) or die "close: $!";
 my ($end, $n) = (time + $secs, 0);
-while (time < $end) {
+while (time < $end && $n < $max) {
     for (1..200) {
         rename($a, $b) or die "rename: $!";
         chmod(0600, $b) or die "chmod: $!";
@@ -82,7 +83,8 @@ fn a_users_renames_keep_names_log_bounded_and_the_next_mount_small() {
     let mut user = as_user(uid, gid);
     user.args(["perl", "-e", RENAME_LOOP])
         .arg(&open)
-        .arg(secs.to_string());
+        .arg(secs.to_string())
+        .arg(u64::MAX.to_string());
     let (done, largest) = (AtomicBool::new(false), AtomicU64::new(0));
     let out = std::thread::scope(|s| {
         s.spawn(|| {
@@ -123,6 +125,59 @@ fn a_users_renames_keep_names_log_bounded_and_the_next_mount_small() {
         assert!(
             peak < baseline + (32 << 10),
             "a remount peaked at {peak} KiB, {baseline} KiB before the loop"
+        );
+    }
+}
+
+/// In a cluster the looped directory's home and its backup both journal every change: both
+/// logs stay bounded (before: 408 MB each in 20 s).
+#[test]
+fn a_directorys_home_and_backup_both_keep_names_log_bounded() {
+    let mut c = Cluster::new("nameslog", 2);
+    c.managed = true;
+    c.start(2);
+    let open = c.nodes[0].path("open");
+    fs::create_dir(&open).unwrap();
+    let logs = [0, 1].map(|i| c.root.join(format!("s{i}/names.log")));
+    let mut user = std::process::Command::new("perl");
+    // Enough changes to pass the bound several times over (about 6 KB each), however slow.
+    let enough = 2400;
+    user.args(["-e", RENAME_LOOP])
+        .arg(&open)
+        .args(["60", &enough.to_string()]);
+    let (done, largest) = (
+        AtomicBool::new(false),
+        [AtomicU64::new(0), AtomicU64::new(0)],
+    );
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                for (log, most) in logs.iter().zip(&largest) {
+                    most.fetch_max(len_of(log), Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20)); // a sample of the logs' sizes
+            }
+        });
+        let out = user.output().unwrap();
+        done.store(true, Ordering::Relaxed);
+        out
+    });
+    let changes: u64 = succeeded("the rename loop", out).trim().parse().unwrap();
+    let deep = c.nodes[1]
+        .path("open")
+        .join(format!("{}/", "d".repeat(250)).repeat(DEEP));
+    wait_until(
+        "the last change reaches node 1",
+        Duration::from_secs(10),
+        || fs::metadata(deep.join("a".repeat(250))).is_ok_and(|m| m.mode() & 0o777 == 0o644),
+    );
+    let largest = largest.map(|l| l.load(Ordering::Relaxed));
+    println!("{changes} changes: names.log at most {largest:?} bytes on nodes 0 and 1");
+    assert!(changes >= enough, "the loop made only {changes} changes");
+    for (i, l) in largest.into_iter().enumerate() {
+        assert!(
+            l > 0 && l < 4 << 20,
+            "node {i}'s names.log reached {l} bytes"
         );
     }
 }
