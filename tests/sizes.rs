@@ -168,8 +168,9 @@ fn write_as(uid: u32, path: &Path, total: usize) -> (u64, u64, u64) {
 
 /// `--max-staged-per-user` (issue 31): the daemon writes produced files as root, past their
 /// writer's disk quota. User A's write that would cross the cap fails there with EDQUOT, not at
-/// close; A's file keeps what it held and publishes it; user B writes on meanwhile; what A
-/// published here counts until it is removed.
+/// close; user B writes on meanwhile. A's file, refused a write, is failed: its close says
+/// EDQUOT and it is never published (issue 69: it was, with its first MiB, read as whole).
+/// What A published here counts until it is removed.
 #[test]
 fn a_user_past_the_staged_cap_gets_edquot_at_the_crossing_write() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -193,20 +194,73 @@ fn a_user_past_the_staged_cap_gets_edquot_at_the_crossing_write() {
         (768 << 10, 0, 0)
     );
     a.stdin.take().unwrap().write_all(b"\n").unwrap();
-    assert_eq!(line_of(&mut a_out), [0], "A's close");
+    assert_eq!(line_of(&mut a_out), [libc::EDQUOT as u64], "A's close");
     assert!(a.wait().unwrap().success());
-    assert_eq!(fs::read(jobs.join("a.bin")).unwrap(), vec![b'a'; 1 << 20]);
-    assert_eq!(fs::metadata(jobs.join("a.bin")).unwrap().uid(), A);
+    // (Listed, not stat'ed: the kernel may keep the created name for its 1 s TTL.)
+    assert_eq!(
+        listed(&jobs),
+        ["b.bin"],
+        "a file refused a write is never published"
+    );
     assert_eq!(fs::read(jobs.join("b.bin")).unwrap().len(), 768 << 10);
 
-    // Published here as the only copy, A's 1 MiB still counts; removed, it is given back.
+    // The failed file holds nothing against A; a published one counts until removed.
+    assert_eq!(write_as(A, &jobs.join("a1.bin"), 1 << 20), (1 << 20, 0, 0));
+    assert_eq!(fs::metadata(jobs.join("a1.bin")).unwrap().uid(), A);
     assert_eq!(
         write_as(A, &jobs.join("a2.bin"), 1 << 10),
-        (0, libc::EDQUOT as u64, 0)
+        (0, libc::EDQUOT as u64, libc::EDQUOT as u64)
     );
-    fs::remove_file(jobs.join("a.bin")).unwrap();
-    assert_eq!(write_as(A, &jobs.join("a2.bin"), 1 << 20), (1 << 20, 0, 0));
+    fs::remove_file(jobs.join("a1.bin")).unwrap();
+    // (Another name: the kernel keeps the failed a2.bin's entry for its 1 s TTL.)
+    assert_eq!(write_as(A, &jobs.join("a3.bin"), 1 << 20), (1 << 20, 0, 0));
     assert_eq!(m.stat("quota_refusals"), 2);
+}
+
+/// Issue 69: a producer's write refused for its size fails the file as a disk error does: the
+/// writer gets the errno at the write and again at close, and no node ever sees the file (a
+/// consumer with `--wait` on another node would have read its first part as the whole file).
+/// EFBIG: past the cache's capacity; ENOSPC: past what the capacity leaves beside the files this
+/// node keeps. (ENOSPC and EIO from the disk itself: `cache_disk`'s
+/// `a_produced_file_that_fails_keeps_no_bytes`.)
+#[test]
+fn a_produced_file_refused_a_write_is_never_published() {
+    let mut c = Cluster::new("sizes-refused", 2);
+    c.managed = true;
+    c.extra = ["--capacity", "4M", "--wait", "3s"]
+        .map(String::from)
+        .to_vec();
+    c.start(2);
+    let (producer, consumer) = (&c.nodes[0], &c.nodes[1]);
+    let write = |name: &str, size: usize| -> (Option<i32>, i32) {
+        let mut file = File::create(producer.path(name)).unwrap();
+        let mut refused = None;
+        for _ in 0..size / (512 << 10) {
+            if let Err(e) = file.write_all(&vec![7u8; 512 << 10]) {
+                refused = e.raw_os_error();
+                break;
+            }
+        }
+        (refused, close(file))
+    };
+    // A consumer already waits for the name on the other node.
+    let waiter = {
+        let path = consumer.path("big");
+        std::thread::spawn(move || fs::read(path).map_err(|e| e.raw_os_error()))
+    };
+    assert_eq!(write("big", 8 << 20), (Some(libc::EFBIG), libc::EFBIG));
+    assert_eq!(write("kept", 3 << 20), (None, 0));
+    assert_eq!(write("over", 2 << 20), (Some(libc::ENOSPC), libc::ENOSPC));
+    // (Listed, not stat'ed: the kernel may keep the created name for its 1 s TTL.)
+    for (node, m) in c.nodes.iter().enumerate() {
+        assert_eq!(listed(&m.mnt), ["kept"], "node {node}");
+    }
+    assert_eq!(
+        waiter.join().unwrap(),
+        Err(Some(libc::ENOENT)),
+        "the consumer's open fails at its deadline"
+    );
+    assert_eq!(fs::read(consumer.path("kept")).unwrap(), vec![7u8; 3 << 20]);
 }
 
 /// The node that is name home of directory `dir` of cluster `c`.

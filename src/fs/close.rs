@@ -62,7 +62,8 @@ impl<S: Source> DyadFs<S> {
             // the command writes through the dup).
             Close::Flush => {
                 let only = staged.writers.load(Ordering::Relaxed) == 1;
-                let dirty = staged.dirty.load(Ordering::Relaxed);
+                // A file refused its first write ends here too: its close says why.
+                let dirty = staged.dirty.load(Ordering::Relaxed) || staged.write_error().is_some();
                 if only && !dirty {
                     // Its release finishes it: requests that need it finished wait for that.
                     staged.release_expected.store(true, Ordering::Relaxed);

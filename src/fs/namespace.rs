@@ -133,10 +133,18 @@ impl<S: Source> DyadFs<S> {
     /// tried again; a write that still fails, fails with its errno (ENOSPC, not EIO, and at the
     /// write, not at close), and the file is never published.
     fn stage(&self, staged: &Staged, data: &[u8], offset: u64) -> Result<(), Error> {
-        // Refused, not failed: the file keeps what it holds and may still be published.
+        // Refused (past the file size limit, the capacity, or its owner's share: EFBIG, ENOSPC,
+        // EDQUOT) is failed too: the file no longer holds what its producer wrote, so it is
+        // never published (a consumer would read its first part as the whole file).
         let end = offset.saturating_add(data.len() as u64);
-        self.producer.room_for(end)?;
-        staged.charge.resize(end, true)?;
+        if let Err(e) = self
+            .producer
+            .room_for(end)
+            .and_then(|()| staged.charge.resize(end, true))
+        {
+            staged.failed(std::io::Error::from_raw_os_error(e.errno()));
+            return Err(e);
+        }
         let mut r = staged.file.write_all_at(data, offset);
         if let Err(e) = &r
             && matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
