@@ -75,3 +75,78 @@ fn a_cache_held_by_a_live_mount_is_refused_at_once() {
     assert!(!is_mounted(&other));
     m.unmount();
 }
+
+/// Issue 69: a mount that fails late removes what it made in the cache directory (before, a
+/// new `--ssd` was left with `data/` and its 256 subdirectories, logs, `lock`, the managed
+/// root) and leaves what was there. A daemon with a job key its peers do not share is refused
+/// after it built everything; so is a plain user's mount on a mount point root owns.
+#[test]
+fn a_mount_that_fails_late_leaves_the_cache_directory_as_it_was() {
+    // The wrong key, with a new --ssd, and again with one that held a file.
+    let mut c = Cluster::new("latefail", 3);
+    c.start(2);
+    let other = c.root.join("other-secret");
+    succeeded(
+        "keygen",
+        dyadfs().arg("keygen").arg(&other).output().unwrap(),
+    );
+    c.secret = other;
+    let ssd = c.root.join("s2");
+    assert!(!ssd.exists());
+    let out = c.mount_cmd(2).output().unwrap();
+    refused_in_one_line(&out, &c.root.join("m2"), &["--secret-file"]);
+    assert!(
+        !ssd.exists(),
+        "a new --ssd is left: {:?}",
+        fs::read_dir(&ssd).map(|d| d.count())
+    );
+    fs::create_dir(&ssd).unwrap();
+    fs::write(ssd.join("mine"), b"kept").unwrap();
+    let out = c.mount_cmd(2).output().unwrap();
+    refused_in_one_line(&out, &c.root.join("m2"), &["--secret-file"]);
+    let left: Vec<String> = fs::read_dir(&ssd)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["mine"]);
+    assert_eq!(fs::read(ssd.join("mine")).unwrap(), b"kept");
+
+    // A plain user's mount on a mount point root owns (mode 0755): refused by fusermount3 once
+    // the daemon has made its cache directory.
+    let Ok((uid, gid)) = plain_user() else {
+        println!("no plain user here: the plain user's case is skipped");
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let f = Fixture::new("latefail-user");
+    let theirs = f.root.join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(uid), Some(gid)).unwrap();
+    std::os::unix::fs::chown(&f.backing, Some(uid), Some(gid)).unwrap();
+    for d in [&f.root, &f.backing] {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let ssd = theirs.join("ssd");
+    let out = as_user(uid, gid)
+        .arg(env!("CARGO_BIN_EXE_dyadfs"))
+        .arg("mount")
+        .arg(&f.mnt)
+        .arg("--ssd")
+        .arg(&ssd)
+        .arg("--backing")
+        .arg(&f.backing)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a plain user mounted on root's directory"
+    );
+    assert!(!is_mounted(&f.mnt));
+    assert!(
+        !ssd.exists(),
+        "the failed mount left {:?} ({})",
+        fs::read_dir(&ssd).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>()),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

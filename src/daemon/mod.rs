@@ -7,6 +7,7 @@ pub mod config;
 mod error;
 mod takeover;
 mod tool;
+mod undo;
 mod version;
 mod wiring;
 
@@ -329,6 +330,29 @@ fn managed_root(path: &std::path::Path) -> std::io::Result<()> {
 
 /// `dyadfs mount`: validate, then run in the foreground or spawn the daemon and wait for it.
 pub fn mount(args: MountConfig) -> Result<(), UserError> {
+    let before = undo::Before::take(&args.ssd);
+    let ssd = args.ssd.clone();
+    let log = args
+        .log_file
+        .clone()
+        .unwrap_or_else(|| args.ssd.join("dyadfs.log"));
+    let result = mount_checked(args);
+    match &result {
+        // A daemon that served ends as it likes: what it made is the cache.
+        _ if SERVED.load(std::sync::atomic::Ordering::Relaxed) => {}
+        Ok(()) => {}
+        // Its log is the only account of a daemon that died without a word.
+        Err(UserError::DaemonDied { .. }) => before.undo(&ssd, Some(&log)),
+        Err(_) => before.undo(&ssd, None),
+    }
+    result
+}
+
+/// Set once this process's mount is ready: a failure after that undoes nothing.
+static SERVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// [`mount`], leaving its undoing to the caller.
+fn mount_checked(args: MountConfig) -> Result<(), UserError> {
     validate(&args)?;
     if args.foreground {
         return run(args);
@@ -488,6 +512,7 @@ pub(super) fn run_session<S: crate::core::source::Source>(
         ssd = %args.ssd.display(),
         "mounted"
     );
+    SERVED.store(true, std::sync::atomic::Ordering::Relaxed);
     report("ready");
     session.run().map_err(UserError::Session)?;
     tracing::info!("unmounted; exiting");
