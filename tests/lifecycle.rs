@@ -150,3 +150,38 @@ fn a_mount_that_fails_late_leaves_the_cache_directory_as_it_was() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 69's messages that sent users wrong: a shared (sticky, 1777) cache directory is
+/// refused with "use a directory of your own in it", not `chmod 700` (which would lock every
+/// other user out of `/nvme`); `dyadfs warm` of a directory in no dyadfs mount names that
+/// directory, not `/`.
+#[test]
+fn refusals_say_what_to_do() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new("messages");
+    let shared = f.root.join("nvme");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = dyadfs()
+        .arg("mount")
+        .arg(&f.mnt)
+        .arg("--ssd")
+        .arg(&shared)
+        .arg("--backing")
+        .arg(&f.backing)
+        .output()
+        .unwrap();
+    let err = refused_in_one_line(&out, &f.mnt, &["use a directory of your own in it"]);
+    assert!(!err.contains("chmod"), "{err}");
+
+    let out = dyadfs().arg("warm").arg(&f.backing).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{} is not a dyadfs mount point",
+            f.backing.display()
+        )),
+        "{err}"
+    );
+}

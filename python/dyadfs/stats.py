@@ -3,7 +3,7 @@ keys), read from the mount root's `user.dyadfs.stats` attribute: no subprocess, 
 
     from dyadfs.stats import stats
     s = stats("/dyad")
-    print(s["hits"], s["bytes_from_peers"])
+    print(s["local_hits"], s["bytes_from_peers"])
 """
 import json
 import os

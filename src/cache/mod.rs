@@ -262,13 +262,20 @@ impl Cache {
                 let (total, avail) = fs_space(&config.dir)?;
                 let c = (avail + used).saturating_sub(total / 10);
                 if c < (total / 100).max(1 << 30) {
-                    // Every read would then go uncached to the shared file system: say why.
+                    // Every read would then go uncached to the shared file system: say why,
+                    // and which: a disk mostly full, or one that is small (10% kept free).
+                    let why = if avail + used < total / 2 {
+                        "is over half full"
+                    } else {
+                        "is small"
+                    };
                     tracing::warn!(
                         capacity = c,
                         free = avail,
                         size = total,
-                        "the cache file system is over 90% full: the cache gets {c} bytes \
-                         (give --capacity to choose), so most reads go to the shared file system"
+                        "the cache file system ({total} bytes, {avail} free) {why}: the cache \
+                         gets {c} bytes, keeping 10% of the disk free (give --capacity to \
+                         choose), so most reads may go to the shared file system"
                     );
                 }
                 c

@@ -124,7 +124,11 @@ pub fn warm(cfg: WarmConfig) -> Result<(), UserError> {
         .find(|a| crate::daemon::is_mount_point(a))
         .unwrap_or(&given)
         .to_path_buf();
-    let before = super::stats(&mnt)?;
+    // The mount found above a path that is not in one (`/`, say) is not what was asked about.
+    let before = super::stats(&mnt).map_err(|e| match e {
+        UserError::NotOurs(_) => UserError::NotOurs(cfg.mountpoint.clone()),
+        e => e,
+    })?;
     let roots = roots(&cfg, &mnt, &given)?;
     let (mut files, mut missing) = (Vec::new(), Vec::new());
     expand(&roots, &mut files, &mut missing)?;

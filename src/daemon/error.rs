@@ -107,7 +107,7 @@ pub enum UserError {
     Mount { path: PathBuf, source: io::Error },
     #[error("FUSE session failed: {0}")]
     Session(io::Error),
-    #[error("{} is not a dyadfs mount point", .0.display())]
+    #[error("{} is not a dyadfs mount point, nor in one", .0.display())]
     NotOurs(PathBuf),
     #[error("bad prefetch stream name {0:?} (non-empty, no ':')")]
     BadStream(String),

@@ -51,11 +51,23 @@ pub fn check_private_dir(dir: &Path) -> io::Result<()> {
         )));
     }
     if m.mode() & 0o022 != 0 {
+        // A shared directory (a sticky /nvme or /tmp) is for everyone: a subdirectory of it,
+        // not a chmod that would lock the others out.
+        let fix = if m.mode() & 0o1000 != 0 {
+            format!(
+                "use a directory of your own in it, e.g. {}",
+                real.join(format!("dyadfs-{me}")).display()
+            )
+        } else {
+            format!(
+                "chmod 700 {}, or use a directory of your own",
+                real.display()
+            )
+        };
         return Err(refused(format!(
-            "{} is writable by group or others (mode {:o}): chmod 700 {}",
+            "{} is writable by group or others (mode {:o}): {fix}",
             real.display(),
             m.mode() & 0o7777,
-            real.display()
         )));
     }
     for a in real.ancestors().skip(1) {

@@ -364,6 +364,10 @@ impl Inner {
         if let Some(tls) = &self.tls {
             cmd.env("UCX_TLS", tls);
         }
+        // The library this process loaded, and no other.
+        if let Ok(lib) = ucx_sys::load() {
+            cmd.env("DYADFS_UCX_LIB", lib);
+        }
         // No `ucx.conf` of the daemon's directory (UCX reads `./ucx.conf`): the child starts
         // in `/`, and loads UCX from there as every dyadfs process does (`ucx_sys::load`).
         cmd.current_dir("/");
@@ -421,9 +425,16 @@ impl Inner {
                     libc::kill(pid, libc::SIGKILL);
                     libc::waitpid(pid, std::ptr::null_mut(), 0);
                 }
+                // Said in words: what the process said, or that it said nothing.
+                let why = match other {
+                    Ok(Some(FromChild::Failed(why))) => why,
+                    Ok(Some(_)) => "it answered out of turn".into(),
+                    Ok(None) => "it exited without a word".into(),
+                    Err(e) => format!("no answer ({e})"),
+                };
                 return Err(UcxError::io(
                     "data-plane process start",
-                    io::Error::other(format!("no ready message: {other:?}")),
+                    io::Error::other(why),
                 ));
             }
         };
