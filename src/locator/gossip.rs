@@ -6,10 +6,11 @@
 //! resumed) rejoins with a newer incarnation and is up again.
 //!
 //! Every datagram carries an HMAC-SHA256 tag under the job secret (domain
-//! `dyadfs-gossip-v2`) over a header and foca's payload: one without a valid tag is dropped
+//! `dyadfs-gossip-v3`) over a header and foca's payload: one without a valid tag is dropped
 //! unread, so a process without the secret can neither declare a node down nor keep a dead one
-//! alive. The header binds a datagram to its sender and its moment: the sender's id, which must
-//! match the address it came from, and a stamp (the sender's clock in microseconds, strictly
+//! alive. The header binds a datagram to its sender, its receiver and its moment: the sender's
+//! id, which must match the address it came from, the receiver's id, which must be the node
+//! that reads it (so a datagram one member sent another cannot be fed to a third), and a stamp (the sender's clock in microseconds, strictly
 //! increasing per sender), which must be newer than the last one taken from that sender and
 //! within [`FRESH`] of the receiver's clock. So a recorded datagram replayed later, from
 //! anywhere, is dropped: foca's probe numbers (a `u8`) alone let a replay of old acks keep a
@@ -37,10 +38,11 @@ use crate::core::NodeId;
 use crate::transport::auth::{self, Secret};
 
 /// The tag domain of gossip datagrams.
-const DOMAIN: &[u8] = b"dyadfs-gossip-v2";
+const DOMAIN: &[u8] = b"dyadfs-gossip-v3";
 const TAG: usize = 32;
-/// The header before foca's payload: the sender's id (u32) and stamp (u64), little-endian.
-const HEADER: usize = 12;
+/// The header before foca's payload: the sender's id (u32), the receiver's (u32) and the stamp
+/// (u64), little-endian.
+const HEADER: usize = 16;
 /// How far a datagram's stamp may be from the receiver's clock (the nodes of a job keep
 /// theirs within milliseconds by NTP; a replay after this long is dropped even by a receiver
 /// that never saw the original, e.g. one restarted since).
@@ -328,8 +330,9 @@ impl Agent {
         }
         let (header, payload) = signed.split_at(HEADER);
         let sender = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
-        let stamp = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
-        if sender == self.me || self.addrs.get(&sender) != Some(&from) {
+        let receiver = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        let stamp = u64::from_le_bytes(header[8..].try_into().expect("8 bytes"));
+        if sender == self.me || receiver != self.me || self.addrs.get(&sender) != Some(&from) {
             return None;
         }
         let fresh = FRESH.as_micros() as u64;
@@ -342,11 +345,12 @@ impl Agent {
         Some(payload)
     }
 
-    /// `data` as a datagram: the header, the payload, and the tag over both.
-    fn seal(&mut self, data: &[u8]) -> Vec<u8> {
+    /// `data` for member `to` as a datagram: the header, the payload, and the tag over both.
+    fn seal(&mut self, to: NodeId, data: &[u8]) -> Vec<u8> {
         self.stamp = now_micros().max(self.stamp + 1);
         let mut datagram = Vec::with_capacity(HEADER + data.len() + TAG);
         datagram.extend_from_slice(&self.me.to_le_bytes());
+        datagram.extend_from_slice(&to.to_le_bytes());
         datagram.extend_from_slice(&self.stamp.to_le_bytes());
         datagram.extend_from_slice(data);
         if let Some(key) = &self.secret {
@@ -380,7 +384,7 @@ impl Agent {
     fn drain(&mut self) {
         self.unjoined();
         while let Some((to, data)) = self.runtime.to_send() {
-            let datagram = self.seal(&data);
+            let datagram = self.seal(to.id, &data);
             let _ = self.socket.send_to(&datagram, to.addr);
             #[cfg(test)]
             self.sent.push((to.addr, datagram));
@@ -603,6 +607,25 @@ mod tests {
             a2.receive(d, addrs[1]);
         }
         assert!(a2.stale >= recorded.len() as u64, "{} stale", a2.stale);
+    }
+
+    /// A datagram one member sealed for another is refused by a third, even from the sender's
+    /// own address (issue 68: the header bound the sender but not the receiver, so a spoofer
+    /// could feed B->C datagrams to A); the same payload sealed for that third is taken.
+    #[test]
+    fn a_datagram_for_another_member_is_refused() {
+        let m = TestMembers::new(3, 400);
+        let cfg = |i: usize| m.cfg(i, 1);
+        let hand = |i: usize, seed| {
+            let socket = UdpSocket::bind(free_addr()).unwrap();
+            Agent::new(cfg(i), socket, seed, Arc::default(), Box::new(|_, _| {}))
+        };
+        let (mut a, mut b) = (hand(0, 7), hand(1, 8));
+        let for_c = b.seal(2, b"payload");
+        a.receive(&for_c, m.addrs[1]);
+        assert_eq!(a.stale, 1, "taken though sealed for node 2");
+        let for_a = b.seal(0, b"payload");
+        assert!(a.verified(&for_a, m.addrs[1]).is_some());
     }
 
     /// How long the replayed member is recorded while up.
