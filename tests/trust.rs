@@ -809,7 +809,7 @@ fn keygen_makes_a_private_key_directory() {
 }
 
 /// The opens one user can keep waiting for names (`--wait`) are bounded (`--max-waits-per-user`,
-/// 1,024 here), each a thread of the root daemon; past them an open fails at once (ENOENT) and is counted
+/// 1,024 here), each an entry in the root daemon's table of waits; past them an open fails at once (ENOENT) and is counted
 /// (`name_waits_refused`). The waits all come from one CPU, so over io_uring they land on one
 /// queue, whose ring threads let fewer wait; that queue still answers at once, the refusals
 /// and another file's read alike (entries were registered one by one as waits took them: the

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::names::{Name, Namespace};
+use crate::core::names::{Name, Namespace, Wake, Watch};
 use crate::core::{NodeId, Version};
 use crate::locator::check::check_name;
 use crate::locator::error::LocatorError;
 use crate::locator::names::OVER_QUOTA;
 use crate::locator::proto::Msg;
 use crate::locator::service::LocatorService;
-use crate::locator::watching::{KEPT, NAMES_PER_WATCH, REFRESH};
+use crate::locator::watching::{KEPT, Key, NAMES_PER_WATCH, REFRESH, Waiting};
 
 /// The produced namespace of a cluster: each directory's names live at its name home.
 pub struct ClusterNames {
@@ -26,6 +26,25 @@ pub struct ClusterNames {
     pub refresher: std::sync::OnceLock<()>,
     /// Places for this node's name questions out at once ([`CALLS_AT_ONCE`]).
     pub calls: tokio::sync::Semaphore,
+    /// Waits not registered with their homes yet (see [`Namespace::watch`]).
+    pub registering: Arc<Registering>,
+}
+
+/// Names readers began to wait for, which the refresh registers with their homes in a few
+/// messages (each of up to [`NAMES_PER_WATCH`] names), holding no thread and no connection of
+/// its own per wait.
+#[derive(Default)]
+pub struct Registering {
+    /// Each name, until when it is waited for, and how soon a failed registration is retried.
+    new: std::sync::Mutex<Vec<(Key, std::time::Instant, Duration)>>,
+    added: tokio::sync::Notify,
+}
+
+impl Registering {
+    fn add(&self, names: impl IntoIterator<Item = (Key, std::time::Instant, Duration)>) {
+        crate::core::sync::lock(&self.new).extend(names);
+        self.added.notify_one();
+    }
 }
 
 /// The most name questions a node has out at once (each on a connection of its own).
@@ -155,11 +174,17 @@ impl ClusterNames {
     /// to the next; one that restarted lost its table of watchers).
     fn keep_watches_registered(&self) {
         self.refresher.get_or_init(|| {
-            let locator = self.locator.clone();
+            let (locator, registering) = (self.locator.clone(), self.registering.clone());
             self.runtime.spawn(async move {
                 let (mut seen, mut at) = (locator.liveness.changes(), tokio::time::Instant::now());
                 loop {
-                    tokio::time::sleep(MEMBERS_LOOKED_AT).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(MEMBERS_LOOKED_AT) => {}
+                        _ = registering.added.notified() => {
+                            register_new(&locator, &registering).await;
+                            continue;
+                        }
+                    }
                     let now = locator.liveness.changes();
                     if now == seen && at.elapsed() < REFRESH {
                         continue;
@@ -200,6 +225,46 @@ async fn register_again(locator: &Arc<LocatorService>) {
     }
 }
 
+/// Registers the names readers began to wait for with their homes: those published already
+/// wake their readers; those whose home did not answer are tried again later (doubling from
+/// [`REGISTER_AGAIN`] up to [`REFRESH`], while a reader still waits).
+async fn register_new(locator: &Arc<LocatorService>, registering: &Arc<Registering>) {
+    let new = std::mem::take(&mut *crate::core::sync::lock(&registering.new));
+    let now = std::time::Instant::now();
+    let mut by_home: std::collections::HashMap<_, Vec<_>> = Default::default();
+    for (key, until, again) in new {
+        if until > now && locator.waiting.waits_for(&key.0, &key.1) {
+            let home = locator.global_home(&key.0);
+            by_home.entry(home).or_default().push((key, until, again));
+        }
+    }
+    for (home, names) in by_home {
+        for part in names.chunks(NAMES_PER_WATCH) {
+            let last = part.iter().map(|(_, until, _)| *until).max().unwrap_or(now);
+            let msg = Msg::NameWatch {
+                node: locator.me(),
+                names: part.iter().map(|(key, _, _)| key.clone()).collect(),
+                wait_ms: last.saturating_duration_since(now).as_millis() as u64,
+            };
+            match locator.call_home(home, msg, locator.timeout).await {
+                Some(Msg::NamesAre(found)) => locator.names_are(&found),
+                m => {
+                    tracing::warn!(home, answer = ?m, "registering waits failed; trying again");
+                    let (again, registering) = (part[0].2, registering.clone());
+                    let retried = part.iter().map(|(key, until, again)| {
+                        (key.clone(), *until, (*again * 2).min(REFRESH))
+                    });
+                    let retried: Vec<_> = retried.collect();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(again).await;
+                        registering.add(retried);
+                    });
+                }
+            }
+        }
+    }
+}
+
 impl Namespace for ClusterNames {
     fn get(&self, dir: &str, name: &str, wait: Duration) -> std::io::Result<Option<Name>> {
         if !wait.is_zero() {
@@ -214,6 +279,27 @@ impl Namespace for ClusterNames {
             Msg::NameIs(n) => self.checked(n),
             m => Err(unexpected(m)),
         }
+    }
+
+    /// The name's home is told by the refresh (see [`register_new`]), a name that arrives is
+    /// checked as any from a home.
+    fn watch(
+        &self,
+        dir: &str,
+        name: &str,
+        until: std::time::Instant,
+        wake: Wake,
+    ) -> Result<Watch, Wake> {
+        let locator = self.locator.clone();
+        let then = Box::new(move |n: Name| match check_name(&n, &locator.membership) {
+            Ok(()) => wake(Ok(n)),
+            Err(why) => wake(Err(LocatorError::BadName(why).into())),
+        });
+        let watching = Waiting::watch(&self.locator.waiting, dir, name, then);
+        self.keep_watches_registered();
+        let key = (dir.to_string(), name.to_string());
+        self.registering.add([(key, until, REGISTER_AGAIN)]);
+        Ok(Box::new(watching))
     }
 
     fn any(&self, dir: &str) -> std::io::Result<bool> {

@@ -31,6 +31,7 @@ fn member(net: &Arc<Net>, id: u32) -> Arc<ClusterNames> {
         failover_wait: Duration::from_millis(200),
         refresher: Default::default(),
         calls: tokio::sync::Semaphore::new(CALLS_AT_ONCE),
+        registering: Default::default(),
     })
 }
 
@@ -72,4 +73,61 @@ fn a_wait_whose_home_did_not_answer_for_a_while_still_gets_its_name() {
         "woken {:?} after it started waiting",
         started.elapsed()
     );
+}
+
+/// Waits that hold no thread (`Namespace::watch`), registered in one message with a home that
+/// did not answer at first: each is woken by its own name, one published before its watch at
+/// once, and none after its watch is dropped.
+#[test]
+fn watches_are_registered_together_and_woken_by_their_names() {
+    let net = Net::new();
+    let (reader, home) = (member(&net, 0), member(&net, 1));
+    let dir = (0..1000)
+        .map(|i| format!("run{i}"))
+        .find(|d| reader.locator.global_home(d) == 1)
+        .unwrap();
+    let name = |i: u32| Name {
+        object: format!("//produced/1/a-{i}"),
+        size: 3,
+        mtime_ns: 1,
+        mode: 0o644,
+        holder: 1,
+        ..Name::default()
+    };
+    home.set(&dir, "f0", Some(name(0))).unwrap();
+    net.fault(1, Some(Fault::Dead));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let until = Instant::now() + Duration::from_secs(20);
+    let watches: Vec<_> = (0..100)
+        .map(|i| {
+            let tx = tx.clone();
+            let wake = Box::new(move |n: std::io::Result<Name>| tx.send((i, n.unwrap())).unwrap());
+            reader
+                .watch(&dir, &format!("f{i}"), until, wake)
+                .ok()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        rx.try_recv().is_err(),
+        "woken by a home that did not answer"
+    );
+    net.fault(1, None);
+    let (i, n) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((i, n.object), (0, name(0).object), "published already");
+    let mut watches = watches.into_iter().map(Some).collect::<Vec<_>>();
+    watches[2] = None;
+    // (Registered by now: the published name came with the registration's answer.)
+    for i in 1..4 {
+        home.set(&dir, &format!("f{i}"), Some(name(i))).unwrap();
+    }
+    let mut woken: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap().0)
+        .collect();
+    woken.sort_unstable();
+    assert_eq!(woken, [1, 3], "each by its own name, none once dropped");
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    drop(watches);
+    assert_eq!(reader.locator.waiting.readers(), 0);
 }

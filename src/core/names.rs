@@ -139,11 +139,31 @@ pub fn now_ns() -> i64 {
         .as_nanos() as i64
 }
 
+/// What a wait that holds no thread is told (see [`Namespace::watch`]): the name once it is
+/// published, or why it cannot be waited for.
+pub type Wake = Box<dyn FnOnce(io::Result<Name>) + Send>;
+
+/// A wait started by [`Namespace::watch`]; dropping it ends the wait.
+pub type Watch = Box<dyn Send + Sync>;
+
 /// How the filesystem reaches the produced namespace: in process on a single node, by RPC to
 /// name homes in a cluster.
 pub trait Namespace: Send + Sync + 'static {
     /// The name, waiting up to `wait` for it to be published.
     fn get(&self, dir: &str, name: &str, wait: Duration) -> io::Result<Option<Name>>;
+    /// Waits for `name` of `dir` until `until` holding no thread (thousands of readers may wait
+    /// at once): `wake` is called once, on any thread, when the name is published (at once if
+    /// it is already), unless the returned watch was dropped first. A namespace that cannot
+    /// hands `wake` back (the caller then waits in [`Namespace::get`]).
+    fn watch(
+        &self,
+        _dir: &str,
+        _name: &str,
+        _until: std::time::Instant,
+        wake: Wake,
+    ) -> Result<Watch, Wake> {
+        Err(wake)
+    }
     fn list(&self, dir: &str) -> io::Result<Vec<(String, Name)>>;
     /// Whether `dir` holds any name (`rmdir` asks; a cluster asks for one page, not all).
     fn any(&self, dir: &str) -> io::Result<bool> {

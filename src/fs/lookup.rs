@@ -1,6 +1,6 @@
 //! Lookups, answered at once: a name found, or not; or, for a reader opening a name not
 //! produced yet (`--wait`), a pending entry whose open waits until a producer publishes it
-//! ([`DyadFs::wait_produced`], on a thread other than the FUSE thread that asked).
+//! ([`DyadFs::wait_produced`], holding no thread: see `waits.rs`).
 
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::attr::PENDING;
 use super::found::Found;
-use super::paths::{join, split};
+use super::paths::join;
 use super::{Attr, DyadFs, Error, caller};
 use crate::core::names::{Name, now_ns};
 use crate::core::source::Source;
@@ -87,49 +87,6 @@ impl<S: Source> DyadFs<S> {
             && let Some(p) = caller::process_of(tid)
         {
             staged.writer_process.store(p, Ordering::Relaxed);
-        }
-    }
-
-    /// Waits (`--wait`) for inode `ino`'s name to be published (a pending name, or a file
-    /// another process is writing here: see [`Self::open_waits`]); then its attributes are the
-    /// file's, and `who` must be let in as `flags` ask (the kernel judged a pending name's open
-    /// by the pending entry's attributes, which let any reader in).
-    pub fn wait_produced(
-        &self,
-        ino: u64,
-        who: &caller::Credentials,
-        flags: i32,
-    ) -> Result<(), Error> {
-        let node = self.node(ino)?;
-        let path = Self::path_of(&node);
-        self.stats().name_waits.fetch_add(1, Ordering::Relaxed);
-        // Published, not only created: a producer on this node may be writing it now, and a
-        // reader must not see it before its close.
-        let (dir, name) = split(&path);
-        let published = match self.names.get(dir, name, self.config.wait) {
-            Ok(Some(n)) => n,
-            Ok(None) => return Err(Error::NotFound),
-            Err(e) => {
-                tracing::warn!(%path, error = %e, "waiting for a name failed");
-                return Err(Error::NotFound);
-            }
-        };
-        // The name as its home told it: not asked again (a round trip per hand-off), unless
-        // something here took the path meanwhile.
-        let found = match self.resolve_here(&path)? {
-            Some(here) => here,
-            None => self.found_name(&path, Ok(Some(published)))?,
-        };
-        let attr = self.upsert(path, &found, 0)?;
-        let want = match flags & libc::O_ACCMODE {
-            libc::O_RDONLY => 4,
-            libc::O_WRONLY => 2,
-            _ => 6,
-        };
-        if attr.allows(who, want) {
-            Ok(())
-        } else {
-            Err(Error::Denied)
         }
     }
 

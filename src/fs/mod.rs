@@ -38,6 +38,7 @@ mod readahead;
 mod remembered;
 mod rename;
 mod stat_ahead;
+mod waits;
 pub mod write;
 
 #[cfg(test)]
@@ -144,6 +145,8 @@ pub struct DyadFs<S: Source> {
     kernel: std::sync::OnceLock<Capabilities>,
     /// Names processes were just told are absent (`--wait`: they are not waiting for them).
     told_absent: caller::ToldAbsent,
+    /// Opens waiting for names (`--wait`), and the few threads that finish them.
+    waits: waits::Waits,
 }
 
 /// Work for the background threads (readahead, verification).
@@ -239,6 +242,7 @@ impl<S: Source> DyadFs<S> {
             status: std::sync::OnceLock::new(),
             kernel: std::sync::OnceLock::new(),
             told_absent: Default::default(),
+            waits: Default::default(),
         })
     }
 

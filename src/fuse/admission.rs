@@ -1,6 +1,8 @@
-//! Bounds on the requests whose replies are made on threads of their own: opens waiting for a
-//! produced name (`--wait`), per caller and for the whole mount, and threads reading prefetch
-//! lists. (Over io_uring each ring thread bounds its own as well: see `ring::queue::AWAY`.)
+//! Bounds on the requests whose replies are made later: opens waiting for a produced name
+//! (`--wait`, started in `waiting.rs`), per caller and for the whole mount, and threads reading
+//! prefetch lists. (Over
+//! io_uring each ring queue bounds its own as well, with a share for each user: see
+//! `ring::queue::Away`.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +27,7 @@ impl Waiters {
         }
     }
 
-    /// Waits all users may have at once (a thread each, asleep).
+    /// Waits all users may have at once (an entry each in `fs::waits`).
     pub fn total(&self) -> usize {
         4 * self.per_user
     }

@@ -16,5 +16,6 @@ mod ops_tests;
 pub mod passthrough;
 pub mod reply;
 pub mod ring;
+mod waiting;
 
 pub use dev::{FuseAdapter, FuseTransport};

@@ -32,9 +32,6 @@ pub const FOPEN_NOFLUSH: u32 = 1 << 5;
 /// rarely meet on one.
 const MODE_SHARDS: usize = 64;
 
-/// A waiting lookup's stack: it resolves a name (an RPC to its home) and sleeps.
-const WAITER_STACK: usize = 256 << 10;
-
 /// Who may make requests of the mount (`-o allow_other`, `-o allow_root`, or its owner
 /// alone). The kernel lets every user through once `allow_other` is set, which `allow_root`
 /// also sets: the daemon turns away the users it does not name (fuser does for /dev/fuse; the
@@ -94,7 +91,7 @@ pub struct Ops<S: Source> {
     /// Who may make requests (unset: the mount's owner alone).
     access: OnceLock<Access>,
     list_readers: Arc<ListReaders>,
-    waiters: Arc<Waiters>,
+    pub(super) waiters: Arc<Waiters>,
 }
 
 fn errno(e: &Error) -> i32 {
@@ -243,52 +240,6 @@ impl<S: Source> Ops<S> {
         entry_or_error(&self.fs, self.fs.lookup(parent, name, c.pid), reply);
     }
 
-    /// Waits (`--wait`) for a pending name to be produced on a thread of its own, then opens
-    /// it and replies from there: a request thread held by each waiting consumer would stop
-    /// every other request of the mount once there are as many consumers as threads. Past
-    /// `--max-waits-per-user` waits of caller `c.uid` ([`Waiters::total`] of all users, and
-    /// over io_uring a few per ring thread: see `ring::queue::AWAY`), the open fails at once
-    /// (ENOENT), as without `--wait`.
-    fn open_when_produced(
-        self: &Arc<Self>,
-        c: Caller,
-        ino: u64,
-        flags: i32,
-        reply: impl OpenReply,
-    ) {
-        let place = reply
-            .may_leave()
-            .then(|| Waiters::take(&self.waiters, c.uid))
-            .flatten();
-        let Some(place) = place else {
-            self.fs
-                .stats()
-                .name_waits_refused
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(
-                uid = c.uid,
-                "too many waiting opens (this user's, all, or this ring thread's): not waiting"
-            );
-            return reply.error(errno(&Error::NotFound));
-        };
-        let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("name-wait".into())
-            .stack_size(WAITER_STACK)
-            .spawn(move || {
-                let _place = place;
-                let who = caller::Credentials::of_thread(c.pid, c.uid, c.gid);
-                match me.fs.wait_produced(ino, &who, flags) {
-                    Ok(()) => me.open_now(c, ino, flags, reply),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            });
-        if let Err(e) = spawned {
-            // (The reply went with the closure: a reply never sent is answered EIO.)
-            tracing::warn!(error = %e, "cannot start a thread to wait for a name");
-        }
-    }
-
     pub fn forget(&self, ino: u64, nlookup: u64) {
         self.fs.forget(ino, nlookup);
     }
@@ -313,12 +264,13 @@ impl<S: Source> Ops<S> {
     /// `flags`: the open(2) flags.
     pub fn open(self: &Arc<Self>, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
         if self.fs.open_waits(ino, c.pid, flags) {
+            // (See `waiting.rs`.)
             return self.open_when_produced(c, ino, flags, reply);
         }
         self.open_now(c, ino, flags, reply)
     }
 
-    fn open_now(&self, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
+    pub(super) fn open_now(&self, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
         let _span = tracing::debug_span!("open", ino).entered();
         if self.unasked() {
             // The first open answered so is the last one sent: reads then come by inode.

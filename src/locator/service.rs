@@ -49,7 +49,7 @@ pub struct LocatorService {
     /// Lookups waiting here for names not set yet.
     pub(super) name_waits: NameWaits,
     /// This node's readers waiting for names, woken by their homes' `NamesAre`.
-    waiting: Waiting,
+    pub waiting: Arc<Waiting>,
     /// The nodes watching names of the directories this node is home of.
     watchers: Watchers,
     /// What the daemon does for the locator (release, holdings, bad chunks).
@@ -127,7 +127,7 @@ impl LocatorService {
             global: Mutex::default(),
             names: Mutex::default(),
             name_waits: NameWaits::default(),
-            waiting: Waiting::default(),
+            waiting: Arc::default(),
             watchers: Watchers::default(),
             hooks,
             timeout,

@@ -7,11 +7,12 @@
 //! home after a failover, or back to a restarted one).
 
 use std::collections::HashMap;
+use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::membership::NodeId;
-use crate::core::names::Name;
+use crate::core::names::{Name, Namespace, Wake, Watch};
 use crate::core::sync::lock;
 
 /// How often a node registers again every name its readers wait for, with each directory's
@@ -34,11 +35,15 @@ pub struct Waiting {
     slots: Mutex<HashMap<Key, Vec<Arc<Slot>>>>,
 }
 
-/// Where a published name arrives for one waiting reader.
+/// What a wait that holds no thread does with its name (see [`Waiting::watch`]).
+pub type Then = Box<dyn FnOnce(Name) + Send>;
+
+/// Where a published name arrives for one waiting reader: a thread asleep on it, or a callback.
 #[derive(Default)]
 pub struct Slot {
     found: Mutex<Option<Name>>,
     ready: Condvar,
+    then: Mutex<Option<Then>>,
 }
 
 /// One reader's registration; dropping it unregisters.
@@ -48,18 +53,55 @@ pub struct Wait<'a> {
     slot: Arc<Slot>,
 }
 
+/// One reader's wait that holds no thread; dropping it unregisters, and its callback is not
+/// called after (unless a delivery was calling it already).
+pub struct Watching {
+    waiting: Arc<Waiting>,
+    key: Key,
+    slot: Arc<Slot>,
+}
+
 impl Waiting {
     pub fn register(&self, dir: &str, name: &str) -> Wait<'_> {
-        let key = (dir.to_string(), name.to_string());
-        let slot = Arc::new(Slot::default());
-        lock(&self.slots)
-            .entry(key.clone())
-            .or_default()
-            .push(slot.clone());
+        let (key, slot) = self.add(dir, name, None);
         Wait {
             waiting: self,
             key,
             slot,
+        }
+    }
+
+    /// A reader waits for `name` of `dir` holding no thread: `then` is called with it, on the
+    /// thread that delivers it.
+    pub fn watch(this: &Arc<Waiting>, dir: &str, name: &str, then: Then) -> Watching {
+        let (key, slot) = this.add(dir, name, Some(then));
+        Watching {
+            waiting: this.clone(),
+            key,
+            slot,
+        }
+    }
+
+    fn add(&self, dir: &str, name: &str, then: Option<Then>) -> (Key, Arc<Slot>) {
+        let key = (dir.to_string(), name.to_string());
+        let slot = Arc::new(Slot {
+            then: Mutex::new(then),
+            ..Slot::default()
+        });
+        lock(&self.slots)
+            .entry(key.clone())
+            .or_default()
+            .push(slot.clone());
+        (key, slot)
+    }
+
+    fn remove(&self, key: &Key, slot: &Arc<Slot>) {
+        let mut slots = lock(&self.slots);
+        if let Some(v) = slots.get_mut(key) {
+            v.retain(|s| !Arc::ptr_eq(s, slot));
+            if v.is_empty() {
+                slots.remove(key);
+            }
         }
     }
 
@@ -69,9 +111,21 @@ impl Waiting {
             return;
         };
         for s in slots {
+            // (Taken before it is called: a callback may drop its own watch.)
+            let then = lock(&s.then).take();
+            if let Some(then) = then {
+                then(n.clone());
+                continue;
+            }
             *lock(&s.found) = Some(n.clone());
             s.ready.notify_all();
         }
+    }
+
+    /// Whether a reader waits for `name` of `dir`.
+    pub fn waits_for(&self, dir: &str, name: &str) -> bool {
+        let slots = lock(&self.slots);
+        !slots.is_empty() && slots.contains_key(&(dir.to_string(), name.to_string()))
     }
 
     /// The names waited for now.
@@ -107,13 +161,74 @@ impl Wait<'_> {
 
 impl Drop for Wait<'_> {
     fn drop(&mut self) {
-        let mut slots = lock(&self.waiting.slots);
-        if let Some(v) = slots.get_mut(&self.key) {
-            v.retain(|s| !Arc::ptr_eq(s, &self.slot));
-            if v.is_empty() {
-                slots.remove(&self.key);
-            }
+        self.waiting.remove(&self.key, &self.slot);
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.waiting.remove(&self.key, &self.slot);
+        lock(&self.slot.then).take();
+    }
+}
+
+/// A single node's namespace whose readers wait holding no thread: its own publications wake
+/// them (a cluster's name homes push theirs instead: see `cluster::names`).
+pub struct Watched {
+    names: Arc<dyn Namespace>,
+    waiting: Arc<Waiting>,
+}
+
+impl Watched {
+    pub fn new(names: Arc<dyn Namespace>) -> Watched {
+        Watched {
+            names,
+            waiting: Arc::default(),
         }
+    }
+}
+
+impl Namespace for Watched {
+    fn get(&self, dir: &str, name: &str, wait: Duration) -> io::Result<Option<Name>> {
+        self.names.get(dir, name, wait)
+    }
+
+    /// Registered first, then looked up: a name published in between is found by one or the
+    /// other.
+    fn watch(&self, dir: &str, name: &str, _until: Instant, wake: Wake) -> Result<Watch, Wake> {
+        let w = Waiting::watch(&self.waiting, dir, name, Box::new(move |n| wake(Ok(n))));
+        if let Ok(Some(n)) = self.names.get(dir, name, Duration::ZERO) {
+            self.waiting.deliver(dir, name, &n);
+        }
+        Ok(Box::new(w))
+    }
+
+    fn list(&self, dir: &str) -> io::Result<Vec<(String, Name)>> {
+        self.names.list(dir)
+    }
+
+    fn any(&self, dir: &str) -> io::Result<bool> {
+        self.names.any(dir)
+    }
+
+    fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> io::Result<Option<Name>> {
+        let published = entry.is_some();
+        let old = self.names.set(dir, name, entry)?;
+        if published
+            && self.waiting.waits_for(dir, name)
+            && let Ok(Some(n)) = self.names.get(dir, name, Duration::ZERO)
+        {
+            self.waiting.deliver(dir, name, &n);
+        }
+        Ok(old)
+    }
+
+    fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool) {
+        self.names.release(holder, object, size, mtime_ns, drop);
+    }
+
+    fn me(&self) -> NodeId {
+        self.names.me()
     }
 }
 
@@ -233,6 +348,45 @@ mod tests {
         assert_eq!(w.keys(), vec![key("b")]);
         drop(b);
         assert_eq!(w.readers(), 0);
+    }
+
+    #[test]
+    fn a_watch_is_called_once_with_its_name_and_never_once_dropped() {
+        let names = Watched::new(Arc::new(super::super::names::LocalNames::default()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let later = Instant::now() + Duration::from_secs(60);
+        let wake = |tx: std::sync::mpsc::Sender<_>, tag| -> Wake {
+            Box::new(move |n: io::Result<Name>| tx.send((tag, n.unwrap().object)).unwrap())
+        };
+        let a = names
+            .watch("d", "a", later, wake(tx.clone(), 1))
+            .ok()
+            .unwrap();
+        let dropped = names
+            .watch("d", "a", later, wake(tx.clone(), 2))
+            .ok()
+            .unwrap();
+        let b = names
+            .watch("d", "b", later, wake(tx.clone(), 3))
+            .ok()
+            .unwrap();
+        drop(dropped);
+        assert!(rx.try_recv().is_err(), "nothing published yet");
+        let file = |o: &str| Name {
+            object: format!("//produced/0/{o}"),
+            mode: 0o644,
+            ..Name::default()
+        };
+        names.set("d", "a", Some(file("x"))).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), (1, "//produced/0/x".into()));
+        assert!(
+            rx.try_recv().is_err(),
+            "the dropped watch and another name's stay quiet"
+        );
+        let c = names.watch("d", "a", later, wake(tx, 4)).ok().unwrap();
+        assert_eq!(rx.try_recv().unwrap().0, 4, "published already: at once");
+        drop((a, b, c));
+        assert_eq!(names.waiting.readers(), 0);
     }
 
     #[test]

@@ -6,11 +6,12 @@
 //! thread submits to its ring. While such a reply is out its entry is held, so before each
 //! request is handled the thread makes sure another of its entries is registered and free.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use crossbeam_channel::{Receiver, Sender};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use super::abi::{self, ENT_IN_OUT, HEADER_BYTES, IN_OUT, InHeader, OP_IN};
+use crate::core::sync::lock;
 
 /// `enum fuse_uring_cmd`.
 const CMD_REGISTER: u32 = 1;
@@ -41,10 +43,14 @@ pub const AWAY: usize = 128;
 
 /// A queue's requests whose replies are out on other threads, shared by its ring threads:
 /// past [`AWAY`] for each of them, such a request is answered as if it could not wait (see
-/// `Fail::may_leave`). (Two threads may both take the last place: each has entries to spare.)
+/// `Fail::may_leave`), and so is one of a user who holds three quarters of them already: one
+/// user's waiting opens leave the others a share (they failed at once with ENOENT behind 1,024
+/// of one user's). (Two threads may both take the last place: each has entries to spare.)
 pub struct Away {
     out: AtomicUsize,
     most: usize,
+    /// The places each user holds.
+    by_uid: Mutex<HashMap<u32, usize>>,
 }
 
 impl Away {
@@ -52,7 +58,40 @@ impl Away {
         Away {
             out: AtomicUsize::new(0),
             most: threads * AWAY,
+            by_uid: Mutex::default(),
         }
+    }
+
+    /// The most places one user holds.
+    fn one_user(&self) -> usize {
+        self.most - self.most / 4
+    }
+
+    /// Whether a request of `uid` may leave. (Users are counted only once as many places are
+    /// out as one may hold: below that none can be past their share.)
+    fn may_leave(&self, uid: u32) -> bool {
+        let out = self.out.load(Ordering::Acquire);
+        out < self.most
+            && (out < self.one_user()
+                || lock(&self.by_uid).get(&uid).copied().unwrap_or(0) < self.one_user())
+    }
+
+    /// A request of `uid` left: its reply is made on another thread.
+    fn left(&self, uid: u32) {
+        *lock(&self.by_uid).entry(uid).or_default() += 1;
+        self.out.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The reply of a request of `uid` that left came back.
+    fn back(&self, uid: u32) {
+        let mut by_uid = lock(&self.by_uid);
+        if let Some(n) = by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                by_uid.remove(&uid);
+            }
+        }
+        self.out.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -215,8 +254,9 @@ struct Entry {
     holds: Option<u64>,
     /// The kernel refused its last submission: it serves no more.
     dead: bool,
-    /// Its reply is made on another thread: it holds one of the queue's [`Away`] places.
-    away: bool,
+    /// Its reply is made on another thread: it holds one of the queue's [`Away`] places, for
+    /// this user.
+    away: Option<u32>,
 }
 
 struct Ring<'a> {
@@ -339,7 +379,7 @@ impl Ring<'_> {
             iov,
             holds: None,
             dead: false,
-            away: false,
+            away: None,
         });
         self.register(self.entries.len() - 1)
     }
@@ -397,13 +437,14 @@ impl Ring<'_> {
         // and replies never write the header buffer (this thread does, in `commit_done`).
         let header = unsafe { &*buffers.header() };
         let (commit_id, payload_sz) = abi::ent_in_out(&header[ENT_IN_OUT..]).unwrap_or((0, 0));
+        let h = InHeader::parse(&header[IN_OUT..]);
         let completion = Completion {
             entry: i,
             tx: self.tx.clone(),
             wake: self.wake.clone(),
             owner: std::thread::current().id(),
             sent: false,
-            may_leave: self.away.out.load(Ordering::Acquire) < self.away.most,
+            may_leave: h.is_some_and(|h| self.away.may_leave(h.uid)),
         };
         self.entries[i].holds = Some(commit_id);
         // (Submitted only when something is queued, the wake's re-arm: an empty submit is a
@@ -411,7 +452,7 @@ impl Ring<'_> {
         if !self.uring.submission().is_empty() {
             self.uring.submit()?;
         }
-        let Some(h) = InHeader::parse(&header[IN_OUT..]) else {
+        let Some(h) = h else {
             drop(completion); // answered EIO
             return self.commit_done();
         };
@@ -427,8 +468,8 @@ impl Ring<'_> {
         // Replies made on this thread are in the channel already; the others hold entries.
         self.commit_done()?;
         if self.entries[i].holds.is_some() {
-            self.entries[i].away = true;
-            self.away.out.fetch_add(1, Ordering::AcqRel);
+            self.entries[i].away = Some(h.uid);
+            self.away.left(h.uid);
         }
         Ok(())
     }
@@ -452,8 +493,8 @@ impl Ring<'_> {
                 // (Already answered: a reply sends once.)
                 continue;
             };
-            if std::mem::take(&mut self.entries[i].away) {
-                self.away.out.fetch_sub(1, Ordering::AcqRel);
+            if let Some(uid) = self.entries[i].away.take() {
+                self.away.back(uid);
             }
             let buffers = self.entries[i].buffers.clone();
             // SAFETY: the reply is done (it said so): the entry is this thread's again.
@@ -485,5 +526,36 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
         let mut bytes: [u8; 128] = std::mem::transmute(sqe);
         bytes[24..28].copy_from_slice(&len.to_le_bytes());
         std::mem::transmute::<[u8; 128], squeue::Entry128>(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_user_leaves_the_others_a_share_of_a_queues_places() {
+        let away = Away::for_queue(1);
+        let mut taken = 0;
+        while away.may_leave(7) {
+            away.left(7);
+            taken += 1;
+        }
+        assert_eq!(taken, AWAY - AWAY / 4, "one user holds three quarters");
+        let mut others = 0;
+        while away.may_leave(8) {
+            away.left(8);
+            others += 1;
+        }
+        assert_eq!(others, AWAY / 4, "another user the rest");
+        assert!(!away.may_leave(9), "all places out");
+        away.back(8);
+        assert!(away.may_leave(9) && !away.may_leave(7));
+        away.back(7);
+        assert!(away.may_leave(7), "a place given back is the user's again");
+        for _ in 1..taken {
+            away.back(7);
+        }
+        assert!(lock(&away.by_uid).get(&7).is_none());
     }
 }
