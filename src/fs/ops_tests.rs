@@ -428,12 +428,16 @@ fn a_uid_past_its_cap_is_refused_at_the_crossing_write() {
     // Another uid is not held by the first one's bytes.
     let b = create("p1", 1001);
     w.fs.write(b.fh, 0, &[3; 1000]).unwrap();
-    w.fs.write(a.fh, 600, &[2; 400]).unwrap();
+    // Refused a write, the file is failed (issue 69): its close says why, it is never
+    // published, and it holds nothing against its owner after.
+    assert_eq!(w.fs.flush(a.fh).unwrap_err().errno(), libc::EDQUOT);
+    let _ = w.fs.release(a.fh);
+    assert!(read_whole(&w.fs, "p0").is_err());
+    let a = create("p0", 1000);
+    w.fs.write(a.fh, 0, &[1; 1000]).unwrap();
     w.fs.flush(a.fh).unwrap();
     w.fs.release(a.fh).unwrap();
-    let mut want = vec![1; 600];
-    want.extend([2; 400]);
-    assert_eq!(read_whole(&w.fs, "p0").unwrap(), want);
+    assert_eq!(read_whole(&w.fs, "p0").unwrap(), vec![1; 1000]);
 
     // What it published here counts: no room for a byte more, by write or by truncate.
     let c = create("p2", 1000);
@@ -448,13 +452,14 @@ fn a_uid_past_its_cap_is_refused_at_the_crossing_write() {
     // Removed, it is given back.
     w.fs.remove(ROOT_INO, OsStr::new("p0"), false).unwrap();
     w.fs.write(c.fh, 0, &[4; 1000]).unwrap();
-    // A truncate gives back too.
+    // A truncate gives back too; emptied, the file (failed at its refused write) holds no
+    // failed write's bytes any more, and may be published again.
     let shrink = Changes {
-        size: Some(100),
+        size: Some(0),
         ..Changes::default()
     };
     w.fs.setattr(c_ino, &shrink).unwrap();
-    w.fs.write(c.fh, 100, &[5; 900]).unwrap();
+    w.fs.write(c.fh, 0, &[5; 1000]).unwrap();
     assert_eq!(w.fs.stats().quota_refusals.load(Ordering::Relaxed), 3);
     for h in [b, c] {
         w.fs.flush(h.fh).unwrap();
