@@ -365,7 +365,7 @@ impl Reloaded {
 }
 
 /// Whether every chunk is present and verified in this daemon's lifetime.
-fn all_verified(st: &State) -> bool {
+pub(super) fn all_verified(st: &State) -> bool {
     st.chunks
         .iter()
         .all(|c| matches!(c, Chunk::Present { verified: true, .. }))
@@ -659,6 +659,12 @@ impl Entry {
         // promise either: the file as it is now may be changed already.
         if seen != 0 && self.ctime_print() == Some(seen) {
             return true;
+        }
+        if seen == 0 {
+            // Chunks verified while it was partly cached are trusted only under that guard's
+            // print: one that moved makes them all unverified, checked by the caller.
+            let _ = self.guard_partial();
+            return false;
         }
         if seen != 0 && !self.packed() {
             tracing::warn!(path = %self.path, "cache data file changed behind the daemon: rechecking");

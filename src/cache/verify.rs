@@ -134,16 +134,22 @@ impl Entry {
         Ok(all_good)
     }
 
-    /// The guard of a partly cached file against changes behind the daemon (a complete one has
-    /// [`Entry::is_verified`] at each open): its pages and chunks are verified once each, so a
-    /// byte changed on the cache disk after that would be served as it is. The data file's
-    /// ctime print is kept from one check to the next; a print that moved since (another
-    /// process wrote the file; the daemon's own writes move it forward with them, see
-    /// [`Entry::wrote_own`]) makes every page and chunk unverified, each checked against its
-    /// crc before it is next served. The first check of an entry arms the guard the same way.
-    fn guard_partial(&self) -> Result<(), CacheError> {
-        if self.is_complete() {
-            return Ok(());
+    /// The guard of a partly cached file against changes behind the daemon (a complete one,
+    /// every chunk verified, has the print of [`Entry::is_verified`] at each open instead): its
+    /// pages and chunks are verified once each, so a byte changed on the cache disk after that
+    /// would be served as it is. The data file's ctime print is kept from one check to the
+    /// next; a print that moved since (another process wrote the file; the daemon's own writes
+    /// move it forward with them, see [`Entry::wrote_own`]) makes every page and chunk
+    /// unverified, each checked against its crc before it is next served. The first check of
+    /// an entry arms the guard the same way. It holds until the whole-file print takes over:
+    /// a file completed with some chunks unverified (a repair, after this guard unverified
+    /// them) keeps it, else its verified chunks would be trusted under no print at all.
+    pub(super) fn guard_partial(&self) -> Result<(), CacheError> {
+        {
+            let st = self.state.lock();
+            if st.verified_ctime != 0 && super::entry::all_verified(&st) {
+                return Ok(());
+            }
         }
         let now = ctime_print(&*self.file(Mode::ReadWrite)?).unwrap_or(0);
         let mut st = self.state.lock();
