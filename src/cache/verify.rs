@@ -146,8 +146,11 @@ impl Entry {
     /// them) keeps it, else its verified chunks would be trusted under no print at all.
     pub(super) fn guard_partial(&self) -> Result<(), CacheError> {
         {
-            let st = self.state.lock();
-            if st.verified_ctime != 0 && super::entry::all_verified(&st) {
+            // A one-chunk file has no pages, and is checked whole (`verify`) before it is served.
+            let mut st = self.state.lock();
+            if st.chunks.print_mut().is_none()
+                || (st.verified_ctime != 0 && super::entry::all_verified(&st))
+            {
                 return Ok(());
             }
         }
