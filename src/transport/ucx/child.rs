@@ -368,8 +368,7 @@ impl Inner {
         if let Ok(lib) = ucx_sys::load() {
             cmd.env("DYADFS_UCX_LIB", lib);
         }
-        // No `ucx.conf` of the daemon's directory (UCX reads `./ucx.conf`): the child starts
-        // in `/`, and loads UCX from there as every dyadfs process does (`ucx_sys::load`).
+        // No `./ucx.conf` of the daemon's directory: it starts in `/` (see `ucx_sys::load`).
         cmd.current_dir("/");
         // Not even the daemon's log: a process anyone on the network may take over over tcp
         // must not write where root reads.
@@ -425,7 +424,6 @@ impl Inner {
                     libc::kill(pid, libc::SIGKILL);
                     libc::waitpid(pid, std::ptr::null_mut(), 0);
                 }
-                // Said in words: what the process said, or that it said nothing.
                 let why = match other {
                     Ok(Some(FromChild::Failed(why))) => why,
                     Ok(Some(_)) => "it answered out of turn".into(),
