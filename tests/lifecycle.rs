@@ -185,3 +185,31 @@ fn refusals_say_what_to_do() {
         "{err}"
     );
 }
+
+/// Issue 69: SIGTERM to a daemon whose mount has a file merely held open (no request running)
+/// exits at once; it waited its 5 s grace and logged `ERROR requests still running` before.
+/// (A request held, a waiting open, still gets the grace: `sizes`'
+/// `sigterm_stops_a_busy_daemon_within_seconds`.)
+#[test]
+fn sigterm_with_a_file_merely_open_exits_at_once() {
+    let f = Fixture::new("term-open");
+    f.write("a.bin", b"held open");
+    let m = f.mount(&[]);
+    let held = fs::File::open(m.path("a.bin")).unwrap();
+    let pid = m.pid;
+    let t = Instant::now();
+    // SAFETY: a signal to the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    wait_gone(pid);
+    let took = t.elapsed();
+    std::mem::forget(m);
+    let log = fs::read_to_string(f.ssd.join("dyadfs.log")).unwrap();
+    assert!(log.contains("no request running: exiting"), "{log}");
+    assert!(!log.contains("requests still running"), "{log}");
+    assert!(
+        took < Duration::from_secs(3),
+        "exited {took:?} after SIGTERM"
+    );
+    println!("exited {took:?} after SIGTERM with a file open");
+    drop(held);
+}

@@ -504,7 +504,8 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     ops.set_notifier(session.notifier());
     start_transport(args, &ops, &mut session)?;
     start_inode_shedding(shedder, session.notifier())?;
-    start_stop_on_signal(set, session.unmount_callable(), &args.mountpoint)?;
+    let running = ops.running().clone();
+    start_stop_on_signal(set, session.unmount_callable(), &args.mountpoint, running)?;
     start_kernel_readahead(args, ops.clone())?;
     tracing::info!(
         mountpoint = %args.mountpoint.display(),
@@ -598,6 +599,7 @@ fn start_stop_on_signal(
     set: crate::sys::StopSignals,
     mut unmounter: fuser::SessionUnmounter,
     mountpoint: &Path,
+    running: std::sync::Arc<crate::fuse::running::Running>,
 ) -> Result<(), UserError> {
     let mountpoint: PathBuf = mountpoint.to_path_buf();
     std::thread::Builder::new()
@@ -606,15 +608,29 @@ fn start_stop_on_signal(
             let sig = set.wait();
             tracing::info!(signal = sig, "unmounting {}", mountpoint.display());
             if let Err(e) = unmounter.unmount() {
-                // EBUSY: files are open on it. Detached, it is gone for new users at once.
-                tracing::warn!(error = %e, "unmount failed: detaching the mount");
+                // EBUSY: files are open on it. Detached, it is gone for new users at once, but
+                // the session lives until the last of them is closed: once no request runs,
+                // nothing is left to finish.
+                tracing::info!(error = %e, "unmount refused (files are open): detaching the mount");
                 if let Err(e) = crate::sys::detach(&mountpoint) {
                     tracing::error!(error = %e, "detaching the mount failed");
                 }
+                let deadline = std::time::Instant::now() + STOP_GRACE;
+                while std::time::Instant::now() < deadline {
+                    if running.now() == 0 {
+                        tracing::info!(
+                            "no request running: exiting (files still open on the detached \
+                             mount get ENOTCONN)"
+                        );
+                        std::process::exit(0);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            } else {
+                // A request still running (a long wait, a seal) would keep the session, and so
+                // the daemon, alive: a stop takes effect within seconds whatever.
+                std::thread::sleep(STOP_GRACE);
             }
-            // A request still running (a long wait, a seal) or a file still open would keep the
-            // session, and so the daemon, alive: a stop takes effect within seconds whatever.
-            std::thread::sleep(STOP_GRACE);
             tracing::error!(
                 "requests still running {STOP_GRACE:?} after the signal: exiting without them"
             );

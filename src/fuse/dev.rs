@@ -65,6 +65,11 @@ impl<S: Source> FuseAdapter<S> {
     pub fn ops(&self) -> Arc<Ops<S>> {
         self.ops.clone()
     }
+
+    /// `reply`, counted among the requests running until it is made.
+    fn counted<R>(&self, reply: R) -> super::running::Counted<R> {
+        super::running::Counted::new(reply, self.ops.running())
+    }
 }
 
 fn caller(req: &Request) -> Caller {
@@ -145,7 +150,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.ops.lookup(caller(req), parent.0, name, reply);
+        self.ops
+            .lookup(caller(req), parent.0, name, self.counted(reply));
     }
 
     // (batch_forget's default calls this for each inode.)
@@ -154,15 +160,16 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.ops.getattr(ino.0, reply);
+        self.ops.getattr(ino.0, self.counted(reply));
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.ops.readlink(ino.0, reply);
+        self.ops.readlink(ino.0, self.counted(reply));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.ops.open(caller(req), ino.0, flags.0, reply);
+        self.ops
+            .open(caller(req), ino.0, flags.0, self.counted(reply));
     }
 
     fn read(
@@ -176,7 +183,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.ops.read(ino.0, fh.0, offset, size, reply);
+        self.ops
+            .read(ino.0, fh.0, offset, size, self.counted(reply));
     }
 
     fn release(
@@ -189,7 +197,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.ops.release(ino.0, fh.0, reply);
+        self.ops.release(ino.0, fh.0, self.counted(reply));
     }
 
     fn flush(
@@ -200,7 +208,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.ops.flush(caller(req), ino.0, fh.0, reply);
+        self.ops
+            .flush(caller(req), ino.0, fh.0, self.counted(reply));
     }
 
     fn create(
@@ -215,7 +224,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
     ) {
         let c = caller(req);
         self.ops
-            .create(c, parent.0, name, mode, umask, flags, reply);
+            .create(c, parent.0, name, mode, umask, flags, self.counted(reply));
     }
 
     fn write(
@@ -230,7 +239,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.ops.write(fh.0, offset, data, reply);
+        self.ops.write(fh.0, offset, data, self.counted(reply));
     }
 
     fn fsync(
@@ -241,7 +250,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.ops.fsync(fh.0, reply);
+        self.ops.fsync(fh.0, self.counted(reply));
     }
 
     fn setattr(
@@ -270,7 +279,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        self.ops.setattr(ino.0, &changes, reply);
+        self.ops.setattr(ino.0, &changes, self.counted(reply));
     }
 
     fn mkdir(
@@ -282,8 +291,14 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.ops
-            .mkdir(caller(req), parent.0, name, mode, umask, reply);
+        self.ops.mkdir(
+            caller(req),
+            parent.0,
+            name,
+            mode,
+            umask,
+            self.counted(reply),
+        );
     }
 
     fn symlink(
@@ -294,8 +309,13 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        self.ops
-            .symlink(caller(req), parent.0, link_name, target, reply);
+        self.ops.symlink(
+            caller(req),
+            parent.0,
+            link_name,
+            target,
+            self.counted(reply),
+        );
     }
 
     fn mknod(
@@ -309,7 +329,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyEntry,
     ) {
         let c = caller(req);
-        self.ops.mknod(c, parent.0, name, mode, umask, rdev, reply);
+        self.ops
+            .mknod(c, parent.0, name, mode, umask, rdev, self.counted(reply));
     }
 
     fn link(
@@ -320,15 +341,16 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.ops.link(ino.0, newparent.0, newname, reply);
+        self.ops
+            .link(ino.0, newparent.0, newname, self.counted(reply));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.ops.unlink(parent.0, name, reply);
+        self.ops.unlink(parent.0, name, self.counted(reply));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.ops.rmdir(parent.0, name, reply);
+        self.ops.rmdir(parent.0, name, self.counted(reply));
     }
 
     fn rename(
@@ -342,12 +364,18 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         reply: ReplyEmpty,
     ) {
         let flags = flags.bits();
-        self.ops
-            .rename(parent.0, name, newparent.0, newname, flags, reply);
+        self.ops.rename(
+            parent.0,
+            name,
+            newparent.0,
+            newname,
+            flags,
+            self.counted(reply),
+        );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.ops.opendir(ino.0, reply);
+        self.ops.opendir(ino.0, self.counted(reply));
     }
 
     fn readdir(
@@ -358,7 +386,7 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        self.ops.readdir(ino.0, fh.0, offset, reply);
+        self.ops.readdir(ino.0, fh.0, offset, self.counted(reply));
     }
 
     fn readdirplus(
@@ -369,7 +397,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        self.ops.readdirplus(ino.0, fh.0, offset, reply);
+        self.ops
+            .readdirplus(ino.0, fh.0, offset, self.counted(reply));
     }
 
     fn releasedir(
@@ -380,19 +409,20 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.ops.releasedir(fh.0, reply);
+        self.ops.releasedir(fh.0, self.counted(reply));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.ops.statfs(reply);
+        self.ops.statfs(self.counted(reply));
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.ops.getxattr(caller(req), ino.0, name, size, reply);
+        self.ops
+            .getxattr(caller(req), ino.0, name, size, self.counted(reply));
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.ops.listxattr(size, reply);
+        self.ops.listxattr(size, self.counted(reply));
     }
 }
 

@@ -16,6 +16,7 @@ mod ops_tests;
 pub mod passthrough;
 pub mod reply;
 pub mod ring;
+pub mod running;
 mod waiting;
 
 pub use dev::{FuseAdapter, FuseTransport};

@@ -92,6 +92,8 @@ pub struct Ops<S: Source> {
     access: OnceLock<Access>,
     list_readers: Arc<ListReaders>,
     pub(super) waiters: Arc<Waiters>,
+    /// Requests taken and not yet answered (see [`super::running`]).
+    running: Arc<super::running::Running>,
 }
 
 fn errno(e: &Error) -> i32 {
@@ -144,6 +146,7 @@ impl<S: Source> Ops<S> {
             access: OnceLock::new(),
             list_readers: Arc::default(),
             waiters,
+            running: Arc::default(),
         })
     }
 
@@ -164,6 +167,11 @@ impl<S: Source> Ops<S> {
     /// Who may make requests: set once, from the mount's options, before the ring starts.
     pub fn set_access(&self, access: Access) {
         let _ = self.access.set(access);
+    }
+
+    /// Requests taken and not yet answered.
+    pub fn running(&self) -> &Arc<super::running::Running> {
+        &self.running
     }
 
     pub fn access(&self) -> Access {

@@ -29,7 +29,8 @@ pub fn handle<S: Source>(
     let mut slot = Some(done);
     let mut reply = |direct: bool, limit: usize| {
         let done = slot.take().expect("one reply per request");
-        RingReply::new(buffers.clone(), done, direct, limit)
+        let reply = RingReply::new(buffers.clone(), done, direct, limit);
+        crate::fuse::running::Counted::new(reply, ops.running())
     };
     let c = Caller {
         uid: h.uid,
