@@ -5,6 +5,10 @@
 
 pub mod config;
 mod error;
+mod mountinfo;
+pub use mountinfo::is_mount_point;
+use mountinfo::mount_device;
+mod stop;
 mod takeover;
 mod tool;
 mod undo;
@@ -242,50 +246,6 @@ pub(super) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> 
     })
 }
 
-/// Whether `path` (canonical) is a mount point, from /proc/self/mountinfo.
-pub fn is_mount_point(path: &Path) -> bool {
-    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| unescape_mountinfo(m) == path.as_os_str().to_string_lossy())
-}
-
-/// The device of the file system mounted at `path` (the last such mount), from
-/// /proc/self/mountinfo: no request to that file system (a daemon's own mount cannot answer
-/// its daemon while it is being killed).
-fn mount_device(path: &Path) -> Option<(u32, u32)> {
-    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.as_os_str().to_string_lossy();
-    let line = info.lines().rev().find(|l| {
-        l.split(' ')
-            .nth(4)
-            .is_some_and(|m| unescape_mountinfo(m) == want)
-    })?;
-    let (major, minor) = line.split(' ').nth(2)?.split_once(':')?;
-    Some((major.parse().ok()?, minor.parse().ok()?))
-}
-
-fn unescape_mountinfo(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            let oct: String = chars.by_ref().take(3).collect();
-            if let Ok(v) = u8::from_str_radix(&oct, 8) {
-                out.push(v as char);
-                continue;
-            }
-            out.push(c);
-            out.push_str(&oct);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The empty directory a managed directory presents as its dataset: created if missing, mode
 /// 1777 like /tmp (the mount's root, where any user's producer may create its files and only
 /// remove its own), and never anything in it (nothing is ever written there: produced files live
@@ -470,7 +430,7 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
 }
 
 /// How long a daemon told to stop waits for its requests before it exits without them.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+pub(super) const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Mounts `fs`, reports readiness, and serves until unmounted.
 pub(super) fn run_session<S: crate::core::source::Source>(
@@ -505,7 +465,7 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     start_transport(args, &ops, &mut session)?;
     start_inode_shedding(shedder, session.notifier())?;
     let running = ops.running().clone();
-    start_stop_on_signal(set, session.unmount_callable(), &args.mountpoint, running)?;
+    stop::start_stop_on_signal(set, session.unmount_callable(), &args.mountpoint, running)?;
     start_kernel_readahead(args, ops.clone())?;
     tracing::info!(
         mountpoint = %args.mountpoint.display(),
@@ -588,56 +548,6 @@ fn start_inode_shedding(
         })
         .map_err(|source| UserError::Start {
             what: "inode-shed thread",
-            source,
-        })?;
-    Ok(())
-}
-
-/// On a stop signal, unmounts (or detaches) the mount, and exits if requests still run
-/// [`STOP_GRACE`] later.
-fn start_stop_on_signal(
-    set: crate::sys::StopSignals,
-    mut unmounter: fuser::SessionUnmounter,
-    mountpoint: &Path,
-    running: std::sync::Arc<crate::fuse::running::Running>,
-) -> Result<(), UserError> {
-    let mountpoint: PathBuf = mountpoint.to_path_buf();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let sig = set.wait();
-            tracing::info!(signal = sig, "unmounting {}", mountpoint.display());
-            if let Err(e) = unmounter.unmount() {
-                // EBUSY: files are open on it. Detached, it is gone for new users at once, but
-                // the session lives until the last of them is closed: once no request runs,
-                // nothing is left to finish.
-                tracing::info!(error = %e, "unmount refused (files are open): detaching the mount");
-                if let Err(e) = crate::sys::detach(&mountpoint) {
-                    tracing::error!(error = %e, "detaching the mount failed");
-                }
-                let deadline = std::time::Instant::now() + STOP_GRACE;
-                while std::time::Instant::now() < deadline {
-                    if running.now() == 0 {
-                        tracing::info!(
-                            "no request running: exiting (files still open on the detached \
-                             mount get ENOTCONN)"
-                        );
-                        std::process::exit(0);
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            } else {
-                // A request still running (a long wait, a seal) would keep the session, and so
-                // the daemon, alive: a stop takes effect within seconds whatever.
-                std::thread::sleep(STOP_GRACE);
-            }
-            tracing::error!(
-                "requests still running {STOP_GRACE:?} after the signal: exiting without them"
-            );
-            std::process::exit(1);
-        })
-        .map_err(|source| UserError::Start {
-            what: "signal thread",
             source,
         })?;
     Ok(())

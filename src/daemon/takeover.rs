@@ -28,7 +28,7 @@ pub fn open_cache(
         match Cache::open(config, stats.clone()) {
             Err(CacheError::Locked(dir)) if started.elapsed() < WAIT => {
                 let (pid, mounted_at) = holder(&dir).unwrap_or_default();
-                if mounted_at.as_os_str().is_empty() || is_mounted(&mounted_at) {
+                if mounted_at.as_os_str().is_empty() || super::is_mount_point(&mounted_at) {
                     return Err(CacheError::Locked(dir));
                 }
                 if !said {
@@ -64,41 +64,4 @@ fn holder(dir: &Path) -> Option<(u32, PathBuf)> {
     let text = std::fs::read_to_string(dir.join("lock")).ok()?;
     let (pid, mnt) = text.trim_end_matches('\n').split_once(' ')?;
     Some((pid.parse().ok()?, PathBuf::from(mnt)))
-}
-
-/// Whether `path` is a mount point in this mount namespace (`/proc/self/mountinfo`, whose
-/// fifth field escapes space, tab, newline and backslash in octal).
-fn is_mounted(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return true;
-    };
-    let want = escaped(&path.to_string_lossy());
-    info.lines()
-        .any(|l| l.split(' ').nth(4).is_some_and(|m| m == want))
-}
-
-fn escaped(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for c in path.chars() {
-        match c {
-            ' ' => out.push_str("\\040"),
-            '\t' => out.push_str("\\011"),
-            '\n' => out.push_str("\\012"),
-            '\\' => out.push_str("\\134"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_mount_point_is_found_as_mountinfo_writes_it() {
-        assert!(is_mounted(Path::new("/proc")));
-        assert!(!is_mounted(Path::new("/no such/mount")));
-        assert_eq!(escaped("/a b\\c"), "/a\\040b\\134c");
-    }
 }
