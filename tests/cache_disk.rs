@@ -424,3 +424,41 @@ fn pages_of_a_partly_cached_file_changed_while_mounted_are_never_served() {
     }
     m.unmount();
 }
+
+/// Issue 69: a producer whose cache disk fails under it (ext4 turning itself read-only on an
+/// error, as a failing NVMe makes it) gets the disk's errno at the write or at close, and its
+/// file is never published; a file closed before the failure stays readable.
+#[test]
+fn a_produced_file_on_a_failing_disk_is_never_published() {
+    let f = Fixture::new("disk-fail-produce");
+    let ext4 = Mount::ext4(&f.root.join("cache.img"), 64 << 20, &f.ssd);
+    let m = f.mount_managed_with(&f.ssd.join("c"), &["--capacity", "48M"]);
+    let before = pattern(MIB, 69);
+    fs::write(m.path("before"), &before).unwrap();
+    let mut file = File::create(m.path("during")).unwrap();
+    file.write_all(&pattern(MIB, 70)).unwrap();
+    ext4.ext4_error();
+    let wrote = file
+        .write_all(&pattern(4 * MIB, 71))
+        .and_then(|()| file.sync_all());
+    // SAFETY: `into_raw_fd` hands over the descriptor, closed once here.
+    let closed = unsafe { libc::close(std::os::unix::io::IntoRawFd::into_raw_fd(file)) };
+    let errno = match wrote {
+        Err(e) => e.raw_os_error(),
+        Ok(()) if closed != 0 => std::io::Error::last_os_error().raw_os_error(),
+        Ok(()) => None,
+    };
+    assert!(
+        matches!(errno, Some(libc::EROFS | libc::EIO)),
+        "the write or close of a file on a failed disk said {errno:?}"
+    );
+    println!("the failed disk said {errno:?} to the producer");
+    // (Listed, not stat'ed: the kernel may keep the created name for its 1 s TTL.)
+    let listed: Vec<String> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(listed, ["before"], "the failed file was published");
+    assert!(fs::read(m.path("before")).unwrap() == before);
+    m.unmount();
+}
