@@ -660,24 +660,11 @@ impl Entry {
         if seen != 0 && self.ctime_print() == Some(seen) {
             return true;
         }
-        if seen == 0 {
-            // Chunks verified while it was partly cached are trusted only under that guard's
-            // print: one that moved makes them all unverified, checked by the caller.
-            let _ = self.guard_partial();
-            return false;
-        }
         if seen != 0 && !self.packed() {
             tracing::warn!(path = %self.path, "cache data file changed behind the daemon: rechecking");
         }
         let mut st = self.state.lock();
-        for c in st.chunks.iter_mut() {
-            if let Chunk::Present { crc, .. } = *c {
-                *c = Chunk::Present {
-                    crc,
-                    verified: false,
-                };
-            }
-        }
+        st.chunks.unverify();
         st.verified_ctime = 0;
         false
     }

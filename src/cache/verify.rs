@@ -144,7 +144,7 @@ impl Entry {
     /// an entry arms the guard the same way. It holds until the whole-file print takes over:
     /// a file completed with some chunks unverified (a repair, after this guard unverified
     /// them) keeps it, else its verified chunks would be trusted under no print at all.
-    pub(super) fn guard_partial(&self) -> Result<(), CacheError> {
+    fn guard_partial(&self) -> Result<(), CacheError> {
         {
             // A one-chunk file has no pages, and is checked whole (`verify`) before it is served.
             let mut st = self.state.lock();
