@@ -61,20 +61,13 @@ pub fn validate(args: &MountConfig) -> Result<(), UserError> {
         }
     }
     // Everything that could be checked without it is: now the cache dir. A refusal from here
-    // on removes what this call created, so a corrected mount finds things as they were.
-    let created = match fs::DirBuilder::new().mode(0o700).create(&args.ssd) {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+    // on leaves it as it was: `mount` undoes what this call made (see `undo`).
+    match fs::DirBuilder::new().mode(0o700).create(&args.ssd) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(not_writable(e)),
-    };
-    let prepared = prepare_cache_dir(args);
-    if prepared.is_err() && created {
-        if args.managed {
-            let _ = fs::remove_dir(&args.backing);
-        }
-        let _ = fs::remove_dir(&args.ssd);
     }
-    prepared
+    prepare_cache_dir(args)
 }
 
 /// /dev/fuse is there, and a plain user may open it.
