@@ -113,6 +113,17 @@ pub enum DataPlaneArg {
     Stream,
 }
 
+/// When a node copies what the others fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplicateArg {
+    /// Never
+    Off,
+    /// On a cluster mount with --backing, while the cache is under half its capacity
+    Auto,
+    /// Always on a cluster, while the cache is under 90% of its capacity
+    On,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TransportCommand {
     /// Serve the files under a directory to pullers
@@ -489,13 +500,25 @@ pub struct MountArgs {
     #[arg(hide_short_help = true, long, help_heading = "Cluster")]
     pub ucx_over_tcp: bool,
 
-    /// Copy the files other nodes fetch into this node's cache too, in the background: at the
-    /// lowest CPU priority, paused while the machine's CPUs are less than 20% idle, and only
-    /// while the cache is under 90% full (nothing is evicted for it), so a later epoch that
-    /// reads another shard finds it local. Each node then moves the whole dataset over the
-    /// network once
-    #[arg(hide_short_help = true, long, help_heading = "Cluster")]
-    pub replicate: bool,
+    /// Copy the files other nodes fetch into this node's cache too, in the background, in
+    /// batches from the node that fetched them (never from the shared file system): at the
+    /// lowest CPU priority, paused while the machine's CPUs are less than 20% idle, never
+    /// evicting, so a later epoch that reads another shard finds it local. `auto`: on a
+    /// cluster with --backing, while the cache is under half its capacity (a dataset that fits
+    /// twice over is copied whole; a larger one in part, leaving the rest of the disk to the
+    /// node's own reads). `on` (or `--replicate` alone): up to 90% of the capacity, also on a
+    /// managed directory. `off`: never. Each node moves a dataset over the network at most once
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_enum,
+        value_name = "WHEN",
+        default_value = "auto",
+        num_args = 0..=1,
+        default_missing_value = "on",
+        help_heading = "Cluster"
+    )]
+    pub replicate: ReplicateArg,
 
     /// The job secret every node proves on every connection (a key file from `dyadfs keygen`,
     /// owned by the daemon's user, mode 0600). With --rendezvous and no secret, the first daemon

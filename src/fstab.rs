@@ -63,7 +63,11 @@ pub fn mount_argv(helper_args: &[OsString]) -> Result<Vec<OsString>, String> {
         mount
             .get_arguments()
             .find(|a| a.get_long() == Some(name))
-            .map(|a| a.get_action().takes_values())
+            .map(|a| {
+                // A value that may be left out (`replicate`): a flag without one.
+                let optional = a.get_num_args().is_some_and(|n| n.min_values() == 0);
+                (a.get_action().takes_values(), optional)
+            })
     };
     let mut argv: Vec<OsString> = vec!["dyadfs".into(), "mount".into(), mountpoint.clone()];
     // The source "managed" (or "none", fstab's word for no device): a managed directory.
@@ -80,10 +84,14 @@ pub fn mount_argv(helper_args: &[OsString]) -> Result<Vec<OsString>, String> {
             continue;
         }
         match (flag(key), value) {
-            (Some(true), Some(v)) => argv.extend([format!("--{key}").into(), v.into()]),
-            (Some(true), None) => return Err(format!("option {key} needs a value ({key}=...)")),
-            (Some(false), None) => argv.push(format!("--{key}").into()),
-            (Some(false), Some(_)) => return Err(format!("option {key} takes no value")),
+            // `=`: an optional value must not be taken for the next argument.
+            (Some((true, true)), Some(v)) => argv.push(format!("--{key}={v}").into()),
+            (Some((true, false)), Some(v)) => argv.extend([format!("--{key}").into(), v.into()]),
+            (Some((true, false)), None) => {
+                return Err(format!("option {key} needs a value ({key}=...)"));
+            }
+            (Some((false, _) | (true, true)), None) => argv.push(format!("--{key}").into()),
+            (Some((false, _)), Some(_)) => return Err(format!("option {key} takes no value")),
             (None, _) => fuse.push(opt.to_string()),
         }
     }

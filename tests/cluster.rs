@@ -284,61 +284,6 @@ fn a_node_alone_in_its_rack_learns_other_racks_holders() {
     assert_eq!(c.total("bytes_from_backing"), total);
 }
 
-#[test]
-fn replicating_nodes_copy_what_another_fetched_and_then_read_it_locally() {
-    let mut c = Cluster::new("replicate", 4);
-    c.extra = vec!["--replicate".into()];
-    // Small samples and one file of several chunks.
-    let mut files: Vec<(String, Vec<u8>)> = (0..24)
-        .map(|k| {
-            (
-                format!("d/s{k:02}.npz"),
-                pattern((64 << 10) + k * 131, k as u64),
-            )
-        })
-        .collect();
-    files.push(("d/big.npz".into(), pattern(5 * MIB + 17, 99)));
-    for (p, d) in &files {
-        let path = c.backing.join(p);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, d).unwrap();
-    }
-    let (n, total) = (
-        files.len() as u64,
-        files.iter().map(|(_, d)| d.len() as u64).sum::<u64>(),
-    );
-    c.start(4);
-    for (p, d) in &files {
-        read_check(&c.nodes[0], p, d);
-    }
-    // The other three copy everything in the background, without a single read (they pause
-    // while the machine is busy: other tests).
-    for m in &c.nodes[1..] {
-        wait_until("every file replicated", Duration::from_secs(120), || {
-            m.stat("replicated_files") >= n
-        });
-        assert_eq!(m.stat("replicated_files"), n);
-        assert_eq!(m.stat("bytes_replicated"), total);
-        assert_eq!(
-            m.stat("bytes_from_backing"),
-            0,
-            "replication never reads the backing store"
-        );
-    }
-    assert_eq!(c.nodes[0].stat("replicated_files"), 0);
-    let pulled = c.total("bytes_from_peers");
-    assert_eq!(pulled, 3 * total);
-    // Reading on the others: byte-exact, all local, nothing fetched or pulled again.
-    for m in &c.nodes[1..] {
-        for (p, d) in &files {
-            read_check(m, p, d);
-        }
-        assert_eq!(m.stat("local_hits"), n, "{}", m.mnt.display());
-    }
-    assert_eq!(c.total("bytes_from_backing"), total);
-    assert_eq!(c.total("bytes_from_peers"), pulled);
-}
-
 fn expect_peers_error(c: &Cluster, content: &str, culprit: &str) {
     fs::write(&c.peers, content).unwrap();
     let out: Output = c.mount_cmd(0).output().unwrap();

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::daemon::config::{
-    ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PullToolConfig, ServeConfig, UcxConfig,
+    ClusterConfig, DataPlaneKind, MANAGED_ROOT, MountConfig, PullToolConfig, Replicate,
+    ServeConfig, UcxConfig,
 };
 use crate::fs::FsConfig;
 use crate::fuse::FuseTransport;
@@ -87,10 +88,20 @@ impl From<MountArgs> for MountConfig {
                 data_plane: a.data_plane.into(),
                 ucx_over_tcp: a.ucx_over_tcp,
                 failure_detection: a.failure_detection,
-                replicate: a.replicate,
+                replicate: a.replicate.into(),
                 secret_file: a.secret_file,
                 insecure: a.insecure,
             },
+        }
+    }
+}
+
+impl From<ReplicateArg> for Replicate {
+    fn from(a: ReplicateArg) -> Replicate {
+        match a {
+            ReplicateArg::Off => Replicate::Off,
+            ReplicateArg::Auto => Replicate::Auto,
+            ReplicateArg::On => Replicate::On,
         }
     }
 }

@@ -4,33 +4,34 @@
 //!
 //! The thread reads each global home's feed of copies racks gained (`Message::Gained`) and
 //! pulls what this node lacks from the holder named there: never from the backing store, never
-//! evicting (it stops while the cache is [`FILL_LIMIT`] full). Copies use the CPU a cold epoch
+//! evicting (it stops while the cache is fuller than its limit: `--replicate auto` half the
+//! capacity, `on` 90%). Whole small files come in batches from each holder (one connection,
+//! the requests in one write, the replies streamed back, stored by the batch fill as a
+//! prefetch list's are); larger files chunk by chunk. Copies use the CPU a cold epoch
 //! leaves idle while the shared file system is the bottleneck: the thread, the holder's serving
 //! thread and both UCX progress threads (a background worker on each node) run at the lowest
 //! priority, and copies pause while the machine has been busy ([`IdleGate`]). Each node then
 //! moves the whole dataset once over the network; without replication each epoch moves most
 //! of a shard.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::source::{ClusterSource, Locate, read_at_via_pieces};
-use crate::cache::Cache;
+use crate::cache::{Cache, Entry};
 use crate::core::Version;
-use crate::core::source::{FillSink, Origin, Source};
+use crate::core::source::{BatchSink, FillSink, Origin, Piece, Source};
 use crate::fill::Reader;
 use crate::locator::error::LocatorError;
 use crate::locator::membership::NodeId;
 use crate::locator::tiers::Key;
 use crate::stats::Stats;
-use crate::transport::pull::Puller;
+use crate::transport::TransportError;
+use crate::transport::pull::{Puller, Want};
 
-/// Replication stops while the cache holds more than this share of its capacity, leaving the
-/// rest to the files this node's readers ask for.
-pub const FILL_LIMIT: f64 = 0.9;
 /// Most copies asked of one global home at a time.
 const FEED_BATCH: u32 = 512;
 /// Pause between feed polls once nothing new arrives: from the first to the last, doubling.
@@ -99,17 +100,18 @@ fn busy_idle(stat: &str) -> Option<(u64, u64)> {
     Some((ticks.iter().sum::<u64>() - idle, idle))
 }
 
-/// Pulls one file from the holders the feed named; anything else is an error (the replicator
-/// skips the file: a reader that needs it later locates it as usual).
-struct FromHolders {
+/// Pulls from the holder the feed named: one file at a time, or whole small files in batches
+/// (one connection, the requests in one write, the replies streamed back). Anything else is an
+/// error (the replicator skips the file: a reader that needs it later locates it as usual).
+struct FromHolder {
     cluster: Arc<ClusterSource>,
     copier: Arc<Puller>,
-    holders: Vec<NodeId>,
-    /// Bytes this source pulled (a reader may fill part of the file meanwhile).
+    holder: NodeId,
+    /// Bytes this source pulled (a reader may fill part of a file meanwhile).
     pulled: AtomicU64,
 }
 
-impl Source for FromHolders {
+impl Source for FromHolder {
     fn read_at(
         &self,
         path: &str,
@@ -132,7 +134,7 @@ impl Source for FromHolders {
             &*self.copier,
             path,
             version,
-            &self.holders,
+            &[self.holder],
             (offset, len, Instant::now() + self.cluster.locator.timeout()),
             sink,
         )?;
@@ -142,14 +144,66 @@ impl Source for FromHolders {
         self.pulled.fetch_add(len, Ordering::Relaxed);
         Ok(Origin::Peer)
     }
+
+    fn read_batch(&self, files: &[Piece<'_>], sink: BatchSink<'_>) -> Vec<io::Result<Origin>> {
+        let all = |e: &dyn std::fmt::Display| -> Vec<io::Result<Origin>> {
+            files
+                .iter()
+                .map(|_| Err(io::Error::other(e.to_string())))
+                .collect()
+        };
+        let link = &self.cluster.locator;
+        let Some(addr) = link.membership().member(self.holder).map(|m| m.addr) else {
+            return all(&"the holder left the cluster");
+        };
+        let wants: Vec<Want> = files
+            .iter()
+            .map(|f| Want {
+                path: f.path.to_string(),
+                version: f.version,
+                offset: 0,
+                len: f.len,
+            })
+            .collect();
+        let mut each = |k: usize, bytes: &[u8], crc: u32| sink(k, 0, bytes, Some(crc));
+        match self
+            .copier
+            .pull_batch(addr, &wants, &mut each, link.timeout())
+        {
+            Ok(outcomes) => outcomes
+                .into_iter()
+                .zip(files)
+                .map(|(r, f)| match r {
+                    Ok(()) => {
+                        self.pulled.fetch_add(f.len, Ordering::Relaxed);
+                        let stats = &self.cluster.stats;
+                        stats.batched_pulls.fetch_add(1, Ordering::Relaxed);
+                        Ok(Origin::Peer)
+                    }
+                    Err(TransportError::Sink(e)) => Err(e),
+                    Err(e) => Err(io::Error::other(e.to_string())),
+                })
+                .collect(),
+            Err(e) => {
+                // The connection failed (the holder died, froze or restarted): reported once,
+                // so that readers try it last; its files are left to them.
+                if let Some(f) = files.first() {
+                    link.pull_failed(f.path, f.version, self.holder, &e);
+                }
+                all(&e)
+            }
+        }
+    }
 }
 
-/// Starts the replicator thread of a node. `copier` pulls through the background UCX worker.
+/// Starts the replicator thread of a node, which copies while the cache is under `fill_limit`
+/// of its capacity. `copier` pulls through the background UCX worker.
 pub fn start_replicator(
     cluster: Arc<ClusterSource>,
     copier: Puller,
     cache: Arc<Cache>,
     stats: Arc<Stats>,
+    fill_limit: f64,
 ) {
     std::thread::Builder::new()
         .name("replicator".into())
@@ -160,6 +214,7 @@ pub fn start_replicator(
                 copier: Arc::new(copier),
                 cache,
                 stats,
+                fill_limit,
                 next: HashMap::new(),
                 seen: HashSet::new(),
                 gate: IdleGate::new(),
@@ -171,12 +226,17 @@ pub fn start_replicator(
 
 /// Files a replicator remembers having tried (about 100 bytes each).
 const MAX_SEEN: usize = 1 << 20;
+/// Most files, and bytes, in one batch from one holder.
+const BATCH_FILES: usize = 64;
+const BATCH_BYTES: u64 = 8 << 20;
 
 struct Replicator {
     cluster: Arc<ClusterSource>,
     copier: Arc<Puller>,
     cache: Arc<Cache>,
     stats: Arc<Stats>,
+    /// Copies stop while the cache holds more than this share of its capacity.
+    fill_limit: f64,
     /// Per global home, the position in its feed to ask from next.
     next: HashMap<NodeId, u64>,
     /// Files already copied or tried (a failed one is left to readers).
@@ -209,7 +269,13 @@ impl Replicator {
         }
     }
 
-    /// Copies what `home`'s feed lists after our position; `true` if it listed anything.
+    /// The bytes copies may fill the cache up to.
+    fn limit(&self) -> u64 {
+        (self.cache.capacity() as f64 * self.fill_limit) as u64
+    }
+
+    /// Copies what `home`'s feed lists after our position, holder by holder, small files in
+    /// batches; `true` if it listed anything.
     fn poll(&mut self, home: NodeId) -> bool {
         let link = &self.cluster.locator;
         let locator = &link.service;
@@ -219,47 +285,49 @@ impl Replicator {
         };
         self.next.insert(home, next);
         let me = locator.me();
+        let limit = self.limit();
+        // What to copy, by holder, in the feed's order; the bytes planned so far.
+        let mut plan: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut planned = 0u64;
         for (key, holder) in &copies {
-            // Produced files have their own life cycle (names, versions, the producer).
             // Bounded: forgetting what was tried costs a cache lookup per file, not a copy.
             if self.seen.len() >= MAX_SEEN {
                 self.seen.clear();
             }
+            // Produced files have their own life cycle (names, versions, the producer).
             if *holder == me || crate::core::names::is_object(&key.0) || self.seen.contains(key) {
                 continue;
             }
-            let limit = (self.cache.capacity() as f64 * FILL_LIMIT) as u64;
             if key.1.size > limit {
                 // Never fits: skip it rather than wait for it.
                 self.seen.insert(key.clone());
                 continue;
             }
-            if self.cache.used_bytes() + key.1.size > limit {
-                // Full: leave the rest for later (our position is not advanced past it).
+            if self.cache.used_bytes() + planned + key.1.size > limit {
+                // Full: the rest waits for room (our position goes back to this page; what was
+                // copied is remembered).
                 self.next.insert(home, after);
-                return false;
+                break;
             }
             self.seen.insert(key.clone());
-            self.gate.wait();
-            if let Err(e) = self.copy(key, *holder) {
-                tracing::debug!(path = %key.0, holder, error = %e, "not replicated");
+            planned += key.1.size;
+            plan.entry(*holder).or_default().push(key.clone());
+        }
+        for (holder, keys) in plan {
+            if !self.cluster.locator.is_down(holder) {
+                self.copy_from(holder, &keys);
             }
         }
         !copies.is_empty()
     }
 
-    fn copy(&self, (path, version): &Key, holder: NodeId) -> Result<(), crate::fill::FillError> {
-        if self
-            .cache
-            .lookup(path, *version)
-            .is_some_and(|e| e.is_complete())
-        {
-            return Ok(());
-        }
-        let source = Arc::new(FromHolders {
+    /// Copies `keys` from `holder`: whole small files in batches, the others one by one. A
+    /// holder that fails a batch is left alone for the rest of this poll.
+    fn copy_from(&mut self, holder: NodeId, keys: &[Key]) {
+        let source = Arc::new(FromHolder {
             cluster: self.cluster.clone(),
             copier: self.copier.clone(),
-            holders: vec![holder],
+            holder,
             pulled: AtomicU64::new(0),
         });
         let reader = Reader {
@@ -267,19 +335,92 @@ impl Replicator {
             stats: self.stats.clone(),
             source: source.clone(),
         };
+        let cfg = &self.copier.cfg;
+        let small = u64::from(cfg.chunk.min(cfg.eager_max.max(1)));
+        let mut batch: Vec<Arc<Entry>> = Vec::new();
+        let mut bytes = 0;
+        for key in keys {
+            let Some(entry) = self.wanted(key) else {
+                continue;
+            };
+            if entry.chunk_count() == 1 && entry.version.size <= small {
+                if batch.len() == BATCH_FILES || bytes + entry.version.size > BATCH_BYTES {
+                    bytes = 0;
+                    if !self.copy_batch(&reader, &source, std::mem::take(&mut batch)) {
+                        entry.unpin();
+                        return;
+                    }
+                }
+                bytes += entry.version.size;
+                batch.push(entry);
+            } else {
+                self.gate.wait();
+                let before = source.pulled.load(Ordering::Relaxed);
+                // Chunks a reader is filling meanwhile are left to it.
+                let r = reader.fill_ahead(&entry, 0..entry.chunk_count());
+                entry.unpin();
+                let pulled = source.pulled.load(Ordering::Relaxed) - before;
+                self.count(1, pulled);
+                if let Err(e) = r {
+                    tracing::debug!(path = %entry.path, holder, error = %e, "not replicated");
+                }
+            }
+        }
+        self.copy_batch(&reader, &source, batch);
+    }
+
+    /// The cache entry to copy `key` into, pinned, unless it is cached whole already.
+    fn wanted(&self, (path, version): &Key) -> Option<Arc<Entry>> {
+        if self
+            .cache
+            .lookup(path, *version)
+            .is_some_and(|e| e.is_complete())
+        {
+            return None;
+        }
         let entry = self.cache.entry_or_uncached(path, *version);
         entry.pin();
-        // Chunks a reader is filling meanwhile are left to it.
-        let r = reader.fill_ahead(&entry, 0..entry.chunk_count());
-        entry.unpin();
-        let pulled = source.pulled.load(Ordering::Relaxed);
+        Some(entry)
+    }
+
+    /// Copies a batch of whole small files (pinned; unpinned here); `false` if the holder
+    /// failed it.
+    fn copy_batch(
+        &mut self,
+        reader: &Reader<FromHolder>,
+        source: &FromHolder,
+        batch: Vec<Arc<Entry>>,
+    ) -> bool {
+        if batch.is_empty() {
+            return true;
+        }
+        self.gate.wait();
+        let before = source.pulled.load(Ordering::Relaxed);
+        let filled = reader.fill_batch(&batch);
+        for entry in &batch {
+            entry.unpin();
+        }
+        let pulled = source.pulled.load(Ordering::Relaxed) - before;
+        self.count(filled, pulled);
+        if pulled == 0 {
+            tracing::debug!(
+                holder = source.holder,
+                files = batch.len(),
+                "batch not replicated"
+            );
+        }
+        pulled > 0 || filled == batch.len()
+    }
+
+    fn count(&self, files: usize, pulled: u64) {
         if pulled > 0 {
-            self.stats.replicated_files.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .replicated_files
+                .fetch_add(files as u64, Ordering::Relaxed);
             self.stats
                 .bytes_replicated
                 .fetch_add(pulled, Ordering::Relaxed);
         }
-        r.map(|_| ())
     }
 }
 

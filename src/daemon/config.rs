@@ -88,8 +88,8 @@ pub struct ClusterConfig {
     pub data_plane: DataPlaneKind,
     /// UCX's tcp acknowledged (`--ucx-over-tcp`): a UCX data plane may use it.
     pub ucx_over_tcp: bool,
-    /// Copy what other nodes fetch in the background.
-    pub replicate: bool,
+    /// Copy what other nodes fetch in the background (`--replicate`).
+    pub replicate: Replicate,
     pub secret_file: Option<PathBuf>,
     pub insecure: bool,
 }
@@ -122,6 +122,34 @@ pub struct PullToolConfig {
     pub window: u32,
     pub eager_max: u64,
     pub ucx: UcxConfig,
+}
+
+/// When a node copies what the other nodes fetch (`--replicate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicate {
+    Off,
+    /// On a cluster mount of a dataset (`--backing`), up to [`AUTO_FILL`] of the capacity.
+    Auto,
+    /// On any cluster mount, up to [`ON_FILL`] of the capacity.
+    On,
+}
+
+/// `--replicate auto` copies while the cache is under this share of its capacity: a dataset
+/// that fits in half the cache is copied whole, and half the disk stays for the node's own
+/// reads whatever the dataset's size.
+pub const AUTO_FILL: f64 = 0.5;
+/// `--replicate on` copies while the cache is under this share of its capacity.
+pub const ON_FILL: f64 = 0.9;
+
+impl Replicate {
+    /// The share of the capacity copies may fill on this mount, or `None` for no copies.
+    pub fn fill_limit(self, cluster: bool, backing: bool) -> Option<f64> {
+        match self {
+            Replicate::On if cluster => Some(ON_FILL),
+            Replicate::Auto if cluster && backing => Some(AUTO_FILL),
+            _ => None,
+        }
+    }
 }
 
 /// How chunks move between nodes (`--data-plane`).

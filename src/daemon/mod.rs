@@ -34,7 +34,7 @@ use crate::fuse::ops::{Access, Ops};
 use crate::fuse::{FuseAdapter, FuseTransport, ring};
 use crate::locator::Membership;
 use crate::transport::auth::Secret;
-use config::MountConfig;
+use config::{MountConfig, Replicate};
 
 /// Environment variable through which a background daemon reports readiness to its parent.
 const READY_FD_ENV: &str = "DYADFS_READY_FD";
@@ -166,7 +166,7 @@ fn check_cluster_args(args: &MountConfig) -> Result<(), UserError> {
         if let Some(file) = &args.cluster.peers {
             membership(file, id)?;
         }
-    } else if args.cluster.replicate {
+    } else if args.cluster.replicate == Replicate::On {
         return Err(UserError::ReplicateAlone);
     } else if args.cluster.listen.is_some() {
         // A cluster's address on a single node would be ignored: said instead.

@@ -368,14 +368,21 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
         stats: b.stats.clone(),
         maps: Default::default(),
     });
-    tracing::info!(node = id, %listen, replicate = args.cluster.replicate, "cluster mode");
-    if args.cluster.replicate {
+    let fill_limit = args.cluster.replicate.fill_limit(true, !args.managed);
+    tracing::info!(node = id, %listen, replicate = ?args.cluster.replicate, ?fill_limit, "cluster mode");
+    if let Some(limit) = fill_limit {
         let cfg = PullConfig {
             background: true,
             ..source.puller.cfg.clone()
         };
         let copier = Puller::new(background, cfg);
-        start_replicator(source.clone(), copier, b.cache.clone(), b.stats.clone());
+        start_replicator(
+            source.clone(),
+            copier,
+            b.cache.clone(),
+            b.stats.clone(),
+            limit,
+        );
     }
     let r = run(args, b, names, producer, source, Some(status));
     runtime.shutdown_timeout(Duration::from_secs(1));

@@ -395,6 +395,9 @@ pub struct Cluster {
     pub managed: bool,
     /// Every node's `--peer-timeout`.
     pub peer_timeout: &'static str,
+    /// Every node's `--replicate`; `None`: the default (`auto`). `off` unless a test asks:
+    /// background copies would change what the other tests count.
+    pub replicate: Option<&'static str>,
 }
 
 pub fn node_cmd() -> Command {
@@ -442,6 +445,7 @@ impl Cluster {
             extra: Vec::new(),
             managed: false,
             peer_timeout: "2s",
+            replicate: Some("off"),
         }
     }
 
@@ -460,8 +464,11 @@ impl Cluster {
             .arg(&self.peers)
             .args(["--peer-timeout", self.peer_timeout])
             .arg("--secret-file")
-            .arg(&self.secret)
-            .args(&self.extra);
+            .arg(&self.secret);
+        if let Some(when) = self.replicate {
+            c.arg(format!("--replicate={when}"));
+        }
+        c.args(&self.extra);
         c
     }
 
