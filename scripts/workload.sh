@@ -3,8 +3,10 @@
 # run in four configurations side by side:
 #   shared     every rank reads the throttled shared FS directly
 #   local      every rank reads a local copy on the cache disk directly (the physical limit)
-#   dyadfs     every rank reads through its own node's dyadfs mount (4 daemons, 2 racks, UCX tcp)
-#   replicate  the same with `dyadfs mount --replicate` (each node copies what the others fetch)
+#   dyadfs     every rank reads through its own node's dyadfs mount (4 daemons, 2 racks, UCX tcp),
+#              default options (`--replicate auto`: each node copies what the others fetch)
+#   nocopy     the same with `--replicate off` (each node caches only what its rank reads)
+#   replicate  the same with `--replicate on` (copies up to 90% of the capacity, not half)
 #   prefetch   as dyadfs, and each DataLoader rank hands its mount the epoch's file order
 #              (examples/python/dyadfs_prefetch.py around its sampler; DLIO runs as dyadfs)
 # Workloads: "dataloader" (an unmodified torch DataLoader over npz files, DistributedSampler with
@@ -23,7 +25,7 @@
 #        FILES (4096), SIZE (262144), DLIO_FILES (256), DLIO_SIZE (4194304), OUT (docs/workloads),
 #        DYADFS_BIN (a dyadfs binary to use instead of building this tree; DYADFS_BIN_NOTE says
 #        what it is in the results), DYADFS_VENV (.venv), CONFIGS ("shared local dyadfs
-#        replicate", prefetch too if named: the configurations to run; fewer for a quick A/B),
+#        nocopy", replicate and prefetch too if named: the configurations to run; fewer for a quick A/B),
 #        MOUNT_ARGS (more options for every dyadfs mount, e.g. "--eager-max 1M"),
 #        CACHE_FS=ext4 (the nodes' caches and the local copy on a fresh journaled ext4 image on a
 #        loop device, not throttled, instead of the temp dir's file system: where that is ext4
@@ -38,7 +40,7 @@ THROTTLE_BPS=${THROTTLE_BPS:-$((100 << 20))}
 THROTTLE_IOPS=${THROTTLE_IOPS:-0}
 EPOCHS=${EPOCHS:-3}
 WORKLOADS=${WORKLOADS:-dataloader dlio}
-CONFIGS=${CONFIGS:-shared local dyadfs replicate}
+CONFIGS=${CONFIGS:-shared local dyadfs nocopy}
 FILES=${FILES:-4096}
 SIZE=${SIZE:-262144}
 DLIO_FILES=${DLIO_FILES:-256}
@@ -132,14 +134,16 @@ for i in $(seq 0 $((NODES - 1))); do
   echo "$i 127.0.0.1:$((PORT + i)) r$((i / 2))"
 done > "$W/peers"
 # The configurations that run the dyadfs cluster.
-is_cluster() { [ "$1" = dyadfs ] || [ "$1" = replicate ] || [ "$1" = prefetch ]; }
+is_cluster() { case $1 in dyadfs|nocopy|replicate|prefetch) return 0 ;; esac; return 1; }
+# The mount options of a cluster configuration.
+replicate_arg() { case $1 in nocopy) echo --replicate=off ;; replicate) echo --replicate=on ;; esac; }
 start_cluster() {
   for i in $(seq 0 $((NODES - 1))); do
     rm -rf "$DISK/n$i-ssd"
     mkdir -p "$W/n$i/mnt"
     # shellcheck disable=SC2086 # MOUNT_ARGS is a list of options, split into words
     "$BIN" mount "$W/n$i/mnt" --ssd "$DISK/n$i-ssd" --backing "$W/shared" --node-id "$i" \
-      --peers "$W/peers" $([ "$1" = replicate ] && echo --replicate) ${MOUNT_ARGS:-}
+      --peers "$W/peers" $(replicate_arg "$1") ${MOUNT_ARGS:-}
   done
 }
 stop_cluster() {
@@ -159,7 +163,7 @@ sources() {
   case $1 in
     shared) echo "$W/shared" ;;
     local) echo "$W/local" ;;
-    dyadfs|replicate|prefetch) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
+    dyadfs|nocopy|replicate|prefetch) for i in $(seq 0 $((NODES - 1))); do printf '%s ' "$W/n$i/mnt"; done ;;
   esac
 }
 # CPU ticks the daemons have used, the machine's busy and idle CPU ticks so far, and the run's
@@ -228,7 +232,7 @@ row = {"workload": w, "config": cfg, "epoch": int(e), "seconds": float(s), "samp
        "other_cpu_s": round(max(0.0, int(busy) / hz - int(run) / 1e9), 2)}
 if au != "-":
     row["au_percent"] = float(au)
-if cfg in ("dyadfs", "replicate", "prefetch"):
+if cfg in ("dyadfs", "nocopy", "replicate", "prefetch"):
     # peer: all bytes pulled from other nodes' caches, those replication copied included.
     row.update(local_hits=int(local), peer=int(peer), backing=int(backing),
                replicated=int(replicated), daemon_cpu_s=round(int(daemon) / hz, 2))

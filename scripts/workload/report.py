@@ -12,11 +12,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CONFIGS = ["shared", "local", "dyadfs", "replicate", "prefetch"]
+CONFIGS = ["shared", "local", "dyadfs", "nocopy", "replicate", "prefetch"]
 LABELS = {"shared": "(a) shared FS directly", "local": "(b) local copy directly",
-          "dyadfs": "(c) dyadfs", "replicate": "(d) dyadfs --replicate",
+          "dyadfs": "(c) dyadfs", "nocopy": "(f) dyadfs --replicate off",
+          "replicate": "(d) dyadfs --replicate on",
           "prefetch": "(e) dyadfs + prefetch hint"}
-CLUSTER = ("dyadfs", "replicate", "prefetch")
+CLUSTER = ("dyadfs", "nocopy", "replicate", "prefetch")
 
 
 def mib(b):
@@ -48,7 +49,7 @@ def main():
                 src = ["", "", "", ""]
                 if c in CLUSTER:
                     peer = mib(r["peer"])
-                    if c == "replicate":
+                    if r.get("replicated"):
                         peer += f" ({mib(r['replicated'])})"
                     src = [str(r["local_hits"]), peer, mib(r["backing"]),
                            f"{r['daemon_cpu_s']:.1f}"]

@@ -43,8 +43,12 @@ const POLL_LAST: Duration = Duration::from_secs(1);
 /// copy holds), so they leave the readers some slack.
 const MIN_IDLE: f64 = 0.2;
 const IDLE_WINDOW: Duration = Duration::from_millis(100);
+/// The longest a copy waits for idle CPU: on a machine the readers keep busy, copies still go
+/// on, a batch at least this often, instead of starving.
+const MAX_HOLD: Duration = Duration::from_secs(1);
 
-/// Waits, before each copy, until the machine's CPUs have been idle enough lately.
+/// Waits, before each copy, until the machine's CPUs have been idle enough lately (at most
+/// [`MAX_HOLD`]).
 struct IdleGate {
     /// (busy, idle) CPU ticks of the machine at the last sample, and when it was taken.
     last: Option<(u64, u64)>,
@@ -60,7 +64,8 @@ impl IdleGate {
     }
 
     fn wait(&mut self) {
-        while self.at.elapsed() >= IDLE_WINDOW {
+        let started = Instant::now();
+        while self.at.elapsed() >= IDLE_WINDOW && started.elapsed() < MAX_HOLD {
             let now = cpu_ticks();
             let share = match (self.last, now) {
                 (Some((b0, i0)), Some((b1, i1))) if b1 + i1 > b0 + i0 => {
