@@ -113,6 +113,17 @@ pub enum DataPlaneArg {
     Stream,
 }
 
+/// How the kernel opens files (`--opens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpensArg {
+    /// Unasked on a read-only mount of a dataset of small files, asked otherwise
+    Auto,
+    /// Every open asks the daemon
+    Asked,
+    /// No open asks the daemon (as --no-open)
+    Unasked,
+}
+
 /// When a node copies what the others fetch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplicateArg {
@@ -352,6 +363,22 @@ pub struct MountArgs {
     /// faster in passthrough
     #[arg(hide_short_help = true, long, help_heading = "Performance")]
     pub no_open: bool,
+
+    /// How the kernel opens files. `auto`: without asking the daemon (as --no-open) on a
+    /// read-only mount (-o ro, --read-only) of a dataset whose typical file is a sample of at
+    /// most 1 MiB (the median of the first 64 files a look at --backing meets), where a cached
+    /// sample then costs a lookup and one read request instead of an open, a release and a
+    /// passthrough read; asking otherwise (writable mounts, large files: passthrough).
+    /// `asked`: always ask. `unasked`: as --no-open
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_enum,
+        value_name = "HOW",
+        default_value = "auto",
+        help_heading = "Performance"
+    )]
+    pub opens: OpensArg,
 
     /// Threads serving FUSE requests
     #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 8,

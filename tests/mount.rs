@@ -275,8 +275,14 @@ fn a_read_only_mount_refuses_writes_and_keeps_attributes_across_reads() {
     f.write("s.bin", &data);
     for (args, read_only) in [
         (&["--pack-max", "0"][..], false),
-        (&["--read-only", "--pack-max", "0"][..], true),
-        (&["-o", "ro", "--pack-max", "0"][..], true),
+        (
+            &["--read-only", "--pack-max", "0", "--opens", "asked"][..],
+            true,
+        ),
+        (
+            &["-o", "ro", "--pack-max", "0", "--opens", "asked"][..],
+            true,
+        ),
     ] {
         let m = f.mount(args);
         assert!(fs::read(m.path("s.bin")).unwrap() == data);

@@ -26,6 +26,7 @@ mod empty;
 #[cfg(test)]
 pub(crate) mod memory;
 mod port;
+pub mod sample;
 
 pub use empty::EmptyTree;
 pub use port::{BackingStat, Meta, SharedFs};

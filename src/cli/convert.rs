@@ -34,6 +34,7 @@ impl From<PrefetchArgs> for crate::client::prefetch::PrefetchConfig {
 impl From<MountArgs> for MountConfig {
     fn from(a: MountArgs) -> MountConfig {
         let backing = a.backing.clone();
+        let no_open = a.no_open || a.opens == OpensArg::Unasked;
         MountConfig {
             mountpoint: a.mountpoint,
             managed: backing.is_none(),
@@ -50,7 +51,7 @@ impl From<MountArgs> for MountConfig {
             scrub_rate: a.scrub_rate,
             fs: FsConfig {
                 metadata_ttl: a.metadata_ttl,
-                passthrough: !a.no_passthrough && !a.no_open,
+                passthrough: !a.no_passthrough && !no_open,
                 pack_auto: a.pack_max == PackMax::Auto,
                 passthrough_min: a.passthrough_min,
                 direct_large: !a.page_cache_large_files,
@@ -61,8 +62,9 @@ impl From<MountArgs> for MountConfig {
                 backing_stat_cache: a.backing_stat_cache,
                 prefetch_threads: a.prefetch_threads.into(),
                 prefetch_window: a.prefetch_window as usize,
-                no_open: a.no_open,
+                no_open,
             },
+            opens_auto: a.opens == OpensArg::Auto && !no_open,
             threads: a.threads,
             kernel_readahead: a.kernel_readahead,
             fuse_transport: match a.fuse_transport {
@@ -70,7 +72,7 @@ impl From<MountArgs> for MountConfig {
                 FuseTransportArg::Uring => FuseTransport::Uring,
                 FuseTransportArg::Dev => FuseTransport::Dev,
             },
-            read_only: a.read_only || a.no_open,
+            read_only: a.read_only || no_open,
             options: a.options,
             metrics_listen: a.metrics_listen,
             foreground: a.foreground,

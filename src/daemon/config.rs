@@ -53,6 +53,9 @@ pub struct MountConfig {
     pub fuse_transport: crate::fuse::FuseTransport,
     /// Mount read-only (also asked by `-o ro`).
     pub read_only: bool,
+    /// `--opens auto`: a read-only mount of a dataset of small files opens them unasked
+    /// (`daemon::opens`).
+    pub opens_auto: bool,
     /// FUSE mount options (`-o`).
     pub options: Vec<String>,
     /// Stay in the foreground instead of daemonizing.

@@ -6,6 +6,7 @@
 pub mod config;
 mod error;
 mod mountinfo;
+mod opens;
 pub use mountinfo::is_mount_point;
 use mountinfo::mount_device;
 mod stop;
@@ -415,6 +416,7 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
         }
         let _ = std::env::set_current_dir("/");
     }
+    opens::decide(&mut args);
     let result = wiring::serve(&args);
     if let Err(e) = &result {
         report(&e.to_string());
