@@ -4,10 +4,15 @@
 //! serves are checked here; the 4-process tests check that the real parts do the same.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU32;
 
 use super::*;
+use crate::core::source::Piece;
+use crate::locator::membership::Membership;
+use crate::locator::tiers::Reply;
+use crate::transport::pull::Sink;
 
 const DATA: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 const PEERS: &str = "0 127.0.0.1:7000 r0\n1 127.0.0.1:7001 r0\n\
