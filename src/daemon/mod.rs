@@ -417,7 +417,6 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
         let _ = std::env::set_current_dir("/");
     }
     opens::decide(&mut args);
-    opens::pack_copies(&mut args);
     let result = wiring::serve(&args);
     if let Err(e) = &result {
         report(&e.to_string());

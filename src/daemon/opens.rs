@@ -1,6 +1,4 @@
-//! How a mount serves its files, decided from what it holds and does.
-//!
-//! `--opens auto`: how the kernel opens files. Zero-message
+//! `--opens auto`: how the kernel opens files, decided per mount from what it holds. Zero-message
 //! opens (`--no-open`: the kernel opens a file without asking, so a cached sample read again
 //! costs a LOOKUP and a READ where an asked open costs a LOOKUP, an OPEN, a RELEASE and, on a
 //! writable mount, a GETATTR) are all or nothing per mount, rule out passthrough and writes
@@ -10,7 +8,7 @@
 
 use std::path::Path;
 
-use super::config::{MountConfig, PackMax};
+use super::config::MountConfig;
 
 /// A typical file of at most this size makes a read-only dataset mount's opens unasked: the
 /// largest file the cache packs into segments by default (`--pack-max`), a training sample.
@@ -40,21 +38,4 @@ pub(super) fn decide(args: &mut MountConfig) {
 
 fn typical(backing: &Path) -> Option<u64> {
     crate::backing::sample::typical_size(backing, LOOK_FILES, LOOK_ENTRIES)
-}
-
-/// `--pack-max auto` on a mount that replicates (`--replicate`): samples are packed into
-/// segments whatever the kernel offers. A copy is then one append to a segment, where a cache
-/// file of its own costs a create, an inode and the journal's record; and a hit of a packed
-/// sample is handed to the kernel's page cache with its open, so it costs no READ and, unlike a
-/// passthrough read on a writable mount, no GETATTR at the next stat (4 requests, not 5):
-/// measured in docs/BENCHMARKS.md (real workloads).
-pub(super) fn pack_copies(args: &mut MountConfig) {
-    let copies = args
-        .cluster
-        .replicate
-        .fill_limit(args.cluster.is_cluster(), !args.managed)
-        .is_some();
-    if copies && args.pack_max == PackMax::Auto && args.fs.pack_auto {
-        args.fs.pack_auto = false;
-    }
 }
