@@ -542,7 +542,10 @@ fn random_preads_of_a_large_file_fetch_what_they_touch() {
         drop(file);
         use std::os::unix::fs::MetadataExt;
         assert_eq!(fs::metadata(m.path("rows.mdb")).unwrap().blksize(), 1 << 20);
-        assert_eq!(fs::metadata(m.path("small.bin")).unwrap().blksize(), 128 << 10);
+        assert_eq!(
+            fs::metadata(m.path("small.bin")).unwrap().blksize(),
+            128 << 10
+        );
         m.unmount();
     }
 }
