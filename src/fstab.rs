@@ -143,6 +143,11 @@ mod tests {
                 "allow_other"
             ]
         );
+        // An option whose value may be left out takes it after `=`, never the next argument.
+        assert_eq!(
+            argv("/lustre/ds /dyad -o ssd=/nvme/d,replicate=off")[5..],
+            ["--ssd", "/nvme/d", "--replicate=off"]
+        );
         assert!(is_helper(&"/sbin/mount.fuse.dyadfs".into()));
         assert!(!is_helper(&"/usr/bin/dyadfs".into()));
         let bad = |s: &str| mount_argv(&s.split(' ').map(OsString::from).collect::<Vec<_>>());
