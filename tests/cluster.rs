@@ -39,11 +39,6 @@ fn small_set(c: &Cluster, seed: u64) -> (Vec<(String, Vec<u8>)>, u64) {
     (files, total)
 }
 
-fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
-    let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()));
-    assert!(got == want, "{rel} differs on {}", m.mnt.display());
-}
-
 #[test]
 fn shifted_epochs_read_nothing_from_the_backing_store() {
     shifted_epochs("epochs", &[]);

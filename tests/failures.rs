@@ -39,13 +39,6 @@ fn node0_holding(
     (c, files)
 }
 
-fn read_all(m: &Mounted, files: &[(String, Vec<u8>)]) {
-    for (p, d) in files {
-        let got = fs::read(m.path(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
-        assert!(got == *d, "{p} differs on {}", m.mnt.display());
-    }
-}
-
 /// Reads each file through `m` (checked byte for byte); how long each read took.
 fn read_each_timed(m: &Mounted, files: &[(String, Vec<u8>)]) -> Vec<Duration> {
     files

@@ -24,12 +24,6 @@ fn dataset(f: &Fixture, n: usize, size: usize) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn read_all(m: &Mounted, files: &[(String, Vec<u8>)]) {
-    for (p, d) in files {
-        assert!(fs::read(m.path(p)).unwrap() == *d, "{p}");
-    }
-}
-
 #[test]
 fn a_read_only_mount_of_samples_opens_them_unasked() {
     let f = Fixture::new("opens-samples");

@@ -12,11 +12,6 @@ use common::*;
 
 const MIB: usize = 1 << 20;
 
-fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
-    let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()));
-    assert!(got == want, "{rel} differs on {}", m.mnt.display());
-}
-
 /// `n` samples of about `size` bytes under `d/` of the shared directory.
 fn samples(c: &Cluster, n: usize, size: usize, seed: u64) -> Vec<(String, Vec<u8>)> {
     fs::create_dir_all(c.backing.join("d")).unwrap();

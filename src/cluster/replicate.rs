@@ -163,12 +163,7 @@ impl Source for FromHolder {
         };
         let wants: Vec<Want> = files
             .iter()
-            .map(|f| Want {
-                path: f.path.to_string(),
-                version: f.version,
-                offset: 0,
-                len: f.len,
-            })
+            .map(|f| Want::whole(f.path, f.version, f.len))
             .collect();
         let mut each = |k: usize, bytes: &[u8], crc: u32| sink(k, 0, bytes, Some(crc));
         match self

@@ -53,6 +53,18 @@ pub struct Want {
     pub len: u64,
 }
 
+impl Want {
+    /// All `len` bytes of a file (one of a batch).
+    pub fn whole(path: &str, version: Version, len: u64) -> Want {
+        Want {
+            path: path.to_string(),
+            version,
+            offset: 0,
+            len,
+        }
+    }
+}
+
 /// Where pulled chunks go: `sink(offset, bytes, crc32c)`, straight from the registered slot
 /// the chunk was pulled into, its checksum already checked.
 pub type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8], u32) -> io::Result<()> + Send);

@@ -315,6 +315,19 @@ pub fn trace_events(path: &Path) -> Vec<Value> {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Reads `rel` through `m` whole and checks it is `want`, byte for byte.
+pub fn read_check(m: &Mounted, rel: &str, want: &[u8]) {
+    let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel} on {}: {e}", m.mnt.display()));
+    assert!(got == want, "{rel} differs on {}", m.mnt.display());
+}
+
+/// [`read_check`] of each `(path, bytes)`.
+pub fn read_all(m: &Mounted, files: &[(String, Vec<u8>)]) {
+    for (p, d) in files {
+        read_check(m, p, d);
+    }
+}
+
 /// Deterministic, position-dependent bytes (so misplaced chunks are caught).
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

@@ -62,12 +62,7 @@ impl<L: Locate, P: Pull, B: Source> Source for ClusterSource<L, P, B> {
             };
             let wants: Vec<Want> = batch
                 .iter()
-                .map(|&i| Want {
-                    path: files[i].path.to_string(),
-                    version: files[i].version,
-                    offset: 0,
-                    len: files[i].len,
-                })
+                .map(|&i| Want::whole(files[i].path, files[i].version, files[i].len))
                 .collect();
             let mut each = |k: usize, bytes: &[u8], crc: u32| sink(batch[k], 0, bytes, Some(crc));
             let span = tracing::debug_span!("pull_batch", holder, files = batch.len());
