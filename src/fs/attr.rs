@@ -111,7 +111,7 @@ impl Attr {
     }
 
     /// A backing entry's attributes: its mode bits as far as its ACL allows them.
-    pub(super) fn from_backing(ino: u64, b: &super::BackingStat) -> Attr {
+    pub(super) fn from_backing(ino: u64, b: &crate::backing::BackingStat) -> Attr {
         let mut a = Attr::from_meta(ino, &b.meta);
         a.perm &= b.allowed;
         a

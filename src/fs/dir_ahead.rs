@@ -12,13 +12,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::paths::{join, split};
-use super::{DyadFs, spawn_worker};
 use crate::core::Kind;
-use crate::core::source::Source;
 use crate::core::sync::lock;
 
 /// How long a listing read ahead may be used (and a queued one still read).
@@ -187,22 +185,6 @@ impl DirAhead {
         }
         st.ready_entries += listing.len();
         st.ready.insert(dir, Ready { listing, at: now });
-    }
-}
-
-impl<S: Source> DyadFs<S> {
-    /// Starts the thread that reads directories ahead of a walk; it ends with the file system.
-    pub fn start_dir_ahead(fs: &Arc<DyadFs<S>>) -> std::io::Result<()> {
-        let (queue, ahead) = (fs.dir_ahead.clone(), fs.dir_ahead.clone());
-        spawn_worker(
-            fs,
-            "dir-ahead".into(),
-            move |wait| queue.next(wait),
-            move |fs, dir| match fs.backing.list(&dir) {
-                Ok(listing) => ahead.store(dir, listing),
-                Err(e) => tracing::debug!(%dir, error = %e, "read-ahead listing failed"),
-            },
-        )
     }
 }
 

@@ -8,7 +8,7 @@ use super::attr::Attr;
 use super::error::Error;
 use super::write::Staged;
 use crate::backing::BackingStat;
-use crate::core::names::Name;
+use crate::core::names::{FILE_SIZE_MAX, Name};
 
 /// What a path resolves to.
 pub(super) enum Found {
@@ -35,4 +35,22 @@ impl Found {
             Found::Staged(_) | Found::Produced(_) => Instant::now(),
         }
     }
+}
+
+/// Whether a produced name may be opened as a file: a directory, a special file or a forged
+/// size (none is produced so large: refused before its chunk table is allocated) may not.
+pub(super) fn openable(n: &Name) -> Result<(), Error> {
+    if n.dir {
+        return Err(Error::IsDir);
+    }
+    if !n.is_file() {
+        return Err(Error::Invalid);
+    }
+    if n.size > FILE_SIZE_MAX {
+        return Err(Error::TooLarge {
+            size: n.size,
+            max: FILE_SIZE_MAX,
+        });
+    }
+    Ok(())
 }

@@ -1,25 +1,21 @@
 //! Lookups, answered at once: a name found, or not; or, for a reader opening a name not
 //! produced yet (`--wait`), a pending entry whose open waits until a producer publishes it
-//! ([`DyadFs::wait_produced`], holding no thread: see `waits.rs`).
+//! ([`DyadFs::wait_produced`], holding no thread: see [`super::waits`]).
 
 use std::ffi::OsStr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::attr::PENDING;
 use super::found::Found;
-use super::paths::join;
+use super::paths::split;
+use super::tree::{Looked, Tree};
+use super::waits::{Finish, Opener, Told, wait_on_a_thread};
 use super::{Attr, DyadFs, Error, caller};
 use crate::core::names::{Name, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
-
-/// What a lookup found.
-pub enum Looked {
-    Found(Attr),
-    /// Nothing yet at this path, and a reader opens it (`--wait`): answer with a pending entry.
-    Pending(String),
-}
 
 impl<S: Source> DyadFs<S> {
     /// Looks a name up for thread `caller`, at once. A name not published yet that the caller
@@ -42,7 +38,7 @@ impl<S: Source> DyadFs<S> {
             last = opening.last.is_empty() || opening.last == name.as_encoded_bytes();
             (!self.told_absent.told(caller, path)).then_some(Duration::ZERO)
         };
-        match self.lookup_then_wait(parent, name, true, waits)? {
+        match self.tree.lookup_then_wait(parent, name, true, waits)? {
             Looked::Found(attr) => Ok(attr),
             Looked::Pending(path) => {
                 // The file it opens, or a directory on the way (looked up in as any other).
@@ -51,10 +47,10 @@ impl<S: Source> DyadFs<S> {
                     object: PENDING.into(),
                     mode: if last { 0o444 } else { 0o555 },
                     mtime_ns: now_ns(),
-                    holder: self.names.me(),
+                    holder: self.tree.names.me(),
                     ..Name::default()
                 };
-                self.upsert(path, &Found::Produced(pending), 1)
+                self.tree.upsert(path, &Found::Produced(pending), 1)
             }
         }
     }
@@ -64,7 +60,7 @@ impl<S: Source> DyadFs<S> {
     /// written on this node by another process (it is not published until its close: a
     /// consumer never reads a partial file; its writer reads what it wrote).
     pub fn open_waits(&self, ino: u64, tid: u32, flags: i32) -> bool {
-        let Ok(node) = self.node(ino) else {
+        let Ok(node) = self.tree.node(ino) else {
             return false;
         };
         if lock(&node.attr).0.pending {
@@ -73,8 +69,8 @@ impl<S: Source> DyadFs<S> {
         if self.config.wait.is_zero() || flags & libc::O_ACCMODE != libc::O_RDONLY {
             return false;
         }
-        let path = Self::path_of(&node);
-        self.producer.staged(&path).is_some_and(|s| {
+        let path = Tree::path_of(&node);
+        self.tree.producer.staged(&path).is_some_and(|s| {
             let writer = s.writer_process.load(Ordering::Relaxed);
             !s.closed() && (writer == 0 || caller::process_of(tid) != Some(writer))
         })
@@ -82,7 +78,7 @@ impl<S: Source> DyadFs<S> {
 
     /// The process of thread `tid` writes through handle `fh` (see [`Self::open_waits`]).
     pub fn note_writer(&self, fh: u64, tid: u32) {
-        if let Ok(h) = self.handles.get(fh)
+        if let Ok(h) = self.tree.handles.get(fh)
             && let super::handles::Handle::Staged { staged, .. } = &*h
             && let Some(p) = caller::process_of(tid)
         {
@@ -94,60 +90,91 @@ impl<S: Source> DyadFs<S> {
     /// (READDIRPLUS): looked up as `lookup` does, the kernel's reference counted, never waited
     /// for (the name was just listed; one gone since then is `NotFound`).
     pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> Result<Attr, Error> {
-        let Looked::Found(attr) = self.lookup_then_wait(parent, name, false, |_| None)? else {
+        let Looked::Found(attr) = self.tree.lookup_then_wait(parent, name, false, |_| None)? else {
             return Err(Error::NotFound);
         };
-        let stats = self.stats();
-        stats.listed_with_attrs.fetch_add(1, Ordering::Relaxed);
+        self.stats()
+            .listed_with_attrs
+            .fetch_add(1, Ordering::Relaxed);
         Ok(attr)
     }
 
-    /// `lookup`, where a name not found is waited for (`--wait`) if `wait(path)` says so (asked
-    /// only then: telling whether the caller opens the name to read reads /proc). `kernel`: a LOOKUP
-    /// of the kernel's, which tells the stat read-ahead where a scan is.
-    /// `wait`: for a name not found, how long to wait for it (`None`: not at all; zero: say
-    /// [`Looked::Wait`] instead of waiting), asked only if `--wait` is set.
-    fn lookup_then_wait(
-        &self,
-        parent: u64,
-        name: &OsStr,
-        kernel: bool,
-        wait: impl FnOnce(&str) -> Option<Duration>,
-    ) -> Result<Looked, Error> {
-        let parent = self.node(parent)?;
-        let dir = Self::path_of(&parent);
-        if kernel {
-            self.stat_ahead.looked_up(&dir, name);
-        }
-        let path = join(&dir, name);
-        let known = {
-            let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
-            inodes
-                .by_path
-                .get(&path)
-                .and_then(|i| inodes.nodes.get(i).cloned())
+    /// Waits (`--wait`) for inode `ino`'s name to be published (a pending name, or a file
+    /// another process is writing here: see [`Self::open_waits`]) holding no thread; then
+    /// `done` is told, on one of the mount's waiting threads, whether `who` may open it as
+    /// `flags` ask (the kernel judged a pending name's open by the pending entry's attributes,
+    /// which let any reader in). A name still absent at the deadline is `NotFound`.
+    pub fn wait_produced(
+        self: &Arc<Self>,
+        ino: u64,
+        who: Opener,
+        flags: i32,
+        done: Box<dyn FnOnce(Result<(), Error>) + Send>,
+    ) {
+        let path = match self.tree.node(ino) {
+            Ok(node) => Tree::path_of(&node),
+            Err(e) => return done(Err(e)),
         };
-        // (A hard-linked file's node may be known by another of its names: then this one is
-        // looked up itself.)
-        if let Some(node) = known.filter(|n| Self::path_of(n) == path) {
-            match self.refreshed(&node, true) {
-                Err(Error::NotFound) => {}
-                Err(e) => return Err(e),
-                // Unless forgotten meanwhile (then it is made anew below).
-                Ok(attr) if self.take_ref(attr.ino) => return Ok(Looked::Found(attr)),
-                Ok(_) => {}
-            }
+        self.stats().name_waits.fetch_add(1, Ordering::Relaxed);
+        let until = Instant::now() + self.config.wait;
+        let (dir, name) = split(&path);
+        let (dir, name) = (dir.to_string(), name.to_string());
+        let names = self.tree.names.clone();
+        let me = self.clone();
+        let finish: Finish = Box::new(move |told| done(me.produced(&path, told, who, flags)));
+        let watch = |wake| names.watch(&dir, &name, until, wake);
+        let fallback = |wake| {
+            wait_on_a_thread(
+                self.tree.names.clone(),
+                dir.clone(),
+                name.clone(),
+                until,
+                wake,
+            )
+        };
+        if let Err(e) = self.waits.start(until, watch, fallback, finish) {
+            tracing::warn!(error = %e, "cannot wait for a name");
         }
-        let resolved =
-            tracing::debug_span!("resolve").in_scope(|| self.resolve(&path, Duration::ZERO));
-        let found = match resolved {
-            Err(Error::NotFound) if !self.config.wait.is_zero() => match wait(&path) {
-                Some(d) if d.is_zero() => return Ok(Looked::Pending(path)),
-                Some(d) => self.resolve(&path, d)?,
-                None => return Err(Error::NotFound),
+    }
+
+    /// Finishes a wait for `path`, which learnt `told`: published (not only created: a producer
+    /// on this node may be writing it now, and a reader must not see it before its close), and
+    /// `who` let in as `flags` ask.
+    fn produced(&self, path: &str, told: Told, who: Opener, flags: i32) -> Result<(), Error> {
+        let (dir, name) = split(path);
+        // At the deadline, one last look (for a word lost with a home that died).
+        let told = match told {
+            Some(told) => told,
+            None => match self.tree.names.get(dir, name, Duration::ZERO) {
+                Ok(Some(n)) => Ok(n),
+                Ok(None) => return Err(Error::NotFound),
+                Err(e) => Err(e),
             },
-            r => r?,
         };
-        self.upsert(path, &found, 1).map(Looked::Found)
+        let published = match told {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(%path, error = %e, "waiting for a name failed");
+                return Err(Error::NotFound);
+            }
+        };
+        // The name as its home told it: not asked again (a round trip per hand-off), unless
+        // something here took the path meanwhile.
+        let found = match self.tree.resolve_here(path)? {
+            Some(here) => here,
+            None => self.tree.found_name(path, Ok(Some(published)))?,
+        };
+        let attr = self.tree.upsert(path.to_string(), &found, 0)?;
+        let want = match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => 4,
+            libc::O_WRONLY => 2,
+            _ => 6,
+        };
+        let (tid, uid, gid) = who;
+        if attr.allows(&caller::Credentials::of_thread(tid, uid, gid), want) {
+            Ok(())
+        } else {
+            Err(Error::Denied)
+        }
     }
 }

@@ -12,11 +12,16 @@ use std::sync::atomic::AtomicU64;
 
 use proptest::prelude::*;
 
-use super::open::ToOpen;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::found::Found;
 use super::*;
 use crate::cache::CacheConfig;
 use crate::core::NodeId;
 use crate::core::mem_source::MemSource;
+use crate::core::names::Name;
+use crate::core::sync::lock;
 
 /// The produced namespace, in memory (the single-node daemon's is alike; the filesystem only
 /// sees the trait): the names, whether sets are refused, and what wakes a waiting lookup.
@@ -310,7 +315,7 @@ fn dataset_bytes_come_through_the_source_once() {
     }
     // Fetched whole (one source read of its four chunks) at the first read, then served from
     // the cache.
-    assert_eq!(w.fs.reader.source.reads.load(Ordering::Relaxed), 1);
+    assert_eq!(w.fs.files.reader.source.reads.load(Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -325,7 +330,7 @@ fn a_close_seals_and_reports_what_publishing_met() {
     let a = create("p0");
     w.fs.write(a.fh, 0, b"hello").unwrap();
     w.fs.flush(a.fh).unwrap();
-    assert!(w.fs.producer.staged("p0").is_none());
+    assert!(w.fs.produce.producer.staged("p0").is_none());
     assert_eq!(read_whole(&w.fs, "p0").unwrap(), b"hello");
     // The handle takes no more writes (a dup of the closed descriptor): EBADF.
     let late = w.fs.write(a.fh, 5, b"!").unwrap_err();
@@ -345,7 +350,7 @@ fn a_close_seals_and_reports_what_publishing_met() {
     w.fs.flush(b1.fh).unwrap();
     w.fs.release(b1.fh).unwrap();
     assert!(
-        w.fs.producer.staged("p1").is_some(),
+        w.fs.produce.producer.staged("p1").is_some(),
         "still open for writing"
     );
     w.fs.write(b2.fh, 3, b"two").unwrap();
@@ -358,12 +363,12 @@ fn a_close_seals_and_reports_what_publishing_met() {
     let d = create("p3");
     w.fs.flush(d.fh).unwrap();
     assert!(
-        w.fs.producer.staged("p3").is_some(),
+        w.fs.produce.producer.staged("p3").is_some(),
         "sealed before a byte was written"
     );
     w.fs.write(d.fh, 0, b"late").unwrap();
     w.fs.flush(d.fh).unwrap();
-    assert!(w.fs.producer.staged("p3").is_none());
+    assert!(w.fs.produce.producer.staged("p3").is_none());
     w.fs.release(d.fh).unwrap();
     assert_eq!(read_whole(&w.fs, "p3").unwrap(), b"late");
 
@@ -387,18 +392,23 @@ fn an_open_that_reaches_a_finished_file_opens_its_published_version() {
             .unwrap();
     w.fs.write(a.fh, 0, b"first").unwrap();
     // The open resolves the name while the file is being written ...
-    let (path, found) = w.fs.resolve_node(&w.fs.node(attr.ino).unwrap()).unwrap();
+    let (path, found) =
+        w.fs.tree
+            .resolve_node(&w.fs.tree.node(attr.ino).unwrap())
+            .unwrap();
     assert!(matches!(found, Found::Staged(_)));
     // ... and the writer's last release finishes it before the open gets further.
     w.fs.release(a.fh).unwrap();
-    assert!(w.fs.producer.staged("f").is_none());
-    let handles = w.fs.handles.count();
-    assert!(matches!(
-        w.fs.open_found(path, found, true, false).unwrap(),
-        ToOpen::Finished
-    ));
+    assert!(w.fs.produce.producer.staged("f").is_none());
+    let handles = w.fs.tree.handles.count();
+    assert!(
+        w.fs.produce
+            .open_found(path, found, false)
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
-        w.fs.handles.count(),
+        w.fs.tree.handles.count(),
         handles,
         "no handle on the sealed file"
     );
@@ -467,7 +477,7 @@ fn a_uid_past_its_cap_is_refused_at_the_crossing_write() {
     }
     // A restarted daemon charges what it keeps to the same uids (the kept log says whose).
     let again = quota::Quota::new(Some(1000), Arc::new(Stats::default()));
-    let cache = w.fs.reader.cache.clone();
+    let cache = w.fs.cache().clone();
     Producer::open(&w.dir.join("ssd"), cache, 0, again.clone()).unwrap();
     assert_eq!((again.held(1000), again.held(1001)), (1000, 1000));
 }

@@ -13,25 +13,20 @@
 //! small buffer fits it and the request runs once).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::sync::{Condvar, Mutex};
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
 
+mod fill;
 mod list;
 mod paths;
+pub use fill::Filler;
 pub use list::{read_list, request};
 use paths::{Keys, Paths, hash};
 
 /// Files a prefetch thread takes at once from a list, moved as one batch where they can be.
-const BATCH: usize = 16;
-
+use super::Error;
 use super::caller::Credentials;
-use super::found::Found;
-use super::{Attr, DyadFs, Error, spawn_worker};
-use crate::core::source::Source;
 use crate::core::sync::lock;
 
 /// The extended attribute name's prefix; `STREAM:LIST` follows.
@@ -306,154 +301,6 @@ impl Prefetcher {
         drop(st);
         drop(finished);
         self.work.notify_all();
-    }
-}
-
-impl<S: Source> DyadFs<S> {
-    /// Starts the prefetch threads; they hold the file system weakly and end with it.
-    pub fn start_prefetch(fs: &Arc<DyadFs<S>>) -> std::io::Result<()> {
-        for i in 0..fs.config.prefetch_threads {
-            let (queue, prefetcher) = (fs.prefetch.clone(), fs.prefetch.clone());
-            // (`take` waits for a file however long: the thread finds the file system gone
-            // when it takes its next file.)
-            spawn_worker(
-                fs,
-                format!("prefetch-{i}"),
-                move |_| Some(queue.take_batch(BATCH)),
-                move |fs, items: Vec<Item>| {
-                    let sizes = fs.prefetch_batch(&items);
-                    for (item, size) in items.into_iter().zip(sizes) {
-                        prefetcher.done(item, size);
-                    }
-                },
-            )?;
-        }
-        Ok(())
-    }
-
-    /// A prefetch request (a getxattr of the root by `who`): queues the list's files.
-    pub(super) fn prefetch_request(
-        &self,
-        stream: &str,
-        list: &Path,
-        who: Credentials,
-    ) -> Result<Vec<u8>, Error> {
-        let uid = who.uid;
-        // Its turn first: a user's second list is refused before it is read.
-        let reading = self.prefetch.begin(uid, stream)?;
-        let (paths, skipped) = read_list(list, uid, reading.budget, reading.keys())?;
-        let files = reading.set(Arc::new(who), paths);
-        tracing::info!(uid, stream, files, skipped, "prefetch list queued");
-        Ok(format!("{{\"files\":{files},\"skipped\":{skipped}}}").into_bytes())
-    }
-
-    /// Fills listed files into the cache for their owner, the way their first reads would
-    /// (never waiting for a producer, never making an inode), each only if its owner may read
-    /// it (files being written, directories and the like are left alone): the whole one-chunk
-    /// ones nobody is filling move as one batch (by holder, from peers), the others one by
-    /// one. Returns the bytes each holds in the cache.
-    fn prefetch_batch(&self, items: &[Item]) -> Vec<u64> {
-        let mut sizes = vec![0; items.len()];
-        // (item, its entry) of the files a batch may fill.
-        let mut batch: Vec<(usize, Arc<crate::cache::Entry>)> = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            match self.prefetch_entry(&item.path, &item.who) {
-                Ok(Some(entry)) if entry.is_complete() => sizes[i] = entry.version.size,
-                Ok(Some(entry)) if entry.chunk_count() == 1 && items.len() > 1 => {
-                    entry.pin();
-                    batch.push((i, entry));
-                }
-                Ok(Some(entry)) => sizes[i] = self.prefetch_fill(&entry),
-                Ok(None) => {}
-                Err(e) => tracing::debug!(path = %item.path, error = %e, "prefetch failed"),
-            }
-        }
-        let entries: Vec<_> = batch.iter().map(|(_, e)| e.clone()).collect();
-        self.reader.fill_batch(&entries);
-        for (i, entry) in batch {
-            // Those the batch did not bring (another filler had them, or it failed): alone.
-            sizes[i] = if entry.is_complete() {
-                self.count_prefetched(entry.version.size);
-                entry.version.size
-            } else {
-                self.prefetch_fill(&entry)
-            };
-            entry.unpin();
-        }
-        sizes
-    }
-
-    /// The cache entry of a listed file if `who` may read it and it is a file (`None`: nothing
-    /// to fill, or the cache's file system cannot take it).
-    fn prefetch_entry(
-        &self,
-        path: &str,
-        who: &Credentials,
-    ) -> Result<Option<Arc<crate::cache::Entry>>, Error> {
-        let found = match self.resolve(path, Duration::ZERO) {
-            Err(Error::NotFound) => {
-                // Listed but not there (a typo, a file removed since): said in the stats.
-                self.stats()
-                    .prefetch_missing
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(Error::NotFound);
-            }
-            r => r?,
-        };
-        if let Err(e) = self.readable_by(path, &found, who) {
-            self.stats().prefetch_denied.fetch_add(1, Ordering::Relaxed);
-            return Err(e);
-        }
-        let (key, version) = match found {
-            Found::Backing(meta) if meta.is_file() => (path.to_string(), meta.version()),
-            Found::Produced(n) if n.is_file() => {
-                let version = Attr::from_name(0, &n).version;
-                (n.object, version)
-            }
-            _ => return Ok(None),
-        };
-        let entry = self.reader.cache.entry_or_uncached(&key, version);
-        // Evicted: the cache's file system cannot take it (counted and logged).
-        Ok((!entry.is_evicted()).then_some(entry))
-    }
-
-    /// Fills one entry of a list alone; the bytes it holds in the cache.
-    fn prefetch_fill(&self, entry: &Arc<crate::cache::Entry>) -> u64 {
-        match self.reader.fill_ahead(entry, 0..entry.chunk_count()) {
-            Ok(true) if entry.is_complete() => self.count_prefetched(entry.version.size),
-            Ok(_) => {}
-            Err(e) => tracing::debug!(path = %entry.path, error = %e, "prefetch failed"),
-        }
-        entry.version.size
-    }
-
-    fn count_prefetched(&self, size: u64) {
-        let stats = self.stats();
-        stats.prefetched_files.fetch_add(1, Ordering::Relaxed);
-        stats.prefetched_bytes.fetch_add(size, Ordering::Relaxed);
-    }
-}
-
-impl<S: Source> DyadFs<S> {
-    /// Whether `who` may read `path` (which resolved to `found`) through the mount: search on
-    /// every directory above it and read on the file, judged on the attributes the mount
-    /// presents, as the kernel judges an open. The daemon fills as root: unchecked, a user
-    /// could stage files it cannot read and learn their sizes and timing. (Checked when the
-    /// file's turn comes, not when the list arrives: rights change.)
-    fn readable_by(&self, path: &str, found: &Found, who: &Credentials) -> Result<(), Error> {
-        if who.uid == 0 {
-            return Ok(());
-        }
-        let above = std::iter::once("").chain(path.match_indices('/').map(|(i, _)| &path[..i]));
-        for dir in above {
-            if !self.resolve(dir, Duration::ZERO)?.attr(0)?.allows(who, 1) {
-                return Err(Error::Denied);
-            }
-        }
-        if !found.attr(0)?.allows(who, 4) {
-            return Err(Error::Denied);
-        }
-        Ok(())
     }
 }
 

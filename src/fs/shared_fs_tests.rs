@@ -3,11 +3,14 @@
 //! that works again is answered as if nothing had happened.
 
 use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::ops_tests::{MemNames, fs_over};
 use super::*;
 use crate::backing::memory::{Call, MemShared};
+use crate::core::Kind;
 use crate::core::mem_source::MemSource;
 
 const DATA: &[u8] = b"0123456789";

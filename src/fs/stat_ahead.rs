@@ -20,9 +20,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::listing::DirEntry;
-use super::paths::join;
-use super::{DyadFs, spawn_worker};
-use crate::core::source::Source;
 use crate::core::sync::lock;
 
 /// Entries stat'ed ahead of the page the kernel asked for.
@@ -40,13 +37,13 @@ const REMEMBER_FOR: Duration = Duration::from_secs(2);
 const REMEMBERED: usize = 8;
 const REMEMBERED_ENTRIES: usize = 1 << 20;
 
-struct Range {
+pub(super) struct Range {
     /// The open directory it was read ahead for (`None`: a closed one).
     fh: Option<u64>,
-    dir: String,
-    entries: Arc<Vec<DirEntry>>,
-    from: usize,
-    to: usize,
+    pub(super) dir: String,
+    pub(super) entries: Arc<Vec<DirEntry>>,
+    pub(super) from: usize,
+    pub(super) to: usize,
 }
 
 /// A large listing, while its directory is open and for a while after.
@@ -213,35 +210,13 @@ impl StatAhead {
         self.queued.notify_one();
     }
 
-    fn next(&self, wait: Duration) -> Option<Range> {
+    pub(super) fn next(&self, wait: Duration) -> Option<Range> {
         let st = lock(&self.state);
         let (mut st, _) = self
             .queued
             .wait_timeout_while(st, wait, |s| s.queue.is_empty())
             .unwrap_or_else(|e| e.into_inner());
         st.queue.pop_front()
-    }
-}
-
-impl<S: Source> DyadFs<S> {
-    /// Starts the thread that stats listed entries ahead of a scan (it ends with the fs). One
-    /// thread: two or three, reading more inodes at once, measured slower (they took CPU from
-    /// the scan on two cores).
-    pub fn start_stat_ahead(fs: &Arc<DyadFs<S>>) -> std::io::Result<()> {
-        let ahead = fs.stat_ahead.clone();
-        spawn_worker(
-            fs,
-            "stat-ahead".into(),
-            move |wait| ahead.next(wait),
-            |fs, r: Range| {
-                for e in &r.entries[r.from..r.to] {
-                    // Remembered for the scan's lookups (and warming the shared file
-                    // system's own caches); a name it does not have (produced, or gone) is
-                    // looked up when its page is asked for.
-                    let _ = fs.backing_stat(&join(&r.dir, &e.name));
-                }
-            },
-        )
     }
 }
 

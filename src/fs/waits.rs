@@ -6,14 +6,10 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::paths::split;
-use super::{DyadFs, Error, caller};
 use crate::core::names::{Name, Namespace, Wake, Watch};
-use crate::core::source::Source;
 use crate::core::sync::lock;
 
 /// The threads that finish waits, for the whole mount (a finish is a lookup and an open, or at
@@ -27,7 +23,7 @@ const STACK: usize = 256 << 10;
 pub type Told = Option<io::Result<Name>>;
 
 /// What finishes a wait, on one of the waiting threads.
-type Finish = Box<dyn FnOnce(Told) + Send>;
+pub(super) type Finish = Box<dyn FnOnce(Told) + Send>;
 
 /// A wait not finished: the namespace's watch (dropped when it finishes) and what finishes it.
 type Pending = (Option<Watch>, Finish);
@@ -203,83 +199,9 @@ fn serve(shared: &Shared) {
 /// Who opens, as the request said: thread, user, group.
 pub type Opener = (u32, u32, u32);
 
-impl<S: Source> DyadFs<S> {
-    /// Waits (`--wait`) for inode `ino`'s name to be published (a pending name, or a file
-    /// another process is writing here: see [`Self::open_waits`]) holding no thread; then
-    /// `done` is told, on one of the mount's waiting threads, whether `who` may open it as
-    /// `flags` ask (the kernel judged a pending name's open by the pending entry's attributes,
-    /// which let any reader in). A name still absent at the deadline is `NotFound`.
-    pub fn wait_produced(
-        self: &Arc<Self>,
-        ino: u64,
-        who: Opener,
-        flags: i32,
-        done: Box<dyn FnOnce(Result<(), Error>) + Send>,
-    ) {
-        let path = match self.node(ino) {
-            Ok(node) => Self::path_of(&node),
-            Err(e) => return done(Err(e)),
-        };
-        self.stats().name_waits.fetch_add(1, Ordering::Relaxed);
-        let until = Instant::now() + self.config.wait;
-        let (dir, name) = split(&path);
-        let (dir, name) = (dir.to_string(), name.to_string());
-        let names = self.names.clone();
-        let me = self.clone();
-        let finish: Finish = Box::new(move |told| done(me.produced(&path, told, who, flags)));
-        let watch = |wake| names.watch(&dir, &name, until, wake);
-        let fallback =
-            |wake| wait_on_a_thread(self.names.clone(), dir.clone(), name.clone(), until, wake);
-        if let Err(e) = self.waits.start(until, watch, fallback, finish) {
-            tracing::warn!(error = %e, "cannot wait for a name");
-        }
-    }
-
-    /// Finishes a wait for `path`, which learnt `told`: published (not only created: a producer
-    /// on this node may be writing it now, and a reader must not see it before its close), and
-    /// `who` let in as `flags` ask.
-    fn produced(&self, path: &str, told: Told, who: Opener, flags: i32) -> Result<(), Error> {
-        let (dir, name) = split(path);
-        // At the deadline, one last look (for a word lost with a home that died).
-        let told = match told {
-            Some(told) => told,
-            None => match self.names.get(dir, name, Duration::ZERO) {
-                Ok(Some(n)) => Ok(n),
-                Ok(None) => return Err(Error::NotFound),
-                Err(e) => Err(e),
-            },
-        };
-        let published = match told {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(%path, error = %e, "waiting for a name failed");
-                return Err(Error::NotFound);
-            }
-        };
-        // The name as its home told it: not asked again (a round trip per hand-off), unless
-        // something here took the path meanwhile.
-        let found = match self.resolve_here(path)? {
-            Some(here) => here,
-            None => self.found_name(path, Ok(Some(published)))?,
-        };
-        let attr = self.upsert(path.to_string(), &found, 0)?;
-        let want = match flags & libc::O_ACCMODE {
-            libc::O_RDONLY => 4,
-            libc::O_WRONLY => 2,
-            _ => 6,
-        };
-        let (tid, uid, gid) = who;
-        if attr.allows(&caller::Credentials::of_thread(tid, uid, gid), want) {
-            Ok(())
-        } else {
-            Err(Error::Denied)
-        }
-    }
-}
-
 /// A namespace that cannot watch: a thread waits in its `get` and wakes the wait (a name
 /// still absent at the deadline is left to the deadline's last look).
-fn wait_on_a_thread(
+pub(super) fn wait_on_a_thread(
     names: Arc<dyn Namespace>,
     dir: String,
     name: String,

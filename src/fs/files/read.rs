@@ -1,22 +1,51 @@
-//! Work done off the request's thread: sequential readahead of large files and background
-//! verification of files the kernel reads directly.
+//! Reads of open files, and the work done off the request's thread: sequential readahead of
+//! large files and background verification of files the kernel reads directly.
 
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::DyadFs;
-use super::handles::CachedHandle;
-use crate::cache::Entry;
+use super::Files;
+use crate::cache::{Entry, ReadBytes};
 use crate::core::source::Source;
-use crate::fill::MAX_READAHEAD_CHUNKS;
+use crate::fill::{MAX_READAHEAD_CHUNKS, WHOLE_FILE_MAX};
+use crate::fs::Error;
+use crate::fs::handles::{CachedHandle, Handle};
 
-impl<S: Source> DyadFs<S> {
+impl<S: Source> Files<S> {
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadBytes, Error> {
+        let handle = self.tree.handles.get(fh)?;
+        let handle = match &*handle {
+            Handle::Cached(h) => h,
+            Handle::Staged { staged, .. } => {
+                let len = staged.file.metadata().map_err(Error::Write)?.len();
+                let n = (u64::from(size)).min(len.saturating_sub(offset)) as usize;
+                let mut buf = vec![0; n];
+                staged
+                    .file
+                    .read_exact_at(&mut buf, offset)
+                    .map_err(Error::Write)?;
+                return Ok(ReadBytes::Owned(buf));
+            }
+        };
+        let entry = &handle.entry;
+        let large = entry.version.size > WHOLE_FILE_MAX;
+        let map = large
+            .then(|| handle.map.get_or_init(|| entry.map()).as_ref())
+            .flatten();
+        let data = self.reader.read_mapped(entry, offset, size, map)?;
+        if large {
+            self.read_ahead(handle, offset, data.len() as u64);
+        }
+        Ok(data)
+    }
+
     /// On sequential reads of a large file, fills the next chunks in the background with a
     /// window that doubles per sequential read, once the reads have run in order for a whole
     /// chunk; a seek resets it. A random read of a few hundred KiB comes as several READs in
     /// order (the kernel splits it, and reads ahead of it itself): counted as a run, each would
     /// fill chunks nobody reads (HDF5 rows, LMDB records: issue 50).
-    pub(super) fn read_ahead(&self, handle: &CachedHandle, offset: u64, len: u64) {
+    fn read_ahead(&self, handle: &CachedHandle, offset: u64, len: u64) {
         let entry = handle.entry.clone();
         let sequential = handle.next_offset.swap(offset + len, Ordering::Relaxed) == offset;
         if !sequential {
@@ -101,7 +130,7 @@ mod tests {
         for k in 0..16 {
             read(24 * CHUNK + k * (64 << 10));
         }
-        let entry = fs.reader.cache.lookup("big.bin", version).unwrap();
+        let entry = fs.cache().lookup("big.bin", version).unwrap();
         // The one readahead thread takes its jobs in order: once the scan's are done, any a
         // random read had queued would be too.
         let deadline = Instant::now() + Duration::from_secs(10);

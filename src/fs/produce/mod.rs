@@ -1,6 +1,7 @@
-//! Operations that change the produced namespace: create, write, mkdir, symlink, mknod, link,
-//! setattr and fsync (the close that finishes a written file: [`super::close`]; remove and
-//! rename: [`super::rename`]). The backing tree is never modified.
+//! The producer side, one component of [`DyadFs`](super::DyadFs): the operations that change
+//! the produced namespace: opens to write, create, write, mkdir, symlink, mknod, link, setattr
+//! and fsync (the close that finishes a written file: [`close`]; remove and rename:
+//! [`rename`]). The backing tree is never modified.
 //!
 //! Times follow POSIX: a name's ctime changes with its attributes, a directory's mtime and
 //! ctime with its entries (a produced directory's; the backing tree's stay as they are).
@@ -11,23 +12,102 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+mod close;
+mod rename;
+
+use super::Error;
 use super::attr::{Attr, Changes, TimeSet};
 use super::found::Found;
 use super::handles::{Handle, Opened};
 use super::inodes::{Node, link_id};
 use super::paths::{join, split};
-use super::write::Staged;
-use super::{DyadFs, Error};
+use super::tree::Tree;
+use super::write::{Producer, Staged};
 use crate::core::Kind;
 use crate::core::Version;
+use crate::core::names::Namespace;
 use crate::core::names::{Name, NameMeta, TARGET_MAX, links_dir, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
+use crate::fill::Reader;
 
-impl<S: Source> DyadFs<S> {
+/// How many times an open to write resolves its path again when the file it found being
+/// written was finished meanwhile; each time another writer opened, wrote and finished it in
+/// between.
+const OPEN_RETRIES: usize = 8;
+
+pub struct Produce<S: Source> {
+    tree: Arc<Tree>,
+    pub(super) producer: Arc<Producer>,
+    names: Arc<dyn Namespace>,
+    /// The bytes of a produced file that a new version starts from.
+    reader: Reader<S>,
+}
+
+impl<S: Source> Produce<S> {
+    pub(super) fn new(tree: Arc<Tree>, reader: Reader<S>) -> Self {
+        Produce {
+            producer: tree.producer.clone(),
+            names: tree.names.clone(),
+            tree,
+            reader,
+        }
+    }
+
+    /// Opens inode `ino` to write: a file being written gets one writer more, a produced file
+    /// a new version (started from its current bytes unless `truncate`); backing files are
+    /// read-only. Its path is resolved again while the file being written that it named was
+    /// finished meanwhile, a few times.
+    pub(in crate::fs) fn open_to_write(&self, ino: u64, truncate: bool) -> Result<Opened, Error> {
+        let node = self.tree.node(ino)?;
+        for _ in 0..=OPEN_RETRIES {
+            let (path, found) = self.tree.resolve_node(&node)?;
+            if let Some(opened) = self.open_found(path, found, truncate)? {
+                return Ok(opened);
+            }
+        }
+        Err(Error::Contended)
+    }
+
+    /// What an open to write does with what its path resolved to (`None`: the file being
+    /// written that it found was finished, published or unlinked, after it was resolved).
+    pub(in crate::fs) fn open_found(
+        &self,
+        path: String,
+        found: Found,
+        truncate: bool,
+    ) -> Result<Option<Opened>, Error> {
+        match found {
+            Found::Staged(s) => {
+                // Under the finishing lock, which the close that finishes a file holds
+                // throughout: either that close has not begun (this handle is one writer more,
+                // and the last release finishes the file), or it is over and the file was
+                // unstaged, its bytes sealed; a handle on it would write into the sealed
+                // object and finish it again.
+                let held = s.clone();
+                let _finishing = lock(&held.finishing);
+                if *lock(&s.ended) {
+                    return Ok(None);
+                }
+                if truncate {
+                    s.set_len(0)?;
+                    s.dirty.store(true, Ordering::Relaxed);
+                }
+                Ok(Some(self.tree.handles.staged(s, true)))
+            }
+            Found::Backing(_) => Err(Error::ReadOnly),
+            Found::Produced(n) => {
+                super::found::openable(&n)?;
+                let staged = self.new_version(&path, &n, !truncate)?;
+                self.tree.upsert(path, &Found::Staged(staged.clone()), 0)?;
+                Ok(Some(self.tree.handles.staged(staged, true)))
+            }
+        }
+    }
+
     /// Starts a new version of the produced file `n` at `path` (its owner kept, and its hard
     /// link record if it has one), from its current bytes if `copy`.
-    pub(super) fn new_version(
+    pub(in crate::fs) fn new_version(
         &self,
         path: &str,
         n: &Name,
@@ -49,7 +129,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     /// Copies a produced file's current bytes into a new version being written.
-    pub(super) fn copy_into(&self, n: &Name, staged: &Staged) -> Result<(), Error> {
+    pub(in crate::fs) fn copy_into(&self, n: &Name, staged: &Staged) -> Result<(), Error> {
         let version = Version {
             size: n.size,
             mtime_ns: n.mtime_ns,
@@ -80,17 +160,17 @@ impl<S: Source> DyadFs<S> {
         owner: (u32, u32),
     ) -> Result<(Attr, Opened), Error> {
         let (exclusive, truncate) = flags;
-        let parent = self.node(parent)?;
-        if self.fresh_attr(&parent)?.kind != Kind::Dir {
+        let parent = self.tree.node(parent)?;
+        if self.tree.fresh_attr(&parent)?.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
-        let path = join(&Self::path_of(&parent), name);
-        match self.resolve(&path, Duration::ZERO) {
+        let path = join(&Tree::path_of(&parent), name);
+        match self.tree.resolve(&path, Duration::ZERO) {
             Ok(_) if exclusive => return Err(Error::Exists),
             Ok(found) => {
-                let attr = self.upsert(path.clone(), &found, 1)?;
-                let opened = self.open(attr.ino, true, truncate)?;
-                return Ok((self.getattr(attr.ino)?, opened));
+                let attr = self.tree.upsert(path.clone(), &found, 1)?;
+                let opened = self.open_to_write(attr.ino, truncate)?;
+                return Ok((self.tree.getattr(attr.ino)?, opened));
             }
             Err(Error::NotFound) => {}
             Err(e) => return Err(e),
@@ -100,12 +180,12 @@ impl<S: Source> DyadFs<S> {
             .create(&path, mode, owner)
             .map_err(Error::Write)?;
         self.touch_dir(&parent)?;
-        let attr = self.upsert(path, &Found::Staged(staged.clone()), 1)?;
-        Ok((attr, self.handles.staged(staged, true)))
+        let attr = self.tree.upsert(path, &Found::Staged(staged.clone()), 1)?;
+        Ok((attr, self.tree.handles.staged(staged, true)))
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, Error> {
-        match &*self.handles.get(fh)? {
+        match &*self.tree.handles.get(fh)? {
             Handle::Staged {
                 staged,
                 writable: true,
@@ -119,7 +199,8 @@ impl<S: Source> DyadFs<S> {
                     (set.mtime_ns, set.ctime_ns) = (None, None);
                 }
                 drop(set);
-                self.stats()
+                self.tree
+                    .stats
                     .bytes_written
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 Ok(data.len() as u32)
@@ -165,10 +246,10 @@ impl<S: Source> DyadFs<S> {
     /// A name went away (`drop`: unlinked) or was replaced by a new version: a hard link's
     /// record loses a name (and its bytes with the last one); a file's holder is told that no
     /// name points at its object any more.
-    pub(super) fn unname(&self, old: &Name, drop: bool) -> Result<(), Error> {
+    pub(in crate::fs) fn unname(&self, old: &Name, drop: bool) -> Result<(), Error> {
         if old.is_pointer() {
             let key = &old.meta.inode;
-            let Some(mut r) = self.record(key)? else {
+            let Some(mut r) = self.tree.record(key)? else {
                 return Ok(());
             };
             r.meta.nlink = r.meta.nlink.saturating_sub(1);
@@ -189,7 +270,7 @@ impl<S: Source> DyadFs<S> {
     /// The inode of a hard-linked file, if the kernel knows it, takes the record's new
     /// attributes (its other names' link count and ctime changed).
     fn refresh_link(&self, r: &Name) {
-        let inodes = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+        let inodes = self.tree.inodes.read().unwrap_or_else(|e| e.into_inner());
         if let Some(&ino) = inodes.by_path.get(&link_id(&r.meta.inode))
             && let Some(node) = inodes.nodes.get(&ino)
         {
@@ -197,15 +278,8 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    /// A hard-linked file's record.
-    pub(super) fn record(&self, key: &str) -> Result<Option<Name>, Error> {
-        self.names
-            .get(&links_dir(key), key, Duration::ZERO)
-            .map_err(Error::Names)
-    }
-
     /// Publishes (or removes) a hard-linked file's record.
-    pub(super) fn set_record(&self, key: &str, r: Option<Name>) -> Result<(), Error> {
+    pub(in crate::fs) fn set_record(&self, key: &str, r: Option<Name>) -> Result<(), Error> {
         self.names
             .set(&links_dir(key), key, r)
             .map_err(Error::Names)?;
@@ -213,7 +287,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     /// Publishes changed attributes of a name at `path` (or of its hard link record).
-    pub(super) fn store(&self, path: &str, n: &Name) -> Result<(), Error> {
+    pub(in crate::fs) fn store(&self, path: &str, n: &Name) -> Result<(), Error> {
         match n.meta.inode.as_str() {
             "" => {
                 let (dir, file) = split(path);
@@ -229,14 +303,14 @@ impl<S: Source> DyadFs<S> {
     /// What `path` is, once a file whose last writer just closed is finished (or whose
     /// release, sent after its opener's `close()`, finished it: see
     /// [`super::write::Staged::release_expected`]).
-    pub(super) fn settled(&self, path: &str) -> Result<Found, Error> {
-        match self.resolve(path, Duration::ZERO)? {
+    pub(in crate::fs) fn settled(&self, path: &str) -> Result<Found, Error> {
+        match self.tree.resolve(path, Duration::ZERO)? {
             Found::Staged(s) if s.closed() => {
                 drop(lock(&s.finishing));
-                self.resolve(path, Duration::ZERO)
+                self.tree.resolve(path, Duration::ZERO)
             }
             Found::Staged(s) if s.await_release(super::write::RELEASE_WAIT) => {
-                self.resolve(path, Duration::ZERO)
+                self.tree.resolve(path, Duration::ZERO)
             }
             found => Ok(found),
         }
@@ -245,8 +319,8 @@ impl<S: Source> DyadFs<S> {
     /// Makes `new_name` in `new_parent` a hard link to the produced file `ino`: the file's
     /// attributes move to a record (in [`links_dir`]) that all its names point at.
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<Attr, Error> {
-        let (from, _) = self.resolve_node(&*self.node(ino)?)?;
-        let parent = self.node(new_parent)?;
+        let (from, _) = self.tree.resolve_node(&*self.tree.node(ino)?)?;
+        let parent = self.tree.node(new_parent)?;
         let to = self.free_path(&parent, new_name)?;
         let mut r = match self.settled(&from)? {
             Found::Backing(_) => return Err(Error::ReadOnly),
@@ -274,12 +348,12 @@ impl<S: Source> DyadFs<S> {
             .set(td, tf, Some(Name::pointer(&r.meta.inode, me)))
             .map_err(Error::Names)?;
         self.touch_dir(&parent)?;
-        self.upsert(from, &Found::Produced(r.clone()), 0)?;
-        self.upsert(to, &Found::Produced(r), 1)
+        self.tree.upsert(from, &Found::Produced(r.clone()), 0)?;
+        self.tree.upsert(to, &Found::Produced(r), 1)
     }
 
     /// Tells an object's holder that no name points at it any more.
-    pub(super) fn release_object(&self, n: &Name, drop: bool) {
+    pub(in crate::fs) fn release_object(&self, n: &Name, drop: bool) {
         if n.holder == self.names.me() {
             let v = Version {
                 size: n.size,
@@ -338,7 +412,7 @@ impl<S: Source> DyadFs<S> {
         if mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0 {
             let (attr, opened) = self.create(parent, name, mode & 0o7777, (true, false), owner)?;
             self.release(opened.fh)?;
-            return self.getattr(attr.ino);
+            return self.tree.getattr(attr.ino);
         }
         let special = Kind::special_bits(mode).ok_or(Error::Invalid)?;
         let meta = NameMeta {
@@ -367,23 +441,23 @@ impl<S: Source> DyadFs<S> {
 
     /// Publishes a new name without bytes (a directory, symlink or special file) in `parent`.
     fn make(&self, parent: u64, name: &OsStr, n: Name) -> Result<Attr, Error> {
-        let parent = self.node(parent)?;
+        let parent = self.tree.node(parent)?;
         let path = self.free_path(&parent, name)?;
         let (dir, file) = split(&path);
         self.names
             .set(dir, file, Some(n.clone()))
             .map_err(Error::Names)?;
         self.touch_dir(&parent)?;
-        self.upsert(path, &Found::Produced(n), 1)
+        self.tree.upsert(path, &Found::Produced(n), 1)
     }
 
     /// The path of a new `name` in the directory `parent`, which must not exist yet.
     fn free_path(&self, parent: &Node, name: &OsStr) -> Result<String, Error> {
-        if self.fresh_attr(parent)?.kind != Kind::Dir {
+        if self.tree.fresh_attr(parent)?.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
-        let path = join(&Self::path_of(parent), name);
-        match self.resolve(&path, Duration::ZERO) {
+        let path = join(&Tree::path_of(parent), name);
+        match self.tree.resolve(&path, Duration::ZERO) {
             Ok(_) => Err(Error::Exists),
             Err(Error::NotFound) => Ok(path),
             Err(e) => Err(e),
@@ -393,11 +467,11 @@ impl<S: Source> DyadFs<S> {
     /// A produced directory's entries changed now: its mtime and ctime move (a backing
     /// directory's stay: the backing tree is never modified). Whether `dir` is produced comes
     /// from its (cached) attributes, not from a stat of the shared file system per entry.
-    pub(super) fn touch_dir(&self, dir: &Node) -> Result<(), Error> {
-        if !self.fresh_attr(dir).is_ok_and(|a| a.produced) {
+    pub(in crate::fs) fn touch_dir(&self, dir: &Node) -> Result<(), Error> {
+        if !self.tree.fresh_attr(dir).is_ok_and(|a| a.produced) {
             return Ok(());
         }
-        let path = Self::path_of(dir);
+        let path = Tree::path_of(dir);
         let (parent, file) = split(&path);
         let Some(mut n) = self
             .names
@@ -411,20 +485,12 @@ impl<S: Source> DyadFs<S> {
         self.names
             .set(parent, file, Some(n.clone()))
             .map_err(Error::Names)?;
-        self.upsert(path, &Found::Produced(n), 0)?;
+        self.tree.upsert(path, &Found::Produced(n), 0)?;
         Ok(())
     }
 
-    /// A produced symlink's target.
-    pub(super) fn produced_target(&self, path: &str) -> Result<std::path::PathBuf, Error> {
-        match self.resolve(path, Duration::ZERO)? {
-            Found::Produced(n) if n.meta.special == libc::S_IFLNK => Ok(n.meta.target.into()),
-            _ => Err(Error::Invalid),
-        }
-    }
-
     /// Whether a produced directory has entries (published or being written here).
-    pub(super) fn dir_has_entries(&self, path: &str) -> Result<bool, Error> {
+    pub(in crate::fs) fn dir_has_entries(&self, path: &str) -> Result<bool, Error> {
         Ok(self.producer.has_staged_under(path) || self.names.any(path).map_err(Error::Names)?)
     }
 
@@ -432,8 +498,8 @@ impl<S: Source> DyadFs<S> {
     /// name is published again with its new attributes (a new size is a new version of the
     /// bytes); the backing tree is read-only.
     pub fn setattr(&self, ino: u64, changes: &Changes) -> Result<Attr, Error> {
-        let node = self.node(ino)?;
-        let (path, _) = self.resolve_node(&node)?;
+        let node = self.tree.node(ino)?;
+        let (path, _) = self.tree.resolve_node(&node)?;
         let now = now_ns();
         let time = |t: Option<TimeSet>| t.map(|t| t.at(now));
         match self.settled(&path)? {
@@ -446,10 +512,10 @@ impl<S: Source> DyadFs<S> {
                 if !changes.is_empty() {
                     self.setattr_staged(&s, changes, now);
                 }
-                self.upsert(path, &Found::Staged(s), 0)
+                self.tree.upsert(path, &Found::Staged(s), 0)
             }
             Found::Backing(meta) => {
-                let attr = self.upsert(path, &Found::Backing(meta), 0)?;
+                let attr = self.tree.upsert(path, &Found::Backing(meta), 0)?;
                 if changes.is_empty() {
                     Ok(attr)
                 } else {
@@ -470,11 +536,11 @@ impl<S: Source> DyadFs<S> {
                 }
                 self.setattr_staged(&staged, changes, now);
                 self.finish_write(&staged)?;
-                self.getattr(ino)
+                self.tree.getattr(ino)
             }
             Found::Produced(mut n) => {
                 if changes.is_empty() {
-                    return self.upsert(path, &Found::Produced(n), 0);
+                    return self.tree.upsert(path, &Found::Produced(n), 0);
                 }
                 if let Some(mode) = changes.mode {
                     n.mode = mode & 0o7777;
@@ -485,7 +551,7 @@ impl<S: Source> DyadFs<S> {
                 n.meta.mtime_ns = time(changes.mtime).or(n.meta.mtime_ns);
                 n.meta.ctime_ns = Some(now);
                 self.store(&path, &n)?;
-                self.upsert(path, &Found::Produced(n), 0)
+                self.tree.upsert(path, &Found::Produced(n), 0)
             }
         }
     }
@@ -509,7 +575,7 @@ impl<S: Source> DyadFs<S> {
     }
 
     pub fn fsync(&self, fh: u64) -> Result<(), Error> {
-        if let Handle::Staged { staged, .. } = &*self.handles.get(fh)? {
+        if let Handle::Staged { staged, .. } = &*self.tree.handles.get(fh)? {
             // Bytes that did not reach the disk: as a failed write.
             staged
                 .file

@@ -1,23 +1,25 @@
 //! Removing and renaming names of the produced namespace (the rest of its changes:
-//! [`super::namespace`]). The backing tree is never modified.
+//! [`super`]). The backing tree is never modified.
 
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::found::Found;
-use super::paths::{join, split};
-use super::{DyadFs, Error};
+use super::Produce;
 use crate::core::names::{Name, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
+use crate::fs::Error;
+use crate::fs::found::Found;
+use crate::fs::paths::{join, split};
+use crate::fs::tree::Tree;
 
-impl<S: Source> DyadFs<S> {
+impl<S: Source> Produce<S> {
     /// Removes a file or (`dir`) an empty directory.
     pub fn remove(&self, parent_ino: u64, name: &OsStr, dir: bool) -> Result<(), Error> {
-        let parent = self.node(parent_ino)?;
-        let path = join(&Self::path_of(&parent), name);
+        let parent = self.tree.node(parent_ino)?;
+        let path = join(&Tree::path_of(&parent), name);
         let (d, file) = split(&path);
         match self.settled(&path)? {
             Found::Backing(_) => return Err(Error::ReadOnly),
@@ -48,7 +50,7 @@ impl<S: Source> DyadFs<S> {
         if let Some(old) = self.names.set(d, file, None).map_err(Error::Names)? {
             self.unname(&old, true)?;
         }
-        self.unmap(&path);
+        self.tree.unmap(&path);
         self.touch_dir(&parent)
     }
 
@@ -60,15 +62,15 @@ impl<S: Source> DyadFs<S> {
         new_name: &OsStr,
         no_replace: bool,
     ) -> Result<(), Error> {
-        let (from_dir, to_dir) = (self.node(parent)?, self.node(new_parent)?);
-        let from = join(&Self::path_of(&from_dir), name);
-        let to = join(&Self::path_of(&to_dir), new_name);
+        let (from_dir, to_dir) = (self.tree.node(parent)?, self.tree.node(new_parent)?);
+        let from = join(&Tree::path_of(&from_dir), name);
+        let to = join(&Tree::path_of(&to_dir), new_name);
         let src = self.settled(&from)?;
         // POSIX: renaming a name onto itself does nothing, once the name exists.
         if from == to {
             return Ok(());
         }
-        let dst = match self.resolve(&to, Duration::ZERO) {
+        let dst = match self.tree.resolve(&to, Duration::ZERO) {
             Ok(f) => Some(f),
             Err(Error::NotFound) => None,
             Err(e) => return Err(e),
@@ -144,7 +146,7 @@ impl<S: Source> DyadFs<S> {
             }
         }
         {
-            let mut inodes = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+            let mut inodes = self.tree.inodes.write().unwrap_or_else(|e| e.into_inner());
             inodes.by_path.remove(&to);
             if let Some(ino) = inodes.by_path.remove(&from) {
                 if let Some(node) = inodes.nodes.get(&ino) {
@@ -154,7 +156,7 @@ impl<S: Source> DyadFs<S> {
             }
         }
         if let Some(n) = moved {
-            self.upsert(to, &Found::Produced(n), 0)?;
+            self.tree.upsert(to, &Found::Produced(n), 0)?;
         }
         self.touch_dir(&from_dir)?;
         if !Arc::ptr_eq(&from_dir, &to_dir) {

@@ -1,26 +1,27 @@
 //! The close path of a file being written. Of the closes of its writable handles, one ends
-//! the writing ([`DyadFs::writer_closed`]): the opener's own `close()` of its only writer, once
+//! the writing ([`Produce::writer_closed`]): the opener's own `close()` of its only writer, once
 //! something was written (FUSE flush, so an error reaches `close()`), else the last release.
-//! That close finishes the file ([`DyadFs::finish_write`]) in two steps: [`DyadFs::seal`]
+//! That close finishes the file ([`Produce::finish_write`]) in two steps: [`Produce::seal`]
 //! makes its bytes an immutable object of a fixed version, kept in this node's cache, then
-//! [`DyadFs::publish`] points its name at that object, for every node to see.
+//! [`Produce::publish`] points its name at that object, for every node to see.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::found::Found;
-use super::handles::Handle;
-use super::paths::split;
-use super::write::Staged;
-use super::{DyadFs, Error};
+use super::Produce;
 use crate::core::Version;
 use crate::core::names::{Name, NameMeta, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
+use crate::fs::Error;
+use crate::fs::found::Found;
+use crate::fs::handles::Handle;
+use crate::fs::paths::split;
+use crate::fs::write::Staged;
 
 /// Which close of a writable handle of a file being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Close {
+pub(in crate::fs) enum Close {
     /// A `close()` by the process that opened the handle, which holds the file no more; the
     /// handle stays open until its release.
     Flush,
@@ -34,7 +35,23 @@ struct Sealed {
     version: Version,
 }
 
-impl<S: Source> DyadFs<S> {
+impl<S: Source> Produce<S> {
+    /// The last close of an open file (the kernel sends it once every descriptor of the open
+    /// is closed, including dups and forked copies, shortly after the last close returns). The
+    /// last writable handle of a file being written finishes it, unless a close (`flush`) did.
+    pub(in crate::fs) fn release(&self, fh: u64) -> Result<(), Error> {
+        let handle = self.tree.handles.remove(fh);
+        match handle.as_deref() {
+            Some(Handle::Cached(h)) => h.entry.unpin(),
+            Some(Handle::Staged {
+                staged,
+                writable: true,
+            }) => return self.writer_closed(staged, Close::Release),
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// A `close()` by the process that opened handle `fh`, which holds the file no more (see
     /// `caller::held_elsewhere`): a file being written whose only writable handle this is, and
     /// that was written to, is finished now, so a failure reaches `close()` (and the name is
@@ -42,7 +59,7 @@ impl<S: Source> DyadFs<S> {
     /// writes: a write through a descriptor of it that escaped the check (passed to an
     /// unrelated process) fails with EBADF. Other handles have nothing to do.
     pub fn flush(&self, fh: u64) -> Result<(), Error> {
-        match &*self.handles.get(fh)? {
+        match &*self.tree.handles.get(fh)? {
             Handle::Staged {
                 staged,
                 writable: true,
@@ -54,7 +71,11 @@ impl<S: Source> DyadFs<S> {
     /// A writable handle of `staged` closed (`close`); the close that ends the writing
     /// finishes the file. Under the `finishing` lock: a rename, unlink or change of attributes
     /// that finds no writer left waits for the file to be finished.
-    pub(super) fn writer_closed(&self, staged: &Arc<Staged>, close: Close) -> Result<(), Error> {
+    pub(in crate::fs) fn writer_closed(
+        &self,
+        staged: &Arc<Staged>,
+        close: Close,
+    ) -> Result<(), Error> {
         let _finishing = lock(&staged.finishing);
         let ends = match close {
             // Not while another writer has it open (the last release finishes it), nor before
@@ -85,7 +106,7 @@ impl<S: Source> DyadFs<S> {
     /// meanwhile). It stays staged (visible here) until its name is published, so no reader on
     /// this node falls between the two and finds the previous version; then, whatever
     /// happened, it is staged no more.
-    pub(super) fn finish_write(&self, staged: &Arc<Staged>) -> Result<(), Error> {
+    pub(in crate::fs) fn finish_write(&self, staged: &Arc<Staged>) -> Result<(), Error> {
         let r = if staged.unlinked.load(Ordering::Relaxed) {
             Ok(())
         } else {
@@ -149,7 +170,7 @@ impl<S: Source> DyadFs<S> {
             },
         };
         if let Some(key) = staged.inode.get()
-            && let Some(mut r) = self.record(key).map_err(not_named)?
+            && let Some(mut r) = self.tree.record(key).map_err(not_named)?
         {
             // A new version of a hard-linked file: every name of it sees the new bytes.
             let old = r.clone();
@@ -159,8 +180,11 @@ impl<S: Source> DyadFs<S> {
             r.meta.ctime_ns = Some(set.ctime_ns.unwrap_or_else(now_ns));
             self.set_record(key, Some(r.clone())).map_err(not_named)?;
             self.release_object(&old, false);
-            self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
-            self.upsert(path, &Found::Produced(r), 0)?;
+            self.tree
+                .stats
+                .files_produced
+                .fetch_add(1, Ordering::Relaxed);
+            self.tree.upsert(path, &Found::Produced(r), 0)?;
             return Ok(());
         }
         let (dir, file) = split(&path);
@@ -172,9 +196,12 @@ impl<S: Source> DyadFs<S> {
             // The old version stays readable by whoever has it open, then may be evicted.
             self.unname(&old, false)?;
         }
-        self.stats().files_produced.fetch_add(1, Ordering::Relaxed);
+        self.tree
+            .stats
+            .files_produced
+            .fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%path, object = %name.object, size = version.size, "published");
-        self.upsert(path, &Found::Produced(name), 0)?;
+        self.tree.upsert(path, &Found::Produced(name), 0)?;
         Ok(())
     }
 }

@@ -1,44 +1,126 @@
-//! Opening a file to read or write, reading it, and the last close of an open: the path's
-//! resolution decides (a handle on a file being written, or the cache entry of a file to read),
-//! then how the kernel is to read it (passthrough, or served with its pages kept).
+//! Open files, one component of [`DyadFs`](super::DyadFs): opening a file to read (the
+//! path's resolution decides: a handle on a file being written here, or the cache entry of a
+//! file to read), how the kernel is to read it (passthrough, or served with its pages kept), and
+//! its reads ([`read`], with the work done off the request's thread). Opens to write are the
+//! producer side's ([`super::produce`]).
 
-use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+mod read;
+
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use super::config::{Capabilities, FsConfig};
 use super::found::Found;
 use super::handles::{CachedHandle, Handle, Opened};
 use super::inodes::Node;
-use super::{Attr, DyadFs, Error, Kind, close};
+use super::prefetch::Prefetcher;
+use super::tree::Tree;
+use super::workers::Job;
+use super::{Attr, Error};
 use crate::cache::{Entry, ReadBytes};
-use crate::core::names::{self, FILE_SIZE_MAX};
+use crate::core::Kind;
+use crate::core::names;
 use crate::core::source::Source;
 use crate::core::sync::lock;
-use crate::fill::WHOLE_FILE_MAX;
+use crate::fill::{Reader, WHOLE_FILE_MAX};
 
-/// What an open found: a handle made already (a file being written), or the cache key and
+/// What a read open found: a handle made already (a file being written), or the cache key and
 /// attributes of a file to read.
-pub(super) enum ToOpen {
+enum ToOpen {
     Handle(Opened),
     Cached(String, Attr),
-    /// The file being written that the path named was finished (published, or unlinked) after
-    /// it was resolved: resolve again.
-    Finished,
 }
 
-/// How many times an open resolves its path again when the file it found being written was
-/// finished meanwhile; each time another writer opened, wrote and finished it in between.
-const OPEN_RETRIES: usize = 8;
+pub struct Files<S: Source> {
+    tree: Arc<Tree>,
+    pub(super) reader: Reader<S>,
+    /// Reply to opens of complete cached files with kernel passthrough when possible.
+    passthrough: bool,
+    /// Files smaller than this are served by the daemon (see `FsConfig::passthrough_min`).
+    passthrough_min: u64,
+    /// Large files not cached whole are opened for direct I/O (`FsConfig::direct_large`).
+    direct_large: bool,
+    /// The kernel opens files without asking (`--no-open`).
+    no_open: bool,
+    /// What the kernel agreed to (none until the session's INIT).
+    kernel: OnceLock<Capabilities>,
+    /// Readahead and verification, done by background threads.
+    readahead: crossbeam_channel::Sender<Job>,
+    /// Told of every read open (a prefetch list's reader moving on).
+    prefetch: Arc<Prefetcher>,
+}
 
-impl<S: Source> DyadFs<S> {
-    /// Opens a file. `write`: open for writing (a produced file gets a new version, started
-    /// from the current bytes unless `truncate`); backing files are read-only.
-    pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened, Error> {
-        let node = self.node(ino)?;
-        let (key, attr) = match self.to_open(&node, write, truncate)? {
+impl<S: Source> Files<S> {
+    pub(super) fn new(
+        tree: Arc<Tree>,
+        reader: Reader<S>,
+        prefetch: Arc<Prefetcher>,
+        config: &FsConfig,
+    ) -> Result<Self, Error> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        for i in 0..config.readahead_threads.max(1) {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("readahead-{i}"))
+                .spawn(move || rx.iter().for_each(|job| job()))
+                .map_err(|e| Error::Cache(e.into()))?;
+        }
+        Ok(Files {
+            tree,
+            reader,
+            passthrough: config.passthrough,
+            passthrough_min: config.passthrough_min,
+            direct_large: config.direct_large,
+            no_open: config.no_open,
+            kernel: OnceLock::new(),
+            readahead: tx,
+            prefetch,
+        })
+    }
+
+    /// What the kernel agreed to at INIT (once; `false` if told already).
+    pub(super) fn set_kernel(&self, caps: Capabilities) -> bool {
+        self.kernel.set(caps).is_ok()
+    }
+
+    /// What the kernel agreed to (nothing before INIT).
+    pub(super) fn kernel(&self) -> Capabilities {
+        self.kernel.get().copied().unwrap_or_default()
+    }
+
+    /// Whether the kernel's INIT came.
+    pub(super) fn initialised(&self) -> bool {
+        self.kernel.get().is_some()
+    }
+
+    /// Whether a large file not cached whole is opened for direct I/O ([`Opened::direct`]):
+    /// unless `--page-cache-large-files`, where the kernel lets such files be mapped (known once
+    /// INIT is done).
+    fn opens_large_files_directly(&self) -> bool {
+        self.direct_large && self.kernel().direct_io_mmap
+    }
+
+    /// Whether large files not cached whole are opened for direct I/O while complete files
+    /// pass through (known once INIT is done).
+    pub(super) fn reads_large_files_directly(&self) -> bool {
+        let k = self.kernel();
+        self.opens_large_files_directly() && self.passthrough && k.passthrough && !k.no_open
+    }
+
+    pub(super) fn passthrough_enabled(&self) -> bool {
+        self.passthrough
+    }
+
+    pub(super) fn opens_unasked(&self) -> bool {
+        self.no_open
+    }
+
+    /// Opens a file to read.
+    pub(super) fn open(&self, ino: u64) -> Result<Opened, Error> {
+        let node = self.tree.node(ino)?;
+        let (key, attr) = match self.to_open(&node)? {
             ToOpen::Handle(opened) => return Ok(opened),
             ToOpen::Cached(key, attr) => (key, attr),
-            ToOpen::Finished => return Err(Error::Contended),
         };
         match attr.kind {
             Kind::Dir => return Err(Error::IsDir),
@@ -59,10 +141,10 @@ impl<S: Source> DyadFs<S> {
             .filter(|(v, _)| *v == attr.version)
             .map(|(_, keep_pages)| keep_pages);
         let keep_cache = before.is_some();
-        let may_pass = self.config.passthrough && self.kernel().passthrough;
+        let may_pass = self.passthrough && self.kernel().passthrough;
         let was_complete = entry.is_complete();
         if was_complete {
-            self.stats().local_hits.fetch_add(1, Ordering::Relaxed);
+            self.tree.stats.local_hits.fetch_add(1, Ordering::Relaxed);
         }
         let complete = was_complete || self.fetched_at_open(&entry, keep_cache, may_pass);
         let packed = entry.packed();
@@ -91,7 +173,7 @@ impl<S: Source> DyadFs<S> {
         let store = (packed && before.is_none())
             .then(|| self.whole_for_the_kernel(&entry))
             .flatten();
-        let fh = self.handles.add(Handle::Cached(CachedHandle {
+        let fh = self.tree.handles.add(Handle::Cached(CachedHandle {
             entry: entry.clone(),
             next_offset: AtomicU64::new(0),
             run_start: AtomicU64::new(0),
@@ -111,24 +193,16 @@ impl<S: Source> DyadFs<S> {
         })
     }
 
-    /// What inode `node` opens: its path resolved (again while the file being written that it
-    /// named was finished meanwhile, a few times), or a fresh backing file's without asking.
-    fn to_open(&self, node: &Node, write: bool, truncate: bool) -> Result<ToOpen, Error> {
-        if !write && let Some((path, attr)) = self.fresh_backing_file(node) {
+    /// What inode `node` opens to read: its path resolved, or a fresh backing file's without
+    /// asking.
+    fn to_open(&self, node: &Node) -> Result<ToOpen, Error> {
+        if let Some((path, attr)) = self.fresh_backing_file(node) {
             self.prefetch.opened(&path);
             return Ok(ToOpen::Cached(path, attr));
         }
-        let mut tries = 0;
-        loop {
-            let (path, found) = self.resolve_node(node)?;
-            if !write {
-                self.prefetch.opened(&path);
-            }
-            match self.open_found(path, found, write, truncate)? {
-                ToOpen::Finished if tries < OPEN_RETRIES => tries += 1,
-                other => return Ok(other),
-            }
-        }
+        let (path, found) = self.tree.resolve_node(node)?;
+        self.prefetch.opened(&path);
+        self.open_found(path, found)
     }
 
     /// Fetches a small file whole at its open, where that lets the open be a passthrough one
@@ -175,7 +249,7 @@ impl<S: Source> DyadFs<S> {
     fn first_open_keeps_pages(&self, entry: &Entry, may_pass: bool, was_complete: bool) -> bool {
         entry.packed()
             || may_pass
-                && entry.version.size < self.config.passthrough_min
+                && entry.version.size < self.passthrough_min
                 && was_complete
                 && entry.pages_cached() == Some(false)
     }
@@ -225,128 +299,25 @@ impl<S: Source> DyadFs<S> {
     /// the TTL has passed, as its attributes are.
     fn fresh_backing_file(&self, node: &Node) -> Option<(String, Attr)> {
         let (attr, at) = *lock(&node.attr);
-        (attr.kind == Kind::File && !attr.produced && at.elapsed() < self.ttl(&attr))
-            .then(|| (Self::path_of(node), attr))
+        (attr.kind == Kind::File && !attr.produced && at.elapsed() < self.tree.ttl(&attr))
+            .then(|| (Tree::path_of(node), attr))
     }
 
-    /// What an open does with what its path resolved to: a file being written (or a new
-    /// version of a produced one) gets its handle at once; a file to read gives its cache key
-    /// and attributes.
-    pub(super) fn open_found(
-        &self,
-        path: String,
-        found: Found,
-        write: bool,
-        truncate: bool,
-    ) -> Result<ToOpen, Error> {
+    /// What a read open does with what its path resolved to: a file being written gets its
+    /// handle at once; a file to read gives its cache key and attributes.
+    fn open_found(&self, path: String, found: Found) -> Result<ToOpen, Error> {
         let (key, attr) = match found {
-            Found::Staged(s) if !write => return Ok(ToOpen::Handle(self.handles.staged(s, false))),
-            Found::Staged(s) => {
-                // Under the finishing lock, which the close that finishes a file holds
-                // throughout: either that close has not begun (this handle is one writer more,
-                // and the last release finishes the file), or it is over and the file was
-                // unstaged, its bytes sealed; a handle on it would write into the sealed
-                // object and finish it again.
-                let held = s.clone();
-                let _finishing = lock(&held.finishing);
-                if *lock(&s.ended) {
-                    return Ok(ToOpen::Finished);
-                }
-                if truncate {
-                    s.set_len(0)?;
-                    s.dirty.store(true, Ordering::Relaxed);
-                }
-                return Ok(ToOpen::Handle(self.handles.staged(s, true)));
-            }
+            Found::Staged(s) => return Ok(ToOpen::Handle(self.tree.handles.staged(s, false))),
             Found::Backing(meta) => {
-                if write {
-                    return Err(Error::ReadOnly);
-                }
-                let attr = self.upsert(path.clone(), &Found::Backing(meta), 0)?;
+                let attr = self.tree.upsert(path.clone(), &Found::Backing(meta), 0)?;
                 (path, attr)
             }
             Found::Produced(n) => {
-                if n.dir {
-                    return Err(Error::IsDir);
-                }
-                if !n.is_file() {
-                    return Err(Error::Invalid);
-                }
-                if n.size > FILE_SIZE_MAX {
-                    // A forged name (none is produced so large): refused before its chunk
-                    // table is allocated.
-                    return Err(Error::TooLarge {
-                        size: n.size,
-                        max: FILE_SIZE_MAX,
-                    });
-                }
-                if write {
-                    let staged = self.new_version(&path, &n, !truncate)?;
-                    self.upsert(path, &Found::Staged(staged.clone()), 0)?;
-                    return Ok(ToOpen::Handle(self.handles.staged(staged, true)));
-                }
-                let attr = self.upsert(path, &Found::Produced(n.clone()), 0)?;
+                super::found::openable(&n)?;
+                let attr = self.tree.upsert(path, &Found::Produced(n.clone()), 0)?;
                 (n.object, attr)
             }
         };
         Ok(ToOpen::Cached(key, attr))
-    }
-
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadBytes, Error> {
-        let handle = self.handles.get(fh)?;
-        let handle = match &*handle {
-            Handle::Cached(h) => h,
-            Handle::Staged { staged, .. } => {
-                let len = staged.file.metadata().map_err(Error::Write)?.len();
-                let n = (u64::from(size)).min(len.saturating_sub(offset)) as usize;
-                let mut buf = vec![0; n];
-                staged
-                    .file
-                    .read_exact_at(&mut buf, offset)
-                    .map_err(Error::Write)?;
-                return Ok(ReadBytes::Owned(buf));
-            }
-        };
-        let entry = &handle.entry;
-        let large = entry.version.size > WHOLE_FILE_MAX;
-        let map = large
-            .then(|| handle.map.get_or_init(|| entry.map()).as_ref())
-            .flatten();
-        let data = self.reader.read_mapped(entry, offset, size, map)?;
-        if large {
-            self.read_ahead(handle, offset, data.len() as u64);
-        }
-        Ok(data)
-    }
-
-    /// A read of a file the kernel opened without asking (`--no-open`): opened for this read
-    /// alone. Its cache entry is held for the read, not between reads, so eviction is free to
-    /// take files the kernel has not closed.
-    pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<ReadBytes, Error> {
-        let opened = self.open(ino, false, false)?;
-        let data = self.read(opened.fh, offset, size);
-        self.release(opened.fh)?;
-        data
-    }
-
-    /// Whether the kernel opens files without asking (`--no-open`).
-    pub fn opens_unasked(&self) -> bool {
-        self.config.no_open
-    }
-
-    /// The last close of an open file (the kernel sends it once every descriptor of the open
-    /// is closed, including dups and forked copies, shortly after the last close returns). The
-    /// last writable handle of a file being written finishes it, unless a close (`flush`) did.
-    pub fn release(&self, fh: u64) -> Result<(), Error> {
-        let handle = self.handles.remove(fh);
-        match handle.as_deref() {
-            Some(Handle::Cached(h)) => h.entry.unpin(),
-            Some(Handle::Staged {
-                staged,
-                writable: true,
-            }) => return self.writer_closed(staged, close::Close::Release),
-            _ => {}
-        }
-        Ok(())
     }
 }
