@@ -8,28 +8,28 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::attr::PENDING;
+use super::caller::{Context, Credentials};
 use super::found::Found;
 use super::paths::split;
 use super::tree::{Looked, Tree};
-use super::waits::{Finish, Opener, Told, wait_on_a_thread};
-use super::{Attr, DyadFs, Error, caller};
+use super::waits::{Finish, Told, wait_on_a_thread};
+use super::{Attr, DyadFs, Error};
 use crate::core::names::{Name, now_ns};
 use crate::core::source::Source;
 use crate::core::sync::lock;
 
 impl<S: Source> DyadFs<S> {
-    /// Looks a name up for thread `caller`, at once. A name not published yet that the caller
+    /// Looks a name up for `caller`, at once. A name not published yet that the caller
     /// opens to read (a consumer, `--wait`) is a pending entry: a regular file of nothing,
     /// readable, never cached by the kernel, whose open waits for the name. A check or a
     /// creation of a name (a producer's `stat`, `cp`, `mkdir`) gets ENOENT, which leaves no
     /// negative entry in the kernel, so a later reader's open still waits.
-    pub fn lookup(&self, parent: u64, name: &OsStr, caller: u32) -> Result<Attr, Error> {
+    pub fn lookup(&self, parent: u64, name: &OsStr, caller: &dyn Context) -> Result<Attr, Error> {
         // Whether the name is the last of the path a reader opens (else a directory on the
         // way to it), once a wait is in question.
         let mut last = true;
         let waits = |path: &str| {
-            let opening =
-                tracing::debug_span!("caller").in_scope(|| caller::opening_to_read(caller));
+            let opening = tracing::debug_span!("caller").in_scope(|| caller.opening_to_read());
             let Some(opening) = opening else {
                 // A check or a creation: answered at once, and remembered (`ToldAbsent`).
                 self.told_absent.tell(caller, path);
@@ -55,11 +55,11 @@ impl<S: Source> DyadFs<S> {
         }
     }
 
-    /// Whether an open of inode `ino` by thread `tid` with `flags` waits for its name to be
+    /// Whether an open of inode `ino` by `caller` with `flags` waits for its name to be
     /// published (`--wait`): a pending name's does, and so does an open to read a file being
     /// written on this node by another process (it is not published until its close: a
     /// consumer never reads a partial file; its writer reads what it wrote).
-    pub fn open_waits(&self, ino: u64, tid: u32, flags: i32) -> bool {
+    pub fn open_waits(&self, ino: u64, caller: &dyn Context, flags: i32) -> bool {
         let Ok(node) = self.tree.node(ino) else {
             return false;
         };
@@ -72,15 +72,15 @@ impl<S: Source> DyadFs<S> {
         let path = Tree::path_of(&node);
         self.tree.producer.staged(&path).is_some_and(|s| {
             let writer = s.writer_process.load(Ordering::Relaxed);
-            !s.closed() && (writer == 0 || caller::process_of(tid) != Some(writer))
+            !s.closed() && (writer == 0 || caller.process().map(|(p, _)| p) != Some(writer))
         })
     }
 
-    /// The process of thread `tid` writes through handle `fh` (see [`Self::open_waits`]).
-    pub fn note_writer(&self, fh: u64, tid: u32) {
+    /// The process of `caller` writes through handle `fh` (see [`Self::open_waits`]).
+    pub fn note_writer(&self, fh: u64, caller: &dyn Context) {
         if let Ok(h) = self.tree.handles.get(fh)
             && let super::handles::Handle::Staged { staged, .. } = &*h
-            && let Some(p) = caller::process_of(tid)
+            && let Some((p, _)) = caller.process()
         {
             staged.writer_process.store(p, Ordering::Relaxed);
         }
@@ -107,7 +107,7 @@ impl<S: Source> DyadFs<S> {
     pub fn wait_produced(
         self: &Arc<Self>,
         ino: u64,
-        who: Opener,
+        who: Credentials,
         flags: i32,
         done: Box<dyn FnOnce(Result<(), Error>) + Send>,
     ) {
@@ -140,7 +140,7 @@ impl<S: Source> DyadFs<S> {
     /// Finishes a wait for `path`, which learnt `told`: published (not only created: a producer
     /// on this node may be writing it now, and a reader must not see it before its close), and
     /// `who` let in as `flags` ask.
-    fn produced(&self, path: &str, told: Told, who: Opener, flags: i32) -> Result<(), Error> {
+    fn produced(&self, path: &str, told: Told, who: Credentials, flags: i32) -> Result<(), Error> {
         let (dir, name) = split(path);
         // At the deadline, one last look (for a word lost with a home that died).
         let told = match told {
@@ -170,8 +170,7 @@ impl<S: Source> DyadFs<S> {
             libc::O_WRONLY => 2,
             _ => 6,
         };
-        let (tid, uid, gid) = who;
-        if attr.allows(&caller::Credentials::of_thread(tid, uid, gid), want) {
+        if attr.allows(&who, want) {
             Ok(())
         } else {
             Err(Error::Denied)

@@ -7,6 +7,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::caller::Context;
 use super::inodes::{InodeShedder, ROOT_INO};
 use super::{Attr, Changes, DirEntry, DyadFs, Error, Opened, prefetch};
 use crate::cache::ReadBytes;
@@ -184,24 +185,19 @@ impl<S: Source> DyadFs<S> {
     }
 
     /// Extended attributes: only the root's control attributes exist (stats, status, scrub,
-    /// prefetch requests), asked by thread `tid` as `uid`:`gid`.
-    pub fn getxattr(
-        &self,
-        ino: u64,
-        name: &OsStr,
-        (uid, gid, tid): (u32, u32, u32),
-    ) -> Result<Vec<u8>, Error> {
+    /// prefetch requests), asked by `caller`.
+    pub fn getxattr(&self, ino: u64, name: &OsStr, caller: &dyn Context) -> Result<Vec<u8>, Error> {
         if ino != ROOT_INO {
             return Err(Error::NoAttr);
         }
         if let Some((stream, list)) = name.to_str().and_then(prefetch::request) {
-            let who = super::caller::Credentials::of_thread(tid, uid, gid);
+            let who = caller.credentials();
             return self.prefetch.request(stream, list, who);
         }
         let cache = &self.files.reader.cache;
         // A scrub reads the whole cache, a status asks every member: work any local user could
         // otherwise start at will.
-        if (name == SCRUB_XATTR || name == STATUS_XATTR) && !may_administer(uid) {
+        if (name == SCRUB_XATTR || name == STATUS_XATTR) && !may_administer(caller.uid()) {
             return Err(Error::NotOwner);
         }
         if name == SCRUB_XATTR {

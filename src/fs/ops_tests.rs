@@ -215,7 +215,11 @@ fn is_dataset(name: &str) -> bool {
 }
 
 fn read_whole(fs: &DyadFs<MemSource>, name: &str) -> Result<Vec<u8>, Error> {
-    let attr = fs.lookup(ROOT_INO, OsStr::new(name), 0)?;
+    let attr = fs.lookup(
+        ROOT_INO,
+        OsStr::new(name),
+        &crate::fs::caller::Unknown::ROOT,
+    )?;
     let opened = fs.open(attr.ino, false, false)?;
     let mut out = Vec::new();
     loop {
@@ -341,7 +345,13 @@ fn a_close_seals_and_reports_what_publishing_met() {
     // Two writable handles: the first close leaves it staged, the last one publishes.
     let b1 = create("p1");
     let b2 = w.fs.open(
-        w.fs.lookup(ROOT_INO, OsStr::new("p1"), 0).unwrap().ino,
+        w.fs.lookup(
+            ROOT_INO,
+            OsStr::new("p1"),
+            &crate::fs::caller::Unknown::ROOT,
+        )
+        .unwrap()
+        .ino,
         true,
         false,
     );
@@ -456,7 +466,14 @@ fn a_uid_past_its_cap_is_refused_at_the_crossing_write() {
         size: Some(10),
         ..Changes::default()
     };
-    let c_ino = w.fs.lookup(ROOT_INO, OsStr::new("p2"), 0).unwrap().ino;
+    let c_ino =
+        w.fs.lookup(
+            ROOT_INO,
+            OsStr::new("p2"),
+            &crate::fs::caller::Unknown::ROOT,
+        )
+        .unwrap()
+        .ino;
     let e = w.fs.setattr(c_ino, &grow).unwrap_err();
     assert_eq!(e.errno(), libc::EDQUOT, "{e}");
     // Removed, it is given back.
@@ -497,12 +514,16 @@ fn a_forgotten_name_is_looked_up_again_without_the_shared_fs_within_the_ttl() {
     };
     let name = OsStr::new(DATASET[0].0);
     let ttl = w.fs.config.metadata_ttl;
-    let first = w.fs.lookup(ROOT_INO, name, 0).unwrap();
+    let first =
+        w.fs.lookup(ROOT_INO, name, &crate::fs::caller::Unknown::ROOT)
+            .unwrap();
     let (asked, remembered) = stats();
     std::thread::sleep(ttl * 6 / 10);
     w.fs.forget(first.ino, 1);
     assert_eq!(w.fs.inode_count(), 1, "only the root is left");
-    let again = w.fs.lookup(ROOT_INO, name, 0).unwrap();
+    let again =
+        w.fs.lookup(ROOT_INO, name, &crate::fs::caller::Unknown::ROOT)
+            .unwrap();
     assert_eq!((again.size, again.mtime), (first.size, first.mtime));
     assert_eq!(
         stats(),

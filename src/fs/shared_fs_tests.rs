@@ -36,7 +36,7 @@ fn world(name: &str) -> (DyadFs<MemSource>, Arc<MemShared>, PathBuf) {
 }
 
 fn lookup(fs: &DyadFs<MemSource>, parent: u64, name: &str) -> Result<Attr, Error> {
-    fs.lookup(parent, OsStr::new(name), 0)
+    fs.lookup(parent, OsStr::new(name), &crate::fs::caller::Unknown::ROOT)
 }
 
 #[test]

@@ -196,9 +196,6 @@ fn serve(shared: &Shared) {
     }
 }
 
-/// Who opens, as the request said: thread, user, group.
-pub type Opener = (u32, u32, u32);
-
 /// A namespace that cannot watch: a thread waits in its `get` and wakes the wait (a name
 /// still absent at the deadline is left to the deadline's last look).
 pub(super) fn wait_on_a_thread(

@@ -6,6 +6,7 @@
 //! the session's kernel resources (its device, passthrough backing ids) are held here.
 
 mod admission;
+pub mod caller;
 mod convert;
 pub mod dev;
 mod finishers;

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::admission::{ListReaders, Waiters};
+use super::caller;
+pub use super::caller::Caller;
 use super::passthrough::Passthrough;
 use super::reply::{
     AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, OpenReply,
@@ -17,7 +19,6 @@ use super::reply::{
 };
 use crate::core::source::Source;
 use crate::core::sync::lock;
-use crate::fs::caller;
 use crate::fs::listing::page;
 use crate::fs::{Attr, Changes, DyadFs, Error, Opened};
 use crate::fuse::io_modes::{IoModes, OpenMode};
@@ -51,14 +52,6 @@ impl Access {
             Access::Owner(owner) => uid == owner,
         }
     }
-}
-
-/// Who sent a request.
-#[derive(Debug, Clone, Copy)]
-pub struct Caller {
-    pub uid: u32,
-    pub gid: u32,
-    pub pid: u32,
 }
 
 pub struct Ops<S: Source> {
@@ -245,7 +238,7 @@ impl<S: Source> Ops<S> {
     /// in that directory on this node (the producer's, were it here) with it.
     pub fn lookup(&self, c: Caller, parent: u64, name: &OsStr, reply: impl EntryReply) {
         let _span = tracing::debug_span!("lookup", parent, ?name).entered();
-        entry_or_error(&self.fs, self.fs.lookup(parent, name, c.pid), reply);
+        entry_or_error(&self.fs, self.fs.lookup(parent, name, &c), reply);
     }
 
     pub fn forget(&self, ino: u64, nlookup: u64) {
@@ -271,7 +264,7 @@ impl<S: Source> Ops<S> {
 
     /// `flags`: the open(2) flags.
     pub fn open(self: &Arc<Self>, c: Caller, ino: u64, flags: i32, reply: impl OpenReply) {
-        if self.fs.open_waits(ino, c.pid, flags) {
+        if self.fs.open_waits(ino, &c, flags) {
             // (See `waiting.rs`.)
             return self.open_when_produced(c, ino, flags, reply);
         }
@@ -295,7 +288,7 @@ impl<S: Source> Ops<S> {
             Err(e) => return reply.error(errno(&e)),
         };
         if write {
-            self.fs.note_writer(opened.fh, c.pid);
+            self.fs.note_writer(opened.fh, &c);
         }
         let mut modes = self.modes_of(ino);
         let offered = opened.passthrough.as_ref().map(|e| e.version);
@@ -452,7 +445,7 @@ impl<S: Source> Ops<S> {
             .create(parent, name, mode & !umask, (exclusive, truncate), owner)
         {
             Ok((a, o)) => {
-                self.fs.note_writer(o.fh, c.pid);
+                self.fs.note_writer(o.fh, &c);
                 self.modes_of(a.ino).served_by_daemon(o.fh, a.ino);
                 let flags = self.open_flags(&o, c.pid, 0);
                 reply.created(&a, self.fs.ttl(&a), o.fh, flags)
@@ -648,13 +641,12 @@ impl<S: Source> Ops<S> {
     }
 
     pub fn getxattr(&self, c: Caller, ino: u64, name: &OsStr, size: u32, reply: impl XattrReply) {
-        let caller = (c.uid, c.gid, c.pid);
         let is_prefetch = name
             .to_str()
             .and_then(crate::fs::prefetch::request)
             .is_some();
         if !is_prefetch {
-            return xattr_or_error(self.fs.getxattr(ino, name, caller), size, reply);
+            return xattr_or_error(self.fs.getxattr(ino, name, &c), size, reply);
         }
         // A prefetch list is read on a thread of its own: a list stored on this very mount is
         // read through the request threads, and with each of them waiting on such a read the
@@ -671,7 +663,7 @@ impl<S: Source> Ops<S> {
             .name("prefetch-list".into())
             .spawn(move || {
                 let _permit = permit;
-                xattr_or_error(fs.getxattr(ino, &name, caller), size, reply);
+                xattr_or_error(fs.getxattr(ino, &name, &c), size, reply);
             });
         if let Err(e) = spawned {
             // (The reply went with the closure: a reply never sent is answered EIO.)

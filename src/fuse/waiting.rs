@@ -10,6 +10,7 @@ use super::ops::{Caller, Ops};
 use super::reply::OpenReply;
 use crate::core::source::Source;
 use crate::fs::Error;
+use crate::fs::caller::Context;
 
 impl<S: Source> Ops<S> {
     /// Waits (`--wait`) for a pending name to be produced holding no thread (see `fs::waits`),
@@ -48,7 +49,6 @@ impl<S: Source> Ops<S> {
                 Err(e) => reply.error(e.errno()),
             }
         });
-        self.fs
-            .wait_produced(ino, (c.pid, c.uid, c.gid), flags, done);
+        self.fs.wait_produced(ino, c.credentials(), flags, done);
     }
 }

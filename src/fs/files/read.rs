@@ -119,7 +119,14 @@ mod tests {
             names,
             (None, Duration::ZERO),
         );
-        let ino = fs.lookup(ROOT_INO, OsStr::new("big.bin"), 0).unwrap().ino;
+        let ino = fs
+            .lookup(
+                ROOT_INO,
+                OsStr::new("big.bin"),
+                &crate::fs::caller::Unknown::ROOT,
+            )
+            .unwrap()
+            .ino;
         let fh = fs.open(ino, false, false).unwrap().fh;
         let read = |off: u64| assert_eq!(fs.read(fh, off, 64 << 10).unwrap().len(), 64 << 10);
         for c in [3, 10, 17] {
