@@ -1,11 +1,12 @@
 //! The life of a mount: checking the user's input, daemonizing (the parent returns once the
 //! mount is ready), running the FUSE session, and unmounting on SIGTERM/SIGINT/SIGHUP or
-//! `fusermount3 -u` (the session itself is `fuse::session`'s). [`wiring`] builds the parts of a
-//! mount (cache, filesystem, and in a cluster the locator, control server and pullers); [`tool`]
-//! runs the data plane alone.
+//! `fusermount3 -u`. [`wiring`] builds the parts of a mount (cache, filesystem, and in a
+//! cluster the locator, control server and pullers), which this module mounts and serves
+//! through `fuse::session`; [`tool`] runs the data plane alone.
 
 pub mod config;
 mod error;
+mod members;
 mod mountinfo;
 mod opens;
 pub use mountinfo::is_mount_point;
@@ -34,9 +35,9 @@ use std::time::{Duration, Instant};
 use crate::fs::DyadFs;
 use crate::fuse::ops::Ops;
 use crate::fuse::session::{Mounted, SessionError, SessionSpec};
-use crate::locator::Membership;
 use crate::transport::auth::Secret;
 use config::{MountConfig, Replicate};
+use wiring::{Built, Wired};
 
 /// Environment variable through which a background daemon reports readiness to its parent.
 const READY_FD_ENV: &str = "DYADFS_READY_FD";
@@ -164,9 +165,9 @@ fn check_cluster_args(args: &MountConfig) -> Result<(), UserError> {
             .data_plane
             .ucx_tls(args.cluster.ucx_over_tcp)
             .map_err(UserError::UcxOverTcp)?;
-        let id = node_id(args)?;
+        let id = members::node_id(args)?;
         if let Some(file) = &args.cluster.peers {
-            membership(file, id)?;
+            members::membership(file, id)?;
         }
     } else if args.cluster.replicate == Replicate::On {
         return Err(UserError::ReplicateAlone);
@@ -213,32 +214,6 @@ fn prepare_cache_dir(args: &MountConfig) -> Result<(), UserError> {
         managed_root(&args.backing).map_err(not_writable)?;
     }
     Ok(())
-}
-
-/// This node's id: `--node-id`, else the launcher's rank variable.
-pub(super) fn node_id(args: &MountConfig) -> Result<u32, UserError> {
-    if let Some(id) = args.cluster.node_id {
-        return Ok(id);
-    }
-    match crate::locator::membership::node_id_from_launcher() {
-        Some((var, id)) => {
-            tracing::info!(var, id, "node id from the launcher");
-            Ok(id)
-        }
-        None => Err(UserError::NoNodeId),
-    }
-}
-
-pub(super) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> {
-    let path = || file.to_path_buf();
-    let text = fs::read_to_string(file).map_err(|source| UserError::PeersFile {
-        path: path(),
-        source,
-    })?;
-    Membership::parse(&text, id).map_err(|source| UserError::Peers {
-        path: path(),
-        source,
-    })
 }
 
 /// The empty directory a managed directory presents as its dataset: created if missing, mode
@@ -418,7 +393,10 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
         let _ = std::env::set_current_dir("/");
     }
     opens::decide(&mut args);
-    let result = wiring::serve(&args);
+    let result = wiring::build(&args).and_then(|wired| match wired {
+        Wired::Single(built) => run_session(&args, built),
+        Wired::Cluster(built) => run_session(&args, built),
+    });
     if let Err(e) = &result {
         report(&e.to_string());
     }
@@ -428,8 +406,26 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
 /// How long a daemon told to stop waits for its requests before it exits without them.
 pub(super) const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// Mounts what was built, reports readiness, and serves until unmounted; a cluster's control
+/// runtime stops after the session.
+fn run_session<S: crate::core::source::Source>(
+    args: &MountConfig,
+    built: Built<S>,
+) -> Result<(), UserError> {
+    let Built {
+        fs,
+        signals,
+        runtime,
+    } = built;
+    let result = serve_session(args, fs, signals);
+    if let Some(runtime) = runtime {
+        runtime.shutdown_timeout(wiring::RUNTIME_GRACE);
+    }
+    result
+}
+
 /// Mounts `fs`, reports readiness, and serves until unmounted.
-pub(super) fn run_session<S: crate::core::source::Source>(
+fn serve_session<S: crate::core::source::Source>(
     args: &MountConfig,
     fs: DyadFs<S>,
     set: crate::sys::StopSignals,
