@@ -398,6 +398,15 @@ pub fn wait_until_else(
     start.elapsed()
 }
 
+/// The names of the threads of process `pid`.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
 /// Several daemons on 127.0.0.1, node i in rack `r{i/2}`, UCX over tcp on loopback, one shared
 /// backing directory.
 pub struct Cluster {
