@@ -6,22 +6,13 @@ mod common;
 
 use std::fs;
 
-use common::{Fixture, as_user, is_mounted, pattern};
+use common::{Fixture, as_user, is_mounted, pattern, thread_names};
 
 const URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// Whether this kernel has the ring and it is enabled now.
 fn ring_enabled() -> bool {
     fs::read_to_string(URING).is_ok_and(|s| s.trim() == "Y")
-}
-
-/// The names of the daemon's threads.
-fn threads(pid: u32) -> Vec<String> {
-    fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|c| c.trim().to_string())
-        .collect()
 }
 
 #[test]
@@ -34,7 +25,11 @@ fn the_transport_asked_for_serves_the_mount_or_the_mount_says_why_not() {
     // /dev/fuse whatever the kernel offers, and no ring thread.
     let m = f.mount(&["--fuse-transport", "dev"]);
     assert_eq!(m.stats()["fuse_transport"], "dev");
-    assert!(!threads(m.pid).iter().any(|t| t.starts_with("fuse-ring")));
+    assert!(
+        !thread_names(m.pid)
+            .iter()
+            .any(|t| t.starts_with("fuse-ring"))
+    );
     assert_eq!(fs::read(m.path("d/big")).unwrap(), big);
     m.unmount();
 
@@ -60,7 +55,11 @@ fn the_transport_asked_for_serves_the_mount_or_the_mount_says_why_not() {
             std::time::Duration::from_secs(5),
             || m.stats()["fuse_transport"] == "uring",
         );
-        assert!(threads(m.pid).iter().any(|t| t.starts_with("fuse-ring-0")));
+        assert!(
+            thread_names(m.pid)
+                .iter()
+                .any(|t| t.starts_with("fuse-ring-0"))
+        );
         assert_eq!(fs::read(m.path("d/big")).unwrap(), big);
         assert_eq!(fs::read(m.path("small")).unwrap(), b"hello");
         fs::create_dir(m.path("out")).unwrap();

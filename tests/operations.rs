@@ -431,15 +431,22 @@ fn a_slow_metrics_client_is_closed_and_holds_no_scrape_up() {
     let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let start = Instant::now();
     let mut writer = slow.try_clone().unwrap();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let first = sent.clone();
     let dribble = std::thread::spawn(move || {
         for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" {
             if writer.write_all(&[*b]).is_err() {
                 return;
             }
+            first.store(true, std::sync::atomic::Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(1500)); // a byte at a time: the thing tested
         }
     });
-    std::thread::sleep(Duration::from_millis(200)); // the slow client's first byte is in
+    wait_until(
+        "the slow client's first byte is in",
+        Duration::from_secs(5),
+        || sent.load(std::sync::atomic::Ordering::Relaxed),
+    );
     let t = Instant::now();
     assert!(scrape(port).ends_with("# EOF\n"));
     assert!(

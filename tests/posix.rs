@@ -8,9 +8,9 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Cluster, Fixture, pattern, succeeded, wait_until};
+use common::{Cluster, Fixture, pattern, succeeded, wait_until, wait_until_else};
 
 /// The pjdfstest binary `scripts/install-deps.sh` builds (`DYADFS_PJDFSTEST` names another).
 fn pjdfstest() -> PathBuf {
@@ -201,18 +201,15 @@ fn a_tree_untarred_on_one_node_tars_identically_on_another() {
             .arg(a.path("tree")),
         "tar x on node 0",
     );
-    // Names are published as the kernel releases the files: B sees the whole tree shortly.
-    // (A loop of its own rather than wait_until: a failure prints both trees.)
-    let t = Instant::now();
-    loop {
-        let (_, got) = tar_list(&b.path("tree"), "node1");
-        if got == want {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "node 1's tree differs:\n{got}\nwant:\n{want}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // Names are published as the kernel releases the files: B sees the whole tree shortly (a
+    // failure prints both trees).
+    wait_until_else(
+        "node 1's tree is node 0's",
+        Duration::from_secs(5),
+        || tar_list(&b.path("tree"), "node1").1 == want,
+        || {
+            let got = tar_list(&b.path("tree"), "node1").1;
+            format!("node 1's tree:\n{got}\nwant:\n{want}")
+        },
+    );
 }

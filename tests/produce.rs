@@ -354,7 +354,7 @@ os.close(fd)
     // close. Each file is published whole by the last close or release. A private mapping
     // writes nothing back: it holds nothing, and its reads go on after the seal.
     let held = r#"
-import ctypes, mmap, os, sys, time
+import ctypes, mmap, os, sys
 data = bytes(range(256)) * 256
 f = open(sys.argv[1] + "/private", "w+b")
 f.write(data); f.flush()
@@ -375,12 +375,16 @@ m[:] = bytes(range(256)) * 256
 m.flush(); m.close()
 f = open(sys.argv[1] + "/inherited", "wb")
 f.write(b"a" * 1000); f.flush()
+r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
-    time.sleep(0.3)
+    os.close(w)
+    os.read(r, 1)  # end of file: the parent has closed its file
     f.write(b"b" * 1000); f.flush()
     os._exit(0)
+os.close(r)
 f.close()
+os.close(w)
 _, status = os.waitpid(pid, 0)
 sys.exit(status)
 "#;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{MIB, free_ports, pattern};
+use common::{MIB, free_ports, pattern, wait_until};
 
 fn dyadfs(tcp: bool) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dyadfs"));
@@ -260,7 +260,11 @@ fn a_killed_holder_is_an_error_within_the_timeout() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500)); // the holder dies mid-transfer
+    // The holder dies mid-transfer: once the first bytes are written out.
+    let out = d.0.join("out");
+    wait_until("the pull is under way", Duration::from_secs(10), || {
+        fs::metadata(&out).is_ok_and(|m| std::os::unix::fs::MetadataExt::blocks(&m) > 0)
+    });
     h.child.kill().unwrap();
     let o = client.wait_with_output().unwrap();
     assert!(!o.status.success(), "a pull from a killed holder must fail");

@@ -848,6 +848,7 @@ def one(i):
 ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
 for t in ts:
     t.start()
+# A second for the opens to reach the daemon and wait: the read below is to come behind them.
 time.sleep(1)
 t = time.monotonic()
 with open(f"{d}/present", "rb") as f:

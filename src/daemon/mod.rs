@@ -1,10 +1,12 @@
 //! The life of a mount: checking the user's input, daemonizing (the parent returns once the
 //! mount is ready), running the FUSE session, and unmounting on SIGTERM/SIGINT/SIGHUP or
 //! `fusermount3 -u`. [`wiring`] builds the parts of a mount (cache, filesystem, and in a
-//! cluster the locator, control server and pullers); [`tool`] runs the data plane alone.
+//! cluster the locator, control server and pullers), which this module mounts and serves
+//! through `fuse::session`; [`tool`] runs the data plane alone.
 
 pub mod config;
 mod error;
+mod members;
 mod mountinfo;
 mod opens;
 pub use mountinfo::is_mount_point;
@@ -31,11 +33,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::fs::DyadFs;
-use crate::fuse::ops::{Access, Ops};
-use crate::fuse::{FuseAdapter, FuseTransport, ring};
-use crate::locator::Membership;
+use crate::fuse::ops::Ops;
+use crate::fuse::session::{Mounted, SessionError, SessionSpec};
 use crate::transport::auth::Secret;
 use config::{MountConfig, Replicate};
+use wiring::{Built, Wired};
 
 /// Environment variable through which a background daemon reports readiness to its parent.
 const READY_FD_ENV: &str = "DYADFS_READY_FD";
@@ -163,9 +165,9 @@ fn check_cluster_args(args: &MountConfig) -> Result<(), UserError> {
             .data_plane
             .ucx_tls(args.cluster.ucx_over_tcp)
             .map_err(UserError::UcxOverTcp)?;
-        let id = node_id(args)?;
+        let id = members::node_id(args)?;
         if let Some(file) = &args.cluster.peers {
-            membership(file, id)?;
+            members::membership(file, id)?;
         }
     } else if args.cluster.replicate == Replicate::On {
         return Err(UserError::ReplicateAlone);
@@ -212,32 +214,6 @@ fn prepare_cache_dir(args: &MountConfig) -> Result<(), UserError> {
         managed_root(&args.backing).map_err(not_writable)?;
     }
     Ok(())
-}
-
-/// This node's id: `--node-id`, else the launcher's rank variable.
-pub(super) fn node_id(args: &MountConfig) -> Result<u32, UserError> {
-    if let Some(id) = args.cluster.node_id {
-        return Ok(id);
-    }
-    match crate::locator::membership::node_id_from_launcher() {
-        Some((var, id)) => {
-            tracing::info!(var, id, "node id from the launcher");
-            Ok(id)
-        }
-        None => Err(UserError::NoNodeId),
-    }
-}
-
-pub(super) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> {
-    let path = || file.to_path_buf();
-    let text = fs::read_to_string(file).map_err(|source| UserError::PeersFile {
-        path: path(),
-        source,
-    })?;
-    Membership::parse(&text, id).map_err(|source| UserError::Peers {
-        path: path(),
-        source,
-    })
 }
 
 /// The empty directory a managed directory presents as its dataset: created if missing, mode
@@ -417,7 +393,10 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
         let _ = std::env::set_current_dir("/");
     }
     opens::decide(&mut args);
-    let result = wiring::serve(&args);
+    let result = wiring::build(&args).and_then(|wired| match wired {
+        Wired::Single(built) => run_session(&args, built),
+        Wired::Cluster(built) => run_session(&args, built),
+    });
     if let Err(e) = &result {
         report(&e.to_string());
     }
@@ -427,41 +406,40 @@ fn run(mut args: MountConfig) -> Result<(), UserError> {
 /// How long a daemon told to stop waits for its requests before it exits without them.
 pub(super) const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// Mounts what was built, reports readiness, and serves until unmounted; a cluster's control
+/// runtime stops after the session.
+fn run_session<S: crate::core::source::Source>(
+    args: &MountConfig,
+    built: Built<S>,
+) -> Result<(), UserError> {
+    let Built {
+        fs,
+        signals,
+        runtime,
+    } = built;
+    let result = serve_session(args, fs, signals);
+    if let Some(runtime) = runtime {
+        runtime.shutdown_timeout(wiring::RUNTIME_GRACE);
+    }
+    result
+}
+
 /// Mounts `fs`, reports readiness, and serves until unmounted.
-pub(super) fn run_session<S: crate::core::source::Source>(
+fn serve_session<S: crate::core::source::Source>(
     args: &MountConfig,
     fs: DyadFs<S>,
     set: crate::sys::StopSignals,
 ) -> Result<(), UserError> {
-    let config = session_config(args);
-    let shedder = fs.shedder();
-    let adapter =
-        FuseAdapter::new(fs, &args.mountpoint, args.fuse_transport).map_err(|source| {
-            UserError::Start {
-                what: "prefetch threads",
-                source,
-            }
-        })?;
-    let ops = adapter.ops();
-    let owner = crate::sys::euid();
-    ops.set_access(match config.acl {
-        fuser::SessionACL::All => Access::All,
-        fuser::SessionACL::RootAndOwner => Access::RootAndOwner(owner),
-        fuser::SessionACL::Owner => Access::Owner(owner),
-    });
-    let mut session =
-        fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| {
-            UserError::Mount {
-                path: args.mountpoint.clone(),
-                source,
-            }
-        })?;
-    ops.set_notifier(session.notifier());
-    start_transport(args, &ops, &mut session)?;
-    start_inode_shedding(shedder, session.notifier())?;
-    let running = ops.running().clone();
-    stop::start_stop_on_signal(set, session.unmount_callable(), &args.mountpoint, running)?;
-    start_kernel_readahead(args, ops.clone())?;
+    let mut mounted = Mounted::mount(fs, &session_spec(args)).map_err(|e| match e {
+        SessionError::Start { what, source } => UserError::Start { what, source },
+        SessionError::Mount(source) => UserError::Mount {
+            path: args.mountpoint.clone(),
+            source,
+        },
+    })?;
+    let running = mounted.ops().running().clone();
+    stop::start_stop_on_signal(set, mounted.unmounter(), &args.mountpoint, running)?;
+    start_kernel_readahead(args, mounted.ops().clone())?;
     tracing::info!(
         mountpoint = %args.mountpoint.display(),
         backing = %args.backing.display(),
@@ -470,82 +448,27 @@ pub(super) fn run_session<S: crate::core::source::Source>(
     );
     SERVED.store(true, std::sync::atomic::Ordering::Relaxed);
     report("ready");
-    session.run().map_err(UserError::Session)?;
+    mounted.run().map_err(UserError::Session)?;
     tracing::info!("unmounted; exiting");
     Ok(())
 }
 
-/// fuser's configuration of the mount: its source and type as the mount table shows them, the
-/// options every mount has, those asked for (`-o`), the request threads.
-fn session_config(args: &MountConfig) -> fuser::Config {
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
+/// What the FUSE session is asked to be, from the mount's configuration.
+fn session_spec(args: &MountConfig) -> SessionSpec {
+    SessionSpec {
+        mountpoint: args.mountpoint.clone(),
         // The source an fstab line names (`managed`, or the dataset's directory), so `mount -a`
         // recognises the line as mounted.
-        fuser::MountOption::FSName(if args.managed {
+        source: if args.managed {
             "managed".into()
         } else {
             args.backing.display().to_string()
-        }),
-        // The type the mount table shows, `fuse.dyadfs` (so `findmnt -t fuse.dyadfs` finds it
-        // and `mount -a` sees an fstab line already mounted): fuser hands its Subtype only to
-        // fusermount3; root mounts through the kernel directly, which takes it as an option.
-        if crate::sys::euid() == 0 {
-            fuser::MountOption::CUSTOM("subtype=dyadfs".into())
-        } else {
-            fuser::MountOption::Subtype("dyadfs".into())
         },
-        fuser::MountOption::NoAtime,
-        fuser::MountOption::DefaultPermissions,
-        // Device nodes and set-id bits may be published by any node of the job: never honoured.
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    if args.read_only {
-        config.mount_options.push(fuser::MountOption::RO);
+        read_only: args.read_only,
+        options: args.options.clone(),
+        threads: args.threads,
+        transport: args.fuse_transport,
     }
-    for o in args.options.iter().filter(|o| !o.is_empty()) {
-        match o.as_str() {
-            "ro" if args.read_only => {}
-            "ro" => config.mount_options.push(fuser::MountOption::RO),
-            "allow_other" => config.acl = fuser::SessionACL::All,
-            "allow_root" => config.acl = fuser::SessionACL::RootAndOwner,
-            other => config
-                .mount_options
-                .push(fuser::MountOption::CUSTOM(other.into())),
-        }
-    }
-    config.n_threads = Some(args.threads.into());
-    config.clone_fd = true;
-    config
-}
-
-/// Every half second, asks the kernel to forget the inodes the daemon sheds.
-fn start_inode_shedding(
-    shedder: crate::fs::InodeShedder,
-    notifier: fuser::Notifier,
-) -> Result<(), UserError> {
-    std::thread::Builder::new()
-        .name("inode-shed".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(Duration::from_millis(500));
-                for (parent, name) in shedder.candidates() {
-                    // ENOENT: the kernel already dropped it. Any other error means the session
-                    // is gone: stop.
-                    match notifier.inval_entry(fuser::INodeNo(parent), &name) {
-                        Ok(()) => {}
-                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                        Err(_) => return,
-                    }
-                }
-            }
-        })
-        .map_err(|source| UserError::Start {
-            what: "inode-shed thread",
-            source,
-        })?;
-    Ok(())
 }
 
 /// The kernel reads ahead of a daemon-served file (a packed sample, a large file not passed
@@ -617,61 +540,3 @@ fn start_kernel_readahead<S: crate::core::source::Source>(
 /// 1 GiB file mapped and read in order took from as long as at 128K to 24% longer at 24K
 /// (two alternated series), 1.6x at 16K (docs/BENCHMARKS.md).
 const MAPPED_READAROUND: u64 = 24 << 10;
-
-/// Finds the session's device (passthrough backing ids are registered on it) and, where the
-/// kernel took the ring at INIT, starts the ring's threads; with `--fuse-transport uring` a
-/// kernel that did not take it is a failed mount.
-fn start_transport<S: crate::core::source::Source>(
-    args: &MountConfig,
-    ops: &std::sync::Arc<Ops<S>>,
-    session: &mut fuser::Session<FuseAdapter<S>>,
-) -> Result<(), UserError> {
-    let dev = match ring::find_device() {
-        Ok(d) => Some(std::sync::Arc::new(d)),
-        Err(e) => {
-            tracing::warn!(error = %e, "the session's /dev/fuse not found: no passthrough, no ring");
-            None
-        }
-    };
-    if let Some(d) = &dev {
-        ops.attach_device(d.clone());
-    }
-    let why_not = match (args.fuse_transport, ops.ring_taken(), &dev) {
-        (FuseTransport::Dev, _, _) => "--fuse-transport dev",
-        (_, false, _) => {
-            "the kernel does not offer it (Linux 6.14+ with \
-             /sys/module/fuse/parameters/enable_uring set to Y)"
-        }
-        (_, true, None) => "the session's device was not found",
-        (_, true, Some(d)) => {
-            let per_queue = (usize::from(args.threads) / ring::queues().unwrap_or(1)).max(1);
-            let stats = ops.clone();
-            let started = ring::start(ops.clone(), d.clone(), per_queue, move || {
-                stats
-                    .stats()
-                    .fuse_transport
-                    .store(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!("FUSE requests now come by io_uring");
-            });
-            match started {
-                Ok(()) => {
-                    tracing::info!(per_queue, "FUSE transport: io_uring (ring threads per CPU)");
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the ring's threads did not start");
-                    "its threads did not start"
-                }
-            }
-        }
-    };
-    if args.fuse_transport == FuseTransport::Uring {
-        let _ = session.unmount();
-        return Err(UserError::Mount {
-            path: args.mountpoint.clone(),
-            source: std::io::Error::other(format!("no FUSE io_uring: {why_not}")),
-        });
-    }
-    tracing::info!(why = why_not, "FUSE transport: /dev/fuse");
-    Ok(())
-}

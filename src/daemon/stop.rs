@@ -10,7 +10,7 @@ use super::{STOP_GRACE, UserError};
 /// [`STOP_GRACE`] later.
 pub(super) fn start_stop_on_signal(
     set: crate::sys::StopSignals,
-    mut unmounter: fuser::SessionUnmounter,
+    mut unmounter: crate::fuse::session::Unmounter,
     mountpoint: &Path,
     running: std::sync::Arc<crate::fuse::running::Running>,
 ) -> Result<(), UserError> {

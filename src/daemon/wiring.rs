@@ -1,5 +1,6 @@
 //! The parts of one mount, built and joined: the cache, the filesystem over it, and in a
-//! cluster the locator, the control server (pulls and locator RPCs), the pullers and UCX.
+//! cluster the locator, the control server (pulls and locator RPCs), the pullers and UCX;
+//! handed back to `daemon/mod.rs` to be mounted ([`Built`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,8 +50,23 @@ struct Base {
 /// each doubling stalls one open for an RCU grace period (see `presize_descriptor_table`).
 const DESCRIPTOR_TABLE: u64 = 1 << 16;
 
-/// Builds the mount the arguments describe and serves it until it is unmounted.
-pub(super) fn serve(args: &MountConfig) -> Result<(), UserError> {
+/// A mount built and not yet mounted: its file system, the stop signals its session waits
+/// for, and in a cluster the control runtime (its port, gossip and publishes), shut down once
+/// the session ends.
+pub(super) struct Built<S: Source> {
+    pub fs: DyadFs<S>,
+    pub signals: crate::sys::StopSignals,
+    pub runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// A single node's mount or a cluster's (their sources differ).
+pub(super) enum Wired {
+    Single(Built<BackingStore>),
+    Cluster(Built<ClusterSource>),
+}
+
+/// Builds the mount the arguments describe, ready to be mounted.
+pub(super) fn build(args: &MountConfig) -> Result<Wired, UserError> {
     crate::sys::fix_mmap_threshold();
     // Signals are taken by one thread (sigwait) that unmounts; block them everywhere else.
     let signals = crate::sys::StopSignals::block();
@@ -139,7 +155,7 @@ fn backing_err(args: &MountConfig) -> impl Fn(crate::fs::Error) -> UserError + '
 }
 
 /// One node: the shared file system is the only source, names live in this process.
-fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
+fn single_node(args: &MountConfig, b: Base) -> Result<Wired, UserError> {
     let source = Arc::new(backing(args, &b.cache));
     let (journal, restored) = names_log(args)?;
     let names = Arc::new(crate::locator::names::LocalNames::restored(
@@ -150,7 +166,7 @@ fn single_node(args: &MountConfig, b: Base) -> Result<(), UserError> {
     let producer = producer(&b, args, 0)?;
     sweep_unnamed(&producer, &names.entries(), &b.stats);
     let names = Arc::new(crate::locator::watching::Watched::new(names));
-    run(args, b, names, producer, source, None)
+    built(args, b, names, producer, source, None).map(Wired::Single)
 }
 
 /// The names this node held before it (re)started, and the journal that keeps its changes
@@ -238,16 +254,16 @@ fn start_sweep(
     });
 }
 
-/// The filesystem over the base and the given names, producer and source, mounted until it
-/// is unmounted.
-fn run<S: Source>(
+/// The filesystem over the base and the given names, producer and source, and the metrics
+/// endpoint over its counters.
+fn built<S: Source>(
     args: &MountConfig,
     b: Base,
     names: Arc<dyn Namespace>,
     producer: Arc<Producer>,
     source: Arc<S>,
     status: Option<StatusFn>,
-) -> Result<(), UserError> {
+) -> Result<Built<S>, UserError> {
     let backing = backing(args, &b.cache);
     let shared: Arc<dyn SharedFs> = if args.managed {
         Arc::new(EmptyTree(backing))
@@ -267,14 +283,18 @@ fn run<S: Source>(
         .map_err(|source| UserError::Listen { addr, source })?;
         tracing::info!(%local, "serving Prometheus metrics at /metrics");
     }
-    super::run_session(args, fs, b.signals)
+    Ok(Built {
+        fs,
+        signals: b.signals,
+        runtime: None,
+    })
 }
 
 /// Several nodes: the locator, the control server (pulls and locator RPCs), UCX, the
 /// publisher, and a source that asks the locator and pulls from peers.
-fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
-    let id = super::node_id(args)?;
-    let members = members(args, id)?;
+fn cluster(args: &MountConfig, b: Base) -> Result<Wired, UserError> {
+    let id = super::members::node_id(args)?;
+    let members = super::members::members(args, id)?;
     let mut ids: Vec<u32> = members.members().map(|m| m.id).collect();
     ids.sort_unstable();
     b.stats.node_id.store(id.into(), Ordering::Relaxed);
@@ -384,10 +404,30 @@ fn cluster(args: &MountConfig, b: Base) -> Result<(), UserError> {
             limit,
         );
     }
-    let r = run(args, b, names, producer, source, Some(status));
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    r
+    let built = built(args, b, names, producer, source, Some(status));
+    holding(runtime, built)
 }
+
+/// A cluster's mount, holding its control runtime; a mount that could not be built gives the
+/// runtime its grace at once.
+fn holding(
+    runtime: tokio::runtime::Runtime,
+    built: Result<Built<ClusterSource>, UserError>,
+) -> Result<Wired, UserError> {
+    match built {
+        Ok(built) => Ok(Wired::Cluster(Built {
+            runtime: Some(runtime),
+            ..built
+        })),
+        Err(e) => {
+            runtime.shutdown_timeout(RUNTIME_GRACE);
+            Err(e)
+        }
+    }
+}
+
+/// How long a cluster's control runtime is given to stop once its mount ends.
+pub(super) const RUNTIME_GRACE: Duration = Duration::from_secs(1);
 
 /// The runtime of the control port, gossip and publishes. One worker: it only answers locator
 /// RPCs and sends publishes (pulls run on the threads that need the bytes), and a second worker
@@ -547,28 +587,6 @@ fn start_gossip(
         addr: listen,
         source,
     })
-}
-
-/// The members: the peers file, or those that met in the rendezvous directory.
-fn members(args: &MountConfig, id: u32) -> Result<Membership, UserError> {
-    match (&args.cluster.peers, &args.cluster.rendezvous) {
-        (Some(file), _) => super::membership(file, id),
-        (None, Some(dir)) => {
-            let me = crate::locator::Member {
-                id,
-                addr: args
-                    .cluster
-                    .listen
-                    .ok_or(UserError::RendezvousNeedsListen)?,
-                rack: args.cluster.rack.clone(),
-            };
-            let k = args.cluster.nodes.unwrap_or(1) as usize;
-            let wait = args.cluster.peer_timeout.max(Duration::from_secs(60));
-            crate::locator::rendezvous::rendezvous(dir, &me, k, wait)
-                .map_err(|e| UserError::Rendezvous(e.to_string()))
-        }
-        (None, None) => unreachable!("a cluster mount has peers or a rendezvous"),
-    }
 }
 
 /// A node whose key no running peer accepts has the wrong one (a wrong `--secret-file`): it

@@ -144,23 +144,19 @@ impl Mounted {
     /// Unmounts (as a user would) and waits for the daemon to exit.
     /// A mount still busy (a process that used it is still exiting) is retried for 5 s.
     pub fn unmount(self) {
-        let t = Instant::now();
-        loop {
+        wait_until("fusermount3 -u, while busy", Duration::from_secs(5), || {
             let out = Command::new("fusermount3")
                 .arg("-u")
                 .arg(&self.mnt)
                 .output()
                 .unwrap();
-            if out.status.success() {
-                break;
-            }
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(
-                err.contains("busy") && t.elapsed() < Duration::from_secs(5),
+                out.status.success() || err.contains("busy"),
                 "fusermount3 -u failed: {err}"
             );
-            std::thread::sleep(Duration::from_millis(100)); // busy: a retry of the unmount
-        }
+            out.status.success()
+        });
         wait_gone(self.pid);
         std::mem::forget(self);
     }
@@ -260,16 +256,9 @@ pub fn wait_gone(pid: u32) {
         let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count());
         stat.split(' ').nth(2) == Some("Z") && threads <= 1
     };
-    let start = Instant::now();
-    while !gone() {
-        if start.elapsed() > Duration::from_secs(20) {
-            panic!(
-                "the daemon exits: not within 20 s; left:\n{}",
-                threads_of(pid)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_else("the daemon exits", Duration::from_secs(20), gone, || {
+        format!("left:\n{}", threads_of(pid))
+    });
 }
 
 /// Each thread of `pid`: its name, state and kernel stack (root only), for a failure message.
@@ -384,13 +373,38 @@ pub fn peer_addr(peers: &Path, i: usize) -> std::net::SocketAddr {
 
 /// Waits until `cond` holds, checking every 50 ms; panics naming `what` after `timeout`. The one
 /// way tests wait for something asynchronous (a publish, a restart), instead of a fixed sleep.
-pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+pub fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) -> Duration {
+    wait_until_else(what, timeout, cond, String::new)
+}
+
+/// [`wait_until`], whose panic also says what `left` finds then (the state it was left in). The
+/// tests' one deadline loop.
+pub fn wait_until_else(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+    left: impl FnOnce() -> String,
+) -> Duration {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
+        if start.elapsed() >= timeout {
+            match left() {
+                l if l.is_empty() => panic!("{what}: not within {timeout:?}"),
+                l => panic!("{what}: not within {timeout:?}; {l}"),
+            }
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     start.elapsed()
+}
+
+/// The names of the threads of process `pid`.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
 }
 
 /// Several daemons on 127.0.0.1, node i in rack `r{i/2}`, UCX over tcp on loopback, one shared
