@@ -36,7 +36,7 @@ mod write_errors;
 
 pub use chunks::{Claim, PAGES, PageClaim, PageMask};
 pub use entry::Entry;
-use entry::Reloaded;
+use entry::reloaded::Reloaded;
 pub use error::CacheError;
 pub use events::CacheEvent;
 pub use mapping::{Mapping, Pooled, ReadBytes};
