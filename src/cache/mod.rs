@@ -84,7 +84,7 @@ pub const MAX_PARTIAL_CHUNKS: u64 = 1 << 18;
 /// The cache: a thin facade over its parts, each with its own file: the index of entries
 /// (`index.rs`, and `making.rs` for how one comes to be), the capacity and eviction
 /// (`capacity.rs`), the events told to the publisher (`events.rs`) and the failed writes
-/// (`write_errors.rs`); what every entry shares is [`shared::Shared`]. Operations across
+/// (`write_errors.rs`); what every entry shares is `shared::Shared`. Operations across
 /// parts are here, or in `adopt.rs`.
 pub struct Cache {
     shared: Arc<Shared>,
