@@ -1,7 +1,17 @@
 //! A finished file taken in whole: a produced file sealed at its close becomes a kept entry.
 
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::Cache;
+use super::chunks::Chunk;
+use super::entry::Entry;
+use super::error::CacheError;
 use super::making::Making;
-use super::*;
+use crate::core::Version;
 
 impl Cache {
     /// Takes a finished file (on the cache's file system) in as the complete, kept entry `path`:
@@ -15,12 +25,14 @@ impl Cache {
         version: Version,
         file: &Path,
     ) -> Result<Arc<Entry>, CacheError> {
-        if version.size > self.capacity {
+        if version.size > self.room.capacity() {
             // Refused before anything is allocated for it or a byte of it read.
             return Err(io::Error::from_raw_os_error(libc::ENOSPC).into());
         }
         // A file of its own, whatever its size: it is renamed in.
-        let entry = self.entry_made(path, version, Making::Adopted)?;
+        let entry =
+            self.index
+                .entry_made(path, version, Making::Adopted, &self.events, &self.writes)?;
         let adopted = self.adopt_into(&entry, file);
         if adopted.is_err() {
             // The empty entry, or the adopted one with the file's bytes: neither may stay (a
@@ -28,7 +40,7 @@ impl Cache {
             self.forget(path, version);
         }
         let adopted = adopted?;
-        self.completed(&adopted);
+        self.events.completed(&adopted);
         Ok(adopted)
     }
 
@@ -43,14 +55,14 @@ impl Cache {
         let crcs = match self.checksums(entry, file) {
             Ok(crcs) => crcs,
             Err(e) => {
-                self.release(version.size);
+                self.room.release(version.size);
                 return Err(e);
             }
         };
         // The file becomes the entry's data file, and a new entry (a new id: its descriptor is
         // opened anew) replaces the empty one.
         if let Err(e) = fs::rename(file, entry.data_path()) {
-            self.release(version.size);
+            self.room.release(version.size);
             return Err(e.into());
         }
         entry.state.lock().evicted = true;
@@ -58,7 +70,7 @@ impl Cache {
         let adopted = Arc::new(Entry::new(
             entry.path.clone(),
             version,
-            self.next_id(),
+            self.index.next_id(),
             self.shared.clone(),
             crcs.into_iter()
                 .map(|crc| Chunk::Present {
@@ -67,13 +79,13 @@ impl Cache {
                 })
                 .collect::<Vec<_>>()
                 .into(),
-            self.next_tick(),
+            self.shared.next_tick(),
         ));
         adopted.set_kept(true);
         // Checked as it was written: its file is remembered as it is now (see
         // `Entry::is_verified`), not at its first open, when it may have changed already.
         adopted.note_verified(None);
-        lock(&self.index).insert(adopted.clone());
+        self.index.lock().insert(adopted.clone());
         adopted.persist()?;
         Ok(adopted)
     }

@@ -4,12 +4,8 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
-
-use super::Entry;
-use super::files::Mode;
 
 /// Bytes read from the cache for a reader: a view of a mapping of the data file (the FUSE
 /// reply is then written from the page cache, with no copy into a buffer of ours first), or a
@@ -40,7 +36,10 @@ thread_local! {
 
 impl Pooled {
     /// `len` bytes of the thread's buffer (grown if need be), for `fill` to overwrite.
-    fn fill(len: usize, fill: impl FnOnce(&mut [u8]) -> io::Result<()>) -> io::Result<Pooled> {
+    pub(super) fn fill(
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> io::Result<()>,
+    ) -> io::Result<Pooled> {
         let mut buf = POOL.take();
         if buf.len() < len {
             buf.resize(len, 0);
@@ -170,7 +169,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn new(file: &File, len: usize) -> Option<Mapping> {
+    pub(super) fn new(file: &File, len: usize) -> Option<Mapping> {
         if len == 0 {
             return None;
         }
@@ -192,6 +191,11 @@ impl Mapping {
         })
     }
 
+    /// Its length in bytes (the data file's size).
+    pub(super) fn size(&self) -> usize {
+        self.len
+    }
+
     fn bytes(&self) -> &[u8] {
         // SAFETY: `ptr` maps `len` readable bytes until Drop (see the type's comment).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -202,43 +206,5 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmapping the mapping made in new(), once; no slice of it outlives `self`.
         unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
-}
-
-impl Entry {
-    /// Maps the whole data file for reading (`None` if the system refuses): readers that keep
-    /// it (an open handle of a large file) are then served without copying.
-    pub fn map(&self) -> Option<Arc<Mapping>> {
-        if self.packed() {
-            // A packed object is one chunk, read whole: nothing to keep mapped.
-            return None;
-        }
-        let data = self.file(Mode::ReadWrite).ok()?;
-        Mapping::new(&data, self.version.size as usize).map(Arc::new)
-    }
-
-    /// Bytes `[offset, offset + len)` of present chunks (the caller has ensured and verified
-    /// them), from `map` if given.
-    pub fn read_bytes(
-        &self,
-        offset: u64,
-        len: usize,
-        map: Option<&Arc<Mapping>>,
-    ) -> io::Result<ReadBytes> {
-        if let Some(m) = map.filter(|m| offset as usize + len <= m.len) {
-            return Ok(ReadBytes::Mapped(
-                m.clone(),
-                offset as usize..offset as usize + len,
-            ));
-        }
-        if self.packed() {
-            // A packed object: copied into the thread's kept buffer.
-            let data = self.file(Mode::ReadWrite)?;
-            let at = self.base() + offset;
-            return Pooled::fill(len, |b| data.read_exact_at(b, at)).map(ReadBytes::Pooled);
-        }
-        let mut buf = Aligned::zeroed(len);
-        self.read_avoiding_page_cache(offset, buf.room(), len, false)?;
-        Ok(ReadBytes::Aligned(buf))
     }
 }

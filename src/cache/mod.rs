@@ -4,14 +4,16 @@
 //! [`segments`]), plus a checksummed header saying which chunks are present (see [`format`]),
 //! recorded in one log for the whole cache (see [`journal`]).
 //!
-//! This file is the index and its eviction: capacity is accounted in bytes of present (or
-//! reserved) chunks; least recently used entries that nobody holds open are evicted whole.
-//! [`entry`] is one cached file and its chunks' state machine (single-flight fills,
+//! This file is [`Cache`], a facade over its parts: the index (`index`, and `making` for how an
+//! entry comes to be), the capacity (`capacity`: bytes of present or reserved chunks; least
+//! recently used entries that nobody holds open are evicted whole), the events and the failed
+//! writes (`write_errors`). [`entry`] is one cached file and its chunks' state machine (single-flight fills,
 //! verification); [`mapping`] hands cached bytes to readers; `direct` reads chunks for peers;
 //! [`files`] bounds the open data files; `events` tells the node which copies it can serve.
 
 mod adopt;
 mod capacity;
+pub use capacity::fs_space;
 mod chunks;
 mod direct;
 pub mod entry;
@@ -19,6 +21,7 @@ mod error;
 mod events;
 pub mod files;
 pub mod format;
+mod index;
 pub mod journal;
 mod making;
 pub mod mapping;
@@ -31,30 +34,30 @@ mod verify;
 pub use scrub::ScrubReport;
 mod write_errors;
 
-use chunks::Chunk;
 pub use chunks::{Claim, PAGES, PageClaim, PageMask};
 pub use entry::Entry;
-use entry::Reloaded;
+use entry::reloaded::Reloaded;
 pub use error::CacheError;
 pub use events::CacheEvent;
 pub use mapping::{Mapping, Pooled, ReadBytes};
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use files::{DataFiles, Mode};
+use capacity::Room;
+use events::Events;
+use files::DataFiles;
+use index::{Index, Slots};
 use journal::Journal;
 use shared::Shared;
+use write_errors::WriteErrors;
 
-use crate::core::sync::lock;
-use crate::core::{Version, path_hash};
+use crate::core::Version;
 use crate::stats::Stats;
 
 #[derive(Debug, Clone)]
@@ -78,105 +81,21 @@ pub struct CacheConfig {
 /// a page per chunk: docs/BENCHMARKS.md).
 pub const MAX_PARTIAL_CHUNKS: u64 = 1 << 18;
 
-/// The entries by slot (the hash of their path, which names their data file): a slot holds one
-/// entry at a time (a colliding newcomer takes it), so one table finds both. A table of bare
-/// entries placed by their slot: 9 bytes a bucket where a map from slot took 17 (a million
-/// entries: 17 MB less).
-#[derive(Default)]
-struct Index {
-    slots: hashbrown::HashTable<Arc<Entry>>,
-}
-
-/// Where slot `slot` goes in the table: FNV's low bits are weak, so they are mixed first
-/// (splitmix64's finalizer).
-fn place(slot: u64) -> u64 {
-    let z = (slot ^ (slot >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-impl Index {
-    fn get(&self, path: &str) -> Option<&Arc<Entry>> {
-        let slot = path_hash(path);
-        self.slots.find(place(slot), |e| *e.path == *path)
-    }
-
-    fn insert(&mut self, entry: Arc<Entry>) {
-        let slot = entry.slot();
-        match self
-            .slots
-            .entry(place(slot), |e| e.slot() == slot, |e| place(e.slot()))
-        {
-            hashbrown::hash_table::Entry::Occupied(mut taken) => *taken.get_mut() = entry,
-            hashbrown::hash_table::Entry::Vacant(free) => {
-                free.insert(entry);
-            }
-        }
-    }
-
-    fn remove(&mut self, path: &str) -> Option<Arc<Entry>> {
-        let slot = path_hash(path);
-        let found = self
-            .slots
-            .find_entry(place(slot), |e| *e.path == *path)
-            .ok()?;
-        Some(found.remove().0)
-    }
-
-    fn in_slot(&self, slot: u64) -> Option<Arc<Entry>> {
-        self.slots.find(place(slot), |e| e.slot() == slot).cloned()
-    }
-
-    fn entries(&self) -> impl Iterator<Item = &Arc<Entry>> {
-        self.slots.iter()
-    }
-
-    fn len(&self) -> usize {
-        self.slots.len()
-    }
-}
-
+/// The cache: a thin facade over its parts, each with its own file: the index of entries
+/// (`index.rs`, and `making.rs` for how one comes to be), the capacity and eviction
+/// (`capacity.rs`), the events told to the publisher (`events.rs`) and the failed writes
+/// (`write_errors.rs`); what every entry shares is `shared::Shared`. Operations across
+/// parts are here, or in `adopt.rs`.
 pub struct Cache {
     shared: Arc<Shared>,
-    capacity: u64,
-    index: Mutex<Index>,
-    /// Creations of new entries take turns per shard of slots (a slot's data file has one
-    /// name), outside the index's lock: creating a file is a directory update on the cache's
-    /// file system, and every open of the mount looks the index up.
-    creating: Box<[Mutex<()>]>,
-
-    /// The tick of the last pass that kept old entries' ages from wrapping ([`Self::keep_old`]).
-    kept_old_at: AtomicU64,
-    next_id: AtomicU64,
+    index: Index,
+    room: Room,
+    /// Told when a file becomes complete or leaves the cache (the locator publishes these).
+    events: Events,
+    writes: WriteErrors,
     stats: Arc<Stats>,
-    /// Told when a file becomes complete or leaves the cache (the locator publishes these):
-    /// set once, by [`Cache::take_events`].
-    events: std::sync::OnceLock<crossbeam_channel::Sender<CacheEvent>>,
-    /// When a failed write to the cache's file system was last logged (seconds since the
-    /// epoch): at most one line a minute, every fill would say it.
-    warned_at: AtomicU64,
-    /// Until when (ms after `opened`) no new file or chunk is cached, after a write to the
-    /// cache's file system failed (see [`WRITE_BACKOFF`]).
-    refused_until: AtomicU64,
-    opened: std::time::Instant,
     _lock: File,
 }
-
-/// In a cache of more than [`SCAN_CHEAP`] entries, eviction frees this fraction of the capacity
-/// beyond what a reservation needs: the scan for victims visits every entry, so with millions
-/// of entries it must not run for every new file.
-const EVICT_SLACK_DIVISOR: u64 = 64;
-const SCAN_CHEAP: usize = 4096;
-/// Shards of [`Cache::entry`]'s creations (by slot): enough that fills of different files
-/// rarely wait for each other's file creation.
-const CREATING_SHARDS: usize = 64;
-/// The least [`Cache::make_room`] frees.
-const MAKE_ROOM_MIN: u64 = 64 << 20;
-/// After a write to the cache's file system failed, nothing new is cached for this long, the
-/// reads concerned going straight to the source: a read-only or full disk would otherwise
-/// cost every new file a fill that fails (bytes read twice from the source), and an eviction
-/// of a good copy to reserve room for it.
-const WRITE_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Cache {
     /// Opens (or creates) the cache directory, takes its lock and reloads every entry its log
@@ -245,62 +164,35 @@ impl Cache {
             tick: AtomicU64::new(1),
             page_tables: Arc::new(chunks::PageTables::new(config.max_partial_chunks)),
         });
-        let mut index = Index::default();
-        index.slots.reserve(live.len(), |e| place(e.slot()));
+        let mut slots = Slots::with_capacity(live.len());
         let mut used = shared.segments.count_dead();
         let mut next_id = 0;
         for header in live.into_headers() {
             next_id += 1;
             let entry = header.into_entry(next_id, shared.clone());
             used += entry.state.lock().present_bytes;
-            index.insert(Arc::new(entry));
+            slots.insert(Arc::new(entry));
         }
         shared.used.store(used, Ordering::Relaxed);
         let capacity = match config.capacity {
             Some(c) => c,
-            None => {
-                let (total, avail) = fs_space(&config.dir)?;
-                let c = (avail + used).saturating_sub(total / 10);
-                if c < (total / 100).max(1 << 30) {
-                    // Every read would then go uncached to the shared file system: say why,
-                    // and which: a disk mostly full, or one that is small (10% kept free).
-                    let why = if avail + used < total / 2 {
-                        "is over half full"
-                    } else {
-                        "is small"
-                    };
-                    tracing::warn!(
-                        capacity = c,
-                        free = avail,
-                        size = total,
-                        "the cache file system ({total} bytes, {avail} free) {why}: the cache \
-                         gets {c} bytes, keeping 10% of the disk free (give --capacity to \
-                         choose), so most reads may go to the shared file system"
-                    );
-                }
-                c
-            }
+            None => Room::unset(&config.dir, used)?,
         };
         crate::sys::release_free_memory();
         tracing::info!(
-            entries = index.len(),
+            entries = slots.len(),
             used,
             capacity,
             open_files = config.open_files,
             "cache loaded"
         );
         Ok(Cache {
+            index: Index::new(shared.clone(), slots, next_id + 1),
+            room: Room::new(capacity, shared.clone(), stats.clone()),
+            events: Events::default(),
+            writes: WriteErrors::new(stats.clone()),
             shared,
-            capacity,
-            index: Mutex::new(index),
-            creating: (0..CREATING_SHARDS).map(|_| Mutex::new(())).collect(),
-            kept_old_at: AtomicU64::new(1),
-            next_id: AtomicU64::new(next_id + 1),
             stats,
-            events: std::sync::OnceLock::new(),
-            warned_at: AtomicU64::new(0),
-            refused_until: AtomicU64::new(0),
-            opened: std::time::Instant::now(),
             _lock: lock_file,
         })
     }
@@ -309,50 +201,18 @@ impl Cache {
     /// entry, anything foreign) and returns how many. Safe while the cache serves: a slot's
     /// file is only judged under the lock its creations take, and the index's.
     pub fn sweep_orphans(&self) -> io::Result<u64> {
-        let mut removed = 0;
-        for sub in fs::read_dir(self.shared.dir.join("data"))? {
-            let sub = sub?.path();
-            if !sub.is_dir() {
-                continue;
-            }
-            for file in fs::read_dir(&sub)? {
-                let file = file?.path();
-                let name = file.file_name().unwrap_or_default().to_string_lossy();
-                let slot = name
-                    .strip_suffix(".dat")
-                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-                    .filter(|hash| self.shared.data_path(*hash) == file);
-                let _creating = slot.map(|hash| self.creating_of(hash));
-                let index = lock(&self.index);
-                // A packed entry has no data file: one in its slot is a leftover.
-                if slot.is_none_or(|hash| index.in_slot(hash).is_none_or(|e| e.packed())) {
-                    let _ = fs::remove_file(&file);
-                    removed += 1;
-                }
-            }
-        }
-        let segments = self.shared.segments.sweep()?;
-        if removed + segments > 0 {
-            tracing::info!(removed, segments, "deleted cache files no entry owns");
-        }
-        Ok(removed + segments)
+        self.index.sweep_orphans()
     }
 
     /// The entry for `path` if cached at `version`; never creates one.
     pub fn lookup(&self, path: &str, version: Version) -> Option<Arc<Entry>> {
-        let index = lock(&self.index);
-        index.get(path).filter(|e| e.version == version).cloned()
+        self.index.lookup(path, version)
     }
 
     /// Every entry peers can pull from: complete, or with pages of a random reader (to
     /// publish again to a home that restarted).
     pub fn held_entries(&self) -> Vec<(String, Version)> {
-        let index = lock(&self.index);
-        index
-            .entries()
-            .filter(|e| e.is_complete() || e.has_pages())
-            .map(|e| (e.path.to_string(), e.version))
-            .collect()
+        self.index.held()
     }
 
     pub fn chunk_size(&self) -> u64 {
@@ -360,7 +220,7 @@ impl Cache {
     }
 
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.room.capacity()
     }
 
     pub fn used_bytes(&self) -> u64 {
@@ -391,124 +251,136 @@ impl Cache {
             .set_max(max.min(self.shared.chunk_size));
     }
 
-    /// Number of entries holding at least one present chunk.
     /// Chunks partly present, a page table each (bounded by `max_partial_chunks`).
     pub fn partial_chunks(&self) -> u64 {
         self.shared.page_tables.count()
     }
 
+    /// Number of entries holding at least one present chunk.
     pub fn cached_files(&self) -> u64 {
-        let index = lock(&self.index);
-        index
-            .entries()
-            .filter(|e| e.state.lock().present_bytes > 0)
-            .count() as u64
-    }
-
-    /// The turn of creations of slot `hash` (taken before the index's lock, never after).
-    fn creating_of(&self, hash: u64) -> std::sync::MutexGuard<'_, ()> {
-        lock(&self.creating[(hash % CREATING_SHARDS as u64) as usize])
-    }
-
-    /// The entry of `path` at `version` if the index has it (marked used).
-    fn found(&self, index: &Index, path: &str, version: Version) -> Option<Arc<Entry>> {
-        let e = index.get(path).filter(|e| e.version == version)?;
-        e.touch(self.next_tick());
-        Some(e.clone())
-    }
-
-    /// Entries record their last use in 32 bits, and an age is taken modulo 2^32: an entry
-    /// idle for 2^31 ticks (a day at 10,000 opens a second) would read as just used and
-    /// outlive hot ones. Every 2^28 ticks, entries older than 2^30 are made exactly that old,
-    /// so no age ever reaches 2^31 and the least recently used still go first.
-    fn keep_old(&self, index: &Index) {
-        const EVERY: u64 = 1 << 28;
-        const OLD: u64 = 1 << 30;
-        let now = self.shared.tick.load(Ordering::Relaxed);
-        let last = self.kept_old_at.load(Ordering::Relaxed);
-        if now.wrapping_sub(last) < EVERY
-            || self
-                .kept_old_at
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        for e in index.entries() {
-            if u64::from(e.age(now)) > OLD {
-                e.touch(now.wrapping_sub(OLD));
-            }
-        }
-    }
-
-    fn next_tick(&self) -> u64 {
-        self.shared.next_tick()
-    }
-
-    fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Rewrites the log with the live headers only (it has grown well past them).
-    fn rewrite_journal(&self, index: &Index) {
-        let entries: Vec<Arc<Entry>> = index.entries().cloned().collect();
-        let r = self
-            .shared
-            .journal
-            .rewrite(|| entries.iter().filter_map(|e| e.record()));
-        if let Err(e) = r {
-            // Appending goes on; the rewrite is tried again once the log has grown further.
-            self.write_failed("index.log (rewrite)", &e.into());
-        }
-    }
-
-    /// Removes an entry's files and returns its bytes. The caller has taken it out of the index.
-    fn drop_entry(&self, entry: &Entry) {
-        let mut st = entry.state.lock();
-        st.evicted = true;
-        if st.present_bytes > 0 {
-            self.emit(CacheEvent::Dropped {
-                path: entry.path.to_string(),
-                version: entry.version,
-            });
-        }
-        let present = std::mem::take(&mut st.present_bytes);
-        st.drop_present();
-        drop(st);
-        if let Some(place) = entry.place() {
-            // Its bytes are counted until its whole segment goes.
-            let segments = &self.shared.segments;
-            self.release(segments.dropped(&self.shared.files, place, present));
-            if let Err(e) = self.shared.journal.drop_path(&entry.path) {
-                self.write_failed(&entry.path, &e);
-            }
-            return;
-        }
-        self.shared.used.fetch_sub(present, Ordering::Relaxed);
-        self.shared.files.close(entry.id);
-        // The tombstone goes first: a crash in between leaves data without a header (deleted
-        // by the orphan sweep), never a header for deleted or replaced data.
-        if let Err(e) = self.shared.journal.drop_path(&entry.path) {
-            // The data file goes anyway: a header that outlives it is checked at first use.
-            self.write_failed(&entry.path, &e);
-        }
-        let _ = fs::remove_file(entry.data_path());
+        self.index.cached_files()
     }
 
     /// Deletes the entry `path` (at `version`) now, whoever holds it open.
     pub fn forget(&self, path: &str, version: Version) {
-        let mut index = lock(&self.index);
-        if index.get(path).is_some_and(|e| e.version == version) {
-            let e = index.remove(path).expect("present");
-            self.drop_entry(&e);
+        self.index.forget(path, version, &self.events, &self.writes)
+    }
+
+    /// The entry for `path` at `version`, created empty if absent. A cached copy of another
+    /// version is dropped (its open handles keep reading their own, now unlinked, copy).
+    pub fn entry(&self, path: &str, version: Version) -> Result<Arc<Entry>, CacheError> {
+        self.index.entry(path, version, &self.events, &self.writes)
+    }
+
+    /// The entry to read `path` at `version` through: [`Cache::entry`], or, when its data file
+    /// cannot be made (the cache's file system is full, read-only or failing), an entry outside
+    /// the cache that never caches a byte, so its reads are served uncached instead of failing.
+    /// A cache of no capacity (its file system was over 90% full at the start, and no
+    /// --capacity was given) takes no bytes: it makes no file either, where it used to make an
+    /// empty one, and an entry, per file read.
+    pub fn entry_or_uncached(&self, path: &str, version: Version) -> Arc<Entry> {
+        let takes = self.writes.takes_writes() && self.room.capacity() != 0;
+        let (events, writes) = (&self.events, &self.writes);
+        self.index
+            .entry_or_uncached(path, version, takes, events, writes)
+    }
+
+    /// Reserves room for `bytes` of new chunks of `for_entry`, evicting least recently used
+    /// entries that are not open and not being filled. `false`: nothing more can be evicted, the
+    /// caller serves the read uncached.
+    pub fn reserve(&self, for_entry: &Entry, bytes: u64) -> bool {
+        let (events, writes) = (&self.events, &self.writes);
+        self.room
+            .reserve(&self.index, for_entry, bytes, events, writes)
+    }
+
+    /// Evicts cached files to free at least `bytes` of the cache's file system for something
+    /// the capacity does not count (a file being written, which found the disk full); whether
+    /// anything was evicted.
+    pub fn make_room(&self, bytes: u64) -> bool {
+        self.room
+            .make_room(&self.index, bytes, &self.events, &self.writes)
+    }
+
+    /// Returns a reservation (or a present chunk's bytes) to the free pool.
+    pub fn release(&self, bytes: u64) {
+        self.room.release(bytes)
+    }
+
+    /// The cache's events, for their one reader (the locator's publisher): a `Complete` for
+    /// each complete copy held now, then every change as it happens. Handed out once: a second
+    /// call gets `None` (a second reader would silently see nothing).
+    pub fn take_events(&self) -> Option<crossbeam_channel::Receiver<CacheEvent>> {
+        self.events.take(self.index.lock().entries())
+    }
+
+    /// A fill of `entry` put its chunks in place: their checksums go to the log, and a copy
+    /// this fill completed is told as complete (one that got its first pages, as partial).
+    pub fn filled(&self, entry: &Entry) {
+        self.writes.logged(&entry.path, entry.persist());
+        self.events.tell_filled(entry);
+    }
+
+    /// As [`Cache::filled`] for chunks `chunks` made present whole (see
+    /// [`Entry::persist_chunks`]).
+    pub fn chunks_filled(&self, entry: &Entry, chunks: &[u64]) {
+        self.writes
+            .logged(&entry.path, entry.persist_chunks(chunks));
+        self.events.tell_filled(entry);
+    }
+
+    /// As [`Cache::filled`] for pages of chunk `idx` (see [`Entry::persist_pages`]).
+    pub fn pages_filled(&self, entry: &Entry, idx: u64) {
+        self.writes.logged(&entry.path, entry.persist_pages(idx));
+        self.events.tell_filled(entry);
+    }
+
+    /// Re-checks every cached chunk against its checksum and drops the bad ones (`dyadfs
+    /// scrub`). Entries that cannot be read are skipped.
+    pub fn scrub(&self) -> ScrubReport {
+        self.scrub_paced(u64::MAX)
+    }
+
+    /// As [`Cache::scrub`], reading at most `bytes_per_sec` on average (the background scrub:
+    /// the disk is the readers' first).
+    pub fn scrub_paced(&self, bytes_per_sec: u64) -> ScrubReport {
+        let entries = self.index.all();
+        let recheck = |e: &Entry| e.recheck(self, 0..e.chunk_count());
+        scrub::paced(entries, self.chunk_size(), bytes_per_sec, recheck)
+    }
+
+    /// Whether new files and chunks may be cached: no write to the cache's file system failed
+    /// within a moment (see `write_errors.rs`).
+    pub fn takes_writes(&self) -> bool {
+        self.writes.takes_writes()
+    }
+
+    /// A write to the cache's file system failed (full, over quota, read-only, a failing
+    /// disk): counted (`cache_write_errors`) and logged, at most once a minute, and nothing new
+    /// is cached for a moment. The caller goes on without the cache (a read is served
+    /// uncached, a produced file is not published).
+    pub fn write_failed(&self, path: &str, error: &io::Error) {
+        self.writes.write_failed(path, error)
+    }
+
+    /// A fill of `entry` could not write its bytes: the failure is reported and the entry
+    /// dropped with whatever it holds (partial bytes the capacity does not count would keep the
+    /// disk full), unless it is a produced file's only copy. Its readers are served uncached.
+    pub fn fill_failed(&self, entry: &Entry, error: &io::Error) {
+        if self.writes.fill_failed(entry, error) {
+            self.index
+                .drop_if_current(entry, &self.events, &self.writes);
         }
     }
-}
 
-/// (total, available to unprivileged users) bytes of the filesystem holding `dir`.
-pub fn fs_space(dir: &Path) -> io::Result<(u64, u64)> {
-    let s = crate::sys::statvfs(dir)?;
-    Ok((s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
+    /// Cached bytes of `entry` could not be read back: the entry is dropped (its readers are
+    /// served uncached, and its next reader caches it again).
+    pub fn read_failed(&self, entry: &Entry, error: &io::Error) {
+        if self.writes.read_failed(entry, error) {
+            self.index
+                .drop_if_current(entry, &self.events, &self.writes);
+        }
+    }
 }
 
 #[cfg(test)]

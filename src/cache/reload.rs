@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
-use super::entry::Reloaded;
+use super::entry::reloaded::Reloaded;
 use super::format::PartialRecord;
 use super::journal::{self, Record};
 use crate::core::{Version, path_hash};

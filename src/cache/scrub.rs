@@ -1,9 +1,11 @@
 //! `dyadfs scrub`: every cached chunk checked again against its checksum, the bad ones dropped
 //! (refetched when next read).
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::*;
+use super::entry::Entry;
+use super::error::CacheError;
 
 /// What a scrub found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -18,39 +20,37 @@ pub struct ScrubReport {
     pub unreadable: u64,
 }
 
-impl Cache {
-    /// Re-checks every cached chunk against its checksum and drops the bad ones (`dyadfs
-    /// scrub`). Entries that cannot be read are skipped.
-    pub fn scrub(&self) -> ScrubReport {
-        self.scrub_paced(u64::MAX)
-    }
-
-    /// As [`Cache::scrub`], reading at most `bytes_per_sec` on average (the background scrub:
-    /// the disk is the readers' first).
-    pub fn scrub_paced(&self, bytes_per_sec: u64) -> ScrubReport {
-        let entries: Vec<Arc<Entry>> = lock(&self.index).entries().cloned().collect();
-        let mut report = ScrubReport::default();
-        let start = Instant::now();
-        for e in entries {
-            let due = Duration::from_secs_f64(
-                (report.chunks * self.chunk_size()) as f64 / bytes_per_sec.max(1) as f64,
-            );
-            if let Some(ahead) = due.checked_sub(start.elapsed()) {
-                std::thread::sleep(ahead);
+/// Re-checks every chunk of `entries` (chunks of `chunk_size`) with `recheck` (which drops the
+/// bad ones and says how many it checked and dropped), reading at most `bytes_per_sec` on
+/// average (the background scrub: the disk is the readers' first). Entries that cannot be read
+/// are skipped.
+pub(super) fn paced(
+    entries: Vec<Arc<Entry>>,
+    chunk_size: u64,
+    bytes_per_sec: u64,
+    recheck: impl Fn(&Entry) -> Result<(u64, u64), CacheError>,
+) -> ScrubReport {
+    let mut report = ScrubReport::default();
+    let start = Instant::now();
+    for e in entries {
+        let due = Duration::from_secs_f64(
+            (report.chunks * chunk_size) as f64 / bytes_per_sec.max(1) as f64,
+        );
+        if let Some(ahead) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+        match recheck(&e) {
+            Ok((checked, dropped)) => {
+                report.files += 1;
+                report.chunks += checked;
+                report.dropped += dropped;
             }
-            match e.recheck(self, 0..e.chunk_count()) {
-                Ok((checked, dropped)) => {
-                    report.files += 1;
-                    report.chunks += checked;
-                    report.dropped += dropped;
-                }
-                Err(err) => {
-                    tracing::warn!(path = %e.path, error = %err, "scrub could not read an entry");
-                    report.unreadable += 1;
-                }
+            Err(err) => {
+                tracing::warn!(path = %e.path, error = %err, "scrub could not read an entry");
+                report.unreadable += 1;
             }
         }
-        tracing::info!(?report, "scrub done");
-        report
     }
+    tracing::info!(?report, "scrub done");
+    report
 }

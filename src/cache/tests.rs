@@ -1,4 +1,9 @@
 use super::*;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Duration;
+
+use super::chunks::Chunk;
 
 fn setup(capacity: u64) -> (PathBuf, CacheConfig, Arc<Stats>) {
     let dir = std::env::temp_dir().join(format!(
@@ -495,7 +500,7 @@ fn a_cache_of_no_capacity_makes_no_file_per_read() {
         assert!(e.is_evicted(), "an entry outside the cache");
         assert!(!cache.reserve(&e, 4096));
     }
-    assert_eq!(lock(&cache.index).entries().count(), 0, "entries made");
+    assert_eq!(cache.index.lock().entries().count(), 0, "entries made");
     let files = fs::read_dir(dir.join("data"))
         .map(|d| {
             d.flat_map(|e| fs::read_dir(e.unwrap().path()).unwrap())

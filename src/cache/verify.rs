@@ -1,5 +1,6 @@
 //! An entry's chunks checked against their checksums: what fails is dropped (its bytes released
-//! to the cache, the failure counted) and refetched by its next reader.
+//! to the cache, the failure counted) and refetched by its next reader; whether an entry is
+//! verified, and the print of its data file that keeps it so.
 
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -7,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::Cache;
 use super::chunks::{Chunk, PAGES, PageMask};
-use super::entry::{Entry, ctime_print};
+use super::entry::{Entry, all_verified, ctime_print};
 use super::error::CacheError;
 use super::files::Mode;
 
@@ -134,6 +135,69 @@ impl Entry {
         Ok(all_good)
     }
 
+    /// Whether every chunk is present and verified in this daemon's lifetime, and the data file
+    /// has not changed since (its ctime: any write, truncate or chmod by another process moves
+    /// it). A changed file's chunks are marked unverified again, to be checked before use.
+    /// A packed file's segment changes with every append to it too: its chunk is checked again
+    /// once after one.
+    pub fn is_verified(&self) -> bool {
+        let seen = {
+            let st = self.state.lock();
+            if !all_verified(&st) {
+                return false;
+            }
+            st.verified_ctime
+        };
+        // The print was taken when the last chunk was verified or written (`note_verified`):
+        // another ctime now means someone changed the file behind the daemon, checked again
+        // before it is served. None taken (its file could not be looked at then) is no
+        // promise either: the file as it is now may be changed already.
+        if seen != 0 && self.ctime_print() == Some(seen) {
+            return true;
+        }
+        if seen != 0 && !self.packed() {
+            tracing::warn!(path = %self.path, "cache data file changed behind the daemon: rechecking");
+        }
+        let mut st = self.state.lock();
+        st.chunks.unverify();
+        st.verified_ctime = 0;
+        false
+    }
+
+    /// Whether every chunk is verified with the data file's print taken, without looking at the
+    /// file again: for the open whose own fill just wrote and verified every chunk (the print
+    /// was taken after that write, a moment ago; asking the file again would only tell the same
+    /// at the cost of a `statx`). Any later open asks [`Entry::is_verified`].
+    pub fn is_verified_as_filled(&self) -> bool {
+        let st = self.state.lock();
+        st.verified_ctime != 0 && all_verified(&st)
+    }
+
+    /// A fingerprint of the data file's ctime (never 0), if the file can be opened.
+    pub(in crate::cache) fn ctime_print(&self) -> Option<u32> {
+        ctime_print(&*self.file(Mode::ReadWrite).ok()?)
+    }
+
+    /// Remembers the data file's ctime (`before`: taken before the bytes just verified were
+    /// read; else now, after the fill that wrote them) once every chunk is verified and none is
+    /// remembered: an open that finds another one checks the file again ([`Entry::is_verified`]).
+    /// Every way a chunk becomes verified ends here, so that the print is never first taken at
+    /// an open, after a change it would then hide.
+    pub(in crate::cache) fn note_verified(&self, before: Option<u32>) {
+        {
+            let st = self.state.lock();
+            if st.verified_ctime != 0 || st.present_bytes != self.version.size || !all_verified(&st)
+            {
+                return;
+            }
+        }
+        let print = before.or_else(|| self.ctime_print());
+        let mut st = self.state.lock();
+        if st.verified_ctime == 0 && all_verified(&st) {
+            st.verified_ctime = print.unwrap_or(0);
+        }
+    }
+
     /// The guard of a partly cached file against changes behind the daemon (a complete one,
     /// every chunk verified, has the print of [`Entry::is_verified`] at each open instead): its
     /// pages and chunks are verified once each, so a byte changed on the cache disk after that
@@ -148,9 +212,7 @@ impl Entry {
         {
             // A one-chunk file has no pages, and is checked whole (`verify`) before it is served.
             let mut st = self.state.lock();
-            if st.chunks.print_mut().is_none()
-                || (st.verified_ctime != 0 && super::entry::all_verified(&st))
-            {
+            if st.chunks.print_mut().is_none() || (st.verified_ctime != 0 && all_verified(&st)) {
                 return Ok(());
             }
         }

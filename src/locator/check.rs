@@ -3,13 +3,20 @@
 //! speaks for its sender (a publish, a failed fetch, a rejoin, a member's own lookup, a rack's
 //! change) sent by that sender, the authenticated peer.
 
+use super::gossip::Liveness;
 use super::membership::{Membership, NodeId};
 use super::proto::Msg;
-use super::service::LocatorService;
 use super::watching::NAMES_PER_WATCH;
 use crate::core::names::{FILE_SIZE_MAX, Name, TARGET_MAX, is_links_dir};
 
-impl LocatorService {
+/// The checks of a message against the cluster as this node sees it: who is a member (and
+/// this node), who is down.
+pub(super) struct Checks<'a> {
+    pub(super) membership: &'a Membership,
+    pub(super) liveness: &'a Liveness,
+}
+
+impl Checks<'_> {
     /// Whether a request's paths, names and node ids are well formed and known (see
     /// [`crate::core::paths`]): unknown node ids, paths that could escape a root, and object ids
     /// that are not tokens of their holder are refused before any table is touched.
@@ -71,7 +78,7 @@ impl LocatorService {
             Msg::Located(super::tiers::Reply::Holders(h)) => h.iter().try_for_each(|&n| member(n)),
             Msg::Located(super::tiers::Reply::WaitFor(n)) => member(*n),
             Msg::Unhold { object, .. } => match object_id(object) {
-                Ok(node) if node == self.me() => Ok(()),
+                Ok(node) if node == self.membership.own() => Ok(()),
                 _ => Err(format!("{object:?} is not an object of this node")),
             },
             Msg::Batch(msgs) => msgs.iter().try_for_each(|m| self.check(m, peer)),
@@ -94,11 +101,11 @@ impl LocatorService {
         }
     }
 
-    /// [`LocatorService::check`] for the produced namespace's messages.
+    /// [`Checks::check`] for the produced namespace's messages.
     fn check_names(&self, msg: &Msg, peer: Option<NodeId>) -> Result<(), String> {
         let entry = |d: &str, name: &str, n: Option<&Name>| {
             named(d, name)?;
-            n.map_or(Ok(()), |n| check_name(n, &self.membership))
+            n.map_or(Ok(()), |n| check_name(n, self.membership))
         };
         match msg {
             Msg::NameGet { dir, name, .. } => named(dir, name),
@@ -142,6 +149,21 @@ impl LocatorService {
         }
     }
 
+    /// The nodes that keep `dir`'s names: its rendezvous order down to the second member not
+    /// known to be down here (the live home and its backup, and any dead ones before them).
+    fn keepers(&self, dir: &str) -> Vec<NodeId> {
+        let mut live = 0;
+        self.membership
+            .global_order(dir)
+            .into_iter()
+            .take_while(|&n| {
+                let more = live < 2;
+                live += usize::from(!self.liveness.is_down(n));
+                more
+            })
+            .collect()
+    }
+
     /// A message that speaks for node `id` comes from it (`peer`, the authenticated sender).
     fn sender(&self, id: NodeId, peer: Option<NodeId>) -> Result<(), String> {
         match peer {
@@ -158,6 +180,36 @@ impl LocatorService {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// Whether `peer` may change the name that is `old` into `new` at this name home (under
+/// its lock, so the check and the change are one step). A hard link's record (in
+/// [`crate::core::names::LINKS_DIR`]) keeps its bytes unless its holder changes them: any
+/// member may change its attributes and link count (a user of any node may chmod or link
+/// the file) or remove it (its last name unlinked), and a new record's key is one the
+/// sender made. Other names: see `docs/SECURITY.md` (moves cannot be told from aliases
+/// at the target's home).
+pub(super) fn check_change(
+    dir: &str,
+    key: &str,
+    old: Option<&Name>,
+    new: Option<&Name>,
+    peer: Option<NodeId>,
+) -> Result<(), String> {
+    let (Some(peer), true, Some(new)) = (peer, is_links_dir(dir), new) else {
+        return Ok(());
+    };
+    match old {
+        None if !key.starts_with(&format!("{peer}-")) => {
+            Err(format!("node {peer} made a record with key {key:?}"))
+        }
+        None => Ok(()),
+        Some(o) if o.holder != peer && !same_bytes(o, new) => Err(format!(
+            "node {peer} changed the bytes of node {}'s record {key:?}",
+            o.holder
+        )),
+        Some(_) => Ok(()),
     }
 }
 
@@ -178,54 +230,6 @@ fn one_ok(n: &str) -> Result<(), String> {
 fn named(dir: &str, name: &str) -> Result<(), String> {
     dir_ok(dir)?;
     one_ok(name)
-}
-
-impl LocatorService {
-    /// The nodes that keep `dir`'s names: its rendezvous order down to the second member not
-    /// known to be down here (the live home and its backup, and any dead ones before them).
-    fn keepers(&self, dir: &str) -> Vec<NodeId> {
-        let mut live = 0;
-        self.membership
-            .global_order(dir)
-            .into_iter()
-            .take_while(|&n| {
-                let more = live < 2;
-                live += usize::from(!self.liveness.is_down(n));
-                more
-            })
-            .collect()
-    }
-
-    /// Whether `peer` may change the name that is `old` into `new` at this name home (under
-    /// its lock, so the check and the change are one step). A hard link's record (in
-    /// [`crate::core::names::LINKS_DIR`]) keeps its bytes unless its holder changes them: any
-    /// member may change its attributes and link count (a user of any node may chmod or link
-    /// the file) or remove it (its last name unlinked), and a new record's key is one the
-    /// sender made. Other names: see `docs/SECURITY.md` (moves cannot be told from aliases
-    /// at the target's home).
-    pub(super) fn check_change(
-        &self,
-        dir: &str,
-        key: &str,
-        old: Option<&Name>,
-        new: Option<&Name>,
-        peer: Option<NodeId>,
-    ) -> Result<(), String> {
-        let (Some(peer), true, Some(new)) = (peer, is_links_dir(dir), new) else {
-            return Ok(());
-        };
-        match old {
-            None if !key.starts_with(&format!("{peer}-")) => {
-                Err(format!("node {peer} made a record with key {key:?}"))
-            }
-            None => Ok(()),
-            Some(o) if o.holder != peer && !same_bytes(o, new) => Err(format!(
-                "node {peer} changed the bytes of node {}'s record {key:?}",
-                o.holder
-            )),
-            Some(_) => Ok(()),
-        }
-    }
 }
 
 /// Whether two names hold the same bytes made by the same node.
@@ -286,6 +290,7 @@ mod tests {
 
     use super::*;
     use crate::core::Version;
+    use crate::locator::service::LocatorService;
     use crate::locator::tiers::Reply;
 
     /// Node `own`'s locator in a job of nodes 0, 1 and 2 (no RPC is ever sent).
@@ -386,7 +391,6 @@ mod tests {
 
     #[test]
     fn a_record_keeps_its_bytes_unless_its_holder_changes_them() {
-        let s = service(0);
         let dir = crate::core::names::links_dir("1-a-1");
         let record = |holder: NodeId, object: &str, mode| Name {
             object: object.into(),
@@ -403,7 +407,7 @@ mod tests {
         };
         let theirs = record(1, "//produced/1/a-1", 0o600);
         let change = |old: Option<&Name>, new: Option<&Name>, peer| {
-            s.check_change(&dir, "1-a-1", old, new, Some(peer))
+            check_change(&dir, "1-a-1", old, new, Some(peer))
         };
         // Node 2 may chmod it, link it or remove it, not give it other bytes.
         assert!(
@@ -433,10 +437,7 @@ mod tests {
         assert!(change(None, Some(&theirs), 1).is_ok());
         assert!(change(None, Some(&theirs), 2).is_err());
         // Names outside the records' directories are not this check's.
-        assert!(
-            s.check_change("out", "x", Some(&theirs), None, Some(2))
-                .is_ok()
-        );
+        assert!(check_change("out", "x", Some(&theirs), None, Some(2)).is_ok());
     }
 
     /// A name claiming more bytes than any node may produce is refused before a consumer

@@ -2,8 +2,16 @@
 //! empty tables tells the others (`Rejoined`) and they re-announce what its tables held; a node
 //! the cluster declares down (gossip) has its paths re-homed to the next live node, whom the
 //! survivors tell what they hold; a node that comes back is told what it is home of again.
+//!
+//! And what a node asks of every member: `dyadfs status` (each member up, suspect or down, and
+//! what its cache holds, asked of each member not known to be down, all at once, each bounded),
+//! and which of a holder's objects any name points at. A holder that restarted keeps objects
+//! whose names a crash lost (killed between keeping an object and publishing its name, or
+//! between unpublishing and deleting it), which no name can reach and nothing would ever
+//! delete. The names pointing at its objects live at their directories' homes and backups, so
+//! only the answers of every member together say which are unnamed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,7 +20,7 @@ use super::membership::NodeId;
 use super::proto::Msg;
 use super::service::LocatorService;
 use crate::core::Version;
-use crate::core::sync::lock;
+use crate::stats::{MemberStatus, StatusReport};
 
 /// The longest a `Rejoined` answer waits for gossip to have its sender up (it never does
 /// when gossip cannot reach it: the sender then mounts as before, a second later).
@@ -20,6 +28,9 @@ pub const JOIN_WAIT: Duration = Duration::from_secs(1);
 
 /// How often that wait looks.
 const JOIN_POLL: Duration = Duration::from_millis(5);
+
+/// The longest `status` waits for a member's counts.
+const ASK_FOR: Duration = Duration::from_secs(1);
 
 impl LocatorService {
     /// Tells every peer this node (re)started with empty tables, so they re-announce what the
@@ -66,15 +77,16 @@ impl LocatorService {
     /// files it is global home of, and the names of the directories it is name home of (this
     /// node keeps copies of those as their backup).
     pub(super) async fn reannounce(self: &Arc<Self>, node: NodeId) {
-        let names: Vec<Msg> = lock(&self.names)
-            .entries()
-            .filter(|(dir, _, _)| self.global_home(dir) == node)
-            .map(|(dir, name, entry)| Msg::NameReplica {
-                dir: dir.to_string(),
-                name: name.to_string(),
-                entry: Some(entry.clone()),
-            })
-            .collect();
+        let names: Vec<Msg> = self.names.with_table(|t| {
+            t.entries()
+                .filter(|(dir, _, _)| self.global_home(dir) == node)
+                .map(|(dir, name, entry)| Msg::NameReplica {
+                    dir: dir.to_string(),
+                    name: name.to_string(),
+                    entry: Some(entry.clone()),
+                })
+                .collect()
+        });
         if !names.is_empty() {
             let sent = names.len();
             let acked = self.call_batches(node, names).await;
@@ -95,18 +107,18 @@ impl LocatorService {
         if !mine.is_empty() {
             self.call_batches(node, mine).await;
         }
-        let racks: Vec<Msg> = lock(&self.rack)
-            .table
-            .held()
-            .filter(|((path, _), _)| self.global_home(path) == node)
-            .map(|((path, version), holder)| Msg::RackChanged {
-                path: path.to_string(),
-                version,
-                rack: rack.to_string(),
-                node: holder,
-                held: true,
-            })
-            .collect();
+        let racks: Vec<Msg> = self.rack.with_table(|t| {
+            t.held()
+                .filter(|((path, _), _)| self.global_home(path) == node)
+                .map(|((path, version), holder)| Msg::RackChanged {
+                    path: path.to_string(),
+                    version,
+                    rack: rack.to_string(),
+                    node: holder,
+                    held: true,
+                })
+                .collect()
+        });
         if !racks.is_empty() {
             self.call_batches(node, racks).await;
         }
@@ -125,7 +137,7 @@ impl LocatorService {
         let now_down = self.liveness.down_count() as u64;
         self.stats.members_down.store(now_down, Ordering::Relaxed);
         if !down {
-            lock(&self.suspects).remove(&node);
+            self.suspects.forget(node);
             self.reannounce(node).await;
             return;
         }
@@ -140,20 +152,22 @@ impl LocatorService {
             self.publish(&mine).await;
         }
         let mut racks: HashMap<NodeId, Vec<Msg>> = HashMap::new();
-        for ((path, version), holder) in lock(&self.rack).table.held() {
-            if self.membership.global_home(path) == node {
-                racks
-                    .entry(self.global_home(path))
-                    .or_default()
-                    .push(Msg::RackChanged {
-                        path: path.to_string(),
-                        version,
-                        rack: rack.clone(),
-                        node: holder,
-                        held: true,
-                    });
+        self.rack.with_table(|t| {
+            for ((path, version), holder) in t.held() {
+                if self.membership.global_home(path) == node {
+                    racks
+                        .entry(self.global_home(path))
+                        .or_default()
+                        .push(Msg::RackChanged {
+                            path: path.to_string(),
+                            version,
+                            rack: rack.clone(),
+                            node: holder,
+                            held: true,
+                        });
+                }
             }
-        }
+        });
         let rack_copies: usize = racks.values().map(Vec::len).sum();
         for (home, msgs) in racks {
             self.call_batches(home, msgs).await;
@@ -161,18 +175,21 @@ impl LocatorService {
         // The directories whose name home died and that this node (their backup) now answers
         // for get a new backup.
         let mut names: HashMap<NodeId, Vec<Msg>> = HashMap::new();
-        for (dir, name, entry) in lock(&self.names).entries() {
-            if self.membership.global_home(dir) == node && self.global_home(dir) == self.me() {
-                let down = |n| self.liveness.is_down(n);
-                if let Some(b) = self.membership.live_global_backup(dir, down) {
-                    names.entry(b).or_default().push(Msg::NameReplica {
-                        dir: dir.to_string(),
-                        name: name.to_string(),
-                        entry: Some(entry.clone()),
-                    });
+        self.names.with_table(|t| {
+            for (dir, name, entry) in t.entries() {
+                let moved = self.membership.global_home(dir) == node;
+                if moved && self.global_home(dir) == self.me() {
+                    let down = |n| self.liveness.is_down(n);
+                    if let Some(b) = self.membership.live_global_backup(dir, down) {
+                        names.entry(b).or_default().push(Msg::NameReplica {
+                            dir: dir.to_string(),
+                            name: name.to_string(),
+                            entry: Some(entry.clone()),
+                        });
+                    }
                 }
             }
-        }
+        });
         for (backup, msgs) in names {
             self.call_batches(backup, msgs).await;
         }
@@ -183,5 +200,90 @@ impl LocatorService {
             rack_copies,
             "re-homed what a dead node was home of"
         );
+    }
+
+    /// `dyadfs status` as this node's locator answers it (see this file's header).
+    pub async fn status(self: &Arc<Self>) -> StatusReport {
+        let suspects = self.suspects();
+        let mut calls = tokio::task::JoinSet::new();
+        let mut members: Vec<MemberStatus> = self
+            .membership
+            .members()
+            .map(|m| {
+                let state = if m.id == self.me() {
+                    "self"
+                } else if self.liveness.is_down(m.id) {
+                    "down"
+                } else if suspects.contains(&m.id) {
+                    "suspect"
+                } else {
+                    "up"
+                };
+                if state != "down" {
+                    let (me, id) = (self.clone(), m.id);
+                    calls.spawn(
+                        async move { (id, me.call_within(id, Msg::CountHeld, ASK_FOR).await) },
+                    );
+                }
+                MemberStatus {
+                    id: m.id,
+                    addr: m.addr.to_string(),
+                    rack: m.rack.clone(),
+                    state: state.into(),
+                    files: None,
+                    bytes: None,
+                }
+            })
+            .collect();
+        while let Some(r) = calls.join_next().await {
+            if let Ok((id, Some(Msg::Held { files, bytes }))) = r
+                && let Some(m) = members.iter_mut().find(|m| m.id == id)
+            {
+                (m.files, m.bytes) = (Some(files), Some(bytes));
+            }
+        }
+        members.sort_by_key(|m| m.id);
+        StatusReport {
+            node: self.me(),
+            members,
+        }
+    }
+
+    /// Every object of `holder` some member's names point at, or `None` if a member did not
+    /// answer (then nothing may be taken as unnamed).
+    pub async fn objects_named(self: &Arc<Self>, holder: NodeId) -> Option<HashSet<String>> {
+        let mut named: HashSet<String> = self.names.objects_of(holder);
+        let others: Vec<NodeId> = self
+            .membership
+            .members()
+            .map(|m| m.id)
+            .filter(|&id| id != self.me())
+            .collect();
+        for node in others {
+            let mut after = None;
+            loop {
+                let ask = Msg::ObjectsNamed {
+                    holder,
+                    after: after.clone(),
+                };
+                let Some(Msg::Objects { objects, more }) = self.call(node, ask).await else {
+                    return None;
+                };
+                // Each page moves forward, or a member could keep this node asking forever.
+                if more
+                    && objects
+                        .last()
+                        .is_none_or(|l| after.as_ref().is_some_and(|a| l <= a))
+                {
+                    return None;
+                }
+                after = objects.last().cloned();
+                named.extend(objects);
+                if !more {
+                    break;
+                }
+            }
+        }
+        Some(named)
     }
 }

@@ -18,7 +18,6 @@ mod hints;
 #[cfg(test)]
 pub(crate) mod loopback;
 pub mod membership;
-mod named;
 pub mod names;
 pub mod node;
 pub mod pages;
@@ -28,7 +27,6 @@ pub mod rendezvous;
 pub mod service;
 #[cfg(test)]
 mod service_tests;
-mod status;
 mod table;
 pub mod tiers;
 pub mod watching;

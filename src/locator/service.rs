@@ -8,57 +8,59 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-
 mod answer;
+mod global;
+mod name_home;
+mod rack;
+mod suspects;
 
+use super::check::Checks;
 use super::fetching::Fetching;
 use super::gossip::Liveness;
 use super::hints::{self, Hints};
 use super::membership::{Membership, NodeId};
-use super::names::{HoldingsFn, NameTable, NameWaits, ReleaseFn};
+use super::names::{HoldingsFn, ReleaseFn};
 use super::node::{Known, NodeTier};
 use super::pages::batches;
 use super::peers::Peers;
 use super::proto::{Msg, PageMap};
-use super::tiers::{GlobalHome, Key, RackHome, RackLookup, Reply};
-use super::watching::{Wait, Waiting, Watchers};
+use super::tiers::{Key, Reply};
+use super::watching::{Wait, Waiting};
 use crate::core::Version;
 use crate::core::names::{Name, NameJournal};
 use crate::core::sync::lock;
 use crate::stats::Stats;
 use crate::transport::TransportError;
+use global::Global;
+use name_home::NameHome;
+use rack::{Rack, RackStep};
+use suspects::Suspects;
 
-#[derive(Default)]
-pub(super) struct RackState {
-    pub(super) table: RackHome,
-    /// Members queued behind a pending global question, per file.
-    /// (A member may have several lookups of one file queued: its readahead threads.)
-    pub(super) waiters: HashMap<(Key, NodeId), Vec<oneshot::Sender<Reply>>>,
-}
-
+/// One daemon's locator: a facade over its parts, each a struct with its own file: the rack
+/// home's side (`service/rack.rs`), the global home's (`service/global.rs`), the name home's
+/// (`service/name_home.rs`), the suspects (`service/suspects.rs`), beside the node tier, the
+/// hints and the fetches. Its own methods are here (calls to a member, lookups, publishes),
+/// in `service/answer.rs` (what it answers) and in `failover.rs` (what it asks of and tells
+/// every member: rejoins, deaths and returns, the named-objects sweep).
 pub struct LocatorService {
     pub membership: Membership,
     pub node: NodeTier,
     /// When to fill the node tier from the global homes' feeds.
     hints: Hints,
-    pub(super) rack: Mutex<RackState>,
-    global: Mutex<GlobalHome>,
-    /// Produced names of the directories this node is name home of.
-    pub(super) names: Mutex<NameTable>,
-    /// Lookups waiting here for names not set yet.
-    pub(super) name_waits: NameWaits,
+    /// The files this node is rack home of.
+    pub(super) rack: Rack,
+    /// The files this node is global home of.
+    global: Global,
+    /// Produced names of the directories this node is name home (or backup) of.
+    pub(super) names: NameHome,
     /// This node's readers waiting for names, woken by their homes' `NamesAre`.
     pub waiting: Arc<Waiting>,
-    /// The nodes watching names of the directories this node is home of.
-    watchers: Watchers,
     /// What the daemon does for the locator (release, holdings, bad chunks).
     pub(super) hooks: Hooks,
     /// Bound on every RPC and on how long a fetch may hold off the others.
     pub timeout: Duration,
-    /// Nodes that recently failed an RPC or a pull, and when: skipped as homes (a miss) and
-    /// tried last as holders, so a dead or frozen node costs one timeout, not one per file.
-    pub(super) suspects: Mutex<HashMap<NodeId, Instant>>,
+    /// Nodes that recently failed an RPC or a pull, tried last (see [`Suspects`]).
+    pub(super) suspects: Suspects,
     /// Who the cluster declared down (gossip): never asked, never waited on; the paths they
     /// were home of go to the next member in rendezvous order.
     pub liveness: Arc<Liveness>,
@@ -108,9 +110,6 @@ impl Default for Hooks {
 /// How long the node tier keeps an answer (or a hint).
 const NODE_TTL: Duration = Duration::from_secs(30);
 
-/// How long a failed node stays suspect.
-const SUSPECT_FOR: Duration = Duration::from_secs(30);
-
 impl LocatorService {
     pub fn new(
         membership: Membership,
@@ -123,15 +122,13 @@ impl LocatorService {
             membership,
             node: NodeTier::new(NODE_TTL, Duration::from_millis(500), 1 << 20),
             hints: Hints::new(NODE_TTL),
-            rack: Mutex::default(),
-            global: Mutex::default(),
-            names: Mutex::default(),
-            name_waits: NameWaits::default(),
+            rack: Rack::new(stats.clone()),
+            global: Global::new(stats.clone()),
+            names: NameHome::new(hooks.journal.clone(), stats.clone()),
             waiting: Arc::default(),
-            watchers: Watchers::default(),
             hooks,
             timeout,
-            suspects: Mutex::default(),
+            suspects: Suspects::default(),
             liveness: Arc::default(),
             fetching: Mutex::default(),
             peers,
@@ -182,35 +179,34 @@ impl LocatorService {
         names: impl IntoIterator<Item = ((String, String), Name)>,
         max_per_uid: u64,
     ) {
-        let table = NameTable::restored(names, max_per_uid);
-        self.stats
-            .home_names
-            .store(table.count(), Ordering::Relaxed);
-        *lock(&self.names) = table;
+        self.names.restore(names, max_per_uid)
     }
 
     pub fn suspect(&self, node: NodeId) {
-        lock(&self.suspects).insert(node, Instant::now());
+        self.suspects.suspect(node)
     }
 
     /// A call to or pull from `node` failed with `error`: it becomes suspect, unless it only
-    /// ran out of a short wait (a read gives its last calls what is left of one peer timeout;
-    /// a busy but live node missing a 20 ms deadline is no reason to send every miss it is
-    /// home of to the shared file system for [`SUSPECT_FOR`]).
+    /// ran out of a short wait (see `Suspects::failed`).
     pub fn failed(&self, node: NodeId, error: &TransportError) {
-        match error {
-            TransportError::Timeout { timeout, .. } if *timeout < self.timeout / 2 => {
-                tracing::debug!(node, error = %error, "short wait ran out; not suspect");
-            }
-            _ => self.suspect(node),
-        }
+        self.suspects.failed(node, error, self.timeout)
     }
 
-    /// Nodes that failed within the last [`SUSPECT_FOR`].
+    /// Nodes that failed within the last 30 seconds (see `Suspects::list`).
     pub fn suspects(&self) -> Vec<NodeId> {
-        let mut s = lock(&self.suspects);
-        s.retain(|_, at| at.elapsed() < SUSPECT_FOR);
-        s.keys().copied().collect()
+        self.suspects.list()
+    }
+
+    /// Whether a request's paths, names and node ids are well formed and known, and a message
+    /// that speaks for its sender comes from it (`peer`, the authenticated id): see
+    /// [`Checks::check`].
+    pub(super) fn check(&self, msg: &Msg, peer: Option<NodeId>) -> Result<(), String> {
+        let (membership, liveness) = (&self.membership, &self.liveness);
+        Checks {
+            membership,
+            liveness,
+        }
+        .check(msg, peer)
     }
 
     /// Sends a message to `to`, or handles it here when this node is the addressee.
@@ -551,22 +547,23 @@ impl LocatorService {
     /// The rack home's answer to a lookup of `key` by `requester`: from its table, after the
     /// lookup queued before it is answered, or from the global home.
     async fn rack_lookup(self: &Arc<Self>, key: Key, requester: NodeId) -> Msg {
-        match self.rack_step(&key, requester) {
+        match self.rack.step(&key, requester) {
             RackStep::Answer(r) => Msg::Located(r),
             RackStep::Queued(rx) => {
                 // Unanswered in time: read it from the backing store.
                 let r = tokio::time::timeout(self.timeout, rx).await;
                 Msg::Located(r.ok().and_then(Result::ok).unwrap_or(Reply::Fetch))
             }
-            RackStep::AskGlobal(home) => {
-                let msg = Self::global_lookup(&key, requester);
+            RackStep::AskGlobal => {
+                let home = self.global_home(&key.0);
+                let msg = rack::global_lookup(&key, requester);
                 let started = Instant::now();
                 // Within half a peer timeout: a frozen global home then costs this rack
                 // home's askers (who wait a whole one for it) an answer, "read it yourself",
                 // not a timeout that makes this live node look frozen to them.
                 let reply = self.call_within(home, msg, self.timeout / 2).await;
                 self.stats.latency.lookup("global", started);
-                self.rack_told(key, requester, reply)
+                self.rack.told(key, requester, reply)
             }
         }
     }
@@ -583,97 +580,24 @@ impl LocatorService {
         within: Duration,
     ) -> Msg {
         let within = within.min(self.timeout);
-        match self.rack_step(&key, requester) {
+        match self.rack.step(&key, requester) {
             RackStep::Answer(r) => Msg::Located(r),
             RackStep::Queued(rx) => {
                 // (No I/O: the answer comes through the channel, which wakes this thread.)
                 let r = runtime.block_on(async move { tokio::time::timeout(within, rx).await });
                 Msg::Located(r.ok().and_then(Result::ok).unwrap_or(Reply::Fetch))
             }
-            RackStep::AskGlobal(home) => {
-                let msg = Self::global_lookup(&key, requester);
+            RackStep::AskGlobal => {
+                let home = self.global_home(&key.0);
+                let msg = rack::global_lookup(&key, requester);
                 let started = Instant::now();
                 let reply = self.call_from_thread(runtime, home, msg, within.min(self.timeout / 2));
                 self.stats.latency.lookup("global", started);
-                self.rack_told(key, requester, reply)
+                self.rack.told(key, requester, reply)
             }
         }
     }
 
-    /// What the rack table says to a lookup of `key` by `requester`.
-    fn rack_step(&self, key: &Key, requester: NodeId) -> RackStep {
-        let mut rack = lock(&self.rack);
-        match rack.table.lookup(key, requester) {
-            RackLookup::Reply(r) => RackStep::Answer(r),
-            RackLookup::Queued => {
-                let (tx, rx) = oneshot::channel();
-                rack.waiters
-                    .entry((key.clone(), requester))
-                    .or_default()
-                    .push(tx);
-                RackStep::Queued(rx)
-            }
-            RackLookup::AskGlobal => {
-                self.stats.lookups_global.fetch_add(1, Ordering::Relaxed);
-                RackStep::AskGlobal(self.global_home(&key.0))
-            }
-        }
-    }
-
-    /// The question a rack home asks the global home of `key` for `requester`.
-    fn global_lookup(key: &Key, requester: NodeId) -> Msg {
-        Msg::Lookup {
-            path: key.0.clone(),
-            version: key.1,
-            requester,
-            global: true,
-        }
-    }
-
-    /// The global home's `reply` (`None`: none came) to the lookup of `key` that `requester`
-    /// made, recorded in the rack table: the answer for `requester`, and one for each lookup
-    /// queued behind it.
-    fn rack_told(&self, key: Key, requester: NodeId, reply: Option<Msg>) -> Msg {
-        let answer = match reply {
-            Some(Msg::Located(l)) => Some(l),
-            _ => None,
-        };
-        let mut rack = lock(&self.rack);
-        let told = match answer {
-            Some(a) => rack.table.global_answered(&key, a),
-            None => rack.table.global_unreachable(&key),
-        };
-        // The asker's own answer is the first of its entries; each queued lookup gets one.
-        let mut mine = None;
-        for (node, reply) in told {
-            if node == requester && mine.is_none() {
-                mine = Some(reply);
-                continue;
-            }
-            let waiting = (key.clone(), node);
-            if let Some(txs) = rack.waiters.get_mut(&waiting) {
-                if let Some(tx) = txs.pop() {
-                    let _ = tx.send(reply);
-                }
-                if txs.is_empty() {
-                    rack.waiters.remove(&waiting);
-                }
-            }
-        }
-        Msg::Located(mine.unwrap_or(Reply::Fetch))
-    }
-}
-
-/// What a rack home does about a lookup (see [`LocatorService::rack_step`]).
-enum RackStep {
-    Answer(Reply),
-    /// Another lookup of the same key asked the global home: wait for its answer.
-    Queued(oneshot::Receiver<Reply>),
-    /// Ask the global home, this node.
-    AskGlobal(NodeId),
-}
-
-impl LocatorService {
     /// Sends `msgs` to `to` as [`batches`], one after another; returns how many of the
     /// messages were acknowledged (a batch that failed counts none of its own).
     pub(super) async fn call_batches(self: &Arc<Self>, to: NodeId, msgs: Vec<Msg>) -> usize {

@@ -1,64 +1,25 @@
 //! An entry's chunks filled: claims of whole chunks and of a large file's pages, their
-//! completion and abandonment, the waits on other fillers, the verification of what is present,
-//! and the bytes written.
+//! completion and abandonment, the waits on other fillers, the bytes written, what is present,
+//! and the records fills leave in the cache's header log (its whole header, or only the pages
+//! or chunks a fill added since).
 
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 
-use super::{Entry, all_verified, ctime_print};
-use crate::cache::chunks::{Claim, FILL_WAIT, PAGES, PageClaim, PageMask};
+use super::marks::LOGGED;
+use super::{Entry, ctime_print};
+use crate::cache::chunks::{Chunk, Claim, FILL_WAIT, PAGES, PageClaim, PageMask};
 use crate::cache::error::CacheError;
 use crate::cache::files::Mode;
+use crate::cache::format::{ChunkRecord, Header, PartialRecord};
+use crate::cache::journal::Record;
 
 impl Entry {
     /// Claims every absent chunk of `range` for the caller to fill (partial ones are listed, to
     /// be completed page by page).
     pub fn claim(&self, range: Range<u64>) -> Claim {
         self.state.claim(range)
-    }
-
-    /// The length of a page (a chunk's last page may be shorter): a 128th of a chunk.
-    pub fn page_size(&self) -> u64 {
-        self.shared.chunk_size / PAGES
-    }
-
-    fn page_len(&self, idx: u64, page: u32) -> u64 {
-        let start = u64::from(page) * self.page_size();
-        self.page_size()
-            .min(self.chunk_len(idx).saturating_sub(start))
-    }
-
-    /// The pages chunk `idx` has (a bit each).
-    pub fn all_pages(&self, idx: u64) -> PageMask {
-        let n = self.chunk_len(idx).div_ceil(self.page_size());
-        if n >= PAGES {
-            PageMask::MAX
-        } else {
-            (1 << n) - 1
-        }
-    }
-
-    /// The pages of chunk `idx` that bytes `[offset, end)` touch.
-    pub fn pages_for(&self, idx: u64, offset: u64, end: u64) -> PageMask {
-        let start = idx * self.shared.chunk_size;
-        let (from, to) = (offset.max(start), end.min(start + self.chunk_len(idx)));
-        if from >= to {
-            return 0;
-        }
-        let (first, last) = (
-            (from - start) / self.page_size(),
-            (to - 1 - start) / self.page_size(),
-        );
-        (first..=last).fold(0, |m, p| m | (1 << p))
-    }
-
-    /// The bytes of pages `pages` of chunk `idx`.
-    pub fn page_bytes(&self, idx: u64, pages: PageMask) -> u64 {
-        (0..PAGES as u32)
-            .filter(|p| pages & (1 << p) != 0)
-            .map(|p| self.page_len(idx, p))
-            .sum()
     }
 
     /// Claims the absent pages of `want` in chunk `idx` for the caller to fill.
@@ -73,7 +34,7 @@ impl Entry {
         let kept = self
             .state
             .complete_pages(idx, mine, crcs, bytes, self.all_pages(idx), |p| {
-                self.page_len(idx, p)
+                self.geometry().page_len(idx, p)
             });
         if kept {
             self.note_verified(None);
@@ -138,69 +99,6 @@ impl Entry {
         self.all_present(0..self.chunk_count())
     }
 
-    /// Whether every chunk is present and verified in this daemon's lifetime, and the data file
-    /// has not changed since (its ctime: any write, truncate or chmod by another process moves
-    /// it). A changed file's chunks are marked unverified again, to be checked before use.
-    /// A packed file's segment changes with every append to it too: its chunk is checked again
-    /// once after one.
-    pub fn is_verified(&self) -> bool {
-        let seen = {
-            let st = self.state.lock();
-            if !all_verified(&st) {
-                return false;
-            }
-            st.verified_ctime
-        };
-        // The print was taken when the last chunk was verified or written (`note_verified`):
-        // another ctime now means someone changed the file behind the daemon, checked again
-        // before it is served. None taken (its file could not be looked at then) is no
-        // promise either: the file as it is now may be changed already.
-        if seen != 0 && self.ctime_print() == Some(seen) {
-            return true;
-        }
-        if seen != 0 && !self.packed() {
-            tracing::warn!(path = %self.path, "cache data file changed behind the daemon: rechecking");
-        }
-        let mut st = self.state.lock();
-        st.chunks.unverify();
-        st.verified_ctime = 0;
-        false
-    }
-
-    /// Whether every chunk is verified with the data file's print taken, without looking at the
-    /// file again: for the open whose own fill just wrote and verified every chunk (the print
-    /// was taken after that write, a moment ago; asking the file again would only tell the same
-    /// at the cost of a `statx`). Any later open asks [`Entry::is_verified`].
-    pub fn is_verified_as_filled(&self) -> bool {
-        let st = self.state.lock();
-        st.verified_ctime != 0 && all_verified(&st)
-    }
-
-    /// A fingerprint of the data file's ctime (never 0), if the file can be opened.
-    pub(in crate::cache) fn ctime_print(&self) -> Option<u32> {
-        ctime_print(&*self.file(Mode::ReadWrite).ok()?)
-    }
-
-    /// Remembers the data file's ctime (`before`: taken before the bytes just verified were
-    /// read; else now, after the fill that wrote them) once every chunk is verified and none is
-    /// remembered: an open that finds another one checks the file again ([`Entry::is_verified`]).
-    /// Every way a chunk becomes verified ends here, so that the print is never first taken at
-    /// an open, after a change it would then hide.
-    pub(in crate::cache) fn note_verified(&self, before: Option<u32>) {
-        {
-            let st = self.state.lock();
-            if st.verified_ctime != 0 || st.present_bytes != self.version.size || !all_verified(&st)
-            {
-                return;
-            }
-        }
-        let print = before.or_else(|| self.ctime_print());
-        let mut st = self.state.lock();
-        if st.verified_ctime == 0 && all_verified(&st) {
-            st.verified_ctime = print.unwrap_or(0);
-        }
-    }
-
     /// Writes chunk bytes at their offset in the data file (in its region of a segment, if
     /// packed: never past it).
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
@@ -214,6 +112,138 @@ impl Entry {
         if let Some(before) = before {
             self.wrote_own(before, ctime_print(&file));
         }
+        Ok(())
+    }
+
+    /// Whether some chunk is partly present (pages a random reader filled).
+    pub fn has_pages(&self) -> bool {
+        let st = self.state.lock();
+        st.chunks
+            .pages()
+            .is_some_and(|p| p.values().any(|p| p.present() != 0))
+    }
+
+    /// Which pages are present, a word per 32 pages (every page of a present chunk), for words
+    /// `from..` (at most `max`): what a peer asks before pulling pages of a copy that may be
+    /// partial.
+    pub fn held_pages(&self, from: u64, max: usize) -> Vec<u32> {
+        const WORDS: u64 = PAGES / 32;
+        let end = (self.chunk_count() * WORDS).min(from.saturating_add(max as u64));
+        let st = self.state.lock();
+        (from.min(end)..end)
+            .map(|w| {
+                let i = w / WORDS;
+                let mask = match st.chunks[i as usize] {
+                    Chunk::Present { .. } => self.all_pages(i),
+                    Chunk::Partial => st.chunks.page_set(i).map_or(0, |p| p.present()),
+                    _ => 0,
+                };
+                (mask >> (w % WORDS * 32)) as u32
+            })
+            .collect()
+    }
+
+    pub fn is_evicted(&self) -> bool {
+        self.state.lock().evicted
+    }
+
+    /// The record of this entry's present chunks (and place); `None` once it left the cache.
+    pub(in crate::cache) fn record(&self) -> Option<Record> {
+        let st = self.state.lock();
+        if st.evicted {
+            return None;
+        }
+        let header = Header {
+            chunk_size: self.shared.chunk_size as u32,
+            version: self.version,
+            path: self.path.to_string(),
+            chunks: st
+                .chunks
+                .iter()
+                .map(|c| match c {
+                    Chunk::Present { crc, .. } => Some(*crc),
+                    _ => None,
+                })
+                .collect::<Vec<ChunkRecord>>(),
+            partial: st.chunks.partial_records(),
+        };
+        Some(match self.place() {
+            Some(place) => Record::Packed(place, header),
+            None => Record::Put(header),
+        })
+    }
+
+    /// Records the present chunks in the cache's log, unless the entry left the cache.
+    pub fn persist(&self) -> Result<(), CacheError> {
+        self.shared.journal.put(|| self.record())?;
+        self.marks.mark(LOGGED);
+        Ok(())
+    }
+
+    /// Records the pages of chunk `idx` a fill just completed: the chunk's pages alone while it
+    /// is partial and the log holds a whole header of the entry (a page fill of a large file
+    /// appends tens of bytes, not the header, which grows with the file and its partial
+    /// chunks), else the whole header.
+    pub fn persist_pages(&self, idx: u64) -> Result<(), CacheError> {
+        if !self.marks.has(LOGGED) {
+            return self.persist();
+        }
+        let mut whole = false;
+        self.shared.journal.put(|| {
+            let st = self.state.lock();
+            if st.evicted {
+                return None;
+            }
+            let part = match (st.chunks[idx as usize], st.chunks.page_set(idx)) {
+                (Chunk::Partial, Some(p)) if p.present() != 0 => PartialRecord {
+                    chunk: idx as u32,
+                    pages: p.present(),
+                    crcs: p.crcs().to_vec(),
+                },
+                // Present whole now (or dropped): the header says so.
+                _ => {
+                    whole = true;
+                    return None;
+                }
+            };
+            Some(Record::Pages {
+                path: self.path.to_string(),
+                version: self.version,
+                part,
+            })
+        })?;
+        if whole {
+            return self.persist_chunks(&[idx]);
+        }
+        Ok(())
+    }
+
+    /// Records chunks a fill just made present whole: those chunks alone once the log holds a
+    /// whole header of the entry (a header grows with the file: rewriting it for each fill of
+    /// a file of thousands of chunks made the log grow with the square of its size), else the
+    /// whole header.
+    pub fn persist_chunks(&self, chunks: &[u64]) -> Result<(), CacheError> {
+        if !self.marks.has(LOGGED) {
+            return self.persist();
+        }
+        self.shared.journal.put(|| {
+            let st = self.state.lock();
+            if st.evicted {
+                return None;
+            }
+            let present: Vec<(u32, u32)> = chunks
+                .iter()
+                .filter_map(|&i| match st.chunks[i as usize] {
+                    Chunk::Present { crc, .. } => Some((i as u32, crc)),
+                    _ => None,
+                })
+                .collect();
+            (!present.is_empty()).then(|| Record::Chunks {
+                path: self.path.to_string(),
+                version: self.version,
+                chunks: present,
+            })
+        })?;
         Ok(())
     }
 }
