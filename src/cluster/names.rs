@@ -9,8 +9,7 @@ use crate::core::names::{Name, Namespace, Wake, Watch};
 use crate::core::{NodeId, Version};
 use crate::locator::check::check_name;
 use crate::locator::error::LocatorError;
-use crate::locator::names::OVER_QUOTA;
-use crate::locator::proto::Msg;
+use crate::locator::name_calls::{self as calls, NameCall, OverQuota};
 use crate::locator::service::LocatorService;
 use crate::locator::watching::{KEPT, Key, NAMES_PER_WATCH, REFRESH, Waiting};
 
@@ -62,7 +61,8 @@ impl ClusterNames {
     /// name"), the question waits for the directory to move and asks the new home; a home that
     /// was only slow (never declared down) keeps its directories, so nothing is orphaned at a
     /// backup.
-    fn ask(&self, dir: &str, msg: Msg, wait: Duration) -> std::io::Result<Msg> {
+    fn ask<C: NameCall>(&self, dir: &str, call: &C, wait: Duration) -> std::io::Result<C::Answer> {
+        let msg = call.msg();
         // A call holds a connection to the home while it is out: thousands of waiting opens
         // registering at once would open thousands (a home takes 256 from one node, and a
         // refused call makes it suspect here).
@@ -74,7 +74,7 @@ impl ClusterNames {
             let call = l.call_home(home, msg.clone(), wait + l.timeout);
             let reply = tracing::debug_span!("ask", home).in_scope(|| self.runtime.block_on(call));
             if let Some(reply) = reply {
-                return Ok(reply);
+                return Ok(C::answer(reply)?);
             }
             loop {
                 if std::time::Instant::now() >= deadline {
@@ -90,10 +90,6 @@ impl ClusterNames {
             }
         }
     }
-}
-
-fn unexpected(m: Msg) -> std::io::Error {
-    LocatorError::UnexpectedReply(Box::new(m)).into()
 }
 
 impl ClusterNames {
@@ -154,18 +150,16 @@ impl ClusterNames {
         deadline: std::time::Instant,
     ) -> std::io::Result<Option<Name>> {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let msg = Msg::NameWatch {
+        let watch = calls::Watch {
             node: self.locator.me(),
-            names: vec![(dir.into(), name.into())],
+            names: &[(dir.into(), name.into())],
             wait_ms: left.as_millis() as u64,
         };
-        match self.ask(dir, msg, Duration::ZERO)? {
-            Msg::NamesAre(found) => Ok(found
-                .into_iter()
-                .find(|(d, m, _)| d == dir && m == name)
-                .map(|(_, _, n)| n)),
-            m => Err(unexpected(m)),
-        }
+        let found = self.ask(dir, &watch, Duration::ZERO)?;
+        Ok(found
+            .into_iter()
+            .find(|(d, m, _)| d == dir && m == name)
+            .map(|(_, _, n)| n))
     }
 
     /// Starts, once, this node's refresh of its readers' watches: each name waited for is
@@ -212,13 +206,13 @@ async fn register_again(locator: &Arc<LocatorService>) {
     }
     for (home, names) in by_home {
         for part in names.chunks(NAMES_PER_WATCH) {
-            let msg = Msg::NameWatch {
+            let watch = calls::Watch {
                 node: locator.me(),
-                names: part.to_vec(),
+                names: part,
                 wait_ms: KEPT.as_millis() as u64,
             };
-            if let Some(Msg::NamesAre(found)) = locator.call_home(home, msg, locator.timeout).await
-            {
+            let reply = locator.call_home(home, watch.msg(), locator.timeout).await;
+            if let Some(Ok(found)) = reply.map(calls::Watch::answer) {
                 locator.names_are(&found);
             }
         }
@@ -241,14 +235,17 @@ async fn register_new(locator: &Arc<LocatorService>, registering: &Arc<Registeri
     for (home, names) in by_home {
         for part in names.chunks(NAMES_PER_WATCH) {
             let last = part.iter().map(|(_, until, _)| *until).max().unwrap_or(now);
-            let msg = Msg::NameWatch {
+            let names: Vec<Key> = part.iter().map(|(key, _, _)| key.clone()).collect();
+            let watch = calls::Watch {
                 node: locator.me(),
-                names: part.iter().map(|(key, _, _)| key.clone()).collect(),
+                names: &names,
                 wait_ms: last.saturating_duration_since(now).as_millis() as u64,
             };
-            match locator.call_home(home, msg, locator.timeout).await {
-                Some(Msg::NamesAre(found)) => locator.names_are(&found),
+            let reply = locator.call_home(home, watch.msg(), locator.timeout).await;
+            match reply.map(calls::Watch::answer) {
+                Some(Ok(found)) => locator.names_are(&found),
                 m => {
+                    let m = m.map(|r| r.map(|found| found.len()));
                     tracing::warn!(home, answer = ?m, "registering waits failed; trying again");
                     let (again, registering) = (part[0].2, registering.clone());
                     let retried = part.iter().map(|(key, until, again)| {
@@ -270,15 +267,8 @@ impl Namespace for ClusterNames {
         if !wait.is_zero() {
             return self.wait_for(dir, name, wait);
         }
-        let msg = Msg::NameGet {
-            dir: dir.into(),
-            name: name.into(),
-            wait_ms: 0,
-        };
-        match self.ask(dir, msg, wait)? {
-            Msg::NameIs(n) => self.checked(n),
-            m => Err(unexpected(m)),
-        }
+        let n = self.ask(dir, &calls::Get { dir, name }, wait)?;
+        self.checked(n)
     }
 
     /// The name's home is told by the refresh (see [`register_new`]), a name that arrives is
@@ -303,14 +293,8 @@ impl Namespace for ClusterNames {
     }
 
     fn any(&self, dir: &str) -> std::io::Result<bool> {
-        let msg = Msg::NameList {
-            dir: dir.into(),
-            after: None,
-        };
-        match self.ask(dir, msg, Duration::ZERO)? {
-            Msg::Names { names, more } => Ok(more || !names.is_empty()),
-            m => Err(unexpected(m)),
-        }
+        let (names, more) = self.ask(dir, &calls::List { dir, after: None }, Duration::ZERO)?;
+        Ok(more || !names.is_empty())
     }
 
     /// Page by page: each asks for the names after the last one listed (a page that fails
@@ -319,14 +303,11 @@ impl Namespace for ClusterNames {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let msg = Msg::NameList {
-                dir: dir.into(),
-                after: after.clone(),
+            let page = calls::List {
+                dir,
+                after: after.as_deref(),
             };
-            let (names, more) = match self.ask(dir, msg, Duration::ZERO)? {
-                Msg::Names { names, more } => (names, more),
-                m => return Err(unexpected(m)),
-            };
+            let (names, more) = self.ask(dir, &page, Duration::ZERO)?;
             // Each page moves forward, or a home could keep a lister asking forever.
             let forward = names
                 .iter()
@@ -354,30 +335,26 @@ impl Namespace for ClusterNames {
     }
 
     fn set(&self, dir: &str, name: &str, entry: Option<Name>) -> std::io::Result<Option<Name>> {
-        let msg = Msg::NameSet {
-            dir: dir.into(),
-            name: name.into(),
-            entry,
-        };
-        match self.ask(dir, msg, Duration::ZERO)? {
-            Msg::NameIs(n) => Ok(n),
+        match self.ask(dir, &calls::Set { dir, name, entry }, Duration::ZERO)? {
+            Ok(n) => Ok(n),
             // The owner has as many names as one user may: the producer's EDQUOT.
-            Msg::Refused(why) if why.starts_with(OVER_QUOTA) => {
+            Err(OverQuota(why)) => {
                 tracing::warn!(%why, "a name was refused");
                 Err(std::io::Error::from_raw_os_error(libc::EDQUOT))
             }
-            m => Err(unexpected(m)),
         }
     }
 
     fn release(&self, holder: NodeId, object: &str, size: u64, mtime_ns: i64, drop: bool) {
-        let msg = Msg::Unhold {
-            object: object.into(),
+        let unhold = calls::Unhold {
+            object,
             version: Version { size, mtime_ns },
             drop,
         };
         // Best effort: a holder that cannot be told keeps an evictable copy.
-        let _ = self.runtime.block_on(self.locator.call(holder, msg));
+        let _ = self
+            .runtime
+            .block_on(self.locator.call(holder, unhold.msg()));
     }
 
     fn me(&self) -> NodeId {

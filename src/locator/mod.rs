@@ -18,6 +18,7 @@ mod hints;
 #[cfg(test)]
 pub(crate) mod loopback;
 pub mod membership;
+pub mod name_calls;
 pub mod names;
 pub mod node;
 pub mod pages;
