@@ -127,6 +127,36 @@ fn a_file_changed_after_its_repair_is_checked_again() {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// A change to a chunk verified earlier is seen by the verification of the others: it used to
+/// find that chunk verified, take the file's print as it was after the change and remember it
+/// as the verified file's, so the next open handed the changed file to the kernel (a chaos
+/// soak read wrong bytes of a 24 MiB file: one open's reads verified some chunks, the byte
+/// changed, the background verification of the next open did the rest).
+#[test]
+fn a_change_to_a_chunk_verified_earlier_is_not_hidden_by_the_rest() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    let a = cache.entry("a", v(4 << 20)).unwrap();
+    fill(&cache, &a, 7);
+    let data_path = a.data_path();
+    // The file is touched behind the cache (its bytes as they were): the next open rechecks.
+    std::thread::sleep(Duration::from_millis(20));
+    let f = OpenOptions::new().write(true).open(&data_path).unwrap();
+    f.write_all_at(&[7], (2 << 20) + 5).unwrap();
+    assert!(!a.is_verified());
+    // That open's reads verify the first chunk...
+    assert!(a.verify_bytes(&cache, 0, 1 << 20).unwrap());
+    // ...which changes before the rest is verified (in the background).
+    std::thread::sleep(Duration::from_millis(20));
+    flip_byte(&data_path, 5);
+    a.verify(&cache, 1..4).unwrap();
+    assert!(!a.is_verified(), "a changed chunk was vouched for");
+    assert!(!a.verify(&cache, 0..4).unwrap());
+    assert!(!a.all_present(0..1) && a.all_present(1..4));
+    assert_eq!(stats.checksum_failures.load(Ordering::Relaxed), 1);
+    let _ = fs::remove_dir_all(dir);
+}
+
 /// A peer is served only verified bytes: after a restart, the bytes read for it are checked
 /// against the stored checksums and a corrupt chunk is dropped instead of sent.
 #[test]

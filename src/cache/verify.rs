@@ -61,7 +61,19 @@ impl Entry {
     /// Verifies every present chunk of `range` not yet verified in this daemon's lifetime.
     /// A chunk whose bytes do not match its checksum is dropped (its bytes released) so the
     /// caller refetches it. Returns whether the whole range is present and verified.
+    ///
+    /// The chunks it skips were verified earlier: the guard ([`Entry::guard_partial`]) first
+    /// asks whether the file changed since, else this call could find every chunk verified
+    /// and remember the file as changed afterwards (it did: a byte changed in a chunk verified
+    /// by one open's reads was served by the next open's, once the background verification
+    /// of the rest had taken the file's print after the change).
     pub fn verify(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
+        self.guard_partial()?;
+        self.verify_guarded(cache, range)
+    }
+
+    /// [`Entry::verify`] under a guard its caller has just checked.
+    fn verify_guarded(&self, cache: &Cache, range: Range<u64>) -> Result<bool, CacheError> {
         let mut all_good = true;
         let mut dropped = false;
         let mut buf = Vec::new();
@@ -118,7 +130,7 @@ impl Entry {
                 self.state.lock().chunks[idx as usize],
                 Chunk::Present { .. }
             ) {
-                all_good &= self.verify(cache, idx..idx + 1)?;
+                all_good &= self.verify_guarded(cache, idx..idx + 1)?;
                 continue;
             }
             match self.check_pages(cache, idx, self.pages_for(idx, offset, end))? {
@@ -178,20 +190,24 @@ impl Entry {
         ctime_print(&*self.file(Mode::ReadWrite).ok()?)
     }
 
-    /// Remembers the data file's ctime (`before`: taken before the bytes just verified were
-    /// read; else now, after the fill that wrote them) once every chunk is verified and none is
-    /// remembered: an open that finds another one checks the file again ([`Entry::is_verified`]).
-    /// Every way a chunk becomes verified ends here, so that the print is never first taken at
-    /// an open, after a change it would then hide.
+    /// Remembers the data file's ctime once every chunk is verified and none is remembered:
+    /// an open that finds another one checks the file again ([`Entry::is_verified`]). The print
+    /// must be no later than the check of any chunk it vouches for: the guard's, where it holds
+    /// one (checked by every verification, carried on by the daemon's own writes: the file as
+    /// it was when the earliest of them was checked); else `before` (taken before the bytes
+    /// just verified were read), else now (after the fill that wrote them). Every way a chunk
+    /// becomes verified ends here, so that the print is never first taken at an open, after a
+    /// change it would then hide.
     pub(in crate::cache) fn note_verified(&self, before: Option<u32>) {
-        {
-            let st = self.state.lock();
+        let guard = {
+            let mut st = self.state.lock();
             if st.verified_ctime != 0 || st.present_bytes != self.version.size || !all_verified(&st)
             {
                 return;
             }
-        }
-        let print = before.or_else(|| self.ctime_print());
+            st.chunks.print_mut().map(|seen| *seen).filter(|&p| p != 0)
+        };
+        let print = guard.or(before).or_else(|| self.ctime_print());
         let mut st = self.state.lock();
         if st.verified_ctime == 0 && all_verified(&st) {
             st.verified_ctime = print.unwrap_or(0);
@@ -396,6 +412,8 @@ impl Entry {
                 .read_exact_at(&mut room[..len], self.base() + offset)?;
             return Ok(true);
         }
+        // Chunks verified earlier are trusted only while the file is as it was then.
+        self.guard_partial()?;
         let expected: Vec<Chunk> = {
             let st = self.state.lock();
             range.clone().map(|i| st.chunks[i as usize]).collect()
