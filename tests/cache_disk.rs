@@ -425,6 +425,63 @@ fn pages_of_a_partly_cached_file_changed_while_mounted_are_never_served() {
     m.unmount();
 }
 
+/// A large cached file is never served with a byte changed on the cache disk after the chunk
+/// holding it was verified, whatever verifies or fills the rest afterwards. Here a change to
+/// chunk 5 is caught (by the background verification an open starts) and the chunk dropped;
+/// then chunk 0, verified, changes; the next open reads chunk 5 first (filled again, which
+/// completes the file) and then the rest. Before the fix, that fill remembered the file's
+/// print as it was after the change as the verified file's, and chunk 0 was served changed (a
+/// flip-read loop over a 24 MiB file read 15 of 60 whole reads wrong in a release build).
+#[test]
+fn a_change_to_a_verified_chunk_is_never_hidden_by_the_fill_of_another() {
+    use std::os::unix::fs::FileExt;
+    use std::time::Duration;
+    let f = Fixture::new("wholeflip");
+    let data = pattern(24 << 20, 69);
+    f.write("big.bin", &data);
+    let m = f.mount(&[]);
+    assert_eq!(fs::read(m.path("big.bin")).unwrap(), data, "first read");
+    let dat: Vec<PathBuf> = walk(&f.ssd.join("data"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "dat"))
+        .collect();
+    assert_eq!(dat.len(), 1, "one data file: {dat:?}");
+    let cached = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dat[0])
+        .unwrap();
+    let flip = |at: u64| {
+        let mut b = [0u8];
+        cached.read_exact_at(&mut b, at).unwrap();
+        cached.write_all_at(&[b[0] ^ 0x40], at).unwrap();
+    };
+    let chunk5 = 10 << 20;
+    flip(chunk5 + 5);
+    // An open without a read: its background verification catches the change.
+    drop(File::open(m.path("big.bin")).unwrap());
+    wait_until("the change caught", Duration::from_secs(20), || {
+        m.stat("checksum_failures") == 1
+    });
+    // (Past the file system's timestamp granularity where it is coarse.)
+    std::thread::sleep(Duration::from_millis(20));
+    flip(5);
+    let file = File::open(m.path("big.bin")).unwrap();
+    let mut buf = vec![0u8; 2 << 20];
+    file.read_exact_at(&mut buf, chunk5).unwrap();
+    assert!(
+        buf[..] == data[chunk5 as usize..][..2 << 20],
+        "chunk 5 filled again"
+    );
+    let mut whole = vec![0u8; data.len()];
+    file.read_exact_at(&mut whole, 0).unwrap();
+    let wrong = whole.iter().zip(&data).position(|(a, b)| a != b);
+    assert_eq!(wrong, None, "a changed byte served");
+    assert_eq!(m.stat("checksum_failures"), 2, "the second change caught");
+    drop(file);
+    m.unmount();
+}
+
 /// Issue 69: a producer whose cache disk fails under it (ext4 turning itself read-only on an
 /// error, as a failing NVMe makes it) gets the disk's errno at the write or at close, and its
 /// file is never published; a file closed before the failure stays readable.

@@ -84,7 +84,7 @@ impl Cache {
         adopted.set_kept(true);
         // Checked as it was written: its file is remembered as it is now (see
         // `Entry::is_verified`), not at its first open, when it may have changed already.
-        adopted.note_verified(None);
+        adopted.note_checked_now();
         self.index.lock().insert(adopted.clone());
         adopted.persist()?;
         Ok(adopted)

@@ -163,6 +163,7 @@ impl Cache {
             segments,
             tick: AtomicU64::new(1),
             page_tables: Arc::new(chunks::PageTables::new(config.max_partial_chunks)),
+            writes: std::array::from_fn(|_| Default::default()),
         });
         let mut slots = Slots::with_capacity(live.len());
         let mut used = shared.segments.count_dead();

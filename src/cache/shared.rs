@@ -2,8 +2,8 @@
 //! files, its segments, the bytes in use and the clock.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::chunks::PageTables;
 use super::files::DataFiles;
@@ -24,7 +24,14 @@ pub(super) struct Shared {
     pub(super) tick: AtomicU64,
     /// The page tables of its entries' partial chunks, bounded.
     pub(super) page_tables: Arc<PageTables>,
+    /// One lock per stripe of entries, held across a write to a data file of many chunks and
+    /// the prints around it (see `Entry::write_at`).
+    pub(super) writes: [Mutex<()>; WRITE_STRIPES],
 }
+
+/// How many locks the writes of entries of many chunks are spread over: a node fills a few
+/// large files at a time.
+pub(super) const WRITE_STRIPES: usize = 16;
 
 impl Shared {
     /// The data file of the slot `hash`: one directory level keeps directories small.
@@ -33,6 +40,11 @@ impl Shared {
             .join("data")
             .join(format!("{:02x}", hash >> 56))
             .join(format!("{hash:016x}.dat"))
+    }
+
+    /// The write lock of entry `id` (see `Entry::write_at`).
+    pub(super) fn write_lock(&self, id: u64) -> MutexGuard<'_, ()> {
+        crate::core::sync::lock(&self.writes[id as usize % WRITE_STRIPES])
     }
 
     /// The cache's clock: one tick per use of an entry (what eviction orders by).

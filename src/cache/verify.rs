@@ -190,28 +190,50 @@ impl Entry {
         ctime_print(&*self.file(Mode::ReadWrite).ok()?)
     }
 
-    /// Remembers the data file's ctime once every chunk is verified and none is remembered:
+    /// Remembers the data file's print once every chunk is verified and none is remembered:
     /// an open that finds another one checks the file again ([`Entry::is_verified`]). The print
-    /// must be no later than the check of any chunk it vouches for: the guard's, where it holds
-    /// one (checked by every verification, carried on by the daemon's own writes: the file as
-    /// it was when the earliest of them was checked); else `before` (taken before the bytes
-    /// just verified were read), else now (after the fill that wrote them). Every way a chunk
-    /// becomes verified ends here, so that the print is never first taken at an open, after a
-    /// change it would then hide.
+    /// must be no later than the check of any chunk it vouches for. A file of many chunks has
+    /// its guard's, asked once more now ([`Entry::guard_partial`]: the file as it was when the
+    /// earliest of its checks was made, carried on by the daemon's own writes; a change since
+    /// makes every chunk checked again instead). A file of one chunk has `before` (taken
+    /// before the bytes just verified were read), else the print now (after the fill that
+    /// wrote them). Every way a chunk becomes verified ends here, so that the print is never
+    /// first taken at an open, after a change it would then hide.
     pub(in crate::cache) fn note_verified(&self, before: Option<u32>) {
-        let guard = {
+        let guarded = {
             let mut st = self.state.lock();
             if st.verified_ctime != 0 || st.present_bytes != self.version.size || !all_verified(&st)
             {
                 return;
             }
-            st.chunks.print_mut().map(|seen| *seen).filter(|&p| p != 0)
+            st.chunks.print_mut().is_some()
         };
-        let print = guard.or(before).or_else(|| self.ctime_print());
+        if guarded {
+            // A file that cannot be looked at now makes no promise: checked at the next open.
+            if self.guard_partial().is_ok() {
+                let mut st = self.state.lock();
+                let seen = st.chunks.print_mut().map_or(0, |seen| *seen);
+                if st.verified_ctime == 0 && all_verified(&st) {
+                    st.verified_ctime = seen;
+                }
+            }
+            return;
+        }
+        let print = before.or_else(|| self.ctime_print());
         let mut st = self.state.lock();
         if st.verified_ctime == 0 && all_verified(&st) {
             st.verified_ctime = print.unwrap_or(0);
         }
+    }
+
+    /// [`Entry::note_verified`] for a file whose every chunk was checked as it was written (an
+    /// adopted one): the file as it is now is the file as checked, its guard's print as well.
+    pub(in crate::cache) fn note_checked_now(&self) {
+        let print = self.ctime_print();
+        if let Some(seen) = self.state.lock().chunks.print_mut() {
+            *seen = print.unwrap_or(0);
+        }
+        self.note_verified(print);
     }
 
     /// The guard of a partly cached file against changes behind the daemon (a complete one,
@@ -221,7 +243,8 @@ impl Entry {
     /// next; a print that moved since (another process wrote the file; the daemon's own writes
     /// move it forward with them, see [`Entry::wrote_own`]) makes every page and chunk
     /// unverified, each checked against its crc before it is next served. The first check of
-    /// an entry arms the guard the same way. It holds until the whole-file print takes over:
+    /// an entry arms the guard the same way (as does its first write while it holds nothing).
+    /// It holds until the whole-file print takes over:
     /// a file completed with some chunks unverified (a repair, after this guard unverified
     /// them) keeps it, else its verified chunks would be trusted under no print at all.
     fn guard_partial(&self) -> Result<(), CacheError> {
@@ -232,7 +255,20 @@ impl Entry {
                 return Ok(());
             }
         }
-        let now = ctime_print(&*self.file(Mode::ReadWrite)?).unwrap_or(0);
+        let file = self.file(Mode::ReadWrite)?;
+        let same = |now: u32| {
+            let mut st = self.state.lock();
+            st.chunks
+                .print_mut()
+                .is_none_or(|seen| *seen == now && now != 0)
+        };
+        if same(ctime_print(&file).unwrap_or(0)) {
+            return Ok(());
+        }
+        // Asked again with no write of the daemon's under way: one between this print and the
+        // kept one (which it moves) is no change behind the daemon.
+        let _alone = self.shared.write_lock(self.id);
+        let now = ctime_print(&file).unwrap_or(0);
         let mut st = self.state.lock();
         let Some(seen) = st.chunks.print_mut() else {
             return Ok(());
@@ -248,22 +284,21 @@ impl Entry {
         Ok(())
     }
 
-    /// Whether the guard of [`Entry::guard_partial`] holds a print: a write must carry it on.
-    pub(super) fn guarded(&self) -> bool {
-        self.state
-            .lock()
-            .chunks
-            .print_mut()
-            .is_some_and(|seen| *seen != 0)
+    /// Whether the entry has the guard of [`Entry::guard_partial`] (a file of many chunks):
+    /// its writes must carry the print on.
+    pub(super) fn has_guard(&self) -> bool {
+        self.state.lock().chunks.print_mut().is_some()
     }
 
     /// After the daemon's own write to the data file: its print moves from `before` (taken
     /// just before the write) to `after`, unless the file had moved already (then the kept
-    /// print stays, and the next check finds the change).
-    pub(super) fn wrote_own(&self, before: u32, after: Option<u32>) {
+    /// print stays, and the next check finds the change). The first write to an entry that
+    /// holds nothing yet arms the guard: no check vouches for bytes written before it.
+    pub(super) fn wrote_own(&self, before: Option<u32>, after: Option<u32>) {
         let mut st = self.state.lock();
+        let empty = st.present_bytes == 0;
         if let Some(seen) = st.chunks.print_mut()
-            && *seen == before
+            && (Some(*seen) == before && *seen != 0 || *seen == 0 && empty)
         {
             *seen = after.unwrap_or(0);
         }

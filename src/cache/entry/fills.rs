@@ -106,12 +106,17 @@ impl Entry {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let file = self.file(Mode::ReadWrite)?;
-        // A partly cached file under guard: this write moves its ctime, not someone else.
-        let before = self.guarded().then(|| ctime_print(&file)).flatten();
-        file.write_all_at(bytes, self.base() + offset)?;
-        if let Some(before) = before {
-            self.wrote_own(before, ctime_print(&file));
+        if !self.has_guard() {
+            return file.write_all_at(bytes, self.base() + offset);
         }
+        // A file of many chunks is guarded by its print (see `Entry::guard_partial`): this
+        // write moves its ctime, not someone else. No other write to it may come between the
+        // prints around this one: its move would be taken for a change behind the daemon,
+        // and every chunk checked again.
+        let _alone = self.shared.write_lock(self.id);
+        let before = ctime_print(&file);
+        file.write_all_at(bytes, self.base() + offset)?;
+        self.wrote_own(before, ctime_print(&file));
         Ok(())
     }
 
