@@ -275,11 +275,18 @@ impl Replicator {
     }
 
     /// Copies what `home`'s feed lists after our position, holder by holder, small files in
-    /// batches; `true` if it listed anything.
+    /// batches; `true` if our position in it moved (more may follow at once).
+    ///
+    /// A cache at its limit asks nothing: a full page would be asked again and again, and
+    /// with it every home of the cluster, as fast as the polls go (in the chaos soak, caches
+    /// full of the nodes' own reads made replication by default cost 30% of the reads).
     fn poll(&mut self, home: NodeId) -> bool {
         let link = &self.cluster.locator;
         let locator = &link.service;
         let after = self.next.get(&home).copied().unwrap_or(0);
+        if self.cache.used_bytes() >= self.limit() {
+            return false;
+        }
         let Some((next, copies)) = locator.gained(&link.runtime, home, after, FEED_BATCH) else {
             return false;
         };
@@ -318,7 +325,7 @@ impl Replicator {
                 self.copy_from(holder, &keys);
             }
         }
-        !copies.is_empty()
+        self.next.get(&home) != Some(&after)
     }
 
     /// Copies `keys` from `holder`: whole small files in batches, the others one by one. A
@@ -347,7 +354,7 @@ impl Replicator {
                 if batch.len() == BATCH_FILES || bytes + entry.version.size > BATCH_BYTES {
                     bytes = 0;
                     if !self.copy_batch(&reader, &source, std::mem::take(&mut batch)) {
-                        entry.unpin();
+                        done(&entry);
                         return;
                     }
                 }
@@ -358,7 +365,7 @@ impl Replicator {
                 let before = source.pulled.load(Ordering::Relaxed);
                 // Chunks a reader is filling meanwhile are left to it.
                 let r = reader.fill_ahead(&entry, 0..entry.chunk_count());
-                entry.unpin();
+                done(&entry);
                 let pulled = source.pulled.load(Ordering::Relaxed) - before;
                 self.count(1, pulled);
                 if let Err(e) = r {
@@ -369,7 +376,8 @@ impl Replicator {
         self.copy_batch(&reader, &source, batch);
     }
 
-    /// The cache entry to copy `key` into, pinned, unless it is cached whole already.
+    /// The cache entry to copy `key` into, pinned and marked as being copied (readers do not
+    /// wait for its fills), unless it is cached whole already.
     fn wanted(&self, (path, version): &Key) -> Option<Arc<Entry>> {
         if self
             .cache
@@ -380,6 +388,7 @@ impl Replicator {
         }
         let entry = self.cache.entry_or_uncached(path, *version);
         entry.pin();
+        entry.set_copying(true);
         Some(entry)
     }
 
@@ -398,7 +407,7 @@ impl Replicator {
         let before = source.pulled.load(Ordering::Relaxed);
         let filled = reader.fill_batch(&batch);
         for entry in &batch {
-            entry.unpin();
+            done(entry);
         }
         let pulled = source.pulled.load(Ordering::Relaxed) - before;
         self.count(filled, pulled);
@@ -422,6 +431,12 @@ impl Replicator {
                 .fetch_add(pulled, Ordering::Relaxed);
         }
     }
+}
+
+/// Lets go of an entry [`Replicator::wanted`] gave: unmarked, unpinned.
+fn done(entry: &Entry) {
+    entry.set_copying(false);
+    entry.unpin();
 }
 
 #[cfg(test)]

@@ -128,7 +128,8 @@ impl<S: Source + ?Sized> Reader<S> {
 
     /// Fills the absent pages of `want` in chunk `idx` nobody else is filling, copying what
     /// `kept` asks for as they are cached, then waits (if `wait`) for those others fill.
-    /// `Ok(false)`: not cached (no room, or the cache's file system failed a write).
+    /// `Ok(false)`: not cached (no room, or the cache's file system failed a write, or a
+    /// background copy holds some of them).
     fn fill_pages(
         &self,
         entry: &Arc<Entry>,
@@ -209,6 +210,11 @@ impl<S: Source + ?Sized> Reader<S> {
             self.cache.pages_filled(entry, idx);
         }
         if claim.others && wait {
+            // A background copy's pages are read around, not waited for (its holder may be
+            // frozen): the read is served uncached.
+            if entry.is_copying() {
+                return Ok(false);
+            }
             entry.wait_pages(idx, want)?;
         }
         Ok(true)
@@ -442,6 +448,10 @@ impl<S: Source + ?Sized> Reader<S> {
             }
         }
         if claim.others && wait {
+            // As in `fill_pages`: a background copy is not waited for.
+            if entry.is_copying() {
+                return Ok(false);
+            }
             entry.wait_fills(range)?;
         }
         Ok(true)

@@ -467,3 +467,37 @@ fn kept_bytes_are_whole_only_when_pieces_cover_the_range_in_order() {
     k.take(150, &data[150..300]);
     assert!(k.whole().is_none());
 }
+
+/// A reader never waits for a background copy's claim (replication): its holder may be frozen,
+/// a timeout the reader would not meet. It reads around it, uncached, whole file or pages; a
+/// reader's claim is still waited for (single flight).
+#[test]
+fn a_reader_reads_around_a_background_copy_instead_of_waiting() {
+    let (r, dir) = reader(MemSource::default(), 64 << 20);
+    let r = Arc::new(r);
+    let small = pattern(100_000, 7);
+    let large = pattern(12 << 20, 8);
+    let vs = r.source.add("small", small.clone());
+    let vl = r.source.add("large", large.clone());
+    let es = r.cache.entry("small", vs).unwrap();
+    let el = r.cache.entry("large", vl).unwrap();
+    // A copy claims them and stalls (as on a frozen holder).
+    for e in [&es, &el] {
+        e.set_copying(true);
+        assert!(!e.claim(0..e.chunk_count()).mine.is_empty());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (reader, es2, el2) = (r.clone(), es.clone(), el.clone());
+    std::thread::spawn(move || {
+        let a = reader.read(&es2, 0, 100_000).map(|b| b.to_vec());
+        let b = reader.read(&el2, 5 << 20, 64 << 10).map(|b| b.to_vec());
+        let _ = tx.send((a, b));
+    });
+    let (a, b) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the reads waited for the copy");
+    assert_eq!(a.unwrap(), small);
+    assert_eq!(b.unwrap(), &large[5 << 20..(5 << 20) + (64 << 10)]);
+    assert_eq!(r.stats.uncached_reads.load(Ordering::Relaxed), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -12,12 +12,14 @@ pub(super) const KEEP: u32 = 1 << 29;
 pub(super) const SHARED: u32 = 1 << 28;
 /// A whole header of it is in the log: a page fill may append its chunk's pages alone.
 pub(super) const LOGGED: u32 = 1 << 27;
-const PINS: u32 = LOGGED - 1;
+/// A background copy of it is under way (`Entry::set_copying`): readers do not wait for it.
+pub(super) const COPYING: u32 = 1 << 26;
+const PINS: u32 = COPYING - 1;
 
 /// Who holds an entry, what it is marked with, and when it was last used.
 pub(super) struct Marks {
     /// Open handles holding it (the low bits) and its marks ([`FETCHED`], [`PULLED`],
-    /// [`KEEP`], [`SHARED`], [`LOGGED`]).
+    /// [`KEEP`], [`SHARED`], [`LOGGED`], [`COPYING`]).
     pins_marks: AtomicU32,
     /// The cache's tick when it was last used, in 32 bits: ages are taken modulo 2^32
     /// ([`Marks::age`]), so the counter's wrap changes no order.

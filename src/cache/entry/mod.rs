@@ -23,7 +23,7 @@ use super::segments::Place;
 use super::shared::Shared;
 use crate::core::{Version, path_hash};
 use geometry::Geometry;
-use marks::{FETCHED, KEEP, Marks, PULLED, SHARED};
+use marks::{COPYING, FETCHED, KEEP, Marks, PULLED, SHARED};
 
 mod fills;
 mod geometry;
@@ -188,6 +188,18 @@ impl Entry {
 
     pub fn set_kept(&self, keep: bool) {
         self.marks.set(KEEP, keep)
+    }
+
+    /// Marks it as being copied in the background (replication), or no longer: a reader that
+    /// finds chunks of it claimed reads around them instead of waiting, as the copy may wait
+    /// out a frozen holder's timeout its reader would not meet.
+    pub fn set_copying(&self, copying: bool) {
+        self.marks.set(COPYING, copying)
+    }
+
+    /// Whether a background copy of it is under way (see [`Entry::set_copying`]).
+    pub fn is_copying(&self) -> bool {
+        self.marks.has(COPYING)
     }
 
     pub(super) fn data_path(&self) -> PathBuf {
