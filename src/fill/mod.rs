@@ -209,13 +209,9 @@ impl<S: Source + ?Sized> Reader<S> {
             }
             self.cache.pages_filled(entry, idx);
         }
-        if claim.others && wait {
-            // A background copy's pages are read around, not waited for (its holder may be
-            // frozen): the read is served uncached.
-            if entry.is_copying() {
-                return Ok(false);
-            }
-            entry.wait_pages(idx, want)?;
+        // A background copy's pages are waited for a moment only: then read around, uncached.
+        if claim.others && wait && !entry.wait_pages(idx, want)? {
+            return Ok(false);
         }
         Ok(true)
     }
@@ -447,12 +443,9 @@ impl<S: Source + ?Sized> Reader<S> {
                 return Ok(false);
             }
         }
-        if claim.others && wait {
-            // As in `fill_pages`: a background copy is not waited for.
-            if entry.is_copying() {
-                return Ok(false);
-            }
-            entry.wait_fills(range)?;
+        // As in `fill_pages`: a background copy is waited for a moment only.
+        if claim.others && wait && !entry.wait_fills(range)? {
+            return Ok(false);
         }
         Ok(true)
     }

@@ -468,9 +468,9 @@ fn kept_bytes_are_whole_only_when_pieces_cover_the_range_in_order() {
     assert!(k.whole().is_none());
 }
 
-/// A reader never waits for a background copy's claim (replication): its holder may be frozen,
-/// a timeout the reader would not meet. It reads around it, uncached, whole file or pages; a
-/// reader's claim is still waited for (single flight).
+/// A reader waits for a background copy's claim (replication) a moment only: its holder may be
+/// frozen, a timeout the reader would not meet. Then it reads around it, uncached, whole file
+/// or pages (a reader's claim is waited for as long as single flight needs).
 #[test]
 fn a_reader_reads_around_a_background_copy_instead_of_waiting() {
     let (r, dir) = reader(MemSource::default(), 64 << 20);

@@ -6,6 +6,7 @@
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
+use std::time::Duration;
 
 use super::marks::LOGGED;
 use super::{Entry, ctime_print};
@@ -14,6 +15,10 @@ use crate::cache::error::CacheError;
 use crate::cache::files::Mode;
 use crate::cache::format::{ChunkRecord, Header, PartialRecord};
 use crate::cache::journal::Record;
+
+/// How long a reader waits for a background copy's fill before it reads around it: a copy of
+/// a healthy holder's batch takes milliseconds.
+const COPY_WAIT: Duration = Duration::from_secs(1);
 
 impl Entry {
     /// Claims every absent chunk of `range` for the caller to fill (partial ones are listed, to
@@ -47,12 +52,20 @@ impl Entry {
         self.state.abandon_pages(idx, mine)
     }
 
-    /// Waits (bounded) until no page of `want` in chunk `idx` is being filled by someone else.
-    pub fn wait_pages(&self, idx: u64, want: PageMask) -> Result<(), CacheError> {
-        if self.state.wait_pages(idx, want, FILL_WAIT) {
-            Ok(())
-        } else {
-            Err(CacheError::FillTimeout(self.path.to_string()))
+    /// Waits (bounded) until no page of `want` in chunk `idx` is being filled by someone else:
+    /// `Ok(false)` if a background copy still fills some after `COPY_WAIT` (read around it).
+    pub fn wait_pages(&self, idx: u64, want: PageMask) -> Result<bool, CacheError> {
+        let copying = self.is_copying();
+        let limit = if copying { COPY_WAIT } else { FILL_WAIT };
+        self.waited(self.state.wait_pages(idx, want, limit), copying)
+    }
+
+    /// What a wait that ended (`done`) or not tells its reader (see [`Entry::wait_fills`]).
+    fn waited(&self, done: bool, copying: bool) -> Result<bool, CacheError> {
+        match (done, copying) {
+            (true, _) => Ok(true),
+            (false, true) => Ok(false),
+            (false, false) => Err(CacheError::FillTimeout(self.path.to_string())),
         }
     }
 
@@ -82,13 +95,14 @@ impl Entry {
         self.state.abandon(idx)
     }
 
-    /// Waits (bounded) until no chunk of `range` is being filled by someone else.
-    pub fn wait_fills(&self, range: Range<u64>) -> Result<(), CacheError> {
-        if self.state.wait_fills(range, FILL_WAIT) {
-            Ok(())
-        } else {
-            Err(CacheError::FillTimeout(self.path.to_string()))
-        }
+    /// Waits (bounded) until no chunk of `range` is being filled by someone else: `Ok(false)`
+    /// if a background copy (replication, [`Entry::set_copying`]) still fills some after
+    /// `COPY_WAIT`: the reader reads around it instead, as the copy may be waiting out a
+    /// frozen holder's timeout, at the lowest priority.
+    pub fn wait_fills(&self, range: Range<u64>) -> Result<bool, CacheError> {
+        let copying = self.is_copying();
+        let limit = if copying { COPY_WAIT } else { FILL_WAIT };
+        self.waited(self.state.wait_fills(range, limit), copying)
     }
 
     pub fn all_present(&self, range: Range<u64>) -> bool {
