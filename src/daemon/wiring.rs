@@ -387,6 +387,7 @@ fn cluster(args: &MountConfig, b: Base) -> Result<Wired, UserError> {
         backing: backing(args, &b.cache),
         stats: b.stats.clone(),
         maps: Default::default(),
+        spent: Default::default(),
     });
     let fill_limit = args.cluster.replicate.fill_limit(true, !args.managed);
     tracing::info!(node = id, %listen, replicate = ?args.cluster.replicate, ?fill_limit, "cluster mode");

@@ -52,7 +52,14 @@ pub struct ClusterSource<L = ServiceLink, P = Puller, B = BackingStore> {
     pub stats: Arc<Stats>,
     /// What holders said they have of large files (their page maps: see `holders_with`).
     pub maps: Mutex<PageMaps>,
+    /// Files a read spent its whole peer timeout on lately, and when (see `peer_budget`).
+    pub spent: Mutex<Spent>,
 }
+
+/// Files (by path hash and version) whose read spent its whole peer timeout, and when.
+pub type Spent = HashMap<(u64, Version), Instant>;
+/// Files remembered in [`Spent`] before those older than a timeout are forgotten.
+const SPENT_KEPT: usize = 1024;
 
 /// Holders' page maps, by file and holder, with when each was asked: `None` if the holder
 /// said it has no copy.
@@ -175,6 +182,32 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         }
         maps.insert(key, (now, map));
         (Some(has), fills)
+    }
+
+    /// The peer timeout a read of `path` may spend before the shared file system serves it:
+    /// none if a read of the file spent a whole one less than a timeout ago. Every READ of a
+    /// large file has a budget of its own: when its holders froze together (not suspect, not
+    /// known to be down yet), each wave of READs met them again, and a 24 MiB read took 3.2 s
+    /// in the chaos soak's double freezes. A holder that went away costs a file one timeout.
+    fn peer_budget(&self, path: &str, version: Version) -> Duration {
+        let timeout = self.locator.timeout();
+        let spent = lock(&self.spent);
+        match spent.get(&(crate::core::path_hash(path), version)) {
+            Some(at) if at.elapsed() < timeout => Duration::ZERO,
+            _ => timeout,
+        }
+    }
+
+    /// Remembers that a read of `path` spent its whole peer timeout now.
+    fn spent_timeout(&self, path: &str, version: Version) {
+        let timeout = self.locator.timeout();
+        let mut spent = lock(&self.spent);
+        if spent.len() >= SPENT_KEPT {
+            spent.retain(|_, at| at.elapsed() < timeout);
+        }
+        if spent.len() < SPENT_KEPT {
+            spent.insert((crate::core::path_hash(path), version), Instant::now());
+        }
     }
 
     /// How long a pull from `holder` may wait of the `left` of its read's deadline. A suspect

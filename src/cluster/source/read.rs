@@ -126,8 +126,9 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         // One peer timeout for the whole read: locating, pulling from each holder in turn and
         // waiting for another node's fetch all come out of it, so peers that stopped answering
         // (and are not known to be down yet) cost a read at most that before the shared file
-        // system serves it.
-        let deadline = Instant::now() + self.locator.timeout();
+        // system serves it; and a file at most one (`peer_budget`).
+        let budget = self.peer_budget(path, version);
+        let deadline = Instant::now() + budget;
         let range = (offset, len, deadline);
         let mut pause = Duration::from_millis(10);
         let mut waited = false;
@@ -136,6 +137,9 @@ impl<L: Locate, P: Pull, B: Source> ClusterSource<L, P, B> {
         loop {
             let within = deadline.saturating_duration_since(Instant::now());
             if within.is_zero() {
+                if !budget.is_zero() {
+                    self.spent_timeout(path, version);
+                }
                 return self.read_backing(path, version, offset, len, sink);
             }
             let reply = match reply.take() {

@@ -205,6 +205,7 @@ fn cluster(script: Script, peers: Peers, shared: Shared) -> ClusterSource<Script
         backing: shared,
         stats: Arc::default(),
         maps: Default::default(),
+        spent: Default::default(),
     }
 }
 
@@ -286,6 +287,35 @@ fn frozen_holders_cost_a_read_one_peer_timeout_in_all() {
         "{:?}",
         t.elapsed()
     );
+}
+
+/// A file whose read spent the peer timeout on holders that froze together is read from the
+/// shared file system at once by its next reads (the other READs of a large file) for a
+/// timeout, then from holders again: a holder that went away costs a file one timeout.
+#[test]
+fn a_file_spends_one_peer_timeout_not_one_per_read() {
+    let peers = Peers {
+        frozen: [1, 2].into(),
+        ..Default::default()
+    };
+    let mut script = Script::new(vec![Reply::Holders(vec![1, 2])]);
+    script.timeout = Duration::from_millis(300);
+    let s = cluster(script, peers, Shared::default());
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    let pulls = tried(&s).len();
+    assert!(pulls >= 1);
+    for _ in 0..3 {
+        assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    }
+    assert_eq!(tried(&s).len(), pulls, "no holder was tried again");
+    // Another file still tries its holders.
+    assert_eq!(read_all(&s, "b").unwrap(), Origin::Backing);
+    assert!(tried(&s).len() > pulls);
+    let pulls = tried(&s).len();
+    // A timeout later, the file's holders are tried again.
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(read_all(&s, "a").unwrap(), Origin::Backing);
+    assert!(tried(&s).len() > pulls);
 }
 
 #[test]
