@@ -244,9 +244,9 @@ impl Entry {
     /// move it forward with them, see [`Entry::wrote_own`]) makes every page and chunk
     /// unverified, each checked against its crc before it is next served. The first check of
     /// an entry arms the guard the same way (as does its first write while it holds nothing).
-    /// It holds until the whole-file print takes over:
-    /// a file completed with some chunks unverified (a repair, after this guard unverified
-    /// them) keeps it, else its verified chunks would be trusted under no print at all.
+    /// It holds until the whole-file print takes over: a file completed with some chunks
+    /// unverified (a repair, after this guard unverified them) keeps it, else its verified
+    /// chunks would be trusted under no print at all.
     fn guard_partial(&self) -> Result<(), CacheError> {
         {
             // A one-chunk file has no pages, and is checked whole (`verify`) before it is served.
