@@ -163,7 +163,7 @@ fn run(command: Command) -> Result<(), UserError> {
         }
         Command::Transport(TransportCommand::Pull(args)) => dyadfs::daemon::pull(args.into()),
         Command::DataPlane(a) => {
-            dyadfs::transport::ucx::child::run(a.slots, a.slot_size, a.background)
+            dyadfs::transport::ucx::process::run(a.slots, a.slot_size, a.background)
                 .map_err(Into::into)
         }
     }

@@ -21,12 +21,12 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, bounded};
 use serde::{Deserialize, Serialize};
 
-use super::{Completer, Completion, PeerId, PeerInfo, Slab, Slot, UcxError, Worker, completion};
+use super::{Completer, Completion, PeerId, PeerInfo, Slab, Slot, UcxError, completion};
 use crate::core::sync::lock;
 
 /// Commands from the daemon.
 #[derive(Debug, Serialize, Deserialize)]
-enum ToChild {
+pub(super) enum ToChild {
     Connect {
         id: u64,
         #[serde(with = "crate::transport::frame::bytes")]
@@ -48,7 +48,7 @@ enum ToChild {
 
 /// Answers from the data-plane process (untrusted: checked before use).
 #[derive(Debug, Serialize, Deserialize)]
-enum FromChild {
+pub(super) enum FromChild {
     Ready {
         #[serde(with = "crate::transport::frame::bytes")]
         address: Vec<u8>,
@@ -70,10 +70,10 @@ enum FromChild {
 }
 
 /// Largest command or answer (addresses and rkeys are bounded by the hello's check).
-const MAX_MSG: usize = 64 << 10;
+pub(super) const MAX_MSG: usize = 64 << 10;
 /// The descriptors the data-plane process finds its socket and slab at.
-const SOCK_FD: RawFd = 3;
-const SLAB_FD: RawFd = 4;
+pub(super) const SOCK_FD: RawFd = 3;
+pub(super) const SLAB_FD: RawFd = 4;
 /// Waits between restarts of a data-plane process that keeps dying.
 const RESTART_MIN: Duration = Duration::from_millis(100);
 const RESTART_MAX: Duration = Duration::from_secs(5);
@@ -112,7 +112,7 @@ enum Waiter {
     Get(u64, Slot, Completer<(Slot, Result<(), UcxError>)>),
 }
 
-fn io_err(op: &'static str) -> impl Fn(io::Error) -> UcxError {
+pub(super) fn io_err(op: &'static str) -> impl Fn(io::Error) -> UcxError {
     move |e| UcxError::io(op, e)
 }
 
@@ -137,7 +137,7 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sends one message. `nowait`: fail with `WouldBlock` rather than wait for room (the daemon
 /// never waits on its data-plane process: one that stops reading is killed and restarted).
-fn send_msg<T: Serialize>(sock: &OwnedFd, m: &T, nowait: bool) -> io::Result<()> {
+pub(super) fn send_msg<T: Serialize>(sock: &OwnedFd, m: &T, nowait: bool) -> io::Result<()> {
     let bytes = rmp_serde::to_vec(m).map_err(io::Error::other)?;
     let flags = libc::MSG_NOSIGNAL | if nowait { libc::MSG_DONTWAIT } else { 0 };
     // SAFETY: a live socket and a buffer of bytes.len() readable bytes.
@@ -149,7 +149,7 @@ fn send_msg<T: Serialize>(sock: &OwnedFd, m: &T, nowait: bool) -> io::Result<()>
 }
 
 /// The next message; `Ok(None)` at EOF.
-fn recv_msg<T: serde::de::DeserializeOwned>(
+pub(super) fn recv_msg<T: serde::de::DeserializeOwned>(
     sock: &OwnedFd,
     buf: &mut [u8],
 ) -> io::Result<Option<T>> {
@@ -561,140 +561,4 @@ fn set_recv_timeout(sock: &OwnedFd, t: Option<Duration>) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Drops what the data-plane process does not need: root (to `nobody`), the ability to gain
-/// privileges again, and being dumpable (no ptrace or /proc/PID/mem by other `nobody`s).
-fn drop_privileges() -> io::Result<()> {
-    let fail = || Err(io::Error::last_os_error());
-    // SAFETY: plain syscalls on this process's credentials; results checked.
-    unsafe {
-        let parent = libc::getppid();
-        if crate::sys::euid() == 0 {
-            const NOBODY: libc::uid_t = 65534;
-            // RDMA registers the slab as locked memory, which `nobody` could not raise past
-            // the default limit (8 MiB) once root is gone. Best effort: a container may not
-            // allow it, and tcp locks nothing.
-            let unlimited = libc::rlimit {
-                rlim_cur: libc::RLIM_INFINITY,
-                rlim_max: libc::RLIM_INFINITY,
-            };
-            let _ = libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setresgid(NOBODY, NOBODY, NOBODY) != 0
-                || libc::setresuid(NOBODY, NOBODY, NOBODY) != 0
-            {
-                return fail();
-            }
-        }
-        // A change of credentials clears the parent-death signal set before exec: armed again,
-        // and if the daemon died meanwhile (we were reparented), nothing is left to serve.
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-            || libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0
-            || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-        {
-            return fail();
-        }
-        if libc::getppid() != parent {
-            return Err(io::Error::other(
-                "the daemon exited while this process started",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The data-plane process: `dyadfs data-plane`, started by a daemon with its socket at fd 3
-/// and the slab's memfd at fd 4. Runs until the daemon goes away.
-pub fn run(slots: usize, slot_size: usize, background: bool) -> Result<(), UcxError> {
-    // SAFETY: the daemon passed these descriptors to this process for it alone.
-    let (sock, memfd) = unsafe { (OwnedFd::from_raw_fd(SOCK_FD), OwnedFd::from_raw_fd(SLAB_FD)) };
-    // Its stderr is /dev/null: a failure to start is told to the daemon, which logs it.
-    let started = || -> Result<(Arc<Slab>, Worker), UcxError> {
-        drop_privileges().map_err(io_err("dropping privileges"))?;
-        let slab = Arc::new(Slab::map_shared(&memfd, slots, slot_size).map_err(io_err("mmap"))?);
-        let worker = Worker::with_slab(slab.clone(), background)?;
-        Ok((slab, worker))
-    };
-    let (slab, worker) = match started() {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = send_msg(&sock, &FromChild::Failed(e.to_string()), false);
-            return Err(e);
-        }
-    };
-    drop(memfd);
-    let base = slab.base() as u64;
-    let worker = Arc::new(worker);
-    let info = worker.info();
-    let sock = Arc::new(sock);
-    send_msg(
-        &sock,
-        &FromChild::Ready {
-            address: info.worker_address,
-            rkey: info.rkey,
-            base,
-        },
-        false,
-    )
-    .map_err(io_err("ready"))?;
-    let mut buf = vec![0u8; MAX_MSG];
-    let mut peers: HashMap<u64, super::PeerId> = HashMap::new();
-    let mut next = 0u64;
-    loop {
-        let cmd = match recv_msg::<ToChild>(&sock, &mut buf) {
-            Ok(Some(c)) => c,
-            // The daemon went away (or spoke nonsense): nothing left to serve.
-            Ok(None) | Err(_) => return Ok(()),
-        };
-        match cmd {
-            ToChild::Connect { id, address, rkey } => {
-                let r = worker
-                    .connect(PeerInfo::padded(address, rkey), Duration::from_secs(10))
-                    .map(|p| {
-                        next += 1;
-                        peers.insert(next, p);
-                        next
-                    })
-                    .map_err(|e| e.to_string());
-                let _ = send_msg(&sock, &FromChild::Connected { id, peer: r }, false);
-            }
-            ToChild::Disconnect { peer } => {
-                if let Some(p) = peers.remove(&peer) {
-                    worker.disconnect(p);
-                }
-            }
-            ToChild::Get {
-                id,
-                peer,
-                remote_addr,
-                slot,
-                len,
-            } => {
-                let answer = |error: Option<String>| {
-                    let _ = send_msg(&sock, &FromChild::GetDone { id, error }, false);
-                };
-                let (Some(&p), Some(s)) = (peers.get(&peer), slab.take_index(slot as usize)) else {
-                    answer(Some("unknown peer or busy slot".into()));
-                    continue;
-                };
-                if len as usize > s.capacity() {
-                    answer(Some("get larger than its slot".into()));
-                    continue;
-                }
-                let done = worker.get(p, remote_addr, s, len as usize);
-                let sock = sock.clone();
-                // The get's completion is awaited off this loop, so a frozen peer holds
-                // nobody else's get.
-                std::thread::spawn(move || {
-                    let error = match done.wait(Duration::from_secs(120)) {
-                        Ok((_slot, Ok(()))) => None,
-                        Ok((_slot, Err(e))) => Some(e.to_string()),
-                        Err(e) => Some(format!("{e:?}")),
-                    };
-                    let _ = send_msg(&sock, &FromChild::GetDone { id, error }, false);
-                });
-            }
-        }
-    }
 }

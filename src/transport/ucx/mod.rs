@@ -14,6 +14,7 @@
 
 pub mod child;
 mod completion;
+pub mod process;
 mod slab;
 
 use std::collections::HashMap;
@@ -155,7 +156,7 @@ unsafe impl Send for Owned {}
 
 impl Worker {
     /// Creates the context and worker, registers `slab` and starts progress (in the
-    /// data-plane process, [`child::run`]). `background`: the progress thread runs at the
+    /// data-plane process, [`process::run`]). `background`: the progress thread runs at the
     /// lowest CPU priority, for background copies (`--replicate`), which then move bytes only
     /// when the readers leave CPU idle.
     pub fn with_slab(slab: Arc<Slab>, background: bool) -> Result<Worker, UcxError> {
