@@ -451,10 +451,24 @@ fn ask_prefetch(mnt: &Path, stream: &str, list: &Path) -> Result<String, i32> {
 struct Stopped(u64);
 
 impl Stopped {
+    /// Returns once every thread of `pid` is stopped: `kill` returns before they are, and a
+    /// ring thread (FUSE over io_uring) still running then answered the next request (the
+    /// first list was read whole from a "stopped" mount, 2 runs in 6).
     fn new(pid: u64) -> Stopped {
         // SAFETY: a signal to a process this test started.
         assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
-        Stopped(pid)
+        let stopped = Stopped(pid);
+        wait_until("every thread stopped", Duration::from_secs(10), || {
+            fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .flatten()
+                .all(|t| {
+                    let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                    let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+                    matches!(state, Some("T" | "t"))
+                })
+        });
+        stopped
     }
 }
 
