@@ -376,8 +376,8 @@ impl Replicator {
         self.copy_batch(&reader, &source, batch);
     }
 
-    /// The cache entry to copy `key` into, pinned and marked as being copied (readers do not
-    /// wait for its fills), unless it is cached whole already.
+    /// The cache entry to copy `key` into, pinned and marked as being copied (readers wait for
+    /// its fills a moment only), unless it is cached whole already.
     fn wanted(&self, (path, version): &Key) -> Option<Arc<Entry>> {
         if self
             .cache
