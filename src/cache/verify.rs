@@ -78,7 +78,9 @@ impl Entry {
         let mut dropped = false;
         let mut buf = Vec::new();
         let mut data = None;
-        // The file's print before its bytes are read: a change while they are read moves it.
+        // The file's print before its bytes are read (a change while they are read moves it),
+        // for a file of one chunk: one of many chunks has its guard's (`note_verified`).
+        let printed = !self.has_guard();
         let mut before = None;
         for idx in range {
             let crc = match self.state.lock().chunks[idx as usize] {
@@ -96,7 +98,7 @@ impl Entry {
             buf.resize(len, 0);
             if data.is_none() {
                 let file = self.file(Mode::ReadWrite)?;
-                before = ctime_print(&file);
+                before = printed.then(|| ctime_print(&file)).flatten();
                 data = Some(file);
             }
             let data = data.as_ref().expect("opened above");
@@ -465,7 +467,9 @@ impl Entry {
                 }
             )
         });
-        let before = self.read_avoiding_page_cache(offset, room, len, checks)?;
+        // (A file of many chunks has its guard's print instead: see `note_verified`.)
+        let before =
+            self.read_avoiding_page_cache(offset, room, len, checks && !self.has_guard())?;
         let buf = &room[..len];
         let mut all_good = true;
         let mut at = 0;

@@ -55,14 +55,15 @@ impl Entry {
     /// Waits (bounded) until no page of `want` in chunk `idx` is being filled by someone else:
     /// `Ok(false)` if a background copy still fills some after `COPY_WAIT` (read around it).
     pub fn wait_pages(&self, idx: u64, want: PageMask) -> Result<bool, CacheError> {
-        let copying = self.is_copying();
-        let limit = if copying { COPY_WAIT } else { FILL_WAIT };
-        self.waited(self.state.wait_pages(idx, want, limit), copying)
+        self.wait_others(|limit| self.state.wait_pages(idx, want, limit))
     }
 
-    /// What a wait that ended (`done`) or not tells its reader (see [`Entry::wait_fills`]).
-    fn waited(&self, done: bool, copying: bool) -> Result<bool, CacheError> {
-        match (done, copying) {
+    /// Runs `wait` (which says whether the fills it waits for ended within the time it is
+    /// given) for as long as a reader waits on others: [`FILL_WAIT`], or `COPY_WAIT` for a
+    /// background copy, whose fills outlasting it are read around (`Ok(false)`).
+    fn wait_others(&self, wait: impl FnOnce(Duration) -> bool) -> Result<bool, CacheError> {
+        let copying = self.is_copying();
+        match (wait(if copying { COPY_WAIT } else { FILL_WAIT }), copying) {
             (true, _) => Ok(true),
             (false, true) => Ok(false),
             (false, false) => Err(CacheError::FillTimeout(self.path.to_string())),
@@ -100,9 +101,7 @@ impl Entry {
     /// `COPY_WAIT`: the reader reads around it instead, as the copy may be waiting out a
     /// frozen holder's timeout, at the lowest priority.
     pub fn wait_fills(&self, range: Range<u64>) -> Result<bool, CacheError> {
-        let copying = self.is_copying();
-        let limit = if copying { COPY_WAIT } else { FILL_WAIT };
-        self.waited(self.state.wait_fills(range, limit), copying)
+        self.wait_others(|limit| self.state.wait_fills(range, limit))
     }
 
     pub fn all_present(&self, range: Range<u64>) -> bool {

@@ -12,7 +12,8 @@ pub(super) const KEEP: u32 = 1 << 29;
 pub(super) const SHARED: u32 = 1 << 28;
 /// A whole header of it is in the log: a page fill may append its chunk's pages alone.
 pub(super) const LOGGED: u32 = 1 << 27;
-/// A background copy of it is under way (`Entry::set_copying`): readers do not wait for it.
+/// A background copy of it is under way (`Entry::set_copying`): readers wait for it a moment
+/// only.
 pub(super) const COPYING: u32 = 1 << 26;
 const PINS: u32 = COPYING - 1;
 

@@ -191,8 +191,8 @@ impl Entry {
     }
 
     /// Marks it as being copied in the background (replication), or no longer: a reader that
-    /// finds chunks of it claimed reads around them instead of waiting, as the copy may wait
-    /// out a frozen holder's timeout its reader would not meet.
+    /// finds chunks of it claimed waits a moment only, then reads around them, as the copy may
+    /// wait out a frozen holder's timeout its reader would not meet.
     pub fn set_copying(&self, copying: bool) {
         self.marks.set(COPYING, copying)
     }
