@@ -339,6 +339,20 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The one data file in `f`'s cache, opened to read and write behind the daemon's back.
+fn the_data_file(f: &Fixture) -> File {
+    let dat: Vec<PathBuf> = walk(&f.ssd.join("data"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "dat"))
+        .collect();
+    assert_eq!(dat.len(), 1, "one data file: {dat:?}");
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dat[0])
+        .unwrap()
+}
+
 /// A producer's write that finds the cache disk full of cached copies evicts them (the
 /// capacity does not count files being written) instead of failing.
 #[test]
@@ -392,16 +406,7 @@ fn pages_of_a_partly_cached_file_changed_while_mounted_are_never_served() {
         assert_eq!(wrong, Vec::<u64>::new(), "{what}: ranges served changed");
     };
     read_ranges("first read");
-    let dat: Vec<PathBuf> = walk(&f.ssd.join("data"))
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "dat"))
-        .collect();
-    assert_eq!(dat.len(), 1, "one data file: {dat:?}");
-    let cached = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&dat[0])
-        .unwrap();
+    let cached = the_data_file(&f);
     assert!(
         m.stat("bytes_from_backing") < 12 << 20,
         "the file is partly cached (random reads fill pages)"
@@ -441,16 +446,7 @@ fn a_change_to_a_verified_chunk_is_never_hidden_by_the_fill_of_another() {
     f.write("big.bin", &data);
     let m = f.mount(&[]);
     assert_eq!(fs::read(m.path("big.bin")).unwrap(), data, "first read");
-    let dat: Vec<PathBuf> = walk(&f.ssd.join("data"))
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "dat"))
-        .collect();
-    assert_eq!(dat.len(), 1, "one data file: {dat:?}");
-    let cached = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&dat[0])
-        .unwrap();
+    let cached = the_data_file(&f);
     let flip = |at: u64| {
         let mut b = [0u8];
         cached.read_exact_at(&mut b, at).unwrap();

@@ -81,10 +81,15 @@ fn filled_data_file(config: &CacheConfig, stats: &Arc<Stats>, size: u64) -> Path
     a.data_path()
 }
 
-/// Changes the byte at `at` of a data file behind the cache's back.
+/// Changes the byte at `at` of a data file behind the cache's back (to 8).
 fn flip_byte(data_path: &Path, at: u64) {
+    write_byte(data_path, at, 8);
+}
+
+/// Writes `byte` at `at` of a data file behind the cache's back.
+fn write_byte(data_path: &Path, at: u64, byte: u8) {
     let f = OpenOptions::new().write(true).open(data_path).unwrap();
-    f.write_all_at(&[8], at).unwrap();
+    f.write_all_at(&[byte], at).unwrap();
 }
 
 #[test]
@@ -141,8 +146,7 @@ fn a_change_to_a_chunk_verified_earlier_is_not_hidden_by_the_rest() {
     let data_path = a.data_path();
     // The file is touched behind the cache (its bytes as they were): the next open rechecks.
     std::thread::sleep(Duration::from_millis(20));
-    let f = OpenOptions::new().write(true).open(&data_path).unwrap();
-    f.write_all_at(&[7], (2 << 20) + 5).unwrap();
+    write_byte(&data_path, (2 << 20) + 5, 7);
     assert!(!a.is_verified());
     // That open's reads verify the first chunk...
     assert!(a.verify_bytes(&cache, 0, 1 << 20).unwrap());
