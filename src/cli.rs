@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::daemon::config::PackMax;
 
 mod convert;
+mod node;
 mod units;
+pub use node::NodeCommand;
 use units::{parse_capacity, parse_chunk_size, parse_readahead, parse_wait};
 pub use units::{parse_duration, parse_size};
 
@@ -71,6 +73,10 @@ pub enum Command {
     /// Install this binary as the mount helper `mount -t fuse.dyadfs` and /etc/fstab lines use
     /// (a copy under --prefix, with its UCX, and a symlink DIR/mount.fuse.dyadfs to it)
     Install(InstallArgs),
+    /// The node service: one root daemon per node that owns its cache across jobs and serves
+    /// every user's dataset mounts, checking each open against the user's rights
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// Move chunks between two processes over UCX (diagnostics and benchmarks)
     #[command(subcommand)]
     Transport(TransportCommand),
@@ -584,6 +590,21 @@ pub struct MountArgs {
         help_heading = "Process"
     )]
     pub options: Vec<String>,
+
+    /// The node service to attach to (`dyadfs node serve`): the mount is then served by it,
+    /// from the node's cache shared by every job and user, with your rights checked at every
+    /// open [default: DYADFS_NODE_SOCKET, or /run/dyadfs/node.sock where a service listens]
+    #[arg(long, value_name = "PATH", help_heading = "Process")]
+    pub node_socket: Option<PathBuf>,
+
+    /// Never attach to a node service: this mount runs its own daemon
+    #[arg(long, help_heading = "Process", conflicts_with = "node_socket")]
+    pub no_node: bool,
+
+    /// Testing: attach without the kernel's permission checks, as any client of the service's
+    /// socket may, so that the service alone judges every access
+    #[arg(long, hide = true)]
+    pub node_without_kernel_checks: bool,
 
     /// Serve the counters of `dyadfs stats` and latency histograms (opens, chunk fills by
     /// source, locator lookups by tier) as Prometheus metrics at http://HOST:PORT/metrics

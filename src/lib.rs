@@ -18,6 +18,7 @@ pub mod fuse;
 pub mod install;
 pub mod locator;
 pub mod metrics;
+pub mod node;
 pub mod stats;
 pub mod sys;
 pub mod trace;

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
-use dyadfs::cli::{Cli, Command, TransportCommand};
+use dyadfs::cli::{Cli, Command, NodeCommand, TransportCommand};
 use dyadfs::daemon::UserError;
 
 fn main() -> ExitCode {
@@ -78,7 +78,23 @@ fn init_logging(trace: Option<dyadfs::trace::TraceLayer>) {
 /// Runs one command.
 fn run(command: Command) -> Result<(), UserError> {
     match command {
-        Command::Mount(args) => dyadfs::daemon::mount(args.into()),
+        Command::Mount(args) => {
+            let config: dyadfs::daemon::config::MountConfig = args.into();
+            match dyadfs::node::client::service_for(&config) {
+                Some(socket) => dyadfs::node::client::attach(&socket, &config),
+                None => dyadfs::daemon::mount(config),
+            }
+        }
+        Command::Node(NodeCommand::Serve(args)) => dyadfs::node::serve(args.into()),
+        Command::Node(NodeCommand::Status(args)) => {
+            dyadfs::node::client::status(&args.socket).map(|s| {
+                if args.json {
+                    println!("{}", serde_json::to_string(&s).expect("serialize"));
+                } else {
+                    print!("{}", s.table());
+                }
+            })
+        }
         Command::Stats(args) => dyadfs::client::stats(&args.mountpoint).map(|s| {
             if args.json {
                 println!("{}", serde_json::to_string(&s).expect("serialize"));

@@ -79,6 +79,9 @@ pub struct Stats {
     pub name_waits_refused: AtomicU64,
     /// Writes and truncates refused because their uid reached `--max-staged-per-user`.
     pub quota_refusals: AtomicU64,
+    /// Opens and lookups refused (EACCES) because the shared file system, asked as the caller,
+    /// said no (a node service's mount: `fs::rights`).
+    pub rights_denied: AtomicU64,
     pub replicated_files: AtomicU64,
     pub bytes_replicated: AtomicU64,
     /// Files (and their bytes) prefetch lists brought into the cache.
@@ -227,6 +230,10 @@ pub struct Snapshot {
     /// Writes and truncates refused with EDQUOT: their uid reached `--max-staged-per-user`.
     #[serde(default)]
     pub quota_refusals: u64,
+    /// Opens and lookups refused with EACCES by the shared file system asked as the caller (a
+    /// mount the node service serves).
+    #[serde(default)]
+    pub rights_denied: u64,
     /// Files and bytes `--replicate` copied from other nodes (counted in `bytes_from_peers`
     /// too).
     #[serde(default)]
@@ -459,6 +466,7 @@ impl Stats {
             name_waits: get(&self.name_waits),
             name_waits_refused: get(&self.name_waits_refused),
             quota_refusals: get(&self.quota_refusals),
+            rights_denied: get(&self.rights_denied),
             replicated_files: get(&self.replicated_files),
             bytes_replicated: get(&self.bytes_replicated),
             inodes,
@@ -490,7 +498,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 63] = [
+        let rows: [(&str, String); 64] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -514,6 +522,7 @@ impl Snapshot {
             ("name waits", self.name_waits.to_string()),
             ("name waits refused", self.name_waits_refused.to_string()),
             ("quota refusals", self.quota_refusals.to_string()),
+            ("rights denied", self.rights_denied.to_string()),
             ("replicated files", self.replicated_files.to_string()),
             ("bytes replicated", human(self.bytes_replicated)),
             ("prefetched files", self.prefetched_files.to_string()),

@@ -13,7 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("stats", &[]),
     ("metrics", &["stats"]),
     ("trace", &["core", "sys"]),
-    ("cli", &["core", "fs", "fuse", "daemon", "client"]),
+    ("cli", &["core", "fs", "fuse", "daemon", "client", "node"]),
     ("fstab", &["cli", "sys"]),
     ("install", &["fstab", "sys"]),
     ("cache", &["core", "sys", "stats"]),
@@ -55,6 +55,14 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cluster",
             "metrics",
             "fuse",
+        ],
+    ),
+    // The node service: one process serving many users' mounts, each built of the daemon's
+    // parts and served by the kernel adapter from a descriptor a user's fusermount3 made.
+    (
+        "node",
+        &[
+            "core", "sys", "stats", "cache", "backing", "fs", "fuse", "locator", "daemon",
         ],
     ),
     // The commands that talk to a running mount: what they need of the daemon is its errors

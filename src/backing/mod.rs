@@ -69,6 +69,17 @@ impl BackingStore {
         }
     }
 
+    /// A store over the directory `root_fd` (opened `O_PATH`), which `root` named when it was
+    /// opened: nothing is resolved by the path again (the node service opens a user's dataset
+    /// as that user, and a swap of the path since cannot hand root another directory).
+    pub fn beneath(root: PathBuf, root_fd: OwnedFd) -> Self {
+        BackingStore {
+            root,
+            root_fd: Some(root_fd),
+            relief: None,
+        }
+    }
+
     /// Opens that find the process out of descriptors close the cache's idle ones and retry.
     pub fn relieving(mut self, files: Arc<DataFiles>) -> Self {
         self.relief = Some(files);

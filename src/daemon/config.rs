@@ -58,6 +58,11 @@ pub struct MountConfig {
     pub opens_auto: bool,
     /// FUSE mount options (`-o`).
     pub options: Vec<String>,
+    /// The node service to attach to (`--node-socket`), and never to attach (`--no-node`).
+    pub node_socket: Option<PathBuf>,
+    pub no_node: bool,
+    /// Testing: an attach leaves `default_permissions` out (the service judges alone).
+    pub node_without_kernel_checks: bool,
     /// Stay in the foreground instead of daemonizing.
     pub foreground: bool,
     /// Log file of the background daemon (`None`: `<ssd>/dyadfs.log`).

@@ -16,6 +16,9 @@ pub enum UserError {
     NoFuseAccess(io::Error),
     #[error("mount point {} does not exist", .0.display())]
     NoMountPoint(PathBuf),
+    /// The node service (`dyadfs node`): it could not start, or it refused a mount, saying why.
+    #[error("node service: {0}")]
+    Node(String),
     #[error("mount point {p} is a dead FUSE mount: run fusermount3 -u {p}", p = .0.display())]
     DeadMount(PathBuf),
     #[error("mount point {} is not a directory", .0.display())]

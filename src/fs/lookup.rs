@@ -25,6 +25,7 @@ impl<S: Source> DyadFs<S> {
     /// creation of a name (a producer's `stat`, `cp`, `mkdir`) gets ENOENT, which leaves no
     /// negative entry in the kernel, so a later reader's open still waits.
     pub fn lookup(&self, parent: u64, name: &OsStr, caller: &dyn Context) -> Result<Attr, Error> {
+        self.may(parent, caller, libc::X_OK)?;
         // Whether the name is the last of the path a reader opens (else a directory on the
         // way to it), once a wait is in question.
         let mut last = true;
@@ -52,6 +53,25 @@ impl<S: Source> DyadFs<S> {
                 };
                 self.tree.upsert(path, &Found::Produced(pending), 1)
             }
+        }
+    }
+
+    /// Whether `caller` may access inode `ino` as `mode` asks, where the mount judges rights by
+    /// asking the shared file system as the caller (the node service: see [`super::rights`]);
+    /// `Denied` (EACCES) if not. Elsewhere the kernel's check of the mode bits was the whole
+    /// answer, and this says yes.
+    pub fn may(&self, ino: u64, caller: &dyn Context, mode: i32) -> Result<(), Error> {
+        let Some(rights) = self.rights.get() else {
+            return Ok(());
+        };
+        let path = Tree::path_of(&*self.tree.node(ino)?);
+        let who = caller.credentials();
+        match rights.may(&path, &who, mode) {
+            Some(false) => {
+                self.stats().rights_denied.fetch_add(1, Ordering::Relaxed);
+                Err(Error::Denied)
+            }
+            Some(true) | None => Ok(()),
         }
     }
 

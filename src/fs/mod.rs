@@ -10,7 +10,8 @@
 //! [`found`] what a path resolves to, [`paths`] a path's parts, [`inodes`] the inode table,
 //! [`handles`] open handles, [`listing`] a listing's entries, [`write`] staging produced files,
 //! [`waits`] waiting opens, [`dir_ahead`] and [`stat_ahead`] work ahead of walks and scans,
-//! [`quota`], [`caller`], [`remembered`], [`error`] the one errno table. The cache-filling read
+//! [`quota`], [`caller`], [`rights`] (a caller's rights asked of the shared file system),
+//! [`remembered`], [`error`] the one errno table. The cache-filling read
 //! path is [`crate::fill`], the shared file system [`crate::backing`].
 //!
 //! A path resolves, in order, to a file being written on this node ([`write`]), an entry of the
@@ -35,6 +36,7 @@ pub mod prefetch;
 mod produce;
 pub mod quota;
 mod remembered;
+pub mod rights;
 mod stat_ahead;
 mod tree;
 mod waits;
@@ -78,6 +80,8 @@ pub struct DyadFs<S: Source> {
     status: OnceLock<StatusFn>,
     /// Names processes were just told are absent (`--wait`: they are not waiting for them).
     told_absent: caller::ToldAbsent,
+    /// Where set (the node service), every open and lookup asks it (see [`rights`]).
+    rights: OnceLock<Arc<dyn rights::Rights>>,
     /// Opens waiting for names (`--wait`), and the few threads that finish them.
     waits: waits::Waits,
 }
@@ -126,6 +130,7 @@ impl<S: Source> DyadFs<S> {
             config,
             status: OnceLock::new(),
             told_absent: Default::default(),
+            rights: OnceLock::new(),
             waits: Default::default(),
         })
     }
@@ -166,6 +171,11 @@ impl<S: Source> DyadFs<S> {
                 partial_chunks: cache.partial_chunks(),
             })
         }
+    }
+
+    /// Has every open and lookup judged by `rights` as the caller (the node service); once.
+    pub fn set_rights(&self, rights: Arc<dyn rights::Rights>) {
+        let _ = self.rights.set(rights);
     }
 
     /// Sets what `dyadfs status` reports (a cluster's members); once.

@@ -374,8 +374,8 @@ impl<S: Source> fuser::Filesystem for FuseAdapter<S> {
         );
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.ops.opendir(ino.0, self.counted(reply));
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.ops.opendir(caller(req), ino.0, self.counted(reply));
     }
 
     fn readdir(

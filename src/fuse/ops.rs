@@ -279,6 +279,9 @@ impl<S: Source> Ops<S> {
         }
         let truncate = flags & libc::O_TRUNC != 0;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY || truncate;
+        if let Err(e) = self.fs.may(ino, &c, libc::R_OK) {
+            return reply.error(errno(&e));
+        }
         let started = std::time::Instant::now();
         let opened = self.fs.open(ino, write, truncate);
         let latency = &self.fs.stats().latency.open;
@@ -556,9 +559,13 @@ impl<S: Source> Ops<S> {
         empty_or_error(renamed, reply);
     }
 
-    pub fn opendir(&self, ino: u64, reply: impl OpenReply) {
+    pub fn opendir(&self, c: Caller, ino: u64, reply: impl OpenReply) {
         let _span = tracing::debug_span!("opendir", ino).entered();
-        match self.fs.opendir(ino) {
+        match self
+            .fs
+            .may(ino, &c, libc::R_OK)
+            .and_then(|()| self.fs.opendir(ino))
+        {
             Ok(fh) => reply.opened(fh, FOPEN_CACHE_DIR),
             Err(e) => reply.error(errno(&e)),
         }

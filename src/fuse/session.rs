@@ -71,7 +71,46 @@ impl<S: Source> Mounted<S> {
         let mut session =
             fuser::Session::new(adapter, &spec.mountpoint, &config).map_err(SessionError::Mount)?;
         ops.set_notifier(session.notifier());
-        start_transport(spec, &ops, &mut session)?;
+        let dev = match ring::find_device() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(error = %e, "the session's /dev/fuse not found: no passthrough, no ring");
+                None
+            }
+        };
+        start_transport(spec, &ops, &mut session, dev)?;
+        start_inode_shedding(shedder, session.notifier())?;
+        Ok(Mounted { session, ops })
+    }
+
+    /// Serves the mount another process made whose `/dev/fuse` descriptor is `fd` (a user's
+    /// mount, made by `fusermount3` with the user's ids, served by the node service). Nobody is
+    /// refused here: the kernel admits only that user to a user's mount (and others only with
+    /// `allow_other`, which the node's administrator must allow), and the file system judges
+    /// every caller's rights itself (`fs::rights`).
+    pub fn from_fd(
+        fs: DyadFs<S>,
+        fd: std::os::fd::OwnedFd,
+        spec: &SessionSpec,
+    ) -> Result<Self, SessionError> {
+        let config = session_config(spec);
+        let shedder = fs.shedder();
+        let adapter = FuseAdapter::new(fs, &spec.mountpoint, spec.transport).map_err(|source| {
+            SessionError::Start {
+                what: "prefetch threads",
+                source,
+            }
+        })?;
+        let ops = adapter.ops();
+        ops.set_access(Access::All);
+        let dev = fd.try_clone().map_err(|source| SessionError::Start {
+            what: "the device's descriptor",
+            source,
+        })?;
+        let mut session = fuser::Session::from_fd(adapter, fd, fuser::SessionACL::All, config)
+            .map_err(SessionError::Mount)?;
+        ops.set_notifier(session.notifier());
+        start_transport(spec, &ops, &mut session, Some(dev))?;
         start_inode_shedding(shedder, session.notifier())?;
         Ok(Mounted { session, ops })
     }
@@ -176,14 +215,9 @@ fn start_transport<S: Source>(
     spec: &SessionSpec,
     ops: &Arc<Ops<S>>,
     session: &mut fuser::Session<FuseAdapter<S>>,
+    dev: Option<std::os::fd::OwnedFd>,
 ) -> Result<(), SessionError> {
-    let dev = match ring::find_device() {
-        Ok(d) => Some(Arc::new(d)),
-        Err(e) => {
-            tracing::warn!(error = %e, "the session's /dev/fuse not found: no passthrough, no ring");
-            None
-        }
-    };
+    let dev = dev.map(Arc::new);
     if let Some(d) = &dev {
         ops.attach_device(d.clone());
     }

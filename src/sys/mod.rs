@@ -5,11 +5,15 @@
 //! purpose stay in it: UCX in `transport::ucx`, mappings in `cache::mapping`, `openat2` in
 //! `fs::backing`.)
 //! [`private`]: paths root must not be redirected through. [`children`]: a process's children,
-//! through `/proc` files kept open.
+//! through `/proc` files kept open. [`identity`]: acting as another user for one check (the node
+//! service). [`seqpacket`]: the node service's local socket (messages, a descriptor with one,
+//! the caller as the kernel knows it).
 
 pub mod children;
 pub mod elf;
+pub mod identity;
 pub mod private;
+pub mod seqpacket;
 
 use std::fs::File;
 use std::io;

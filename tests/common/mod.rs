@@ -567,11 +567,15 @@ pub fn as_user(uid: u32, gid: u32) -> Command {
 /// The system user `dyadfs-user` (made if there is none) as (uid, gid), or why there can be
 /// none here (not root, or `useradd` failed).
 pub fn plain_user() -> Result<(u32, u32), String> {
+    system_user("dyadfs-user")
+}
+
+/// The system user `user` (made if there is none) as (uid, gid), or why there can be none here.
+pub fn system_user(user: &str) -> Result<(u32, u32), String> {
     // SAFETY: plain getter.
     if unsafe { libc::geteuid() } != 0 {
         return Err("the test needs root to make a user".into());
     }
-    let user = "dyadfs-user";
     let known = |u: &str| {
         Command::new("id")
             .arg(u)

@@ -98,7 +98,7 @@ pub fn handle<S: Source>(
             }
             abi::LISTXATTR => ops.listxattr(op.u32()?, reply(true, limit)),
             abi::FLUSH => ops.flush(c, ino, op.u64()?, reply(true, limit)),
-            abi::OPENDIR => ops.opendir(ino, reply(true, limit)),
+            abi::OPENDIR => ops.opendir(c, ino, reply(true, limit)),
             abi::READDIR | abi::READDIRPLUS => {
                 let (fh, offset, size) = (op.u64()?, op.u64()?, op.u32()?);
                 let page = reply(true, size as usize);

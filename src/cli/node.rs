@@ -1,0 +1,97 @@
+//! `dyadfs node`: the node service's commands, and their conversion into its configuration.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use super::MountArgs;
+use super::units::parse_capacity;
+use crate::node::NodeConfig;
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Run the node service in the foreground (as root: a systemd unit, or a prolog): it owns
+    /// the cache directory across jobs and serves every user's `dyadfs mount ... --backing`
+    /// on this node, one cache per dataset shared by every user who may read it
+    Serve(NodeServeArgs),
+    /// What the node service holds: its datasets, their cached files and bytes, mounts, users,
+    /// hits and refusals
+    Status(NodeStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeServeArgs {
+    /// The node's cache directory on its NVMe (made, mode 0700, if missing)
+    #[arg(long, value_name = "DIR")]
+    pub ssd: PathBuf,
+    /// Where to listen for mounts (made mode 0666: every user may ask; each is judged by the
+    /// kernel's word of who they are)
+    #[arg(long, value_name = "PATH", default_value = crate::node::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Most bytes each dataset's cache may hold [default: leave 10% of the cache file system
+    /// free]
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
+    pub capacity: Option<u64>,
+    /// Threads serving each mount's FUSE requests
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeStatusArgs {
+    /// The service's socket
+    #[arg(long, value_name = "PATH", default_value = crate::node::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dyadfs mount`'s defaults, parsed as clap parses them: every mount the service serves is one
+/// (then made read-only, its opens asked, with the node's capacity and threads).
+#[derive(Debug, Parser)]
+struct Defaults {
+    #[command(flatten)]
+    mount: MountArgs,
+}
+
+impl From<NodeServeArgs> for NodeConfig {
+    fn from(a: NodeServeArgs) -> NodeConfig {
+        let ssd = a.ssd.to_string_lossy().into_owned();
+        let defaults = Defaults::try_parse_from(["mount", "/", "--ssd", &ssd, "--backing", "/"])
+            .expect("mount's defaults parse");
+        let mut template: crate::daemon::config::MountConfig = defaults.mount.into();
+        template.capacity = a.capacity;
+        template.threads = a.threads;
+        template.read_only = true;
+        template.opens_auto = false;
+        template.fs.no_open = false;
+        NodeConfig {
+            ssd: a.ssd,
+            socket: a.socket,
+            template,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_serves_read_only_asked_mounts_with_its_capacity() {
+        let args = NodeServeArgs {
+            ssd: "/nvme".into(),
+            socket: crate::node::DEFAULT_SOCKET.into(),
+            capacity: Some(1 << 30),
+            threads: 4,
+        };
+        let c = NodeConfig::from(args);
+        assert!(c.template.read_only && !c.template.opens_auto && !c.template.fs.no_open);
+        assert_eq!(
+            (c.template.capacity, c.template.threads),
+            (Some(1 << 30), 4)
+        );
+        assert!(!c.template.managed);
+    }
+}

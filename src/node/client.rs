@@ -1,0 +1,186 @@
+//! The user's side of the node service: `dyadfs mount` attaching to it, and `dyadfs node
+//! status`. A mount attaches when it presents a dataset (`--backing`) on one node (no peers, no
+//! rendezvous) and a service answers at the socket (`--node-socket`, `DYADFS_NODE_SOCKET`, or
+//! [`super::DEFAULT_SOCKET`]); `--no-node` never attaches.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use super::proto::{self, NodeStatus, Reply, Request};
+use crate::daemon::UserError;
+use crate::daemon::config::MountConfig;
+use crate::fuse::fusermount;
+use crate::sys::seqpacket::Conn;
+
+/// How long a client waits for the service's answer (an attach waits for the session's start).
+const ANSWER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The socket of the node service this mount attaches to, if it attaches.
+pub fn service_for(args: &MountConfig) -> Option<PathBuf> {
+    if args.no_node || args.managed || args.cluster.is_cluster() {
+        return None;
+    }
+    if let Some(explicit) = &args.node_socket {
+        return Some(explicit.clone());
+    }
+    let socket = std::env::var_os("DYADFS_NODE_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(super::DEFAULT_SOCKET));
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(&socket)
+        .is_ok_and(|m| m.file_type().is_socket())
+        .then_some(socket)
+}
+
+/// Mounts `args.mountpoint` for the calling user through `fusermount3` and hands it to the
+/// node service at `socket`, which serves it; returns once it serves. A refusal leaves nothing
+/// mounted.
+pub fn attach(socket: &Path, args: &MountConfig) -> Result<(), UserError> {
+    let mountpoint = std::fs::canonicalize(&args.mountpoint)
+        .map_err(|_| UserError::NoMountPoint(args.mountpoint.clone()))?;
+    if !mountpoint.is_dir() {
+        return Err(UserError::MountPointNotDir(args.mountpoint.clone()));
+    }
+    if crate::daemon::is_mount_point(&mountpoint) {
+        return Err(UserError::AlreadyMounted(args.mountpoint.clone()));
+    }
+    let backing = std::fs::canonicalize(&args.backing)
+        .map_err(|_| UserError::NoBacking(args.backing.clone()))?;
+    let conn = Conn::connect(socket).map_err(|e| {
+        UserError::Node(format!(
+            "no service answers at {} ({e}): start it (dyadfs node serve), or mount with --no-node",
+            socket.display()
+        ))
+    })?;
+    conn.set_timeout(ANSWER)
+        .map_err(|e| UserError::Node(e.to_string()))?;
+    let fd = fusermount::mount(&mountpoint, &options(&backing, args)).map_err(|source| {
+        UserError::Mount {
+            path: mountpoint.clone(),
+            source,
+        }
+    })?;
+    let request = Request::Attach {
+        version: proto::VERSION,
+        mountpoint: mountpoint.clone(),
+        backing,
+    };
+    let answer = conn
+        .send(&proto::encode(&request), Some(fd.as_fd()))
+        .and_then(|()| conn.recv())
+        .and_then(|(m, _)| proto::decode::<Reply>(&m));
+    drop(fd);
+    match answer {
+        Ok(Reply::Attached { dataset, cache }) => {
+            tracing::info!(
+                mountpoint = %mountpoint.display(),
+                dataset,
+                cache = %cache.display(),
+                "served by the node service (its options apply; dyadfs node status)"
+            );
+            Ok(())
+        }
+        Ok(Reply::Refused { message, .. }) => {
+            fusermount::unmount(&mountpoint);
+            Err(UserError::Node(message))
+        }
+        Ok(Reply::Status(_)) => {
+            fusermount::unmount(&mountpoint);
+            Err(UserError::Node("an answer to another question".into()))
+        }
+        Err(e) => {
+            fusermount::unmount(&mountpoint);
+            Err(UserError::Node(format!("no answer: {e}")))
+        }
+    }
+}
+
+/// `fusermount3`'s options: the dataset as the source the mount table shows, read-only, the
+/// kernel checking the mode bits the service presents, and the user's own `-o` (`allow_other`
+/// only where /etc/fuse.conf allows it; every open is judged by the service anyway).
+fn options(backing: &Path, args: &MountConfig) -> Vec<String> {
+    let source = backing.display().to_string();
+    // fusermount3 splits its options at commas.
+    let source = if source.contains([',', '\\']) {
+        "dyadfs".into()
+    } else {
+        source
+    };
+    let mut options = vec![
+        format!("fsname={source}"),
+        "subtype=dyadfs".into(),
+        "ro".into(),
+        "nosuid".into(),
+        "nodev".into(),
+        "noatime".into(),
+    ];
+    if !args.node_without_kernel_checks {
+        options.push("default_permissions".into());
+    }
+    options.extend(
+        args.options
+            .iter()
+            .filter(|o| !o.is_empty() && *o != "ro" && *o != "rw")
+            .cloned(),
+    );
+    options
+}
+
+/// What the node service at `socket` holds and serves.
+pub fn status(socket: &Path) -> Result<NodeStatus, UserError> {
+    let conn = Conn::connect(socket)
+        .map_err(|e| UserError::Node(format!("no service answers at {}: {e}", socket.display())))?;
+    conn.set_timeout(ANSWER)
+        .map_err(|e| UserError::Node(e.to_string()))?;
+    let request = Request::Status {
+        version: proto::VERSION,
+    };
+    conn.send(&proto::encode(&request), None)
+        .and_then(|()| conn.recv())
+        .and_then(|(m, _)| proto::decode::<Reply>(&m))
+        .map_err(|e| UserError::Node(format!("no answer: {e}")))
+        .and_then(|r| match r {
+            Reply::Status(s) => Ok(s),
+            Reply::Refused { message, .. } => Err(UserError::Node(message)),
+            Reply::Attached { .. } => Err(UserError::Node("an answer to another question".into())),
+        })
+}
+
+impl NodeStatus {
+    /// `dyadfs node status` as a table.
+    pub fn table(&self) -> String {
+        use crate::stats::human;
+        let mut out = format!(
+            "node cache {} ({} per dataset), {} dataset(s)\n",
+            self.cache.display(),
+            if self.capacity == 0 {
+                "all but 10% of its disk".to_string()
+            } else {
+                human(self.capacity)
+            },
+            self.datasets.len()
+        );
+        for d in &self.datasets {
+            let hits = if d.opens == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}%", 100.0 * d.local_hits as f64 / d.opens as f64)
+            };
+            out.push_str(&format!(
+                "{}  {}\n  {} files, {} cached; {} mount(s) now; users {:?}; opens {} (hits {}); \
+                 {} from the shared FS; {} refused\n",
+                d.key,
+                d.backing.display(),
+                d.cached_files,
+                human(d.cached_bytes),
+                d.mounts,
+                d.users,
+                d.opens,
+                hits,
+                human(d.bytes_from_backing),
+                d.rights_denied
+            ));
+        }
+        out
+    }
+}

@@ -1,0 +1,76 @@
+//! What a client and the node service say to each other on the service's socket: one request
+//! per connection, one reply, each a single message (MessagePack). The caller's identity is
+//! never in a message: the service takes it from the socket (`SO_PEERCRED`, `SO_PEERGROUPS`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol's version: a client and a service of another refuse each other, saying so.
+pub const VERSION: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    /// Serve the mount whose `/dev/fuse` descriptor comes with this message (made by
+    /// `fusermount3` for the caller at `mountpoint`), presenting the dataset at `backing`.
+    Attach {
+        version: u32,
+        mountpoint: PathBuf,
+        backing: PathBuf,
+    },
+    /// What the node holds and serves.
+    Status { version: u32 },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    /// The mount is served; its dataset's key and the cache directory holding it.
+    Attached {
+        dataset: String,
+        cache: PathBuf,
+    },
+    /// Refused: the errno a mount command exits with, and why, in a line.
+    Refused {
+        errno: i32,
+        message: String,
+    },
+    Status(NodeStatus),
+}
+
+/// `dyadfs node status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub version: u32,
+    pub cache: PathBuf,
+    /// Bytes every dataset's cache may hold.
+    pub capacity: u64,
+    pub datasets: Vec<DatasetStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DatasetStatus {
+    /// The shared directory's identity (its file system's device and its inode, in hex).
+    pub key: String,
+    /// Its path, as the first user who attached it reached it.
+    pub backing: PathBuf,
+    pub cached_files: u64,
+    pub cached_bytes: u64,
+    /// Mounts served now, and every user who attached it since the service started.
+    pub mounts: u64,
+    pub users: Vec<u32>,
+    /// Opens served from the cache, opens in all, and bytes read from the shared file system.
+    pub local_hits: u64,
+    pub opens: u64,
+    pub bytes_from_backing: u64,
+    /// Opens and lookups refused because the shared file system said no to the caller.
+    pub rights_denied: u64,
+}
+
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    rmp_serde::to_vec(message).expect("a message of ours always encodes")
+}
+
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> std::io::Result<T> {
+    rmp_serde::from_slice(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))
+}

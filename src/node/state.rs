@@ -1,0 +1,184 @@
+//! The service's state: the datasets it caches (each a cache of its own, shared by every mount
+//! of the same shared directory), the mounts it serves per user, and why a request is refused.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::proto::{self, DatasetStatus, Reply};
+use crate::cache::{Cache, CacheConfig};
+use crate::core::sync::lock;
+use crate::daemon::config::MountConfig;
+use crate::stats::Stats;
+
+/// What `dyadfs node serve` is asked to be.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The node's cache directory on its NVMe: each dataset's cache is a directory in
+    /// `datasets/`, and each mount's own small state one in `mounts/`.
+    pub ssd: PathBuf,
+    pub socket: PathBuf,
+    /// What every mount the service serves is, but for its mount point and dataset (the
+    /// defaults of `dyadfs mount`, read-only, opens asked; `--capacity` per dataset).
+    pub template: MountConfig,
+}
+
+/// Mounts one user may have served at once (each holds its own request threads); root's are
+/// not bounded.
+pub const MAX_MOUNTS_PER_USER: usize = 16;
+
+/// The running service's state.
+pub struct Node {
+    pub config: NodeConfig,
+    pub datasets: Mutex<HashMap<String, Arc<Dataset>>>,
+    pub in_flight: AtomicUsize,
+    /// Numbers the mounts' own directories.
+    pub next_mount: AtomicU64,
+    /// Mounts served now, per user.
+    pub mounts_of: Mutex<HashMap<u32, usize>>,
+}
+
+impl Node {
+    pub fn new(config: NodeConfig) -> Node {
+        Node {
+            config,
+            datasets: Mutex::default(),
+            in_flight: AtomicUsize::new(0),
+            next_mount: AtomicU64::new(0),
+            mounts_of: Mutex::default(),
+        }
+    }
+
+    /// `dyadfs node status`.
+    pub fn status(&self) -> proto::NodeStatus {
+        let datasets = lock(&self.datasets);
+        let mut list: Vec<_> = datasets.values().map(|d| d.status()).collect();
+        list.sort_by(|a, b| a.key.cmp(&b.key));
+        proto::NodeStatus {
+            version: proto::VERSION,
+            cache: self.config.ssd.clone(),
+            capacity: self.config.template.capacity.unwrap_or(0),
+            datasets: list,
+        }
+    }
+
+    /// The dataset `key`, its cache opened at its first attach and kept for the service's life.
+    pub fn dataset(&self, key: &str, backing: &Path) -> Result<Arc<Dataset>, Refusal> {
+        let mut datasets = lock(&self.datasets);
+        if let Some(d) = datasets.get(key) {
+            return Ok(d.clone());
+        }
+        let t = &self.config.template;
+        let config = CacheConfig {
+            dir: self.config.ssd.join("datasets").join(key),
+            chunk_size: t.chunk_size as u32,
+            capacity: t.capacity,
+            pack_max: t.pack_max.until_init(),
+            max_partial_chunks: t.max_partial_chunks,
+            open_files: t.open_files.unwrap_or(4096),
+        };
+        std::fs::create_dir_all(&config.dir).map_err(io_refusal("the dataset's cache"))?;
+        let stats = Arc::new(Stats::default());
+        let cache = Cache::open(&config, stats.clone())
+            .map_err(|e| Refusal(libc::EIO, format!("the dataset's cache: {e}")))?;
+        tracing::info!(dataset = key, backing = %backing.display(), "a dataset's cache opened");
+        let dataset = Arc::new(Dataset {
+            key: key.to_string(),
+            backing: backing.to_path_buf(),
+            cache: Arc::new(cache),
+            stats,
+            mounts: AtomicU64::new(0),
+            users: Mutex::default(),
+        });
+        datasets.insert(key.to_string(), dataset.clone());
+        Ok(dataset)
+    }
+}
+
+/// One dataset the node caches: a shared directory, whoever mounts it.
+pub struct Dataset {
+    pub key: String,
+    /// Its path as the first user who attached it reached it.
+    pub backing: PathBuf,
+    pub cache: Arc<Cache>,
+    pub stats: Arc<Stats>,
+    pub mounts: AtomicU64,
+    pub users: Mutex<BTreeSet<u32>>,
+}
+
+impl Dataset {
+    pub fn status(&self) -> DatasetStatus {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let s = &self.stats;
+        DatasetStatus {
+            key: self.key.clone(),
+            backing: self.backing.clone(),
+            cached_files: self.cache.cached_files(),
+            cached_bytes: self.cache.used_bytes(),
+            mounts: self.mounts.load(Ordering::Relaxed),
+            users: lock(&self.users).iter().copied().collect(),
+            local_hits: get(&s.local_hits),
+            opens: get(&s.local_hits) + get(&s.peer_fetches) + get(&s.backing_fetches),
+            bytes_from_backing: get(&s.bytes_from_backing),
+            rights_denied: get(&s.rights_denied),
+        }
+    }
+}
+
+/// Why an attach was refused: an errno and a line.
+pub struct Refusal(pub i32, pub String);
+
+impl From<Refusal> for Reply {
+    fn from(Refusal(errno, message): Refusal) -> Reply {
+        Reply::Refused { errno, message }
+    }
+}
+
+pub fn io_refusal(what: &str) -> impl Fn(std::io::Error) -> Refusal + '_ {
+    move |e| {
+        Refusal(
+            e.raw_os_error().unwrap_or(libc::EIO),
+            format!("{what}: {e}"),
+        )
+    }
+}
+
+/// One of a user's [`MAX_MOUNTS_PER_USER`] mounts, given back when dropped.
+pub struct MountSlot {
+    node: Arc<Node>,
+    uid: u32,
+}
+
+impl MountSlot {
+    pub fn take(node: &Arc<Node>, uid: u32) -> Result<MountSlot, Refusal> {
+        let mut of = lock(&node.mounts_of);
+        let n = of.entry(uid).or_default();
+        if uid != 0 && *n >= MAX_MOUNTS_PER_USER {
+            return Err(Refusal(
+                libc::EUSERS,
+                format!(
+                    "you have {} mounts served on this node already: unmount one",
+                    MAX_MOUNTS_PER_USER
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(MountSlot {
+            node: node.clone(),
+            uid,
+        })
+    }
+}
+
+impl Drop for MountSlot {
+    fn drop(&mut self) {
+        let mut of = lock(&self.node.mounts_of);
+        if let Some(n) = of.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                of.remove(&self.uid);
+            }
+        }
+    }
+}

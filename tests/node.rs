@@ -1,0 +1,403 @@
+//! The node service (issue 72): a root `dyadfs node serve` owns the cache across jobs, users'
+//! `dyadfs mount`s attach to it (fusermount3 mounts for the user, the service serves), one copy
+//! of a dataset serves every user with the rights to it, every open is judged as its user,
+//! and what was cached outlives the service's restart. Real users (made with useradd), real
+//! mounts, a real service process.
+
+mod common;
+
+use std::fs;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{FuseForUsers, as_user, pattern, system_user, wait_until};
+use serde_json::Value;
+
+/// /dev/fuse is opened to users for each test and put back after: one test at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A group no user has as its own: users are given it with `setpriv --groups`.
+const GROUP: u32 = 4242;
+
+struct Service {
+    child: Child,
+    socket: PathBuf,
+    ssd: PathBuf,
+    log: PathBuf,
+}
+
+impl Service {
+    fn start(root: &Path) -> Service {
+        let (ssd, socket, log) = (
+            root.join("node-ssd"),
+            root.join("run/node.sock"),
+            root.join("node.log"),
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_dyadfs"))
+            .args(["node", "serve", "--threads", "2", "--ssd"])
+            .arg(&ssd)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let s = Service {
+            child,
+            socket,
+            ssd,
+            log,
+        };
+        wait_until("the node service answers", Duration::from_secs(20), || {
+            s.try_status().is_some()
+        });
+        s
+    }
+
+    fn try_status(&self) -> Option<Value> {
+        let out = Command::new(env!("CARGO_BIN_EXE_dyadfs"))
+            .args(["node", "status", "--json", "--socket"])
+            .arg(&self.socket)
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
+    }
+
+    /// The one dataset's counter `key`.
+    fn dataset(&self, key: &str) -> u64 {
+        let s = self.try_status().expect("the service answers");
+        let datasets = s["datasets"].as_array().unwrap();
+        assert_eq!(datasets.len(), 1, "one dataset: {s}");
+        datasets[0][key].as_u64().unwrap()
+    }
+
+    fn stop(mut self) {
+        // SAFETY: kill only sends a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the service stops cleanly: {status}");
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            eprintln!(
+                "node log:\n{}",
+                fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// A user and the mount point it owns.
+struct User {
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+    mnt: PathBuf,
+}
+
+impl User {
+    fn new(name: &str, root: &Path, groups: &[u32]) -> Option<User> {
+        let (uid, gid) = match system_user(name) {
+            Ok(ids) => ids,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return None;
+            }
+        };
+        let mnt = root.join(format!("mnt-{name}"));
+        fs::create_dir_all(&mnt).unwrap();
+        std::os::unix::fs::chown(&mnt, Some(uid), Some(gid)).unwrap();
+        Some(User {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+            mnt,
+        })
+    }
+
+    fn cmd(&self) -> Command {
+        if self.groups.is_empty() {
+            return as_user(self.uid, self.gid);
+        }
+        let mut c = Command::new("setpriv");
+        let groups: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+        c.arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .arg(format!("--groups={}", groups.join(",")));
+        c
+    }
+
+    /// `dyadfs mount` as this user, attaching to the service.
+    fn mount(&self, service: &Service, backing: &Path, extra: &[&str]) -> Output {
+        self.cmd()
+            .arg(env!("CARGO_BIN_EXE_dyadfs"))
+            .arg("mount")
+            .arg(&self.mnt)
+            .arg("--ssd")
+            .arg(self.mnt.with_extension("unused-ssd"))
+            .arg("--backing")
+            .arg(backing)
+            .arg("--node-socket")
+            .arg(&service.socket)
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
+    /// Reads `rel` under its mount as this user: the bytes, or the errno's name `cat` prints.
+    fn read(&self, rel: &str) -> Result<Vec<u8>, String> {
+        let out = self
+            .cmd()
+            .arg("cat")
+            .arg(self.mnt.join(rel))
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    fn unmount(&self) {
+        if common::is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&self.mnt)
+                .status();
+        }
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}
+
+/// A dataset: `pub/` any user may read, `grp/` only the group [`GROUP`], `priv/` only root.
+fn dataset(root: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+    use std::os::unix::fs::PermissionsExt;
+    let backing = root.join("dataset");
+    let mut files = Vec::new();
+    for (dir, mode) in [("pub", 0o755), ("grp", 0o755), ("priv", 0o700)] {
+        fs::create_dir_all(backing.join(dir)).unwrap();
+        fs::set_permissions(backing.join(dir), fs::Permissions::from_mode(mode)).unwrap();
+        for i in 0..4 {
+            let rel = format!("{dir}/{i}.bin");
+            let data = pattern(96 << 10, i as u64 + dir.len() as u64 * 10);
+            fs::write(backing.join(&rel), &data).unwrap();
+            if dir == "grp" {
+                std::os::unix::fs::chown(backing.join(&rel), None, Some(GROUP)).unwrap();
+                fs::set_permissions(backing.join(&rel), fs::Permissions::from_mode(0o640)).unwrap();
+            }
+            files.push((rel, data));
+        }
+    }
+    (backing, files)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("dyadfs-node-{name}-{}", std::process::id()));
+    if root.exists() {
+        fs::remove_dir_all(&root).unwrap();
+    }
+    fs::create_dir_all(&root).unwrap();
+    root
+}
+
+fn attached(what: &str, out: Output) {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Job A (user 1) reads a dataset through the node service, from the shared FS once; user 2
+/// (with the group's rights) reads every file of it from the one cached copy, 0 bytes from the
+/// shared FS; user 3, without them, reads the public files and gets EACCES on the group's,
+/// cached as they are, from the kernel's check and, on a mount without it (as any client of the
+/// socket may make), from the service's own; and a dataset user 3 cannot reach is refused,
+/// nothing left mounted.
+#[test]
+fn users_share_one_copy_and_each_open_is_judged_as_its_user() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("share");
+    let (backing, files) = dataset(&root);
+    let (Some(a), Some(b), Some(c)) = (
+        User::new("dyadfs-user", &root, &[GROUP]),
+        User::new("dyadfs-u2", &root, &[GROUP]),
+        User::new("dyadfs-u3", &root, &[]),
+    ) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let service = Service::start(&root);
+    attached("user 1 attaches", a.mount(&service, &backing, &[]));
+    let readable = |f: &(String, Vec<u8>)| !f.0.starts_with("priv/");
+    for f in files.iter().filter(|f| readable(f)) {
+        assert_eq!(a.read(&f.0).as_ref(), Ok(&f.1), "user 1 reads {}", f.0);
+    }
+    let total: u64 = files
+        .iter()
+        .filter(|f| readable(f))
+        .map(|f| f.1.len() as u64)
+        .sum();
+    assert_eq!(service.dataset("bytes_from_backing"), total);
+    assert!(
+        a.read("priv/0.bin")
+            .unwrap_err()
+            .contains("Permission denied")
+    );
+
+    attached("user 2 attaches", b.mount(&service, &backing, &[]));
+    let hits = service.dataset("local_hits");
+    for f in files.iter().filter(|f| readable(f)) {
+        assert_eq!(b.read(&f.0).as_ref(), Ok(&f.1), "user 2 reads {}", f.0);
+    }
+    assert_eq!(
+        service.dataset("bytes_from_backing"),
+        total,
+        "user 2 read nothing from the shared FS"
+    );
+    assert_eq!(service.dataset("local_hits"), hits + 8);
+
+    attached("user 3 attaches", c.mount(&service, &backing, &[]));
+    assert_eq!(c.read("pub/1.bin").as_ref(), Ok(&files[1].1));
+    for i in 0..4 {
+        let e = c.read(&format!("grp/{i}.bin")).unwrap_err();
+        assert!(e.contains("Permission denied"), "{e}");
+    }
+    c.unmount();
+    // Without the kernel's check the service alone judges: the same answers.
+    attached(
+        "user 3 attaches without the kernel's checks",
+        c.mount(&service, &backing, &["--node-without-kernel-checks"]),
+    );
+    let denied = service.dataset("rights_denied");
+    for rel in ["grp/0.bin", "grp/3.bin", "priv/0.bin"] {
+        let e = c.read(rel).unwrap_err();
+        assert!(e.contains("Permission denied"), "{rel}: {e}");
+    }
+    assert_eq!(c.read("pub/2.bin").as_ref(), Ok(&files[2].1));
+    assert!(service.dataset("rights_denied") >= denied + 3);
+    assert_eq!(service.dataset("bytes_from_backing"), total);
+    c.unmount();
+
+    // A dataset user 3 may not reach: refused in one line, nothing mounted.
+    let out = c.mount(&service, &backing.join("priv"), &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("may not read it"), "{err}");
+    assert!(!common::is_mounted(&c.mnt), "nothing left mounted");
+    let status = service.try_status().unwrap();
+    assert_eq!(status["datasets"].as_array().unwrap().len(), 1, "{status}");
+    drop((a, b, c));
+    service.stop();
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// Job D: the service restarted (every mount gone with it), user 1 mounts again and reads the
+/// whole dataset with 0 bytes from the shared FS.
+#[test]
+fn a_restarted_service_serves_what_it_cached_before() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("restart");
+    let (backing, files) = dataset(&root);
+    let Some(a) = User::new("dyadfs-user", &root, &[GROUP]) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let service = Service::start(&root);
+    attached("user 1 attaches", a.mount(&service, &backing, &[]));
+    let readable: Vec<_> = files.iter().filter(|f| !f.0.starts_with("priv/")).collect();
+    for f in &readable {
+        assert_eq!(a.read(&f.0).as_ref(), Ok(&f.1));
+    }
+    a.unmount();
+    service.stop();
+    let service = Service::start(&root);
+    attached("user 1 attaches again", a.mount(&service, &backing, &[]));
+    for f in &readable {
+        assert_eq!(a.read(&f.0).as_ref(), Ok(&f.1));
+    }
+    assert_eq!(service.dataset("bytes_from_backing"), 0);
+    assert_eq!(service.dataset("local_hits"), readable.len() as u64);
+    a.unmount();
+    service.stop();
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// Hostile requests on the socket: garbage, an attach without a descriptor, an attach with a
+/// descriptor that is not /dev/fuse, a request of another protocol version. Each is refused in
+/// a line, and the service goes on serving.
+#[test]
+fn hostile_requests_are_refused_and_the_service_goes_on() {
+    use dyadfs::node::proto::{self, Reply, Request};
+    use dyadfs::sys::seqpacket::Conn;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("hostile");
+    let (backing, files) = dataset(&root);
+    let service = Service::start(&root);
+    let ask = |message: &[u8], fd: Option<std::os::fd::BorrowedFd<'_>>| -> String {
+        let conn = Conn::connect(&service.socket).unwrap();
+        conn.send(message, fd).unwrap();
+        match proto::decode::<Reply>(&conn.recv().unwrap().0).unwrap() {
+            Reply::Refused { message, .. } => message,
+            other => panic!("not refused: {other:?}"),
+        }
+    };
+    let attach = |version| {
+        proto::encode(&Request::Attach {
+            version,
+            mountpoint: root.join("mnt"),
+            backing: backing.clone(),
+        })
+    };
+    assert!(ask(b"\xc1garbage", None).contains("not a request"));
+    assert!(ask(&attach(proto::VERSION), None).contains("descriptor"));
+    let file = fs::File::open(backing.join("pub/0.bin")).unwrap();
+    assert!(ask(&attach(proto::VERSION), Some(file.as_fd())).contains("not /dev/fuse"));
+    assert!(ask(&attach(proto::VERSION + 1), None).contains("protocol"));
+    assert!(service.try_status().is_some(), "still serving");
+    // And a real mount by root works after them.
+    let mnt = root.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dyadfs"))
+        .arg("mount")
+        .arg(&mnt)
+        .arg("--ssd")
+        .arg(root.join("unused-ssd"))
+        .arg("--backing")
+        .arg(&backing)
+        .arg("--node-socket")
+        .arg(&service.socket)
+        .output()
+        .unwrap();
+    attached("root attaches", out);
+    assert_eq!(fs::read(mnt.join("pub/0.bin")).unwrap(), files[0].1);
+    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    // Its session ended with the unmount: the mount's own state is gone, the dataset's stays.
+    let mounts = service.ssd.join("mounts");
+    wait_until(
+        "the mount's own state is gone",
+        Duration::from_secs(10),
+        || mounts.read_dir().unwrap().next().is_none(),
+    );
+    assert_eq!(service.dataset("mounts"), 0);
+    assert_eq!(service.dataset("cached_files"), 1);
+    service.stop();
+    fs::remove_dir_all(&root).unwrap();
+}
