@@ -86,6 +86,19 @@ fn run(command: Command) -> Result<(), UserError> {
             }
         }
         Command::Node(NodeCommand::Serve(args)) => dyadfs::node::serve(args.into()),
+        Command::Node(NodeCommand::Evict(args)) => {
+            dyadfs::node::client::evict(&args.socket, &args.key).map(|(files, bytes, gone)| {
+                println!(
+                    "evicted {files} files ({}){}",
+                    dyadfs::stats::human(bytes),
+                    if gone {
+                        "; the dataset is gone"
+                    } else {
+                        "; the dataset is served: its open files stay"
+                    }
+                )
+            })
+        }
         Command::Node(NodeCommand::Status(args)) => {
             dyadfs::node::client::status(&args.socket).map(|s| {
                 if args.json {

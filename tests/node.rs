@@ -31,6 +31,10 @@ struct Service {
 
 impl Service {
     fn start(root: &Path) -> Service {
+        Self::start_with(root, &[])
+    }
+
+    fn start_with(root: &Path, extra: &[&str]) -> Service {
         let (ssd, socket, log) = (
             root.join("node-ssd"),
             root.join("run/node.sock"),
@@ -41,6 +45,7 @@ impl Service {
             .arg(&ssd)
             .arg("--socket")
             .arg(&socket)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
@@ -398,6 +403,97 @@ fn hostile_requests_are_refused_and_the_service_goes_on() {
     );
     assert_eq!(service.dataset("mounts"), 0);
     assert_eq!(service.dataset("cached_files"), 1);
+    service.stop();
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// The node's capacity is shared by its datasets: a second dataset takes its half from the
+/// first at once (the first's least recently used files leave); root evicts a dataset, the
+/// files not open while a mount serves it, all of it once none does; a plain user may not.
+#[test]
+fn datasets_share_the_capacity_and_root_evicts() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("capacity");
+    let mut sets = Vec::new();
+    for d in ["one", "two"] {
+        let dir = root.join(d);
+        fs::create_dir_all(&dir).unwrap();
+        for i in 0..4 {
+            fs::write(dir.join(format!("{i}.bin")), pattern(256 << 10, i)).unwrap();
+        }
+        sets.push(dir);
+    }
+    let service = Service::start_with(&root, &["--capacity", "1536K"]);
+    let mount = |set: &Path, mnt: &str| {
+        let mnt = root.join(mnt);
+        fs::create_dir_all(&mnt).unwrap();
+        let out = common::dyadfs()
+            .arg("mount")
+            .arg(&mnt)
+            .args(["--ssd", "/nonexistent", "--backing"])
+            .arg(set)
+            .arg("--node-socket")
+            .arg(&service.socket)
+            .output()
+            .unwrap();
+        attached("root attaches", out);
+        for i in 0..4 {
+            assert_eq!(
+                fs::read(mnt.join(format!("{i}.bin"))).unwrap(),
+                pattern(256 << 10, i)
+            );
+        }
+        mnt
+    };
+    let status = || service.try_status().unwrap();
+    let key = |s: &Value, i: usize| s["datasets"][i]["key"].as_str().unwrap().to_string();
+    let of = |s: &Value, i: usize, k: &str| s["datasets"][i][k].as_u64().unwrap();
+    let m1 = mount(&sets[0], "m1");
+    assert_eq!(of(&status(), 0, "cached_bytes"), 1 << 20);
+    let m2 = mount(&sets[1], "m2");
+    let s = status();
+    assert_eq!(s["capacity"].as_u64().unwrap(), 1536 << 10);
+    let total: u64 = (0..2).map(|i| of(&s, i, "cached_bytes")).sum();
+    for i in 0..2 {
+        assert_eq!(of(&s, i, "capacity"), 768 << 10, "{s}");
+        assert!(of(&s, i, "cached_bytes") <= 768 << 10, "{s}");
+    }
+    assert!(total <= 1536 << 10, "{s}");
+    // Which dataset m1 serves.
+    let first = (0..2)
+        .find(|&i| s["datasets"][i]["backing"].as_str() == Some(sets[0].to_str().unwrap()))
+        .unwrap();
+    let k1 = key(&s, first);
+    let evict = |cmd: &mut Command| {
+        cmd.arg(env!("CARGO_BIN_EXE_dyadfs"))
+            .args(["node", "evict", &k1, "--socket"])
+            .arg(&service.socket)
+            .output()
+            .unwrap()
+    };
+    let refused = evict(&mut as_user(65534, 65534));
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("only root evicts"));
+    let out = evict(&mut Command::new("env"));
+    attached("root evicts a served dataset", out.clone());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("its open files stay"));
+    assert_eq!(of(&status(), first, "cached_files"), 0);
+    let _ = Command::new("fusermount3").arg("-u").arg(&m1).status();
+    wait_until("m1's session ends", Duration::from_secs(10), || {
+        of(&status(), first, "mounts") == 0
+    });
+    let out = evict(&mut Command::new("env"));
+    attached("root evicts an unserved dataset", out.clone());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("the dataset is gone"));
+    let s = status();
+    assert_eq!(s["datasets"].as_array().unwrap().len(), 1, "{s}");
+    assert_eq!(
+        of(&s, 0, "capacity"),
+        1536 << 10,
+        "the rest is the other's again"
+    );
+    assert!(!service.ssd.join("datasets").join(&k1).exists());
+    let _ = Command::new("fusermount3").arg("-u").arg(&m2).status();
     service.stop();
     fs::remove_dir_all(&root).unwrap();
 }

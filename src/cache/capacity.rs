@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::entry::Entry;
 use super::events::Events;
@@ -24,8 +24,9 @@ const MAKE_ROOM_MIN: u64 = 64 << 20;
 
 /// The cache's capacity and its eviction.
 pub(super) struct Room {
-    /// Bytes the cache may hold (present chunks and reservations: `Shared::used`).
-    capacity: u64,
+    /// Bytes the cache may hold (present chunks and reservations: `Shared::used`); changed by
+    /// [`Room::set_capacity`] (the node service shares its disk among datasets).
+    capacity: AtomicU64,
     shared: Arc<Shared>,
     stats: Arc<Stats>,
 }
@@ -33,7 +34,7 @@ pub(super) struct Room {
 impl Room {
     pub(super) fn new(capacity: u64, shared: Arc<Shared>, stats: Arc<Stats>) -> Room {
         Room {
-            capacity,
+            capacity: AtomicU64::new(capacity),
             shared,
             stats,
         }
@@ -66,7 +67,25 @@ impl Room {
     }
 
     pub(super) fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Makes the capacity `bytes`, evicting what is over it now (what is held or being filled
+    /// stays, and goes at a later fill's eviction).
+    pub(super) fn set_capacity(
+        &self,
+        index: &Index,
+        bytes: u64,
+        events: &Events,
+        writes: &WriteErrors,
+    ) {
+        self.capacity.store(bytes, Ordering::Relaxed);
+        if self.shared.used.load(Ordering::Relaxed) > bytes {
+            let mut slots = index.lock();
+            self.evict_down_to(&mut slots, bytes, None, |victim| {
+                index.drop_entry(victim, events, writes)
+            });
+        }
     }
 
     /// Reserves room for `bytes` of new chunks of `for_entry`, evicting least recently used
@@ -81,7 +100,8 @@ impl Room {
         events: &Events,
         writes: &WriteErrors,
     ) -> bool {
-        if bytes > self.capacity {
+        let capacity = self.capacity();
+        if bytes > capacity {
             return false;
         }
         let mut slots = index.lock();
@@ -90,11 +110,11 @@ impl Room {
         }
         // In a large cache, free a little more than needed, so the next fills need no scan.
         let slack = if slots.len() > SCAN_CHEAP {
-            self.capacity / EVICT_SLACK_DIVISOR
+            capacity / EVICT_SLACK_DIVISOR
         } else {
             0
         };
-        let target = self.capacity.saturating_sub(bytes + slack);
+        let target = capacity.saturating_sub(bytes + slack);
         self.evict_down_to(&mut slots, target, Some(for_entry), |victim| {
             index.drop_entry(victim, events, writes)
         });
@@ -104,7 +124,7 @@ impl Room {
     /// Counts `bytes` as used if the capacity has room for them.
     fn take(&self, bytes: u64) -> bool {
         let used = &self.shared.used;
-        if used.load(Ordering::Relaxed) + bytes <= self.capacity {
+        if used.load(Ordering::Relaxed) + bytes <= self.capacity() {
             used.fetch_add(bytes, Ordering::Relaxed);
             true
         } else {

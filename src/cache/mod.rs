@@ -303,6 +303,13 @@ impl Cache {
             .make_room(&self.index, bytes, &self.events, &self.writes)
     }
 
+    /// Makes the capacity `bytes` (the node service's share of its disk for this dataset),
+    /// evicting the least recently used files over it now.
+    pub fn set_capacity(&self, bytes: u64) {
+        self.room
+            .set_capacity(&self.index, bytes, &self.events, &self.writes)
+    }
+
     /// Returns a reservation (or a present chunk's bytes) to the free pool.
     pub fn release(&self, bytes: u64) {
         self.room.release(bytes)

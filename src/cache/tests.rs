@@ -212,6 +212,34 @@ fn lru_eviction_spares_open_files() {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// A capacity lowered while the cache holds more (the node service giving a new dataset its
+/// share) evicts the least recently used files over it at once, never an open one; raised
+/// again, it takes more.
+#[test]
+fn a_lowered_capacity_evicts_down_to_it() {
+    let (dir, config, stats) = setup(4 << 20);
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    let files: Vec<_> = (0..4u8)
+        .map(|i| {
+            let e = cache.entry(&format!("f{i}"), v(1 << 20)).unwrap();
+            fill(&cache, &e, i);
+            e
+        })
+        .collect();
+    files[0].pin();
+    cache.set_capacity(2 << 20);
+    assert_eq!(cache.capacity(), 2 << 20);
+    assert_eq!(cache.used_bytes(), 2 << 20);
+    assert!(!files[0].is_evicted(), "open: kept");
+    assert!(files[1].is_evicted() && files[2].is_evicted());
+    assert!(!files[3].is_evicted());
+    cache.set_capacity(3 << 20);
+    let e = cache.entry("g", v(1 << 20)).unwrap();
+    fill(&cache, &e, 9);
+    assert_eq!(cache.used_bytes(), 3 << 20);
+    let _ = fs::remove_dir_all(dir);
+}
+
 #[test]
 fn a_new_version_replaces_the_old_copy() {
     let (dir, config, stats) = setup(100 << 20);

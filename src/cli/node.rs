@@ -17,6 +17,18 @@ pub enum NodeCommand {
     /// What the node service holds: its datasets, their cached files and bytes, mounts, users,
     /// hits and refusals
     Status(NodeStatusArgs),
+    /// Root: drop a dataset from the node's cache (`dyadfs node status` lists the keys): all
+    /// of it when no mount serves it, else its files not open now
+    Evict(NodeEvictArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeEvictArgs {
+    /// The dataset's key
+    pub key: String,
+    /// The service's socket
+    #[arg(long, value_name = "PATH", default_value = crate::node::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -84,7 +84,7 @@ pub fn attach(socket: &Path, args: &MountConfig) -> Result<(), UserError> {
             fusermount::unmount(&mountpoint);
             Err(UserError::Node(message))
         }
-        Ok(Reply::Status(_)) => {
+        Ok(_) => {
             fusermount::unmount(&mountpoint);
             Err(UserError::Node("an answer to another question".into()))
         }
@@ -128,22 +128,42 @@ fn options(backing: &Path, args: &MountConfig) -> Vec<String> {
 
 /// What the node service at `socket` holds and serves.
 pub fn status(socket: &Path) -> Result<NodeStatus, UserError> {
+    let request = Request::Status {
+        version: proto::VERSION,
+    };
+    match ask(socket, &request)? {
+        Reply::Status(s) => Ok(s),
+        _ => Err(UserError::Node("an answer to another question".into())),
+    }
+}
+
+/// `dyadfs node evict KEY` (root): what it freed, and whether the dataset is gone.
+pub fn evict(socket: &Path, key: &str) -> Result<(u64, u64, bool), UserError> {
+    let request = Request::Evict {
+        version: proto::VERSION,
+        key: key.into(),
+    };
+    match ask(socket, &request)? {
+        Reply::Evicted { files, bytes, gone } => Ok((files, bytes, gone)),
+        _ => Err(UserError::Node("an answer to another question".into())),
+    }
+}
+
+/// Asks the service at `socket` one question without a descriptor; a refusal is the error.
+fn ask(socket: &Path, request: &Request) -> Result<Reply, UserError> {
     let conn = Conn::connect(socket)
         .map_err(|e| UserError::Node(format!("no service answers at {}: {e}", socket.display())))?;
     conn.set_timeout(ANSWER)
         .map_err(|e| UserError::Node(e.to_string()))?;
-    let request = Request::Status {
-        version: proto::VERSION,
-    };
-    conn.send(&proto::encode(&request), None)
+    let reply = conn
+        .send(&proto::encode(request), None)
         .and_then(|()| conn.recv())
         .and_then(|(m, _)| proto::decode::<Reply>(&m))
-        .map_err(|e| UserError::Node(format!("no answer: {e}")))
-        .and_then(|r| match r {
-            Reply::Status(s) => Ok(s),
-            Reply::Refused { message, .. } => Err(UserError::Node(message)),
-            Reply::Attached { .. } => Err(UserError::Node("an answer to another question".into())),
-        })
+        .map_err(|e| UserError::Node(format!("no answer: {e}")))?;
+    match reply {
+        Reply::Refused { message, .. } => Err(UserError::Node(message)),
+        r => Ok(r),
+    }
 }
 
 impl NodeStatus {
@@ -151,13 +171,9 @@ impl NodeStatus {
     pub fn table(&self) -> String {
         use crate::stats::human;
         let mut out = format!(
-            "node cache {} ({} per dataset), {} dataset(s)\n",
+            "node cache {}, {} shared by {} dataset(s)\n",
             self.cache.display(),
-            if self.capacity == 0 {
-                "all but 10% of its disk".to_string()
-            } else {
-                human(self.capacity)
-            },
+            human(self.capacity),
             self.datasets.len()
         );
         for d in &self.datasets {
@@ -167,12 +183,13 @@ impl NodeStatus {
                 format!("{:.1}%", 100.0 * d.local_hits as f64 / d.opens as f64)
             };
             out.push_str(&format!(
-                "{}  {}\n  {} files, {} cached; {} mount(s) now; users {:?}; opens {} (hits {}); \
-                 {} from the shared FS; {} refused\n",
+                "{}  {}\n  {} files, {} cached of {}; {} mount(s) now; users {:?}; opens {} (hits \
+                 {}); {} from the shared FS; {} refused\n",
                 d.key,
                 d.backing.display(),
                 d.cached_files,
                 human(d.cached_bytes),
+                human(d.capacity),
                 d.mounts,
                 d.users,
                 d.opens,

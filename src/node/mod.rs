@@ -45,6 +45,8 @@ pub fn serve(config: NodeConfig) -> Result<(), UserError> {
     prepare(&config.ssd)?;
     let listener = listen(&config.socket)?;
     let node = Arc::new(Node::new(config));
+    node.load()
+        .map_err(|r| UserError::Node(format!("loading the node's cache: {}", r.1)))?;
     let socket = node.config.socket.clone();
     std::thread::Builder::new()
         .name("node-signals".into())
@@ -84,7 +86,7 @@ pub fn serve(config: NodeConfig) -> Result<(), UserError> {
         let spawned = std::thread::Builder::new()
             .name("node-request".into())
             .spawn(move || {
-                node.handle(&conn);
+                handle(&node, &conn);
                 node.in_flight.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
@@ -101,47 +103,52 @@ fn refuse(conn: &Conn, errno: i32, message: &str) {
     let _ = conn.send(&proto::encode(&reply), None);
 }
 
-impl Node {
-    /// Answers one connection's request.
-    fn handle(self: &Arc<Self>, conn: &Conn) {
-        // A client that says nothing holds a thread for this long at most.
-        let _ = conn.set_timeout(std::time::Duration::from_secs(30));
-        let (message, fd) = match conn.recv() {
-            // The client left without asking (its fusermount3 failed, and it said so).
-            Ok((m, None)) if m.is_empty() => return,
-            Ok(m) => m,
-            Err(e) => return refuse(conn, libc::EINVAL, &e.to_string()),
-        };
-        let reply = match proto::decode::<Request>(&message) {
-            Ok(Request::Attach {
-                version,
-                mountpoint,
-                backing,
-            }) if version == proto::VERSION => match fd {
-                Some(fd) => attach::attach(self, conn, &mountpoint, &backing, fd),
-                None => Reply::Refused {
-                    errno: libc::EINVAL,
-                    message: "an attach comes with its /dev/fuse descriptor".into(),
-                },
-            },
-            Ok(Request::Status { version }) if version == proto::VERSION => {
-                Reply::Status(self.status())
-            }
-            Ok(_) => Reply::Refused {
-                errno: libc::EPROTO,
-                message: format!(
-                    "this node service speaks protocol {}: use its dyadfs",
-                    proto::VERSION
-                ),
-            },
-            Err(e) => Reply::Refused {
+/// Answers one connection's request.
+fn handle(node: &Arc<Node>, conn: &Conn) {
+    // A client that says nothing holds a thread for this long at most.
+    let _ = conn.set_timeout(std::time::Duration::from_secs(30));
+    let (message, fd) = match conn.recv() {
+        // The client left without asking (its fusermount3 failed, and it said so).
+        Ok((m, None)) if m.is_empty() => return,
+        Ok(m) => m,
+        Err(e) => return refuse(conn, libc::EINVAL, &e.to_string()),
+    };
+    let reply = match proto::decode::<Request>(&message) {
+        Ok(Request::Attach {
+            version,
+            mountpoint,
+            backing,
+        }) if version == proto::VERSION => match fd {
+            Some(fd) => attach::attach(node, conn, &mountpoint, &backing, fd),
+            None => Reply::Refused {
                 errno: libc::EINVAL,
-                message: format!("not a request: {e}"),
+                message: "an attach comes with its /dev/fuse descriptor".into(),
             },
-        };
-        if let Err(e) = conn.send(&proto::encode(&reply), None) {
-            tracing::info!(error = %e, "a client left before its reply");
+        },
+        Ok(Request::Status { version }) if version == proto::VERSION => {
+            Reply::Status(node.status())
         }
+        Ok(Request::Evict { version, key }) if version == proto::VERSION => match conn.peer() {
+            Ok((_, ids)) if ids.uid == 0 => node.evict(&key).unwrap_or_else(Into::into),
+            _ => Reply::Refused {
+                errno: libc::EPERM,
+                message: "only root evicts".into(),
+            },
+        },
+        Ok(_) => Reply::Refused {
+            errno: libc::EPROTO,
+            message: format!(
+                "this node service speaks protocol {}: use its dyadfs",
+                proto::VERSION
+            ),
+        },
+        Err(e) => Reply::Refused {
+            errno: libc::EINVAL,
+            message: format!("not a request: {e}"),
+        },
+    };
+    if let Err(e) = conn.send(&proto::encode(&reply), None) {
+        tracing::info!(error = %e, "a client left before its reply");
     }
 }
 

@@ -20,6 +20,9 @@ pub enum Request {
     },
     /// What the node holds and serves.
     Status { version: u32 },
+    /// Root only: drop dataset `key` (its files not open now; the whole dataset when no mount
+    /// serves it).
+    Evict { version: u32, key: String },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -35,6 +38,12 @@ pub enum Reply {
         message: String,
     },
     Status(NodeStatus),
+    /// What an eviction freed, and whether the dataset is gone.
+    Evicted {
+        files: u64,
+        bytes: u64,
+        gone: bool,
+    },
 }
 
 /// `dyadfs node status`.
@@ -42,7 +51,7 @@ pub enum Reply {
 pub struct NodeStatus {
     pub version: u32,
     pub cache: PathBuf,
-    /// Bytes every dataset's cache may hold.
+    /// Bytes every dataset's cache together may hold.
     pub capacity: u64,
     pub datasets: Vec<DatasetStatus>,
 }
@@ -55,6 +64,8 @@ pub struct DatasetStatus {
     pub backing: PathBuf,
     pub cached_files: u64,
     pub cached_bytes: u64,
+    /// Its share of the node's capacity.
+    pub capacity: u64,
     /// Mounts served now, and every user who attached it since the service started.
     pub mounts: u64,
     pub users: Vec<u32>,

@@ -37,6 +37,9 @@ pub struct Node {
     pub next_mount: AtomicU64,
     /// Mounts served now, per user.
     pub mounts_of: Mutex<HashMap<u32, usize>>,
+    /// Bytes every dataset's cache together may hold (`--capacity`, or all but 10% of the
+    /// cache's file system), known once [`Node::load`] ran.
+    capacity: AtomicU64,
 }
 
 impl Node {
@@ -47,7 +50,47 @@ impl Node {
             in_flight: AtomicUsize::new(0),
             next_mount: AtomicU64::new(0),
             mounts_of: Mutex::default(),
+            capacity: AtomicU64::new(0),
         }
+    }
+
+    /// Opens every dataset cached before (the service restarted: what it held is served
+    /// again), then settles the node's capacity and each dataset's share of it.
+    pub fn load(&self) -> Result<(), Refusal> {
+        let dir = self.config.ssd.join("datasets");
+        let mut keys: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(io_refusal("the datasets' directory"))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        keys.sort();
+        let mut datasets = lock(&self.datasets);
+        for key in keys {
+            let backing = std::fs::read_to_string(dir.join(format!("{key}.backing")))
+                .map(|p| PathBuf::from(p.trim_end_matches('\n')))
+                .unwrap_or_default();
+            let d = self.open(&key, &backing)?;
+            datasets.insert(key, d);
+        }
+        let used: u64 = datasets.values().map(|d| d.cache.used_bytes()).sum();
+        let capacity = match self.config.template.capacity {
+            Some(c) => c,
+            None => {
+                let (total, avail) = crate::cache::fs_space(&self.config.ssd)
+                    .map_err(io_refusal("the cache's file system"))?;
+                (avail + used).saturating_sub(total / 10)
+            }
+        };
+        self.capacity.store(capacity, Ordering::Relaxed);
+        tracing::info!(
+            datasets = datasets.len(),
+            used,
+            capacity,
+            "the node's cache loaded"
+        );
+        share(&datasets, capacity);
+        Ok(())
     }
 
     /// `dyadfs node status`.
@@ -58,21 +101,69 @@ impl Node {
         proto::NodeStatus {
             version: proto::VERSION,
             cache: self.config.ssd.clone(),
-            capacity: self.config.template.capacity.unwrap_or(0),
+            capacity: self.capacity.load(Ordering::Relaxed),
             datasets: list,
         }
     }
 
-    /// The dataset `key`, its cache opened at its first attach and kept for the service's life.
+    /// The dataset `key`, its cache opened at its first attach and kept for the service's life;
+    /// a new dataset takes its share of the node's capacity from the others.
     pub fn dataset(&self, key: &str, backing: &Path) -> Result<Arc<Dataset>, Refusal> {
         let mut datasets = lock(&self.datasets);
         if let Some(d) = datasets.get(key) {
             return Ok(d.clone());
         }
+        let dir = self.config.ssd.join("datasets");
+        std::fs::write(
+            dir.join(format!("{key}.backing")),
+            format!("{}\n", backing.display()),
+        )
+        .map_err(io_refusal("the dataset's record"))?;
+        let dataset = self.open(key, backing)?;
+        datasets.insert(key.to_string(), dataset.clone());
+        share(&datasets, self.capacity.load(Ordering::Relaxed));
+        Ok(dataset)
+    }
+
+    /// `dyadfs node evict`: dataset `key`'s files that are not open now leave the cache; a
+    /// dataset no mount serves leaves whole (its directory and record deleted).
+    pub fn evict(&self, key: &str) -> Result<Reply, Refusal> {
+        let mut datasets = lock(&self.datasets);
+        let Some(d) = datasets.get(key).cloned() else {
+            return Err(Refusal(libc::ENOENT, format!("no dataset {key} here")));
+        };
+        let (files, bytes) = (d.cache.cached_files(), d.cache.used_bytes());
+        let gone = d.mounts.load(Ordering::Relaxed) == 0;
+        if gone {
+            datasets.remove(key);
+            drop(d);
+            let dir = self.config.ssd.join("datasets");
+            std::fs::remove_dir_all(dir.join(key)).map_err(io_refusal("the dataset's cache"))?;
+            let _ = std::fs::remove_file(dir.join(format!("{key}.backing")));
+            tracing::info!(dataset = key, files, bytes, "a dataset evicted");
+            share(&datasets, self.capacity.load(Ordering::Relaxed));
+            return Ok(Reply::Evicted { files, bytes, gone });
+        }
+        d.cache.set_capacity(0);
+        share(&datasets, self.capacity.load(Ordering::Relaxed));
+        let files = files - d.cache.cached_files();
+        let bytes = bytes - d.cache.used_bytes();
+        tracing::info!(
+            dataset = key,
+            files,
+            bytes,
+            "a served dataset's closed files evicted"
+        );
+        Ok(Reply::Evicted { files, bytes, gone })
+    }
+
+    /// Opens dataset `key`'s cache (made if new).
+    fn open(&self, key: &str, backing: &Path) -> Result<Arc<Dataset>, Refusal> {
         let t = &self.config.template;
         let config = CacheConfig {
             dir: self.config.ssd.join("datasets").join(key),
             chunk_size: t.chunk_size as u32,
+            // Its share is set once every dataset is counted (`share`).
             capacity: t.capacity,
             pack_max: t.pack_max.until_init(),
             max_partial_chunks: t.max_partial_chunks,
@@ -82,17 +173,33 @@ impl Node {
         let stats = Arc::new(Stats::default());
         let cache = Cache::open(&config, stats.clone())
             .map_err(|e| Refusal(libc::EIO, format!("the dataset's cache: {e}")))?;
-        tracing::info!(dataset = key, backing = %backing.display(), "a dataset's cache opened");
-        let dataset = Arc::new(Dataset {
+        tracing::info!(
+            dataset = key,
+            backing = %backing.display(),
+            files = cache.cached_files(),
+            "a dataset's cache opened"
+        );
+        Ok(Arc::new(Dataset {
             key: key.to_string(),
             backing: backing.to_path_buf(),
             cache: Arc::new(cache),
             stats,
             mounts: AtomicU64::new(0),
             users: Mutex::default(),
-        });
-        datasets.insert(key.to_string(), dataset.clone());
-        Ok(dataset)
+        }))
+    }
+}
+
+/// Shares the node's `capacity` equally among its datasets: each may hold `capacity / n`, and
+/// one over its share (a new dataset came) gives back its least recently used files at once.
+/// Fair between datasets, whoever reads them; every user of a dataset reads its one copy.
+fn share(datasets: &HashMap<String, Arc<Dataset>>, capacity: u64) {
+    let n = datasets.len() as u64;
+    if n == 0 || capacity == 0 {
+        return;
+    }
+    for d in datasets.values() {
+        d.cache.set_capacity(capacity / n);
     }
 }
 
@@ -116,6 +223,7 @@ impl Dataset {
             backing: self.backing.clone(),
             cached_files: self.cache.cached_files(),
             cached_bytes: self.cache.used_bytes(),
+            capacity: self.cache.capacity(),
             mounts: self.mounts.load(Ordering::Relaxed),
             users: lock(&self.users).iter().copied().collect(),
             local_hits: get(&s.local_hits),
