@@ -27,7 +27,12 @@ pub struct NodeEvictArgs {
     /// The dataset's key
     pub key: String,
     /// The service's socket
-    #[arg(long, value_name = "PATH", default_value = crate::node::DEFAULT_SOCKET)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "DYADFS_NODE_SOCKET",
+        default_value = crate::node::DEFAULT_SOCKET
+    )]
     pub socket: PathBuf,
 }
 
@@ -38,7 +43,12 @@ pub struct NodeServeArgs {
     pub ssd: PathBuf,
     /// Where to listen for mounts (made mode 0666: every user may ask; each is judged by the
     /// kernel's word of who they are)
-    #[arg(long, value_name = "PATH", default_value = crate::node::DEFAULT_SOCKET)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "DYADFS_NODE_SOCKET",
+        default_value = crate::node::DEFAULT_SOCKET
+    )]
     pub socket: PathBuf,
     /// Most bytes each dataset's cache may hold [default: leave 10% of the cache file system
     /// free]
@@ -52,7 +62,12 @@ pub struct NodeServeArgs {
 #[derive(Debug, Args)]
 pub struct NodeStatusArgs {
     /// The service's socket
-    #[arg(long, value_name = "PATH", default_value = crate::node::DEFAULT_SOCKET)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "DYADFS_NODE_SOCKET",
+        default_value = crate::node::DEFAULT_SOCKET
+    )]
     pub socket: PathBuf,
     /// Print JSON instead of a table
     #[arg(long)]
