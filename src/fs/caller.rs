@@ -18,6 +18,8 @@ pub trait Context {
     /// The request's user and group.
     fn uid(&self) -> u32;
     fn gid(&self) -> u32;
+    /// The thread that sent the request (0: none, or unknown); free to ask, unlike the rest.
+    fn thread(&self) -> u32;
     /// Its process (thread group) and that process's parent, while it runs.
     fn process(&self) -> Option<(u32, u32)>;
     /// What it opens, if it is opening a name to read it: `open`, `openat` or `openat2`
@@ -71,6 +73,9 @@ impl Context for Unknown {
     }
     fn gid(&self) -> u32 {
         self.gid
+    }
+    fn thread(&self) -> u32 {
+        0
     }
     fn process(&self) -> Option<(u32, u32)> {
         None

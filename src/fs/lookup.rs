@@ -65,8 +65,7 @@ impl<S: Source> DyadFs<S> {
             return Ok(());
         };
         let path = Tree::path_of(&*self.tree.node(ino)?);
-        let who = caller.credentials();
-        match rights.may(&path, &who, mode) {
+        match rights.may(&path, caller, mode) {
             Some(false) => {
                 self.stats().rights_denied.fetch_add(1, Ordering::Relaxed);
                 Err(Error::Denied)

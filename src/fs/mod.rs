@@ -81,7 +81,7 @@ pub struct DyadFs<S: Source> {
     /// Names processes were just told are absent (`--wait`: they are not waiting for them).
     told_absent: caller::ToldAbsent,
     /// Where set (the node service), every open and lookup asks it (see [`rights`]).
-    rights: OnceLock<Arc<dyn rights::Rights>>,
+    rights: OnceLock<rights::Judge>,
     /// Opens waiting for names (`--wait`), and the few threads that finish them.
     waits: waits::Waits,
 }
@@ -175,7 +175,7 @@ impl<S: Source> DyadFs<S> {
 
     /// Has every open and lookup judged by `rights` as the caller (the node service); once.
     pub fn set_rights(&self, rights: Arc<dyn rights::Rights>) {
-        let _ = self.rights.set(rights);
+        let _ = self.rights.set(rights::Judge::new(rights));
     }
 
     /// Sets what `dyadfs status` reports (a cluster's members); once.

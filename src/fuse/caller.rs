@@ -25,6 +25,10 @@ impl Context for Caller {
         self.gid
     }
 
+    fn thread(&self) -> u32 {
+        self.pid
+    }
+
     fn process(&self) -> Option<(u32, u32)> {
         status_numbers(self.pid, ["Tgid:", "PPid:"]).map(|[pid, parent]| (pid, parent))
     }
