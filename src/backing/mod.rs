@@ -44,6 +44,9 @@ pub struct BackingStore {
     root_fd: Option<OwnedFd>,
     /// Idle cache descriptors to close when the process runs out of them (see `relieving`).
     relief: Option<Arc<DataFiles>>,
+    /// Whom every open of the shared file system is made as (see `acting_as`); the process's
+    /// own ids where `None`.
+    acting: Option<crate::sys::identity::Ids>,
 }
 
 impl BackingStore {
@@ -66,6 +69,7 @@ impl BackingStore {
             root,
             root_fd,
             relief: None,
+            acting: None,
         }
     }
 
@@ -77,6 +81,23 @@ impl BackingStore {
             root,
             root_fd: Some(root_fd),
             relief: None,
+            acting: None,
+        }
+    }
+
+    /// Every open of the shared file system is made as `ids` (the node service's mount of a
+    /// user: its fills read what that user may read, never with root's rights, and a shared
+    /// file system that squashes root still serves them).
+    pub fn acting_as(mut self, ids: crate::sys::identity::Ids) -> Self {
+        self.acting = Some(ids);
+        self
+    }
+
+    /// Runs `f` as the store's user, if it has one.
+    fn as_its_user<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        match &self.acting {
+            Some(ids) => crate::sys::identity::as_user(ids, f)?,
+            None => f(),
         }
     }
 
@@ -124,6 +145,7 @@ impl BackingStore {
             // SAFETY: a descriptor just opened and owned by nothing else.
             Ok(unsafe { File::from_raw_fd(fd as i32) })
         };
+        let open = || self.as_its_user(open);
         match &self.relief {
             Some(files) => files.open_retrying(open),
             None => open(),
@@ -152,8 +174,11 @@ impl BackingStore {
     fn list_beneath(&self, rel: &str) -> io::Result<Vec<(OsString, Kind)>> {
         let dir = self.open_beneath(rel, libc::O_DIRECTORY)?;
         let mut out = Vec::new();
-        // The directory is read through the descriptor just resolved beneath the root.
-        for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        // The directory is read through the descriptor just resolved beneath the root (opened
+        // again through /proc: as the store's user too).
+        let entries =
+            self.as_its_user(|| std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())))?;
+        for entry in entries {
             let entry = entry?;
             // An entry removed between readdir and a fallback stat is simply not listed.
             if let Ok(ft) = entry.file_type() {
@@ -341,6 +366,45 @@ fn acl_bits(file: &File, rel: &str) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store acting as a user opens, stats and lists only what that user may: root's file of
+    /// mode 0600 is refused to it (as a file system squashing root would refuse root), and
+    /// the thread is root again after.
+    #[test]
+    fn a_store_acting_as_a_user_reads_with_its_rights_only() {
+        if crate::sys::euid() != 0 {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("dyadfs-backing-as-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("closed")).unwrap();
+        std::fs::write(dir.join("open"), b"o").unwrap();
+        std::fs::write(dir.join("mine"), b"m").unwrap();
+        std::fs::set_permissions(dir.join("mine"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(dir.join("closed"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        let nobody = crate::sys::identity::Ids {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        };
+        let store = BackingStore::new(dir.clone()).acting_as(nobody);
+        assert!(store.open_beneath("open", 0).is_ok());
+        let denied = |r: io::Result<File>| r.unwrap_err().raw_os_error() == Some(libc::EACCES);
+        assert!(denied(store.open_beneath("mine", 0)));
+        let listed = store.list("closed").unwrap_err();
+        assert_eq!(listed.raw_os_error(), Some(libc::EACCES));
+        assert_eq!(store.list("").unwrap().len(), 3);
+        // The process's own store, on the same thread after: root's rights.
+        assert!(
+            BackingStore::new(dir.clone())
+                .open_beneath("mine", 0)
+                .is_ok()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A fill of bytes the page cache does not hold reads them around it (none of the shared
     /// file's pages is cached afterwards), and hands the same bytes as a buffered read: whole

@@ -61,7 +61,7 @@ fn attached(
     args.mountpoint = mountpoint.to_path_buf();
     args.backing = canonical.clone();
     args.ssd = own.clone();
-    let fs = build(&args, &dataset, root).inspect_err(|_| {
+    let fs = build(&args, &dataset, root, &ids).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&own);
     })?;
     let spec = SessionSpec {
@@ -190,19 +190,24 @@ fn open_dataset(ids: &Ids, backing: &Path) -> Result<(OwnedFd, PathBuf, String),
 }
 
 /// The file system of one attached mount: the dataset's cache and counters, the shared
-/// directory as the caller opened it, and the mount's own (empty, read-only) names in its own
+/// directory as the caller opened it and read as the caller (`user`: its fills read what the
+/// user may, never with root's rights), and the mount's own (empty, read-only) names in its own
 /// directory.
 fn build(
     args: &MountConfig,
     dataset: &Dataset,
     root: OwnedFd,
+    user: &Ids,
 ) -> Result<DyadFs<BackingStore>, Refusal> {
     let dup = |fd: &OwnedFd| {
         fd.try_clone()
             .map_err(io_refusal("the dataset's descriptor"))
     };
-    let store =
-        |fd| BackingStore::beneath(args.backing.clone(), fd).relieving(dataset.cache.files());
+    let store = |fd| {
+        BackingStore::beneath(args.backing.clone(), fd)
+            .relieving(dataset.cache.files())
+            .acting_as(user.clone())
+    };
     let shared: Arc<dyn SharedFs> = Arc::new(store(dup(&root)?));
     let source = Arc::new(store(dup(&root)?));
     std::fs::create_dir_all(&args.ssd).map_err(io_refusal("the mount's directory"))?;
