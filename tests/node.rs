@@ -346,7 +346,8 @@ fn a_restarted_service_serves_what_it_cached_before() {
 }
 
 /// Hostile requests on the socket: garbage, an attach without a descriptor, an attach with a
-/// descriptor that is not /dev/fuse, a request of another protocol version. Each is refused in
+/// descriptor that is not /dev/fuse, a request of another protocol version, /dev/fuse with no
+/// mount behind it. Each is refused in
 /// a line, and the service goes on serving.
 #[test]
 fn hostile_requests_are_refused_and_the_service_goes_on() {
@@ -376,6 +377,13 @@ fn hostile_requests_are_refused_and_the_service_goes_on() {
     let file = fs::File::open(backing.join("pub/0.bin")).unwrap();
     assert!(ask(&attach(proto::VERSION), Some(file.as_fd())).contains("not /dev/fuse"));
     assert!(ask(&attach(proto::VERSION + 1), None).contains("protocol"));
+    // /dev/fuse itself, no mount behind it: refused at once, not waited on for ever.
+    let fuse = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap();
+    assert!(ask(&attach(proto::VERSION), Some(fuse.as_fd())).contains("no mount waiting"));
     assert!(service.try_status().is_some(), "still serving");
     // And a real mount by root works after them.
     let mnt = root.join("mnt");

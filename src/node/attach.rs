@@ -49,6 +49,7 @@ fn attached(
 ) -> Result<Reply, Refusal> {
     let (pid, ids) = conn.peer().map_err(io_refusal("the caller"))?;
     is_fuse_device(&fd)?;
+    has_a_mount_waiting(&fd)?;
     if !backing.is_absolute() || !mountpoint.is_absolute() {
         return Err(Refusal(libc::EINVAL, "paths must be absolute".into()));
     }
@@ -122,6 +123,29 @@ fn is_fuse_device(fd: &OwnedFd) -> Result<(), Refusal> {
         ));
     }
     Ok(())
+}
+
+/// How long the kernel's first request (INIT) may take to be there.
+const INIT_WAIT_MS: i32 = 5000;
+
+/// The descriptor has a mount waiting to be served: the kernel's INIT is there to read. A
+/// descriptor of no mount (`/dev/fuse` opened and nothing mounted) or one whose INIT its sender
+/// read itself would hold the service's handshake, and a thread, for ever: refused instead.
+fn has_a_mount_waiting(fd: &OwnedFd) -> Result<(), Refusal> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the call only.
+    let r = unsafe { libc::poll(&mut p, 1, INIT_WAIT_MS) };
+    if r == 1 && p.revents & libc::POLLIN != 0 && p.revents & (libc::POLLERR | libc::POLLHUP) == 0 {
+        return Ok(());
+    }
+    Err(Refusal(
+        libc::EINVAL,
+        "the descriptor has no mount waiting to be served".into(),
+    ))
 }
 
 /// Opens `backing` as the caller (`O_PATH`: every directory above it searched with the caller's

@@ -7,7 +7,7 @@
 //! only that user may use and unmount) and hands the service its `/dev/fuse` descriptor with the
 //! dataset's path ([`client`]). The service knows the caller from the socket, opens the dataset
 //! as that user (a directory the user cannot reach is refused), keys it by the shared
-//! directory's identity (its device and inode), so two users' mounts of one dataset share one
+//! directory's identity (its device, inode and birth time), so two users' mounts of one dataset share one
 //! cache, and serves the mount read-only, asking the shared file system as the caller at every
 //! open and lookup whether the caller may ([`rights`]), whatever the cache holds ([`attach`]).
 //! With no service running, `dyadfs mount` runs its own daemon as before.
@@ -35,13 +35,19 @@ pub const DEFAULT_SOCKET: &str = "/run/dyadfs/node.sock";
 const MAX_IN_FLIGHT: usize = 64;
 
 /// Runs the service until SIGTERM, SIGINT or SIGHUP.
-pub fn serve(config: NodeConfig) -> Result<(), UserError> {
+pub fn serve(mut config: NodeConfig) -> Result<(), UserError> {
     if crate::sys::euid() != 0 {
         return Err(UserError::Node(
             "the node service runs as root (it serves every user's mounts)".into(),
         ));
     }
     let signals = crate::sys::StopSignals::block();
+    // As a mount's daemon does (`daemon::wiring`): each session's request buffers mapped, not
+    // heap; descriptors as many as allowed, a quarter of them idle cache files per dataset.
+    crate::sys::fix_mmap_threshold();
+    let limit = crate::sys::raise_descriptor_limit();
+    let open_files = &mut config.template.open_files;
+    open_files.get_or_insert((limit / 4).clamp(8, 65536));
     prepare(&config.ssd)?;
     let listener = listen(&config.socket)?;
     let node = Arc::new(Node::new(config));
@@ -82,14 +88,16 @@ pub fn serve(config: NodeConfig) -> Result<(), UserError> {
             refuse(&conn, libc::EBUSY, "the node service is busy: try again");
             continue;
         }
-        let node = node.clone();
+        let handler = node.clone();
         let spawned = std::thread::Builder::new()
             .name("node-request".into())
             .spawn(move || {
-                handle(&node, &conn);
-                node.in_flight.fetch_sub(1, Ordering::AcqRel);
+                handle(&handler, &conn);
+                handler.in_flight.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
+            // (The connection went with the closure: its client sees it closed.)
+            node.in_flight.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!(error = %e, "no thread for a request");
         }
     }

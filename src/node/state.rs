@@ -167,7 +167,7 @@ impl Node {
             capacity: t.capacity,
             pack_max: t.pack_max.until_init(),
             max_partial_chunks: t.max_partial_chunks,
-            open_files: t.open_files.unwrap_or(4096),
+            open_files: t.open_files.unwrap_or(256),
         };
         std::fs::create_dir_all(&config.dir).map_err(io_refusal("the dataset's cache"))?;
         let stats = Arc::new(Stats::default());
