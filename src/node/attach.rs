@@ -150,8 +150,8 @@ fn has_a_mount_waiting(fd: &OwnedFd) -> Result<(), Refusal> {
 
 /// Opens `backing` as the caller (`O_PATH`: every directory above it searched with the caller's
 /// rights) and checks the caller may list and search it; its canonical path and its key: the
-/// shared directory's device, inode and birth time (where the file system keeps one, so a
-/// directory made later on a reused inode is another dataset).
+/// shared directory's file system id, inode and birth time (where the file system keeps one,
+/// so a directory made later on a reused inode is another dataset): the same on every node.
 fn open_dataset(ids: &Ids, backing: &Path) -> Result<(OwnedFd, PathBuf, String), Refusal> {
     let path = CString::new(backing.as_os_str().as_encoded_bytes())
         .map_err(|_| Refusal(libc::EINVAL, "a path with a NUL byte".into()))?;
@@ -202,8 +202,19 @@ fn open_dataset(ids: &Ids, backing: &Path) -> Result<(OwnedFd, PathBuf, String),
             std::io::Error::last_os_error(),
         ));
     }
-    let dev = libc::makedev(sx.stx_dev_major, sx.stx_dev_minor);
-    let mut key = format!("{dev:x}-{:x}", sx.stx_ino);
+    // The file system's id, not the device number: a network file system's device number is
+    // the client's own (it differs from node to node), its id is the server's.
+    // SAFETY: statfs is plain data, written by the call on success.
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a valid out pointer.
+    if unsafe { libc::fstatfs(root.as_raw_fd(), &mut sf) } != 0 {
+        return Err(io_refusal("the dataset's file system")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: fsid_t is two ints, plain data, whatever libc calls its field.
+    let [a, b]: [u32; 2] = unsafe { std::mem::transmute(sf.f_fsid) };
+    let mut key = format!("{a:x}{b:08x}-{:x}", sx.stx_ino);
     if sx.stx_mask & libc::STATX_BTIME != 0 {
         key.push_str(&format!(
             "-{:x}.{:x}",

@@ -7,9 +7,10 @@
 //! only that user may use and unmount) and hands the service its `/dev/fuse` descriptor with the
 //! dataset's path ([`client`]). The service knows the caller from the socket, opens the dataset
 //! as that user (a directory the user cannot reach is refused), keys it by the shared
-//! directory's identity (its device, inode and birth time), so two users' mounts of one dataset share one
-//! cache, and serves the mount read-only, asking the shared file system as the caller at every
-//! open and lookup whether the caller may ([`rights`]), whatever the cache holds ([`attach`]).
+//! directory's identity (its file system's id, inode and birth time), so two users' mounts of
+//! one dataset share one cache, and serves the mount read-only, asking the shared file system
+//! as the caller at every open and lookup whether the caller may ([`rights`]), whatever the
+//! cache holds ([`attach`]).
 //! With no service running, `dyadfs mount` runs its own daemon as before.
 
 pub mod attach;

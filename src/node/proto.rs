@@ -58,7 +58,7 @@ pub struct NodeStatus {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DatasetStatus {
-    /// The shared directory's identity (its file system's device and its inode, in hex).
+    /// The shared directory's identity (its file system's id, its inode and birth time, in hex).
     pub key: String,
     /// Its path, as the first user who attached it reached it.
     pub backing: PathBuf,
