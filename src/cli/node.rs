@@ -50,8 +50,8 @@ pub struct NodeServeArgs {
         default_value = crate::node::DEFAULT_SOCKET
     )]
     pub socket: PathBuf,
-    /// Most bytes each dataset's cache may hold [default: leave 10% of the cache file system
-    /// free]
+    /// Most bytes the node's cache may hold, shared equally by its datasets [default: leave 10%
+    /// of the cache file system free]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
     pub capacity: Option<u64>,
     /// Threads serving each mount's FUSE requests

@@ -57,17 +57,19 @@ impl Judge {
     /// Whether `caller` may access `path` as `mode` asks (see [`Rights::may`]).
     pub fn may(&self, path: &str, caller: &dyn Context, mode: i32) -> Option<bool> {
         let thread = caller.thread();
-        let key = (thread, caller.uid(), caller.gid(), path.to_string());
-        let search = mode == libc::X_OK && thread != 0;
-        if search
+        let search = (mode == libc::X_OK && thread != 0)
+            .then(|| (thread, caller.uid(), caller.gid(), path.to_string()));
+        if let Some(key) = &search
             && lock(&self.searched)
-                .get(&key)
+                .get(key)
                 .is_some_and(|at| at.elapsed() < GROUPS_FOR)
         {
             return Some(true);
         }
         let said = self.rights.may(path, &self.credentials(caller), mode);
-        if search && said == Some(true) {
+        if let Some(key) = search
+            && said == Some(true)
+        {
             let mut table = lock(&self.searched);
             if table.len() >= THREADS {
                 table.clear();

@@ -54,14 +54,7 @@ impl<S: Source> Mounted<S> {
     /// started; requests are served once [`Mounted::run`] is called.
     pub fn mount(fs: DyadFs<S>, spec: &SessionSpec) -> Result<Self, SessionError> {
         let config = session_config(spec);
-        let shedder = fs.shedder();
-        let adapter = FuseAdapter::new(fs, &spec.mountpoint, spec.transport).map_err(|source| {
-            SessionError::Start {
-                what: "prefetch threads",
-                source,
-            }
-        })?;
-        let ops = adapter.ops();
+        let (adapter, ops, shedder) = adapter(fs, spec)?;
         let owner = crate::sys::euid();
         ops.set_access(match config.acl {
             fuser::SessionACL::All => Access::All,
@@ -94,14 +87,7 @@ impl<S: Source> Mounted<S> {
         spec: &SessionSpec,
     ) -> Result<Self, SessionError> {
         let config = session_config(spec);
-        let shedder = fs.shedder();
-        let adapter = FuseAdapter::new(fs, &spec.mountpoint, spec.transport).map_err(|source| {
-            SessionError::Start {
-                what: "prefetch threads",
-                source,
-            }
-        })?;
-        let ops = adapter.ops();
+        let (adapter, ops, shedder) = adapter(fs, spec)?;
         ops.set_access(Access::All);
         let dev = fd.try_clone().map_err(|source| SessionError::Start {
             what: "the device's descriptor",
@@ -129,6 +115,21 @@ impl<S: Source> Mounted<S> {
     pub fn run(self) -> io::Result<()> {
         self.session.run()
     }
+}
+
+/// The kernel adapter over a file system, its request handlers, and what sheds its inodes.
+type Adapted<S> = (FuseAdapter<S>, Arc<Ops<S>>, InodeShedder);
+
+fn adapter<S: Source>(fs: DyadFs<S>, spec: &SessionSpec) -> Result<Adapted<S>, SessionError> {
+    let shedder = fs.shedder();
+    let adapter = FuseAdapter::new(fs, &spec.mountpoint, spec.transport).map_err(|source| {
+        SessionError::Start {
+            what: "prefetch threads",
+            source,
+        }
+    })?;
+    let ops = adapter.ops();
+    Ok((adapter, ops, shedder))
 }
 
 /// Unmounts a [`Mounted`] session from another thread (a stop signal's).
