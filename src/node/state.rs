@@ -146,8 +146,9 @@ impl Node {
         }
         d.cache.set_capacity(0);
         share(&datasets, self.capacity.load(Ordering::Relaxed));
-        let files = files - d.cache.cached_files();
-        let bytes = bytes - d.cache.used_bytes();
+        // (Fills may have come meanwhile.)
+        let files = files.saturating_sub(d.cache.cached_files());
+        let bytes = bytes.saturating_sub(d.cache.used_bytes());
         tracing::info!(
             dataset = key,
             files,
