@@ -415,8 +415,8 @@ fn hostile_requests_are_refused_and_the_service_goes_on() {
     fs::remove_dir_all(&root).unwrap();
 }
 
-/// The node's capacity is shared by its datasets: a second dataset takes its half from the
-/// first at once (the first's least recently used files leave); root evicts a dataset, the
+/// The node's capacity is shared by its datasets, each at most `--dataset-max`: a second
+/// dataset takes its half from the first at once (the first's least recently used files leave); root evicts a dataset, the
 /// files not open while a mount serves it, all of it once none does; a plain user may not.
 #[test]
 fn datasets_share_the_capacity_and_root_evicts() {
@@ -431,7 +431,7 @@ fn datasets_share_the_capacity_and_root_evicts() {
         }
         sets.push(dir);
     }
-    let service = Service::start_with(&root, &["--capacity", "1536K"]);
+    let service = Service::start_with(&root, &["--capacity", "1536K", "--dataset-max", "1M"]);
     let mount = |set: &Path, mnt: &str| {
         let mnt = root.join(mnt);
         fs::create_dir_all(&mnt).unwrap();
@@ -457,7 +457,13 @@ fn datasets_share_the_capacity_and_root_evicts() {
     let key = |s: &Value, i: usize| s["datasets"][i]["key"].as_str().unwrap().to_string();
     let of = |s: &Value, i: usize, k: &str| s["datasets"][i][k].as_u64().unwrap();
     let m1 = mount(&sets[0], "m1");
-    assert_eq!(of(&status(), 0, "cached_bytes"), 1 << 20);
+    let s = status();
+    assert_eq!(
+        of(&s, 0, "capacity"),
+        1 << 20,
+        "alone, at most --dataset-max: {s}"
+    );
+    assert_eq!(of(&s, 0, "cached_bytes"), 1 << 20);
     let m2 = mount(&sets[1], "m2");
     let s = status();
     assert_eq!(s["capacity"].as_u64().unwrap(), 1536 << 10);
@@ -497,8 +503,8 @@ fn datasets_share_the_capacity_and_root_evicts() {
     assert_eq!(s["datasets"].as_array().unwrap().len(), 1, "{s}");
     assert_eq!(
         of(&s, 0, "capacity"),
-        1536 << 10,
-        "the rest is the other's again"
+        1 << 20,
+        "the other's share again, to its maximum"
     );
     assert!(!service.ssd.join("datasets").join(&k1).exists());
     let _ = Command::new("fusermount3").arg("-u").arg(&m2).status();

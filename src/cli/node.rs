@@ -54,6 +54,10 @@ pub struct NodeServeArgs {
     /// of the cache file system free]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
     pub capacity: Option<u64>,
+    /// The most one dataset may hold, however few share the node (a quota per dataset)
+    /// [default: its share alone]
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
+    pub dataset_max: Option<u64>,
     /// Threads serving each mount's FUSE requests
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
@@ -97,6 +101,7 @@ impl From<NodeServeArgs> for NodeConfig {
             ssd: a.ssd,
             socket: a.socket,
             template,
+            dataset_max: a.dataset_max,
         }
     }
 }
@@ -111,6 +116,7 @@ mod tests {
             ssd: "/nvme".into(),
             socket: crate::node::DEFAULT_SOCKET.into(),
             capacity: Some(1 << 30),
+            dataset_max: None,
             threads: 4,
         };
         let c = NodeConfig::from(args);

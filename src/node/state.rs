@@ -20,8 +20,10 @@ pub struct NodeConfig {
     pub ssd: PathBuf,
     pub socket: PathBuf,
     /// What every mount the service serves is, but for its mount point and dataset (the
-    /// defaults of `dyadfs mount`, read-only, opens asked; `--capacity` per dataset).
+    /// defaults of `dyadfs mount`, read-only, opens asked; `capacity` the node's, shared).
     pub template: MountConfig,
+    /// The most one dataset may hold, whatever its share (`--dataset-max`).
+    pub dataset_max: Option<u64>,
 }
 
 /// Mounts one user may have served at once (each holds its own request threads); root's are
@@ -89,7 +91,7 @@ impl Node {
             capacity,
             "the node's cache loaded"
         );
-        share(&datasets, capacity);
+        self.share(&datasets);
         Ok(())
     }
 
@@ -121,7 +123,7 @@ impl Node {
         .map_err(io_refusal("the dataset's record"))?;
         let dataset = self.open(key, backing)?;
         datasets.insert(key.to_string(), dataset.clone());
-        share(&datasets, self.capacity.load(Ordering::Relaxed));
+        self.share(&datasets);
         Ok(dataset)
     }
 
@@ -141,11 +143,11 @@ impl Node {
             std::fs::remove_dir_all(dir.join(key)).map_err(io_refusal("the dataset's cache"))?;
             let _ = std::fs::remove_file(dir.join(format!("{key}.backing")));
             tracing::info!(dataset = key, files, bytes, "a dataset evicted");
-            share(&datasets, self.capacity.load(Ordering::Relaxed));
+            self.share(&datasets);
             return Ok(Reply::Evicted { files, bytes, gone });
         }
         d.cache.set_capacity(0);
-        share(&datasets, self.capacity.load(Ordering::Relaxed));
+        self.share(&datasets);
         // (Fills may have come meanwhile.)
         let files = files.saturating_sub(d.cache.cached_files());
         let bytes = bytes.saturating_sub(d.cache.used_bytes());
@@ -156,6 +158,21 @@ impl Node {
             "a served dataset's closed files evicted"
         );
         Ok(Reply::Evicted { files, bytes, gone })
+    }
+
+    /// Shares the node's capacity equally among its datasets: each may hold `capacity / n`
+    /// (at most `--dataset-max`), and one over its share (a new dataset came) gives back its
+    /// least recently used files at once. Fair between datasets, whoever reads them; every user
+    /// of a dataset reads its one copy.
+    fn share(&self, datasets: &HashMap<String, Arc<Dataset>>) {
+        let (n, capacity) = (datasets.len() as u64, self.capacity.load(Ordering::Relaxed));
+        if n == 0 || capacity == 0 {
+            return;
+        }
+        let each = (capacity / n).min(self.config.dataset_max.unwrap_or(u64::MAX));
+        for d in datasets.values() {
+            d.cache.set_capacity(each);
+        }
     }
 
     /// Opens dataset `key`'s cache (made if new).
@@ -188,19 +205,6 @@ impl Node {
             mounts: AtomicU64::new(0),
             users: Mutex::default(),
         }))
-    }
-}
-
-/// Shares the node's `capacity` equally among its datasets: each may hold `capacity / n`, and
-/// one over its share (a new dataset came) gives back its least recently used files at once.
-/// Fair between datasets, whoever reads them; every user of a dataset reads its one copy.
-fn share(datasets: &HashMap<String, Arc<Dataset>>, capacity: u64) {
-    let n = datasets.len() as u64;
-    if n == 0 || capacity == 0 {
-        return;
-    }
-    for d in datasets.values() {
-        d.cache.set_capacity(capacity / n);
     }
 }
 
