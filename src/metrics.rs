@@ -1,7 +1,8 @@
 //! `mount --metrics-listen HOST:PORT`: the daemon's counters as a Prometheus (OpenMetrics) text
 //! endpoint at `/metrics`, encoded by the `prometheus-client` crate. Every `dyadfs stats` key
 //! is a counter or a gauge named `dyadfs_<key>` with a `node` label, with the latency
-//! histograms the daemon keeps as it works ([`Latencies`]).
+//! histograms the daemon keeps as it works ([`Latencies`]). The node service's endpoint
+//! labels the same keys by `dataset` instead ([`render_datasets`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -45,22 +46,7 @@ const GAUGES: [&str; 18] = [
 pub fn render(snap: &Snapshot, latencies: &Latencies) -> String {
     let mut registry = Registry::with_prefix("dyadfs");
     let node: Labels = vec![("node".into(), snap.node_id.to_string())];
-    let value = serde_json::to_value(snap).expect("a snapshot serializes");
-    for (key, v) in value.as_object().expect("an object") {
-        let n = v
-            .as_u64()
-            .or_else(|| v.as_bool().map(u64::from))
-            .unwrap_or(0);
-        if GAUGES.contains(&key.as_str()) {
-            let g = Family::<Labels, Gauge>::default();
-            g.get_or_create(&node).set(n as i64);
-            registry.register(key, key.replace('_', " "), g);
-        } else {
-            let c = Family::<Labels, Counter>::default();
-            c.get_or_create(&node).inc_by(n);
-            registry.register(key, key.replace('_', " "), c);
-        }
-    }
+    register_keys(&mut registry, &[(node, snap)]);
     // The histograms carry the node's label too, as every counter does.
     let labelled =
         registry.sub_registry_with_label(("node".into(), snap.node_id.to_string().into()));
@@ -82,6 +68,52 @@ pub fn render(snap: &Snapshot, latencies: &Latencies) -> String {
     let mut out = String::new();
     encode(&mut out, &registry).expect("writing to a String");
     out
+}
+
+/// The text a scrape of the node service returns: every `dyadfs stats` key of each of its
+/// datasets, labelled `dataset` with its key (no latency histograms: they are a mount's).
+pub fn render_datasets(datasets: &[(String, Snapshot)]) -> String {
+    let mut registry = Registry::with_prefix("dyadfs");
+    let rows: Vec<(Labels, &Snapshot)> = datasets
+        .iter()
+        .map(|(key, snap)| (vec![("dataset".to_string(), key.clone())], snap))
+        .collect();
+    register_keys(&mut registry, &rows);
+    let mut out = String::new();
+    encode(&mut out, &registry).expect("writing to a String");
+    out
+}
+
+/// Every key of the snapshots as a gauge or a counter family, a series per row's labels.
+fn register_keys(registry: &mut Registry, rows: &[(Labels, &Snapshot)]) {
+    let values: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(_, snap)| serde_json::to_value(snap).expect("a snapshot serializes"))
+        .collect();
+    let Some(first) = values.first().and_then(|v| v.as_object()) else {
+        return;
+    };
+    let number = |v: &serde_json::Value| {
+        v.as_u64()
+            .or_else(|| v.as_bool().map(u64::from))
+            .unwrap_or(0)
+    };
+    for key in first.keys() {
+        let help = key.replace('_', " ");
+        if GAUGES.contains(&key.as_str()) {
+            let g = Family::<Labels, Gauge>::default();
+            for ((labels, _), v) in rows.iter().zip(&values) {
+                g.get_or_create(labels).set(number(&v[key]) as i64);
+            }
+            registry.register(key, help, g);
+        } else {
+            let c = Family::<Labels, Counter>::default();
+            for ((labels, _), v) in rows.iter().zip(&values) {
+                c.get_or_create(labels).inc_by(number(&v[key]));
+            }
+            registry.register(key, help, c);
+        }
+    }
 }
 
 /// Scrapes served at once; a connection past them is closed as soon as it is accepted.

@@ -63,6 +63,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "node",
         &[
             "core", "sys", "stats", "cache", "backing", "fs", "fuse", "locator", "daemon",
+            "metrics",
         ],
     ),
     // The commands that talk to a running mount: what they need of the daemon is its errors

@@ -415,7 +415,8 @@ fn hostile_requests_are_refused_and_the_service_goes_on() {
     fs::remove_dir_all(&root).unwrap();
 }
 
-/// The node's capacity is shared by its datasets, each at most `--dataset-max`: a second
+/// The node's capacity is shared by its datasets, each at most `--dataset-max`, each counted
+/// at `/metrics`: a second
 /// dataset takes its half from the first at once (the first's least recently used files leave); root evicts a dataset, the
 /// files not open while a mount serves it, all of it once none does; a plain user may not.
 #[test]
@@ -431,7 +432,19 @@ fn datasets_share_the_capacity_and_root_evicts() {
         }
         sets.push(dir);
     }
-    let service = Service::start_with(&root, &["--capacity", "1536K", "--dataset-max", "1M"]);
+    let port = common::free_ports(1)[0];
+    let metrics = format!("127.0.0.1:{port}");
+    let service = Service::start_with(
+        &root,
+        &[
+            "--capacity",
+            "1536K",
+            "--dataset-max",
+            "1M",
+            "--metrics-listen",
+            &metrics,
+        ],
+    );
     let mount = |set: &Path, mnt: &str| {
         let mnt = root.join(mnt);
         fs::create_dir_all(&mnt).unwrap();
@@ -473,6 +486,16 @@ fn datasets_share_the_capacity_and_root_evicts() {
         assert!(of(&s, i, "cached_bytes") <= 768 << 10, "{s}");
     }
     assert!(total <= 1536 << 10, "{s}");
+    // Every dataset's counters at /metrics, labelled by its key.
+    let scraped = scrape(&metrics);
+    for i in 0..2 {
+        let line = format!(
+            "dyadfs_cached_bytes{{dataset=\"{}\"}} {}",
+            key(&s, i),
+            of(&s, i, "cached_bytes")
+        );
+        assert!(scraped.contains(&line), "{line} in:\n{scraped}");
+    }
     // Which dataset m1 serves.
     let first = (0..2)
         .find(|&i| s["datasets"][i]["backing"].as_str() == Some(sets[0].to_str().unwrap()))
@@ -510,4 +533,14 @@ fn datasets_share_the_capacity_and_root_evicts() {
     let _ = Command::new("fusermount3").arg("-u").arg(&m2).status();
     service.stop();
     fs::remove_dir_all(&root).unwrap();
+}
+
+/// The body of `GET /metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }

@@ -58,6 +58,10 @@ pub struct NodeServeArgs {
     /// [default: its share alone]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
     pub dataset_max: Option<u64>,
+    /// Serve every dataset's counters (the keys of `dyadfs stats`, labelled `dataset`) as
+    /// Prometheus metrics at http://HOST:PORT/metrics
+    #[arg(long, value_name = "HOST:PORT", value_parser = super::host_port)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Threads serving each mount's FUSE requests
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
@@ -102,6 +106,7 @@ impl From<NodeServeArgs> for NodeConfig {
             socket: a.socket,
             template,
             dataset_max: a.dataset_max,
+            metrics_listen: a.metrics_listen,
         }
     }
 }
@@ -117,6 +122,7 @@ mod tests {
             socket: crate::node::DEFAULT_SOCKET.into(),
             capacity: Some(1 << 30),
             dataset_max: None,
+            metrics_listen: None,
             threads: 4,
         };
         let c = NodeConfig::from(args);

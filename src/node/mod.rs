@@ -54,6 +54,12 @@ pub fn serve(mut config: NodeConfig) -> Result<(), UserError> {
     let node = Arc::new(Node::new(config));
     node.load()
         .map_err(|r| UserError::Node(format!("loading the node's cache: {}", r.1)))?;
+    if let Some(addr) = node.config.metrics_listen {
+        let scraped = node.clone();
+        let local = crate::metrics::serve(addr, move || scraped.metrics())
+            .map_err(|source| UserError::Listen { addr, source })?;
+        tracing::info!(%local, "serving every dataset's metrics at /metrics");
+    }
     let socket = node.config.socket.clone();
     std::thread::Builder::new()
         .name("node-signals".into())

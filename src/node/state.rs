@@ -24,6 +24,8 @@ pub struct NodeConfig {
     pub template: MountConfig,
     /// The most one dataset may hold, whatever its share (`--dataset-max`).
     pub dataset_max: Option<u64>,
+    /// Where to serve every dataset's counters as Prometheus metrics (`--metrics-listen`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Mounts one user may have served at once (each holds its own request threads); root's are
@@ -93,6 +95,15 @@ impl Node {
         );
         self.share(&datasets);
         Ok(())
+    }
+
+    /// What the service's `/metrics` serves: every dataset's counters, labelled by its key.
+    pub fn metrics(&self) -> String {
+        let rows: Vec<_> = lock(&self.datasets)
+            .values()
+            .map(|d| (d.key.clone(), d.snapshot()))
+            .collect();
+        crate::metrics::render_datasets(&rows)
     }
 
     /// `dyadfs node status`.
@@ -220,6 +231,22 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Its counters as `dyadfs stats` keys (the node service's `/metrics`).
+    pub fn snapshot(&self) -> crate::stats::Snapshot {
+        let cache = &self.cache;
+        self.stats.snapshot(crate::stats::Gauges {
+            cached_bytes: cache.used_bytes(),
+            cached_files: cache.cached_files(),
+            cache_segments: cache.segment_files(),
+            capacity_bytes: cache.capacity(),
+            inodes: 0,
+            open_files: cache.open_files(),
+            prefetch_pending: 0,
+            kept_files: 0,
+            partial_chunks: cache.partial_chunks(),
+        })
+    }
+
     pub fn status(&self) -> DatasetStatus {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let s = &self.stats;
