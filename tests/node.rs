@@ -315,7 +315,9 @@ fn users_share_one_copy_and_each_open_is_judged_as_its_user() {
 }
 
 /// Job D: the service restarted (every mount gone with it), user 1 mounts again and reads the
-/// whole dataset with 0 bytes from the shared FS.
+/// whole dataset with 0 bytes from the shared FS; the same after the service was killed
+/// (SIGKILL) under a mount that was reading: the user's mount is dead (ENOTCONN, unmounted by
+/// the user as any dead FUSE mount), the stale socket is replaced, nothing cached is lost.
 #[test]
 fn a_restarted_service_serves_what_it_cached_before() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -340,6 +342,49 @@ fn a_restarted_service_serves_what_it_cached_before() {
     }
     assert_eq!(service.dataset("bytes_from_backing"), 0);
     assert_eq!(service.dataset("local_hits"), readable.len() as u64);
+    // Killed while serving, a reader in flight.
+    let reader = a
+        .cmd()
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                "while cat {}/pub/0.bin > /dev/null; do :; done",
+                a.mnt.display()
+            ),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut service = service;
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    let out = reader.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("Transport endpoint is not connected"),
+        "{said}"
+    );
+    let unmounted = a.cmd().arg("fusermount3").arg("-u").arg(&a.mnt).status();
+    assert!(unmounted.unwrap().success(), "its user unmounts it");
+    assert!(!common::is_mounted(&a.mnt));
+    assert!(
+        !common::is_mounted(&a.mnt),
+        "a dead mount unmounted by its user"
+    );
+    assert!(
+        service.socket.exists(),
+        "the killed service's socket is left"
+    );
+    let service = Service::start(&root);
+    attached(
+        "user 1 attaches after a kill",
+        a.mount(&service, &backing, &[]),
+    );
+    for f in &readable {
+        assert_eq!(a.read(&f.0).as_ref(), Ok(&f.1));
+    }
+    assert_eq!(service.dataset("bytes_from_backing"), 0);
     a.unmount();
     service.stop();
     fs::remove_dir_all(&root).unwrap();
