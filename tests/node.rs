@@ -585,3 +585,43 @@ fn scrape(addr: &str) -> String {
     s.read_to_string(&mut out).unwrap();
     out
 }
+
+/// A user gets at most 16 mounts served at once: the 17th is refused in a line (nothing left
+/// mounted), and once one of them is unmounted the next is served.
+#[test]
+fn a_user_gets_sixteen_mounts_at_most() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("bound");
+    let (backing, files) = dataset(&root);
+    let mut users = Vec::new();
+    for i in 0..17 {
+        let Some(u) = User::new("dyadfs-u3", &root.join(format!("m{i}")), &[]) else {
+            return;
+        };
+        users.push(u);
+    }
+    let _fuse = FuseForUsers::open();
+    let service = Service::start(&root);
+    for u in &users[..16] {
+        attached("one of 16", u.mount(&service, &backing, &[]));
+    }
+    let out = users[16].mount(&service, &backing, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("16 mounts served on this node"), "{err}");
+    assert!(!common::is_mounted(&users[16].mnt));
+    users[0].unmount();
+    wait_until(
+        "the unmounted session ends",
+        Duration::from_secs(10),
+        || service.dataset("mounts") == 15,
+    );
+    attached(
+        "the 17th, once one left",
+        users[16].mount(&service, &backing, &[]),
+    );
+    assert_eq!(users[16].read("pub/1.bin").as_ref(), Ok(&files[1].1));
+    drop(users);
+    service.stop();
+    fs::remove_dir_all(&root).unwrap();
+}
