@@ -85,29 +85,7 @@ fn run(command: Command) -> Result<(), UserError> {
                 None => dyadfs::daemon::mount(config),
             }
         }
-        Command::Node(NodeCommand::Serve(args)) => dyadfs::node::serve(args.into()),
-        Command::Node(NodeCommand::Evict(args)) => {
-            dyadfs::node::client::evict(&args.socket, &args.key).map(|(files, bytes, gone)| {
-                println!(
-                    "evicted {files} files ({}){}",
-                    dyadfs::stats::human(bytes),
-                    if gone {
-                        "; the dataset is gone"
-                    } else {
-                        "; the dataset is served: its open files stay"
-                    }
-                )
-            })
-        }
-        Command::Node(NodeCommand::Status(args)) => {
-            dyadfs::node::client::status(&args.socket).map(|s| {
-                if args.json {
-                    println!("{}", serde_json::to_string(&s).expect("serialize"));
-                } else {
-                    print!("{}", s.table());
-                }
-            })
-        }
+        Command::Node(command) => node(command),
         Command::Stats(args) => dyadfs::client::stats(&args.mountpoint).map(|s| {
             if args.json {
                 println!("{}", serde_json::to_string(&s).expect("serialize"));
@@ -195,6 +173,33 @@ fn run(command: Command) -> Result<(), UserError> {
             dyadfs::transport::ucx::process::run(a.slots, a.slot_size, a.background)
                 .map_err(Into::into)
         }
+    }
+}
+
+/// Runs one `dyadfs node` command.
+fn node(command: NodeCommand) -> Result<(), UserError> {
+    match command {
+        NodeCommand::Serve(args) => dyadfs::node::serve(args.into()),
+        NodeCommand::Evict(args) => {
+            dyadfs::node::client::evict(&args.socket, &args.key).map(|(files, bytes, gone)| {
+                println!(
+                    "evicted {files} files ({}){}",
+                    dyadfs::stats::human(bytes),
+                    if gone {
+                        "; the dataset is gone"
+                    } else {
+                        "; the dataset is served: its open files stay"
+                    }
+                )
+            })
+        }
+        NodeCommand::Status(args) => dyadfs::node::client::status(&args.socket).map(|s| {
+            if args.json {
+                println!("{}", serde_json::to_string(&s).expect("serialize"));
+            } else {
+                print!("{}", s.table());
+            }
+        }),
     }
 }
 
