@@ -53,30 +53,11 @@ PY
 cp -a "$W/shared/." "$W/local/"
 ls "$W/shared" | shuf --random-source=<(yes) > "$W/order"
 chmod 644 "$W/order"
-cat > "$W/loop.py" <<'PY'
-import os, sys, time
-root, names = sys.argv[1], open(sys.argv[2]).read().split()
-go_r, go_w = os.pipe()
-kids = []
-for q in range(4):
-    pid = os.fork()
-    if pid == 0:
-        os.read(go_r, 1)
-        for n in names[q::4]:
-            with open(os.path.join(root, n), "rb", buffering=0) as f:
-                while f.read(1 << 20):
-                    pass
-        os._exit(0)
-    kids.append(pid)
-t = time.perf_counter()
-os.write(go_w, b"xxxx")
-for k in kids:
-    os.waitpid(k, 0)
-print(f"{time.perf_counter() - t:.3f}")
-PY
 as() { setpriv --reuid="$1" --regid="$1" --clear-groups "${@:2}"; }
-# Users run the system's python (a root-only pyenv shim would refuse them).
+# Users run the system's python (a root-only pyenv shim would refuse them); the readers are
+# scripts/lib/readers.py, which every user may read.
 PY=/usr/bin/python3
+READERS=$PWD/scripts/lib/readers.py
 
 "$BIN" node serve --ssd "$W/node" --socket "$W/node.sock" 2> "$W/node.log" &
 service=$!
@@ -88,36 +69,39 @@ field() { python3 -c "import json,sys; print(json.load(sys.stdin)['datasets'][0]
 as dyadfs-user "$BIN" mount "$W/mnt-a" --ssd "$W/unused" --backing "$W/shared" \
   --node-socket "$W/node.sock" 2> /dev/null
 drop
-t=$(as dyadfs-user $PY "$W/loop.py" "$W/mnt-a" "$W/order")
+t=$(as dyadfs-user $PY "$READERS" "$W/mnt-a" "$W/order")
 fusermount3 -u "$W/mnt-a"
-echo "job A (user 1), epoch 1 through the service from the shared FS: $t s"
+printf 'job A (user 1), epoch 1 through the service from the shared FS: %.3f s\n' "$t"
 from_shared=$(status | field bytes_from_backing)
 
 # The job's own daemon, its cache filled once (its later epochs are what it compares with).
 "$BIN" mount "$W/mnt-own" --ssd "$W/own-ssd" --backing "$W/shared" --no-node -o allow_other
-python3 "$W/loop.py" "$W/mnt-own" "$W/order" > /dev/null
+python3 "$READERS" "$W/mnt-own" "$W/order" > /dev/null
 own_pid=$(pgrep -f -- " mount $W/mnt-own " | head -1)
 
 printf '%-4s %8s %8s %8s %14s %14s\n' run local node own "node us/file" "own us/file"
 : > "$W/local.t"; : > "$W/node.t"; : > "$W/own.t"; : > "$W/node.cpu"; : > "$W/own.cpu"
 for r in $(seq "$RUNS"); do
   drop
-  tl=$(as dyadfs-u2 $PY "$W/loop.py" "$W/local" "$W/order")
+  tl=$(as dyadfs-u2 $PY "$READERS" "$W/local" "$W/order")
   as dyadfs-u2 "$BIN" mount "$W/mnt-b" --ssd "$W/unused" --backing "$W/shared" \
     --node-socket "$W/node.sock" 2> /dev/null
   drop
   c0=$(threads_cpu_ms "$service")
-  tn=$(as dyadfs-u2 $PY "$W/loop.py" "$W/mnt-b" "$W/order")
+  tn=$(as dyadfs-u2 $PY "$READERS" "$W/mnt-b" "$W/order")
   c1=$(threads_cpu_ms "$service")
   fusermount3 -u "$W/mnt-b"
   drop
   o0=$(threads_cpu_ms "$own_pid")
-  to=$(as dyadfs-u2 $PY "$W/loop.py" "$W/mnt-own" "$W/order")
+  to=$(as dyadfs-u2 $PY "$READERS" "$W/mnt-own" "$W/order")
   o1=$(threads_cpu_ms "$own_pid")
   nu=$(echo "($c1 - $c0) * 1000 / $FILES" | bc -l)
   ou=$(echo "($o1 - $o0) * 1000 / $FILES" | bc -l)
-  printf '%-4s %8s %8s %8s %14.0f %14.0f\n' "$r" "$tl" "$tn" "$to" "$nu" "$ou"
-  echo "$tl" >> "$W/local.t"; echo "$tn" >> "$W/node.t"; echo "$to" >> "$W/own.t"
+  printf '%-4s %8.3f %8.3f %8.3f %14.0f %14.0f\n' "$r" "$tl" "$tn" "$to" "$nu" "$ou"
+  # (Milliseconds, as printed.)
+  printf '%.3f\n' "$tl" >> "$W/local.t"
+  printf '%.3f\n' "$tn" >> "$W/node.t"
+  printf '%.3f\n' "$to" >> "$W/own.t"
   echo "$nu" >> "$W/node.cpu"; echo "$ou" >> "$W/own.cpu"
 done
 after=$(status | field bytes_from_backing)

@@ -51,32 +51,9 @@ ls "$W/backing/small" | shuf --random-source=<(yes) > "$W/order"
 
 big() { dd if="$1/big.bin" of=/dev/null bs=1M 2>/dev/null; }
 small() { (cd "$1/small" && xargs -P4 -n 64 cat < "$W/order" > /dev/null); }
-# A training loop's reads: 4 Python processes, each opening and reading its quarter of the
-# shuffled files whole (no process started per file); the time from their start signal until
-# the last is done.
-cat > "$W/loop.py" <<'PY'
-import os, sys
-root, names = sys.argv[1], open(sys.argv[2]).read().split()
-go_r, go_w = os.pipe()
-kids = []
-for q in range(4):
-    pid = os.fork()
-    if pid == 0:
-        os.read(go_r, 1)
-        for n in names[q::4]:
-            with open(os.path.join(root, n), "rb", buffering=0) as f:
-                while f.read(1 << 20):
-                    pass
-        os._exit(0)
-    kids.append(pid)
-import time
-t = time.perf_counter()
-os.write(go_w, b"xxxx")
-for k in kids:
-    os.waitpid(k, 0)
-print(time.perf_counter() - t)
-PY
-loop() { python3 "$W/loop.py" "$1/small" "$W/order" > "$W/loop.t"; }
+# A training loop's reads: 4 Python processes, each its quarter of the shuffled files whole
+# (scripts/lib/readers.py).
+loop() { python3 scripts/lib/readers.py "$1/small" "$W/order" > "$W/loop.t"; }
 # median of RUNS timings of "$@" (cold: drop caches first)
 measure() {
   local temp=$1; shift
