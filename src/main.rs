@@ -180,8 +180,8 @@ fn run(command: Command) -> Result<(), UserError> {
 fn node(command: NodeCommand) -> Result<(), UserError> {
     match command {
         NodeCommand::Serve(args) => dyadfs::node::serve(args.into()),
-        NodeCommand::Evict(args) => {
-            dyadfs::node::client::evict(&args.socket, &args.key).map(|(files, bytes, gone)| {
+        NodeCommand::Evict(args) => dyadfs::node::client::evict(&args.service.socket, &args.key)
+            .map(|(files, bytes, gone)| {
                 println!(
                     "evicted {files} files ({}){}",
                     dyadfs::stats::human(bytes),
@@ -191,9 +191,8 @@ fn node(command: NodeCommand) -> Result<(), UserError> {
                         "; the dataset is served: its open files stay"
                     }
                 )
-            })
-        }
-        NodeCommand::Status(args) => dyadfs::node::client::status(&args.socket).map(|s| {
+            }),
+        NodeCommand::Status(args) => dyadfs::node::client::status(&args.service.socket).map(|s| {
             if args.json {
                 println!("{}", serde_json::to_string(&s).expect("serialize"));
             } else {

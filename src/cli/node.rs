@@ -22,11 +22,11 @@ pub enum NodeCommand {
     Evict(NodeEvictArgs),
 }
 
+/// The service's socket, as every `dyadfs node` command names it.
 #[derive(Debug, Args)]
-pub struct NodeEvictArgs {
-    /// The dataset's key
-    pub key: String,
-    /// The service's socket
+pub struct NodeSocket {
+    /// The service's socket (`serve`: where it listens, made mode 0666: every user may ask;
+    /// each is judged by the kernel's word of who they are)
     #[arg(
         long,
         value_name = "PATH",
@@ -37,19 +37,20 @@ pub struct NodeEvictArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct NodeEvictArgs {
+    /// The dataset's key
+    pub key: String,
+    #[command(flatten)]
+    pub service: NodeSocket,
+}
+
+#[derive(Debug, Args)]
 pub struct NodeServeArgs {
     /// The node's cache directory on its NVMe (made, mode 0700, if missing)
     #[arg(long, value_name = "DIR")]
     pub ssd: PathBuf,
-    /// Where to listen for mounts (made mode 0666: every user may ask; each is judged by the
-    /// kernel's word of who they are)
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "DYADFS_NODE_SOCKET",
-        default_value = crate::node::DEFAULT_SOCKET
-    )]
-    pub socket: PathBuf,
+    #[command(flatten)]
+    pub service: NodeSocket,
     /// Most bytes the node's cache may hold, shared equally by its datasets [default: leave 10%
     /// of the cache file system free]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
@@ -69,14 +70,8 @@ pub struct NodeServeArgs {
 
 #[derive(Debug, Args)]
 pub struct NodeStatusArgs {
-    /// The service's socket
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "DYADFS_NODE_SOCKET",
-        default_value = crate::node::DEFAULT_SOCKET
-    )]
-    pub socket: PathBuf,
+    #[command(flatten)]
+    pub service: NodeSocket,
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
@@ -103,7 +98,7 @@ impl From<NodeServeArgs> for NodeConfig {
         template.fs.no_open = false;
         NodeConfig {
             ssd: a.ssd,
-            socket: a.socket,
+            socket: a.service.socket,
             template,
             dataset_max: a.dataset_max,
             metrics_listen: a.metrics_listen,
@@ -119,7 +114,9 @@ mod tests {
     fn the_service_serves_read_only_asked_mounts_with_its_capacity() {
         let args = NodeServeArgs {
             ssd: "/nvme".into(),
-            socket: crate::node::DEFAULT_SOCKET.into(),
+            service: NodeSocket {
+                socket: crate::node::DEFAULT_SOCKET.into(),
+            },
             capacity: Some(1 << 30),
             dataset_max: None,
             metrics_listen: None,
