@@ -73,6 +73,20 @@ impl Service {
             .then(|| serde_json::from_slice(&out.stdout).unwrap())
     }
 
+    /// `dyadfs mount MNT --backing BACKING` attaching to this service, run by `cmd` (the binary,
+    /// or a user's `setpriv` and the binary). The `--ssd` it names is not used.
+    fn attach(&self, mut cmd: Command, mnt: &Path, backing: &Path, extra: &[&str]) -> Output {
+        cmd.arg("mount")
+            .arg(mnt)
+            .args(["--ssd", "/nonexistent", "--backing"])
+            .arg(backing)
+            .arg("--node-socket")
+            .arg(&self.socket)
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
     /// The one dataset's counter `key`.
     fn dataset(&self, key: &str) -> u64 {
         let s = self.try_status().expect("the service answers");
@@ -144,19 +158,9 @@ impl User {
 
     /// `dyadfs mount` as this user, attaching to the service.
     fn mount(&self, service: &Service, backing: &Path, extra: &[&str]) -> Output {
-        self.cmd()
-            .arg(env!("CARGO_BIN_EXE_dyadfs"))
-            .arg("mount")
-            .arg(&self.mnt)
-            .arg("--ssd")
-            .arg(self.mnt.with_extension("unused-ssd"))
-            .arg("--backing")
-            .arg(backing)
-            .arg("--node-socket")
-            .arg(&service.socket)
-            .args(extra)
-            .output()
-            .unwrap()
+        let mut cmd = self.cmd();
+        cmd.arg(env!("CARGO_BIN_EXE_dyadfs"));
+        service.attach(cmd, &self.mnt, backing, extra)
     }
 
     /// Reads `rel` under its mount as this user: the bytes, or the errno's name `cat` prints.
@@ -317,7 +321,8 @@ fn users_share_one_copy_and_each_open_is_judged_as_its_user() {
 /// Job D: the service restarted (every mount gone with it), user 1 mounts again and reads the
 /// whole dataset with 0 bytes from the shared FS; the same after the service was killed
 /// (SIGKILL) under a mount that was reading: the user's mount is dead (ENOTCONN, or
-/// ECONNABORTED over io_uring; unmounted by the user as any dead FUSE mount), the stale socket is replaced, nothing cached is lost.
+/// ECONNABORTED over io_uring; unmounted by the user as any dead FUSE mount), the stale socket
+/// is replaced, nothing cached is lost.
 #[test]
 fn a_restarted_service_serves_what_it_cached_before() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -390,8 +395,7 @@ fn a_restarted_service_serves_what_it_cached_before() {
 
 /// Hostile requests on the socket: garbage, an attach without a descriptor, an attach with a
 /// descriptor that is not /dev/fuse, a request of another protocol version, /dev/fuse with no
-/// mount behind it. Each is refused in
-/// a line, and the service goes on serving.
+/// mount behind it. Each is refused in a line, and the service goes on serving.
 #[test]
 fn hostile_requests_are_refused_and_the_service_goes_on() {
     use dyadfs::node::proto::{self, Reply, Request};
@@ -431,17 +435,7 @@ fn hostile_requests_are_refused_and_the_service_goes_on() {
     // And a real mount by root works after them.
     let mnt = root.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dyadfs"))
-        .arg("mount")
-        .arg(&mnt)
-        .arg("--ssd")
-        .arg(root.join("unused-ssd"))
-        .arg("--backing")
-        .arg(&backing)
-        .arg("--node-socket")
-        .arg(&service.socket)
-        .output()
-        .unwrap();
+    let out = service.attach(common::dyadfs(), &mnt, &backing, &[]);
     attached("root attaches", out);
     assert_eq!(fs::read(mnt.join("pub/0.bin")).unwrap(), files[0].1);
     let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
@@ -458,10 +452,10 @@ fn hostile_requests_are_refused_and_the_service_goes_on() {
     fs::remove_dir_all(&root).unwrap();
 }
 
-/// The node's capacity is shared by its datasets, each at most `--dataset-max`, each counted
-/// at `/metrics`: a second
-/// dataset takes its half from the first at once (the first's least recently used files leave); root evicts a dataset, the
-/// files not open while a mount serves it, all of it once none does; a plain user may not.
+/// The node's capacity is shared by its datasets, each at most `--dataset-max`, each counted at
+/// `/metrics`: a second dataset takes its half from the first at once (the first's least
+/// recently used files leave); root evicts a dataset, the files not open while a mount serves
+/// it, all of it once none does; a plain user may not.
 #[test]
 fn datasets_share_the_capacity_and_root_evicts() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -491,16 +485,10 @@ fn datasets_share_the_capacity_and_root_evicts() {
     let mount = |set: &Path, mnt: &str| {
         let mnt = root.join(mnt);
         fs::create_dir_all(&mnt).unwrap();
-        let out = common::dyadfs()
-            .arg("mount")
-            .arg(&mnt)
-            .args(["--ssd", "/nonexistent", "--backing"])
-            .arg(set)
-            .arg("--node-socket")
-            .arg(&service.socket)
-            .output()
-            .unwrap();
-        attached("root attaches", out);
+        attached(
+            "root attaches",
+            service.attach(common::dyadfs(), &mnt, set, &[]),
+        );
         for i in 0..4 {
             assert_eq!(
                 fs::read(mnt.join(format!("{i}.bin"))).unwrap(),
