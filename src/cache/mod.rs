@@ -14,6 +14,13 @@
 mod adopt;
 mod capacity;
 pub use capacity::fs_space;
+
+/// The capacity of a cache in `dir` given none, with `used` bytes held there: what keeps 10% of
+/// its file system free (said in the log when that is small). The node service's budget for
+/// all its datasets is the same rule.
+pub fn default_capacity(dir: &std::path::Path, used: u64) -> io::Result<u64> {
+    Room::unset(dir, used)
+}
 mod chunks;
 mod direct;
 pub mod entry;

@@ -80,11 +80,8 @@ impl Node {
         let used: u64 = datasets.values().map(|d| d.cache.used_bytes()).sum();
         let capacity = match self.config.template.capacity {
             Some(c) => c,
-            None => {
-                let (total, avail) = crate::cache::fs_space(&self.config.ssd)
-                    .map_err(io_refusal("the cache's file system"))?;
-                (avail + used).saturating_sub(total / 10)
-            }
+            None => crate::cache::default_capacity(&self.config.ssd, used)
+                .map_err(io_refusal("the cache's file system"))?,
         };
         self.capacity.store(capacity, Ordering::Relaxed);
         tracing::info!(
