@@ -46,14 +46,10 @@ pub fn attach(socket: &Path, args: &MountConfig) -> Result<(), UserError> {
     }
     let backing = std::fs::canonicalize(&args.backing)
         .map_err(|_| UserError::NoBacking(args.backing.clone()))?;
-    let conn = Conn::connect(socket).map_err(|e| {
-        UserError::Node(format!(
-            "no service answers at {} ({e}): start it (dyadfs node serve), or mount with --no-node",
-            socket.display()
-        ))
-    })?;
-    conn.set_timeout(ANSWER)
-        .map_err(|e| UserError::Node(e.to_string()))?;
+    let conn = connect(
+        socket,
+        ": start it (dyadfs node serve), or mount with --no-node",
+    )?;
     let fd = fusermount::mount(&mountpoint, &options(&backing, args)).map_err(|source| {
         UserError::Mount {
             path: mountpoint.clone(),
@@ -65,10 +61,7 @@ pub fn attach(socket: &Path, args: &MountConfig) -> Result<(), UserError> {
         mountpoint: mountpoint.clone(),
         backing,
     };
-    let answer = conn
-        .send(&proto::encode(&request), Some(fd.as_fd()))
-        .and_then(|()| conn.recv())
-        .and_then(|(m, _)| proto::decode::<Reply>(&m));
+    let answer = exchange(&conn, &request, Some(fd.as_fd()));
     drop(fd);
     match answer {
         Ok(Reply::Attached { dataset, cache }) => {
@@ -151,19 +144,38 @@ pub fn evict(socket: &Path, key: &str) -> Result<(u64, u64, bool), UserError> {
 
 /// Asks the service at `socket` one question without a descriptor; a refusal is the error.
 fn ask(socket: &Path, request: &Request) -> Result<Reply, UserError> {
-    let conn = Conn::connect(socket)
-        .map_err(|e| UserError::Node(format!("no service answers at {}: {e}", socket.display())))?;
-    conn.set_timeout(ANSWER)
-        .map_err(|e| UserError::Node(e.to_string()))?;
-    let reply = conn
-        .send(&proto::encode(request), None)
-        .and_then(|()| conn.recv())
-        .and_then(|(m, _)| proto::decode::<Reply>(&m))
-        .map_err(|e| UserError::Node(format!("no answer: {e}")))?;
+    let conn = connect(socket, "")?;
+    let reply =
+        exchange(&conn, request, None).map_err(|e| UserError::Node(format!("no answer: {e}")))?;
     match reply {
         Reply::Refused { message, .. } => Err(UserError::Node(message)),
         r => Ok(r),
     }
+}
+
+/// A connection to the service at `socket`, its answers bounded by [`ANSWER`]; `hint` follows
+/// the error when nothing answers.
+fn connect(socket: &Path, hint: &str) -> Result<Conn, UserError> {
+    let conn = Conn::connect(socket).map_err(|e| {
+        UserError::Node(format!(
+            "no service answers at {} ({e}){hint}",
+            socket.display()
+        ))
+    })?;
+    conn.set_timeout(ANSWER)
+        .map_err(|e| UserError::Node(e.to_string()))?;
+    Ok(conn)
+}
+
+/// Sends `request` (with `fd`, if any) and reads the one reply.
+fn exchange(
+    conn: &Conn,
+    request: &Request,
+    fd: Option<std::os::fd::BorrowedFd<'_>>,
+) -> std::io::Result<Reply> {
+    conn.send(&proto::encode(request), fd)?;
+    let (message, _) = conn.recv()?;
+    proto::decode(&message)
 }
 
 impl NodeStatus {
