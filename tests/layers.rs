@@ -58,11 +58,22 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // The node service: one process serving many users' mounts, each built of the daemon's
-    // parts and served by the kernel adapter from a descriptor a user's fusermount3 made.
+    // parts and served by the kernel adapter from a descriptor a user's fusermount3 made; in a
+    // site, the cluster's fetch logic over one locator and control port for every dataset.
     (
         "node",
         &[
-            "core", "sys", "stats", "cache", "backing", "fs", "fuse", "locator", "daemon",
+            "core",
+            "sys",
+            "stats",
+            "cache",
+            "backing",
+            "fs",
+            "fuse",
+            "transport",
+            "locator",
+            "cluster",
+            "daemon",
             "metrics",
         ],
     ),

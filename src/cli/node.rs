@@ -66,6 +66,46 @@ pub struct NodeServeArgs {
     /// Threads serving each mount's FUSE requests
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
+    #[command(flatten)]
+    pub site: SiteArgs,
+}
+
+/// The site: the node services of the cluster's nodes, serving each other's cached datasets.
+#[derive(Debug, Args)]
+#[group(requires_all = ["site_peers", "node_id", "site_key"], multiple = true)]
+pub struct SiteArgs {
+    /// The site's node services, one per line: `ID HOST:PORT RACK` (the peers file of `dyadfs
+    /// mount`): each serves the datasets it caches to the others and pulls theirs, so a job on
+    /// other nodes, of any user with the rights, reads a dataset's files from their holders
+    /// instead of the shared file system [default: no site, this node alone]
+    #[arg(long, value_name = "FILE", help_heading = "Site")]
+    pub site_peers: Option<PathBuf>,
+    /// This node's ID in the site's peers file
+    #[arg(long, value_name = "N", help_heading = "Site")]
+    pub node_id: Option<u32>,
+    /// The site key every service proves on every connection (`dyadfs keygen`, root's, mode
+    /// 0600, the same file on every node; docs/OPERATIONS.md says how to rotate it). Jobs' own
+    /// keys never open the site, nor the site key a job's managed directory
+    #[arg(long, value_name = "FILE", help_heading = "Site")]
+    pub site_key: Option<PathBuf>,
+    /// How chunks move between the services (see `dyadfs mount --help`)
+    #[arg(
+        long,
+        value_enum,
+        value_name = "KIND",
+        default_value = "auto",
+        help_heading = "Site"
+    )]
+    pub data_plane: super::DataPlaneArg,
+    /// Bound on every wait for another node's service: a holder that went away costs a file
+    /// this, once
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        help_heading = "Site"
+    )]
+    pub peer_timeout: String,
 }
 
 #[derive(Debug, Args)]
@@ -85,24 +125,48 @@ struct Defaults {
     mount: MountArgs,
 }
 
-impl From<NodeServeArgs> for NodeConfig {
-    fn from(a: NodeServeArgs) -> NodeConfig {
+impl TryFrom<NodeServeArgs> for NodeConfig {
+    type Error = String;
+
+    /// The service's configuration; `Err` names what is wrong with the site's arguments (which
+    /// `dyadfs mount`'s own parser checks).
+    fn try_from(a: NodeServeArgs) -> Result<NodeConfig, String> {
         let ssd = a.ssd.to_string_lossy().into_owned();
-        let defaults = Defaults::try_parse_from(["mount", "/", "--ssd", &ssd, "--backing", "/"])
-            .expect("mount's defaults parse");
+        let mut argv: Vec<String> = ["mount", "/", "--ssd", &ssd, "--backing", "/"]
+            .map(String::from)
+            .into();
+        let site = &a.site;
+        if let (Some(peers), Some(id), Some(key)) = (&site.site_peers, site.node_id, &site.site_key)
+        {
+            let data_plane = clap::ValueEnum::to_possible_value(&site.data_plane)
+                .expect("no variant is skipped");
+            argv.extend([
+                "--peers".into(),
+                peers.display().to_string(),
+                "--node-id".into(),
+                id.to_string(),
+                "--secret-file".into(),
+                key.display().to_string(),
+                "--data-plane".into(),
+                data_plane.get_name().into(),
+                "--peer-timeout".into(),
+                site.peer_timeout.clone(),
+            ]);
+        }
+        let defaults = Defaults::try_parse_from(argv).map_err(|e| e.to_string())?;
         let mut template: crate::daemon::config::MountConfig = defaults.mount.into();
         template.capacity = a.capacity;
         template.threads = a.threads;
         template.read_only = true;
         template.opens_auto = false;
         template.fs.no_open = false;
-        NodeConfig {
+        Ok(NodeConfig {
             ssd: a.ssd,
             socket: a.service.socket,
             template,
             dataset_max: a.dataset_max,
             metrics_listen: a.metrics_listen,
-        }
+        })
     }
 }
 
@@ -121,8 +185,15 @@ mod tests {
             dataset_max: None,
             metrics_listen: None,
             threads: 4,
+            site: SiteArgs {
+                site_peers: None,
+                node_id: None,
+                site_key: None,
+                data_plane: crate::cli::DataPlaneArg::Auto,
+                peer_timeout: "10s".into(),
+            },
         };
-        let c = NodeConfig::from(args);
+        let c = NodeConfig::try_from(args).unwrap();
         assert!(c.template.read_only && !c.template.opens_auto && !c.template.fs.no_open);
         assert_eq!(
             (c.template.capacity, c.template.threads),

@@ -11,7 +11,7 @@ use super::config::MountConfig;
 use crate::locator::Membership;
 
 /// This node's id: `--node-id`, else the launcher's rank variable.
-pub(super) fn node_id(args: &MountConfig) -> Result<u32, UserError> {
+pub(crate) fn node_id(args: &MountConfig) -> Result<u32, UserError> {
     if let Some(id) = args.cluster.node_id {
         return Ok(id);
     }
@@ -25,7 +25,7 @@ pub(super) fn node_id(args: &MountConfig) -> Result<u32, UserError> {
 }
 
 /// The members the peers file names, this node among them.
-pub(super) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> {
+pub(crate) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> {
     let path = || file.to_path_buf();
     let text = fs::read_to_string(file).map_err(|source| UserError::PeersFile {
         path: path(),
@@ -38,7 +38,7 @@ pub(super) fn membership(file: &Path, id: u32) -> Result<Membership, UserError> 
 }
 
 /// The members: the peers file, or those that met in the rendezvous directory.
-pub(super) fn members(args: &MountConfig, id: u32) -> Result<Membership, UserError> {
+pub(crate) fn members(args: &MountConfig, id: u32) -> Result<Membership, UserError> {
     match (&args.cluster.peers, &args.cluster.rendezvous) {
         (Some(file), _) => membership(file, id),
         (None, Some(dir)) => {

@@ -6,7 +6,7 @@
 
 pub mod config;
 mod error;
-mod members;
+pub(crate) mod members;
 mod mountinfo;
 mod opens;
 pub use mountinfo::is_mount_point;
@@ -16,7 +16,7 @@ mod takeover;
 mod tool;
 mod undo;
 mod version;
-mod wiring;
+pub(crate) mod wiring;
 
 pub use error::UserError;
 

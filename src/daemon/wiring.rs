@@ -433,7 +433,7 @@ pub(super) const RUNTIME_GRACE: Duration = Duration::from_secs(1);
 /// The runtime of the control port, gossip and publishes. One worker: it only answers locator
 /// RPCs and sends publishes (pulls run on the threads that need the bytes), and a second worker
 /// mostly costs wake-ups to steal work.
-fn control_runtime() -> Result<tokio::runtime::Runtime, UserError> {
+pub(crate) fn control_runtime() -> Result<tokio::runtime::Runtime, UserError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("control")
@@ -448,7 +448,7 @@ fn control_runtime() -> Result<tokio::runtime::Runtime, UserError> {
 /// The data planes chunks move through (`--data-plane`): the readers', and one for background
 /// copies (`--replicate`, ours or a peer's) whose UCX progress thread has the lowest CPU
 /// priority.
-fn data_planes(
+pub(crate) fn data_planes(
     args: &MountConfig,
     stats: &Stats,
 ) -> Result<(Arc<DataPlane>, Arc<DataPlane>), UserError> {
@@ -532,7 +532,7 @@ fn locator_hooks(producer: &Arc<Producer>, cache: &Arc<Cache>, journal: Arc<Name
 }
 
 /// Binds the control port and serves it on `runtime`.
-fn start_control_port(
+pub(crate) fn start_control_port(
     runtime: &tokio::runtime::Runtime,
     listen: std::net::SocketAddr,
     server: Server,
@@ -553,7 +553,7 @@ fn start_control_port(
 
 /// Gossip on the control port's address (UDP): the locator learns who is down, and re-homes
 /// what a dead node was home of.
-fn start_gossip(
+pub(crate) fn start_gossip(
     args: &MountConfig,
     id: u32,
     listen: SocketAddr,
@@ -595,7 +595,7 @@ fn start_gossip(
 /// The mount is refused instead, naming the peers whose proofs do not check out under its key.
 /// Peers that do not answer (not started yet) say nothing: this node may be the first. Asks at
 /// most [`KEY_CHECKS`] of them, at once, each within the peer timeout (at most 5 s).
-fn check_key(
+pub(crate) fn check_key(
     members: &Membership,
     id: u32,
     key: &Secret,

@@ -13,6 +13,7 @@ use super::rights::AsCaller;
 use super::state::{Dataset, MountSlot, Node, Refusal, io_refusal};
 use crate::backing::{BackingStore, SharedFs};
 use crate::cache::names_log::NamesLog;
+use crate::core::source::Source;
 use crate::core::sync::lock;
 use crate::daemon::config::MountConfig;
 use crate::fs::DyadFs;
@@ -62,22 +63,31 @@ fn attached(
     args.mountpoint = mountpoint.to_path_buf();
     args.backing = canonical.clone();
     args.ssd = own.clone();
-    let fs = build(&args, &dataset, root, &ids).inspect_err(|_| {
+    let undo = |r: Refusal| {
         let _ = std::fs::remove_dir_all(&own);
-    })?;
-    let spec = SessionSpec {
-        mountpoint: mountpoint.to_path_buf(),
-        source: canonical.display().to_string(),
-        read_only: true,
-        options: Vec::new(),
-        threads: args.threads,
-        transport: args.fuse_transport,
+        r
     };
-    let mounted = Mounted::from_fd(fs, fd, &spec).map_err(|e| {
-        let _ = std::fs::remove_dir_all(&own);
-        Refusal(libc::EIO, format!("the session did not start: {e:?}"))
-    })?;
-    dataset.mounts.fetch_add(1, Ordering::Relaxed);
+    let backing = |fd| {
+        BackingStore::beneath(args.backing.clone(), fd)
+            .relieving(dataset.cache.files())
+            .acting_as(ids.clone())
+    };
+    let source = backing(dup(&root).map_err(undo)?);
+    let served = Served {
+        dataset: &dataset,
+        slot,
+        own: own.clone(),
+        shared: Arc::new(backing(dup(&root).map_err(undo)?)),
+        root,
+    };
+    match &node.site {
+        None => served.serve(&args, Arc::new(source), fd),
+        Some(site) => {
+            let source = site.source(&key, source, dataset.stats.clone());
+            served.serve(&args, Arc::new(source), fd)
+        }
+    }
+    .map_err(undo)?;
     lock(&dataset.users).insert(ids.uid);
     tracing::info!(
         uid = ids.uid,
@@ -87,23 +97,63 @@ fn attached(
         backing = %canonical.display(),
         "serving a mount"
     );
-    let served = dataset.clone();
-    std::thread::Builder::new()
-        .name("node-mount".into())
-        .spawn(move || {
-            if let Err(e) = mounted.run() {
-                tracing::warn!(error = %e, "a mount's session ended with an error");
-            }
-            served.mounts.fetch_sub(1, Ordering::Relaxed);
-            drop(slot);
-            let _ = std::fs::remove_dir_all(&own);
-            tracing::info!(dataset = %served.key, "a mount ended");
-        })
-        .map_err(io_refusal("the mount's thread"))?;
     Ok(Reply::Attached {
         dataset: key,
         cache: node.config.ssd.join("datasets").join(&dataset.key),
     })
+}
+
+fn dup(fd: &OwnedFd) -> Result<OwnedFd, Refusal> {
+    fd.try_clone()
+        .map_err(io_refusal("the dataset's descriptor"))
+}
+
+/// A mount about to be served: its dataset, its user's slot, its own directory, and the shared
+/// directory as the user opened it.
+struct Served<'a> {
+    dataset: &'a Arc<Dataset>,
+    slot: MountSlot,
+    own: PathBuf,
+    shared: Arc<BackingStore>,
+    root: OwnedFd,
+}
+
+impl Served<'_> {
+    /// Builds the mount's file system over `source` (the shared directory read as the user,
+    /// or the site first) and serves its session on a thread of its own.
+    fn serve<S: Source>(
+        self,
+        args: &MountConfig,
+        source: Arc<S>,
+        fd: OwnedFd,
+    ) -> Result<(), Refusal> {
+        let fs = build(args, self.dataset, self.shared, self.root, source)?;
+        let spec = SessionSpec {
+            mountpoint: args.mountpoint.clone(),
+            source: args.backing.display().to_string(),
+            read_only: true,
+            options: Vec::new(),
+            threads: args.threads,
+            transport: args.fuse_transport,
+        };
+        let mounted = Mounted::from_fd(fs, fd, &spec)
+            .map_err(|e| Refusal(libc::EIO, format!("the session did not start: {e:?}")))?;
+        self.dataset.mounts.fetch_add(1, Ordering::Relaxed);
+        let (served, slot, own) = (self.dataset.clone(), self.slot, self.own);
+        std::thread::Builder::new()
+            .name("node-mount".into())
+            .spawn(move || {
+                if let Err(e) = mounted.run() {
+                    tracing::warn!(error = %e, "a mount's session ended with an error");
+                }
+                served.mounts.fetch_sub(1, Ordering::Relaxed);
+                drop(slot);
+                let _ = std::fs::remove_dir_all(&own);
+                tracing::info!(dataset = %served.key, "a mount ended");
+            })
+            .map_err(io_refusal("the mount's thread"))?;
+        Ok(())
+    }
 }
 
 /// The descriptor is the FUSE device (character device 10, 229), not anything else a caller
@@ -225,26 +275,17 @@ fn open_dataset(ids: &Ids, backing: &Path) -> Result<(OwnedFd, PathBuf, String),
 }
 
 /// The file system of one attached mount: the dataset's cache and counters, the shared
-/// directory as the caller opened it and read as the caller (`user`: its fills read what the
-/// user may, never with root's rights), and the mount's own (empty, read-only) names in its own
-/// directory.
-fn build(
+/// directory as the caller opened it and read as the caller (its fills read what the user may,
+/// never with root's rights), misses read from `source`, and the mount's own (empty,
+/// read-only) names in its own directory.
+fn build<S: Source>(
     args: &MountConfig,
     dataset: &Dataset,
+    shared: Arc<BackingStore>,
     root: OwnedFd,
-    user: &Ids,
-) -> Result<DyadFs<BackingStore>, Refusal> {
-    let dup = |fd: &OwnedFd| {
-        fd.try_clone()
-            .map_err(io_refusal("the dataset's descriptor"))
-    };
-    let store = |fd| {
-        BackingStore::beneath(args.backing.clone(), fd)
-            .relieving(dataset.cache.files())
-            .acting_as(user.clone())
-    };
-    let shared: Arc<dyn SharedFs> = Arc::new(store(dup(&root)?));
-    let source = Arc::new(store(dup(&root)?));
+    source: Arc<S>,
+) -> Result<DyadFs<S>, Refusal> {
+    let shared: Arc<dyn SharedFs> = shared;
     std::fs::create_dir_all(&args.ssd).map_err(io_refusal("the mount's directory"))?;
     let (journal, restored) = NamesLog::open(&args.ssd).map_err(io_refusal("the mount's names"))?;
     let names = Arc::new(crate::locator::names::LocalNames::restored(

@@ -188,6 +188,12 @@ impl NodeStatus {
             human(self.capacity),
             self.datasets.len()
         );
+        if let Some(s) = &self.site {
+            out.push_str(&format!(
+                "node {} of a site of {}; home of {} files in its rack, {} in the site\n",
+                s.node, s.members, s.home_rack_files, s.home_global_files
+            ));
+        }
         for d in &self.datasets {
             let hits = if d.opens == 0 {
                 "-".to_string()
@@ -196,7 +202,8 @@ impl NodeStatus {
             };
             out.push_str(&format!(
                 "{}  {}\n  {} files, {} cached of {}; {} mount(s) now; users {:?}; opens {} (hits \
-                 {}); {} from the shared FS; {} refused\n",
+                 {}); {} from the shared FS, {} from the site's other nodes, {} served to them; \
+                 {} refused\n",
                 d.key,
                 d.backing.display(),
                 d.cached_files,
@@ -207,6 +214,8 @@ impl NodeStatus {
                 d.opens,
                 hits,
                 human(d.bytes_from_backing),
+                human(d.bytes_from_peers),
+                human(d.bytes_served_to_peers),
                 d.rights_denied
             ));
         }

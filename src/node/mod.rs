@@ -17,6 +17,7 @@ pub mod attach;
 pub mod client;
 pub mod proto;
 mod rights;
+pub mod site;
 mod state;
 
 use std::path::Path;
@@ -51,7 +52,15 @@ pub fn serve(mut config: NodeConfig) -> Result<(), UserError> {
     open_files.get_or_insert((limit / 4).clamp(8, 65536));
     prepare(&config.ssd)?;
     let listener = listen(&config.socket)?;
-    let node = Arc::new(Node::new(config));
+    // Before the datasets load: each is published to the site as it opens.
+    let site = match config.template.cluster.is_cluster() {
+        true => Some(site::Site::join(
+            &config.template,
+            Arc::new(crate::stats::Stats::default()),
+        )?),
+        false => None,
+    };
+    let node = Arc::new(Node::new(config, site));
     node.load()
         .map_err(|r| UserError::Node(format!("loading the node's cache: {}", r.1)))?;
     if let Some(addr) = node.config.metrics_listen {

@@ -53,7 +53,18 @@ pub struct NodeStatus {
     pub cache: PathBuf,
     /// Bytes every dataset's cache together may hold.
     pub capacity: u64,
+    /// This node's part of the site (`None`: no site).
+    pub site: Option<SiteStatus>,
     pub datasets: Vec<DatasetStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SiteStatus {
+    pub node: u32,
+    pub members: usize,
+    /// Files whose holders this node keeps as their rack's home, and as their global home.
+    pub home_rack_files: u64,
+    pub home_global_files: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,6 +84,10 @@ pub struct DatasetStatus {
     pub local_hits: u64,
     pub opens: u64,
     pub bytes_from_backing: u64,
+    /// Files and bytes pulled from other nodes of the site, and bytes served to them.
+    pub peer_fetches: u64,
+    pub bytes_from_peers: u64,
+    pub bytes_served_to_peers: u64,
     /// Opens and lookups refused because the shared file system said no to the caller.
     pub rights_denied: u64,
 }

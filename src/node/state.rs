@@ -44,11 +44,14 @@ pub struct Node {
     /// Bytes every dataset's cache together may hold (`--capacity`, or all but 10% of the
     /// cache's file system), known once [`Node::load`] ran.
     capacity: AtomicU64,
+    /// The site this node serves datasets to and pulls them from (`--site-peers`).
+    pub site: Option<super::site::Site>,
 }
 
 impl Node {
-    pub fn new(config: NodeConfig) -> Node {
+    pub fn new(config: NodeConfig, site: Option<super::site::Site>) -> Node {
         Node {
+            site,
             config,
             datasets: Mutex::default(),
             in_flight: AtomicUsize::new(0),
@@ -112,6 +115,7 @@ impl Node {
             version: proto::VERSION,
             cache: self.config.ssd.clone(),
             capacity: self.capacity.load(Ordering::Relaxed),
+            site: self.site.as_ref().map(|s| s.status()),
             datasets: list,
         }
     }
@@ -146,6 +150,9 @@ impl Node {
         let gone = d.mounts.load(Ordering::Relaxed) == 0;
         if gone {
             datasets.remove(key);
+            if let Some(site) = &self.site {
+                site.remove(key);
+            }
             drop(d);
             let dir = self.config.ssd.join("datasets");
             std::fs::remove_dir_all(dir.join(key)).map_err(io_refusal("the dataset's cache"))?;
@@ -205,10 +212,14 @@ impl Node {
             files = cache.cached_files(),
             "a dataset's cache opened"
         );
+        let cache = Arc::new(cache);
+        if let Some(site) = &self.site {
+            site.add(key, &cache, &stats);
+        }
         Ok(Arc::new(Dataset {
             key: key.to_string(),
             backing: backing.to_path_buf(),
-            cache: Arc::new(cache),
+            cache,
             stats,
             mounts: AtomicU64::new(0),
             users: Mutex::default(),
@@ -258,6 +269,9 @@ impl Dataset {
             local_hits: get(&s.local_hits),
             opens: get(&s.local_hits) + get(&s.peer_fetches) + get(&s.backing_fetches),
             bytes_from_backing: get(&s.bytes_from_backing),
+            peer_fetches: get(&s.peer_fetches),
+            bytes_from_peers: get(&s.bytes_from_peers),
+            bytes_served_to_peers: get(&s.bytes_served_to_peers),
             rights_denied: get(&s.rights_denied),
         }
     }

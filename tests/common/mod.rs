@@ -3,6 +3,7 @@
 
 pub mod attack;
 pub mod member;
+pub mod node;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,389 @@
+//! The site: the node services of a cluster's nodes as one cache that outlives jobs. Each
+//! service joins the site's members (`--site-peers`, under the site key `--site-key`), and the
+//! copies of every dataset it holds are published to the site's locator, so a job on other
+//! nodes, of another user, pulls them from their holders instead of the shared file system.
+//!
+//! One locator, one control port and one data plane serve every dataset of the node: a file is
+//! known to the site as `<dataset key>/<path>` (the key is the shared directory's identity, the
+//! same on every node), and a peer's pull is served from that dataset's cache. A node's mounts
+//! read through a [`ClusterSource`] whose locator and puller add the prefix.
+//!
+//! What the site never does: read the shared file system for a peer (a holder serves only what
+//! it has; a file nobody holds is read by the mount that wants it, as its user), or serve a
+//! user without the user's own mount having judged the open first (`fs::rights`): the site's
+//! traffic carries bytes between services that hold the site key, never decisions.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::backing::BackingStore;
+use crate::cache::{Cache, CacheEvent};
+use crate::cluster::peers::{Handler, RpcPeers};
+use crate::cluster::source::{CacheStore, ClusterSource, Locate, Pull, ServiceLink};
+use crate::core::Version;
+use crate::daemon::UserError;
+use crate::daemon::config::MountConfig;
+use crate::locator::membership::{Membership, NodeId};
+use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
+use crate::locator::service::{Hooks, LocatorService};
+use crate::locator::tiers::Reply;
+use crate::stats::Stats;
+use crate::transport::TransportError;
+use crate::transport::auth::Secret;
+use crate::transport::pull::{self, PullConfig, Puller, Sink, Want};
+use crate::transport::server::{ChunkStore, Server, Serving};
+
+/// Each dataset's store peers pull from, by key.
+type Stores = Arc<Mutex<HashMap<String, Arc<CacheStore>>>>;
+
+/// This node's part of the site.
+pub struct Site {
+    pub locator: Arc<LocatorService>,
+    /// The control port's, gossip's and publishes' runtime: the service's whole life.
+    runtime: tokio::runtime::Runtime,
+    puller: Arc<Puller>,
+    stores: Stores,
+    /// Into the one publisher: every dataset's cache events, their paths prefixed.
+    events: crossbeam_channel::Sender<CacheEvent>,
+    /// The locator's counters.
+    stats: Arc<Stats>,
+}
+
+impl Site {
+    /// Joins the site `args.cluster` describes (its peers file, this node's id, the site key):
+    /// the control port bound, gossip started, the peers told this node (re)started.
+    pub fn join(args: &MountConfig, stats: Arc<Stats>) -> Result<Site, UserError> {
+        use crate::daemon::{members, wiring};
+        let id = members::node_id(args)?;
+        let members = members::members(args, id)?;
+        let ids: std::collections::HashSet<u32> = members.members().map(|m| m.id).collect();
+        let listen = args
+            .cluster
+            .listen
+            .unwrap_or_else(|| members.member(id).expect("own id checked").addr);
+        let key = args.cluster.secret_file.as_ref().ok_or_else(|| {
+            UserError::Node("a site needs its key (--site-key): the admin provisions it".into())
+        })?;
+        let secret = Arc::new(Secret::load(key).map_err(UserError::Secret)?);
+        wiring::check_key(&members, id, &secret, args.cluster.peer_timeout)?;
+        let runtime = wiring::control_runtime()?;
+        let (worker, background) = wiring::data_planes(args, &stats)?;
+        let stores = Stores::default();
+        let locator = LocatorService::new(
+            members,
+            args.cluster.peer_timeout,
+            stats.clone(),
+            RpcPeers::new(id, Some(secret.clone())),
+            hooks(&stores),
+        );
+        let server = Server {
+            worker: worker.clone(),
+            background: Some(background),
+            store: Arc::new(SiteStore(stores.clone())),
+            node_id: id,
+            faults: Default::default(),
+            rpc: Some(Arc::new(Handler(locator.clone()))),
+            secret: Some(secret.clone()),
+            conns: Default::default(),
+            pending: Default::default(),
+            members: Arc::new(ids),
+            serving: Serving::new(args.cluster.serve_threads),
+        };
+        let handle = runtime.handle().clone();
+        wiring::start_gossip(args, id, listen, &locator, Some(secret.clone()), &handle)?;
+        wiring::start_control_port(&runtime, listen, server)?;
+        let (events, published) = crossbeam_channel::unbounded();
+        crate::cluster::source::start_publisher(published, locator.clone(), &handle);
+        let wait = args.cluster.peer_timeout.min(Duration::from_secs(2));
+        let answered = runtime.block_on(locator.rejoin(wait));
+        tracing::info!(node = id, %listen, answered, "joined the site");
+        let puller = Arc::new(Puller::new(
+            worker,
+            PullConfig {
+                node_id: id,
+                chunk: args.chunk_size as u32,
+                window: 4,
+                timeout: args.cluster.peer_timeout,
+                background: false,
+                secret: Some(secret),
+                eager_max: args.cluster.eager_max.min(args.chunk_size) as u32,
+            },
+        ));
+        Ok(Site {
+            locator,
+            runtime,
+            puller,
+            stores,
+            events,
+            stats,
+        })
+    }
+
+    /// `dyadfs node status`'s line of the site.
+    pub fn status(&self) -> super::proto::SiteStatus {
+        use std::sync::atomic::Ordering::Relaxed;
+        super::proto::SiteStatus {
+            node: self.locator.me(),
+            members: self.locator.membership.members().count(),
+            home_rack_files: self.stats.home_rack_files.load(Relaxed),
+            home_global_files: self.stats.home_global_files.load(Relaxed),
+        }
+    }
+
+    /// Serves dataset `key`'s cache to the site: peers may pull what it holds, and what it
+    /// holds (now and from now on) is published.
+    pub fn add(&self, key: &str, cache: &Arc<Cache>, stats: &Arc<Stats>) {
+        let store = Arc::new(CacheStore {
+            cache: cache.clone(),
+            stats: stats.clone(),
+            // A holder serves what it has: it never reads the shared FS for a peer's user.
+            fetcher: None,
+        });
+        crate::core::sync::lock(&self.stores).insert(key.to_string(), store);
+        let Some(from_cache) = cache.take_events() else {
+            return;
+        };
+        let (to, prefix) = (self.events.clone(), format!("{key}/"));
+        let _ = std::thread::Builder::new()
+            .name("site-events".into())
+            .spawn(move || {
+                // Ends with the dataset's cache (its sender with it).
+                for ev in from_cache {
+                    if to.send(prefixed(&prefix, ev)).is_err() {
+                        return;
+                    }
+                }
+            });
+    }
+
+    /// Dataset `key` leaves the node: unpublished, its store gone.
+    pub fn remove(&self, key: &str) {
+        let Some(store) = crate::core::sync::lock(&self.stores).remove(key) else {
+            return;
+        };
+        for (path, version) in store.cache.held_entries() {
+            let path = format!("{key}/{path}");
+            let _ = self.events.send(CacheEvent::Dropped { path, version });
+        }
+    }
+
+    /// The source of a mount of dataset `key`: this node's cache misses are located in the
+    /// site and pulled from a holder, else read from `backing` (as the mount's user).
+    pub fn source(
+        &self,
+        key: &str,
+        backing: BackingStore,
+        stats: Arc<Stats>,
+    ) -> ClusterSource<SiteLink, SitePull> {
+        let prefix = format!("{key}/");
+        ClusterSource {
+            locator: SiteLink {
+                link: ServiceLink {
+                    service: self.locator.clone(),
+                    runtime: self.runtime.handle().clone(),
+                },
+                prefix: prefix.clone(),
+            },
+            puller: SitePull {
+                puller: self.puller.clone(),
+                prefix,
+            },
+            backing,
+            stats,
+            maps: Default::default(),
+            spent: Default::default(),
+        }
+    }
+}
+
+fn prefixed(prefix: &str, ev: CacheEvent) -> CacheEvent {
+    let p = |path: String| format!("{prefix}{path}");
+    match ev {
+        CacheEvent::Complete { path, version } => CacheEvent::Complete {
+            path: p(path),
+            version,
+        },
+        CacheEvent::Partial {
+            path,
+            version,
+            reloaded,
+        } => CacheEvent::Partial {
+            path: p(path),
+            version,
+            reloaded,
+        },
+        CacheEvent::Dropped { path, version } => CacheEvent::Dropped {
+            path: p(path),
+            version,
+        },
+    }
+}
+
+/// A site path's dataset store and the path within the dataset.
+fn store_of<'a>(stores: &Stores, path: &'a str) -> Option<(Arc<CacheStore>, &'a str)> {
+    let (key, rest) = path.split_once('/')?;
+    let store = crate::core::sync::lock(stores).get(key).cloned()?;
+    Some((store, rest))
+}
+
+/// What the locator does for this node: re-announce every dataset's copies, say which pages
+/// of one it has, recheck a chunk a peer found bad. (It holds no names and produces nothing.)
+fn hooks(stores: &Stores) -> Hooks {
+    let (held, pages, bad) = (stores.clone(), stores.clone(), stores.clone());
+    Hooks {
+        holdings: Box::new(move || {
+            let stores = crate::core::sync::lock(&held);
+            let mut all = Vec::new();
+            for (key, store) in stores.iter() {
+                let each = store.cache.held_entries().into_iter();
+                all.extend(each.map(|(path, v)| (format!("{key}/{path}"), v)));
+            }
+            all
+        }),
+        pages_of: Box::new(move |path, version, offset| {
+            let (store, path) = store_of(&pages, path)?;
+            let entry = store.cache.lookup(path, version)?;
+            let page = entry.page_size();
+            let first = PageMap::window(offset, page);
+            let masks = entry.held_pages(first, PAGE_MAP_WORDS as usize);
+            Some(PageMap {
+                page,
+                first,
+                masks,
+                fills: false,
+            })
+        }),
+        on_bad_chunk: Box::new(move |path, version, offset| {
+            let Some((store, path)) = store_of(&bad, path) else {
+                return;
+            };
+            let cache = &store.cache;
+            if let Some(e) = cache.lookup(path, version)
+                && let Err(err) = e.recheck(cache, e.chunks_for(offset, 1))
+            {
+                tracing::warn!(%path, error = %err, "rechecking a chunk failed");
+            }
+        }),
+        ..Hooks::default()
+    }
+}
+
+/// Peers read this node's datasets: `<key>/<path>` from dataset `key`'s cache.
+struct SiteStore(Stores);
+
+impl ChunkStore for SiteStore {
+    fn read_at(
+        &self,
+        path: &str,
+        version: Version,
+        offset: u64,
+        room: &mut [u8],
+        len: usize,
+    ) -> std::io::Result<Option<u32>> {
+        match store_of(&self.0, path) {
+            Some((store, path)) => store.read_at(path, version, offset, room, len),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no such dataset on this node",
+            )),
+        }
+    }
+}
+
+/// The site's locator as one dataset's mount asks it: its paths prefixed with the key.
+pub struct SiteLink {
+    link: ServiceLink,
+    prefix: String,
+}
+
+impl SiteLink {
+    fn path(&self, path: &str) -> String {
+        format!("{}{path}", self.prefix)
+    }
+}
+
+impl Locate for SiteLink {
+    fn me(&self) -> NodeId {
+        self.link.me()
+    }
+
+    fn membership(&self) -> &Membership {
+        self.link.membership()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.link.timeout()
+    }
+
+    fn locate(&self, path: &str, version: Version, within: Duration) -> Reply {
+        self.link.locate(&self.path(path), version, within)
+    }
+
+    fn fetch_failed(&self, path: &str, version: Version) {
+        self.link.fetch_failed(&self.path(path), version)
+    }
+
+    fn suspects(&self) -> Vec<NodeId> {
+        self.link.suspects()
+    }
+
+    fn pull_failed(&self, path: &str, version: Version, holder: NodeId, error: &TransportError) {
+        self.link
+            .pull_failed(&self.path(path), version, holder, error)
+    }
+
+    fn is_down(&self, node: NodeId) -> bool {
+        self.link.is_down(node)
+    }
+
+    fn pages_of(
+        &self,
+        holder: NodeId,
+        (path, version, offset): (&str, Version, u64),
+        within: Duration,
+    ) -> Option<Option<PageMap>> {
+        let path = self.path(path);
+        self.link.pages_of(holder, (&path, version, offset), within)
+    }
+}
+
+/// The node's puller as one dataset's mount uses it: its paths prefixed with the key.
+pub struct SitePull {
+    puller: Arc<Puller>,
+    prefix: String,
+}
+
+impl SitePull {
+    fn want(&self, want: &Want) -> Want {
+        Want {
+            path: format!("{}{}", self.prefix, want.path),
+            ..want.clone()
+        }
+    }
+}
+
+impl Pull for SitePull {
+    fn pull(
+        &self,
+        peer: SocketAddr,
+        want: &Want,
+        sink: Sink<'_>,
+        within: Duration,
+    ) -> Result<u64, TransportError> {
+        self.puller
+            .pull_within(peer, &self.want(want), sink, within)
+    }
+
+    fn pull_batch(
+        &self,
+        peer: SocketAddr,
+        wants: &[Want],
+        sink: pull::BatchSink<'_>,
+        within: Duration,
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        let wants: Vec<Want> = wants.iter().map(|w| self.want(w)).collect();
+        self.puller.pull_batch(peer, &wants, sink, within)
+    }
+}

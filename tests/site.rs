@@ -1,0 +1,212 @@
+//! The site (issue 72): the node services of several "nodes" (each its own process, cache
+//! directory, socket and port on 127.0.0.1) serve each other the datasets they cached, under
+//! the site key. A job on other nodes, of another user with the rights, reads a dataset
+//! with 0 bytes from the shared FS; a user without them gets EACCES whatever is cached; and
+//! what the site held outlives every service's restart. Real users, real mounts, real
+//! services, the sealed stream between them.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::node::{GROUP, ONE_AT_A_TIME, Service, User, attached, dataset, scratch};
+use common::{FuseForUsers, dyadfs, free_ports, wait_until};
+use serde_json::Value;
+
+/// The site's files: a peers file of `n` nodes in two racks, and the site key.
+fn site(root: &Path, n: usize) -> (PathBuf, PathBuf) {
+    let ports = free_ports(n);
+    let peers = root.join("site.peers");
+    let lines: Vec<String> = (0..n)
+        .map(|i| format!("{i} 127.0.0.1:{} r{}", ports[i], i * 2 / n))
+        .collect();
+    fs::write(&peers, lines.join("\n") + "\n").unwrap();
+    let key = root.join("site.key");
+    let out = dyadfs().arg("keygen").arg(&key).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (peers, key)
+}
+
+fn site_args<'a>(peers: &'a Path, key: &'a Path, id: &'a str) -> Vec<&'a str> {
+    vec![
+        "--site-peers",
+        peers.to_str().unwrap(),
+        "--node-id",
+        id,
+        "--site-key",
+        key.to_str().unwrap(),
+        "--data-plane",
+        "stream",
+        "--peer-timeout",
+        "3s",
+    ]
+}
+
+/// Node `i`'s service.
+fn start(root: &Path, i: usize, peers: &Path, key: &Path) -> Service {
+    let id = i.to_string();
+    Service::start_named(root, &format!("n{i}"), &site_args(peers, key, &id))
+}
+
+/// A user's mount point on node `i`.
+fn user_on(name: &str, root: &Path, i: usize, groups: &[u32]) -> Option<User> {
+    let dir = root.join(format!("n{i}"));
+    fs::create_dir_all(&dir).unwrap();
+    User::new(name, &dir, groups)
+}
+
+fn site_status(s: &Service) -> Value {
+    s.try_status().expect("the service answers")["site"].clone()
+}
+
+/// Job A of user 1 on nodes 0-1 reads the dataset (each node its half, from the shared FS);
+/// job B of user 2 (group rights) on nodes 2-3 reads all of it on both: 0 bytes from the shared
+/// FS, every byte pulled from the site; job C of user 3 (no group rights) on node 3 gets EACCES
+/// on the group's files, cached there as they are; a service with another key is refused at
+/// start; and after every service restarted, job D of user 1 on node 0 reads the whole dataset,
+/// the half node 1 held pulled from it: 0 bytes from the shared FS.
+#[test]
+fn another_job_on_other_nodes_reads_the_dataset_from_the_site() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("site");
+    let (backing, files) = dataset(&root);
+    let readable: Vec<&(String, Vec<u8>)> =
+        files.iter().filter(|f| !f.0.starts_with("priv/")).collect();
+    let total: u64 = readable.iter().map(|f| f.1.len() as u64).sum();
+    let users = (
+        (0..2).map(|i| user_on("dyadfs-user", &root, i, &[GROUP])),
+        (2..4).map(|i| user_on("dyadfs-u2", &root, i, &[GROUP])),
+        user_on("dyadfs-u3", &root, 3, &[]),
+    );
+    let (Some(a), Some(b), Some(c)) = (
+        users.0.collect::<Option<Vec<User>>>(),
+        users.1.collect::<Option<Vec<User>>>(),
+        users.2,
+    ) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let (peers, key) = site(&root, 4);
+    let mut nodes: Vec<Service> = (0..3).map(|i| start(&root, i, &peers, &key)).collect();
+    // A service holding another key is refused: it names the peers that refused its proof.
+    let wrong = root.join("wrong.key");
+    assert!(
+        dyadfs()
+            .arg("keygen")
+            .arg(&wrong)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dyadfs"))
+        .args(["node", "serve", "--ssd"])
+        .arg(root.join("wrong-ssd"))
+        .arg("--socket")
+        .arg(root.join("run/wrong.sock"))
+        .args(site_args(&peers, &wrong, "3"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("key"), "{err}");
+    nodes.push(start(&root, 3, &peers, &key));
+    assert_eq!(site_status(&nodes[3])["members"], 4);
+
+    // Job A: user 1 on nodes 0-1, each reading its half.
+    for (i, user) in a.iter().enumerate() {
+        attached("job A attaches", user.mount(&nodes[i], &backing, &[]));
+        for f in readable.iter().skip(i).step_by(2) {
+            assert_eq!(user.read(&f.0).as_ref(), Ok(&f.1), "job A reads {}", f.0);
+        }
+    }
+    let from_backing = |n: &[Service]| -> u64 {
+        n.iter()
+            .map(|s| match s.try_status().unwrap()["datasets"].as_array() {
+                Some(d) if !d.is_empty() => d[0]["bytes_from_backing"].as_u64().unwrap(),
+                _ => 0,
+            })
+            .sum()
+    };
+    assert_eq!(from_backing(&nodes[..2]), total);
+    // Every copy has a row at its rack's home and at its global home (publishes are batched).
+    let homes = |n: &[Service], of: &str| -> u64 {
+        n.iter().map(|s| site_status(s)[of].as_u64().unwrap()).sum()
+    };
+    let copies = readable.len() as u64;
+    wait_until(
+        "job A's copies are published",
+        Duration::from_secs(10),
+        || {
+            homes(&nodes, "home_rack_files") >= copies
+                && homes(&nodes, "home_global_files") >= copies
+        },
+    );
+
+    // Job B: user 2 on nodes 2-3, every file on both.
+    for (i, user) in b.iter().enumerate() {
+        attached("job B attaches", user.mount(&nodes[2 + i], &backing, &[]));
+        for f in &readable {
+            assert_eq!(user.read(&f.0).as_ref(), Ok(&f.1), "job B reads {}", f.0);
+        }
+    }
+    assert_eq!(
+        from_backing(&nodes[2..]),
+        0,
+        "job B read nothing from the shared FS"
+    );
+    for n in &nodes[2..] {
+        assert!(n.dataset("bytes_from_peers") > 0);
+    }
+    let pulled: u64 = nodes[2..]
+        .iter()
+        .map(|n| n.dataset("bytes_from_peers"))
+        .sum();
+    assert_eq!(pulled, 2 * total, "every byte of job B came from the site");
+
+    // Job C: user 3 has no group rights; the copy on node 3 is not served to it.
+    attached("job C attaches", c.mount(&nodes[3], &backing, &[]));
+    assert_eq!(c.read("pub/1.bin").as_ref(), Ok(&files[1].1));
+    for rel in ["grp/0.bin", "grp/3.bin", "priv/1.bin"] {
+        let e = c.read(rel).unwrap_err();
+        assert!(e.contains("Permission denied"), "{rel}: {e}");
+    }
+    drop((b, c));
+
+    // Job D: every service restarted; user 1 on node 0 reads the whole dataset.
+    for u in &a {
+        u.unmount();
+    }
+    for n in nodes.drain(..) {
+        n.stop();
+    }
+    let nodes: Vec<Service> = (0..4).map(|i| start(&root, i, &peers, &key)).collect();
+    wait_until(
+        "the copies are published again",
+        Duration::from_secs(20),
+        || homes(&nodes, "home_global_files") >= copies,
+    );
+    attached("job D attaches", a[0].mount(&nodes[0], &backing, &[]));
+    for f in &readable {
+        assert_eq!(a[0].read(&f.0).as_ref(), Ok(&f.1), "job D reads {}", f.0);
+    }
+    assert_eq!(
+        from_backing(&nodes),
+        0,
+        "job D read nothing from the shared FS"
+    );
+    assert!(
+        nodes[0].dataset("bytes_from_peers") > 0,
+        "node 1's half pulled"
+    );
+    drop(a);
+    for n in nodes {
+        n.stop();
+    }
+    fs::remove_dir_all(&root).unwrap();
+}
