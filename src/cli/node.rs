@@ -106,6 +106,16 @@ pub struct SiteArgs {
         help_heading = "Site"
     )]
     pub peer_timeout: String,
+    /// Most bytes per second this node serves the site's other nodes (e.g. 500M); a pull over
+    /// it waits its turn, up to a second, else goes to another holder or the shared FS
+    /// [default: no bound]
+    #[arg(long, value_name = "SIZE", value_parser = super::parse_size, help_heading = "Site")]
+    pub site_serve_rate: Option<u64>,
+    /// Threads that serve the site's other nodes, at the lowest CPU priority: this node's own
+    /// readers come first
+    #[arg(long, value_name = "N", default_value_t = 16, help_heading = "Site",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub site_serve_threads: u32,
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +176,8 @@ impl TryFrom<NodeServeArgs> for NodeConfig {
             template,
             dataset_max: a.dataset_max,
             metrics_listen: a.metrics_listen,
+            serve_rate: a.site.site_serve_rate,
+            serve_threads: a.site.site_serve_threads as usize,
         })
     }
 }
@@ -191,6 +203,8 @@ mod tests {
                 site_key: None,
                 data_plane: crate::cli::DataPlaneArg::Auto,
                 peer_timeout: "10s".into(),
+                site_serve_rate: None,
+                site_serve_threads: 16,
             },
         };
         let c = NodeConfig::try_from(args).unwrap();

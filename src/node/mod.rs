@@ -55,7 +55,7 @@ pub fn serve(mut config: NodeConfig) -> Result<(), UserError> {
     // Before the datasets load: each is published to the site as it opens.
     let site = match config.template.cluster.is_cluster() {
         true => Some(site::Site::join(
-            &config.template,
+            &config,
             Arc::new(crate::stats::Stats::default()),
         )?),
         false => None,

@@ -16,15 +16,15 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::state::NodeConfig;
 use crate::backing::BackingStore;
 use crate::cache::{Cache, CacheEvent};
 use crate::cluster::peers::{Handler, RpcPeers};
 use crate::cluster::source::{CacheStore, ClusterSource, Locate, Pull, ServiceLink};
 use crate::core::Version;
 use crate::daemon::UserError;
-use crate::daemon::config::MountConfig;
 use crate::locator::membership::{Membership, NodeId};
 use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
 use crate::locator::service::{Hooks, LocatorService};
@@ -54,8 +54,9 @@ pub struct Site {
 impl Site {
     /// Joins the site `args.cluster` describes (its peers file, this node's id, the site key):
     /// the control port bound, gossip started, the peers told this node (re)started.
-    pub fn join(args: &MountConfig, stats: Arc<Stats>) -> Result<Site, UserError> {
+    pub fn join(config: &NodeConfig, stats: Arc<Stats>) -> Result<Site, UserError> {
         use crate::daemon::{members, wiring};
+        let args = &config.template;
         let id = members::node_id(args)?;
         let members = members::members(args, id)?;
         let ids: std::collections::HashSet<u32> = members.members().map(|m| m.id).collect();
@@ -81,7 +82,10 @@ impl Site {
         let server = Server {
             worker: worker.clone(),
             background: Some(background),
-            store: Arc::new(SiteStore(stores.clone())),
+            store: Arc::new(SiteStore {
+                stores: stores.clone(),
+                budget: Budget::new(config.serve_rate),
+            }),
             node_id: id,
             faults: Default::default(),
             rpc: Some(Arc::new(Handler(locator.clone()))),
@@ -89,7 +93,7 @@ impl Site {
             conns: Default::default(),
             pending: Default::default(),
             members: Arc::new(ids),
-            serving: Serving::new(args.cluster.serve_threads),
+            serving: Serving::yielding(config.serve_threads),
         };
         let handle = runtime.handle().clone();
         wiring::start_gossip(args, id, listen, &locator, Some(secret.clone()), &handle)?;
@@ -270,8 +274,12 @@ fn hooks(stores: &Stores) -> Hooks {
     }
 }
 
-/// Peers read this node's datasets: `<key>/<path>` from dataset `key`'s cache.
-struct SiteStore(Stores);
+/// Peers read this node's datasets: `<key>/<path>` from dataset `key`'s cache, within the
+/// node's serving budget.
+struct SiteStore {
+    stores: Stores,
+    budget: Budget,
+}
 
 impl ChunkStore for SiteStore {
     fn read_at(
@@ -282,13 +290,64 @@ impl ChunkStore for SiteStore {
         room: &mut [u8],
         len: usize,
     ) -> std::io::Result<Option<u32>> {
-        match store_of(&self.0, path) {
-            Some((store, path)) => store.read_at(path, version, offset, room, len),
+        match store_of(&self.stores, path) {
+            Some((store, path)) => {
+                self.budget.take(len as u64)?;
+                store.read_at(path, version, offset, room, len)
+            }
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "no such dataset on this node",
             )),
         }
+    }
+}
+
+/// The most a pull waits for the serving budget before it is refused (its puller then tries
+/// another holder, or reads the shared FS).
+const BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+/// Bytes per second served to the site (a token bucket holding a second's worth): past it a
+/// chunk waits its turn, at most [`BUDGET_WAIT`].
+struct Budget {
+    rate: Option<u64>,
+    /// When the bucket was last counted, and the bytes it held then (negative: owed).
+    bucket: Mutex<(Instant, f64)>,
+}
+
+impl Budget {
+    fn new(rate: Option<u64>) -> Budget {
+        let full = rate.unwrap_or(0) as f64;
+        Budget {
+            rate: rate.filter(|&r| r > 0),
+            bucket: Mutex::new((Instant::now(), full)),
+        }
+    }
+
+    /// Takes `bytes` from the budget, waiting for them if need be.
+    fn take(&self, bytes: u64) -> std::io::Result<()> {
+        let Some(rate) = self.rate else {
+            return Ok(());
+        };
+        let rate = rate as f64;
+        let wait = {
+            let mut bucket = crate::core::sync::lock(&self.bucket);
+            let now = Instant::now();
+            let held = bucket.1 + now.duration_since(bucket.0).as_secs_f64() * rate;
+            let left = held.min(rate) - bytes as f64;
+            let wait = Duration::from_secs_f64((-left / rate).max(0.0));
+            if wait > BUDGET_WAIT {
+                *bucket = (now, held.min(rate));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    "this node's serving budget is spent: try another holder",
+                ));
+            }
+            *bucket = (now, left);
+            wait
+        };
+        std::thread::sleep(wait);
+        Ok(())
     }
 }
 
@@ -385,5 +444,44 @@ impl Pull for SitePull {
     ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
         let wants: Vec<Want> = wants.iter().map(|w| self.want(w)).collect();
         self.puller.pull_batch(peer, &wants, sink, within)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_lets_a_second_through_then_paces_and_refuses_past_a_second() {
+        let b = Budget::new(Some(1_000_000));
+        let t = Instant::now();
+        b.take(1_000_000).unwrap();
+        assert!(t.elapsed() < Duration::from_millis(200), "a full bucket");
+        b.take(250_000).unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(200), "paced");
+        let e = b.take(2_000_000).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        // Refused bytes are not owed: a small chunk still goes within its wait.
+        b.take(100_000).unwrap();
+        Budget::new(None).take(u64::MAX).unwrap();
+    }
+
+    #[test]
+    fn events_are_known_to_the_site_by_their_dataset() {
+        let v = Version {
+            size: 1,
+            mtime_ns: 2,
+        };
+        let ev = prefixed(
+            "k/",
+            CacheEvent::Dropped {
+                path: "a/b".into(),
+                version: v,
+            },
+        );
+        assert!(matches!(ev, CacheEvent::Dropped { path, .. } if path == "k/a/b"));
+        let stores = Stores::default();
+        assert!(store_of(&stores, "k/a/b").is_none());
+        assert!(store_of(&stores, "nokey").is_none());
     }
 }

@@ -26,6 +26,10 @@ pub struct NodeConfig {
     pub dataset_max: Option<u64>,
     /// Where to serve every dataset's counters as Prometheus metrics (`--metrics-listen`).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The most bytes per second served to the site's other nodes (`--site-serve-rate`).
+    pub serve_rate: Option<u64>,
+    /// Threads serving the site's other nodes (`--site-serve-threads`).
+    pub serve_threads: usize,
 }
 
 /// Mounts one user may have served at once (each holds its own request threads); root's are

@@ -73,6 +73,15 @@ impl Serving {
         }
     }
 
+    /// As [`Serving::new`], every thread at the lowest CPU priority: a node service serving
+    /// other jobs' pulls (the site) leaves its own job's readers the CPU they want.
+    pub fn yielding(threads: usize) -> Serving {
+        Serving {
+            pulls: Pool::new("serve-site", threads, true),
+            copies: Pool::new("serve-copy", (threads / 4).max(1), true),
+        }
+    }
+
     pub(super) fn attach(&self, reactor: tokio::runtime::Handle) {
         self.pulls.attach(reactor.clone());
         self.copies.attach(reactor);
@@ -122,6 +131,15 @@ impl Pool {
     }
 
     /// The runtime idle connections are parked on.
+    /// As [`Serving::new`], every thread at the lowest CPU priority: a node service serving
+    /// other jobs' pulls (the site) leaves its own job's readers the CPU they want.
+    pub fn yielding(threads: usize) -> Serving {
+        Serving {
+            pulls: Pool::new("serve-site", threads, true),
+            copies: Pool::new("serve-copy", (threads / 4).max(1), true),
+        }
+    }
+
     pub(super) fn attach(&self, reactor: tokio::runtime::Handle) {
         let _ = self.0.reactor.set(reactor);
     }
