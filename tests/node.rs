@@ -348,6 +348,83 @@ fn datasets_share_the_capacity_and_root_evicts() {
     fs::remove_dir_all(&root).unwrap();
 }
 
+/// The disk is shared by users first: root reads two datasets and user 1 one, so user 1's
+/// dataset holds half the node and root's two a quarter each; `dyadfs node status` charges each
+/// user its part; the users are recorded, so the shares are the same after a restart.
+#[test]
+fn users_share_the_disk_fairly_whatever_their_datasets() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("fair");
+    let mut sets = Vec::new();
+    for d in ["one", "two", "three"] {
+        let dir = root.join(d);
+        fs::create_dir_all(&dir).unwrap();
+        for i in 0..2 {
+            fs::write(dir.join(format!("{i}.bin")), pattern(64 << 10, i)).unwrap();
+        }
+        sets.push(dir);
+    }
+    let Some(user) = User::new("dyadfs-user", &root, &[]) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let args = ["--capacity", "1200K"];
+    let mut service = Service::start_with(&root, &args);
+    for (i, set) in sets[..2].iter().enumerate() {
+        let mnt = root.join(format!("m{i}"));
+        fs::create_dir_all(&mnt).unwrap();
+        attached(
+            "root attaches",
+            service.attach(common::dyadfs(), &mnt, set, &[]),
+        );
+        let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    }
+    attached("user 1 attaches", user.mount(&service, &sets[2], &[]));
+    assert_eq!(user.read("1.bin").unwrap(), pattern(64 << 10, 1));
+    let rooms = |service: &Service| -> Vec<(String, u64)> {
+        let s = service.try_status().unwrap();
+        let mut v: Vec<(String, u64)> = s["datasets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let path = d["backing"].as_str().unwrap();
+                let name = Path::new(path).file_name().unwrap().to_str().unwrap();
+                (name.to_string(), d["capacity"].as_u64().unwrap())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let half = 1200u64 << 10 >> 1;
+    let expected = vec![
+        ("one".to_string(), half / 2),
+        ("three".to_string(), half),
+        ("two".to_string(), half / 2),
+    ];
+    assert_eq!(rooms(&service), expected);
+    let s = service.try_status().unwrap();
+    let users = s["users"].as_array().unwrap();
+    assert_eq!(users.len(), 2, "{s}");
+    assert_eq!(
+        (users[0]["uid"].as_u64(), users[0]["datasets"].as_u64()),
+        (Some(0), Some(2))
+    );
+    assert_eq!(users[1]["uid"].as_u64(), Some(user.uid as u64));
+    assert_eq!(
+        users[1]["bytes"].as_u64(),
+        Some(64 << 10),
+        "what user 1 read: {s}"
+    );
+    user.unmount();
+    service.stop();
+    service = Service::start_with(&root, &args);
+    assert_eq!(rooms(&service), expected, "the same shares after a restart");
+    service.stop();
+    drop(user);
+    fs::remove_dir_all(&root).unwrap();
+}
+
 /// The body of `GET /metrics` at `addr`.
 fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};

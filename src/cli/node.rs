@@ -59,6 +59,11 @@ pub struct NodeServeArgs {
     /// [default: its share alone]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
     pub dataset_max: Option<u64>,
+    /// The most one user's datasets may hold together (a quota per user): the node's capacity
+    /// is shared equally by the users who read datasets on it, then by each user's datasets, a
+    /// dataset several users read holding all their parts [default: its equal part alone]
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
+    pub user_max: Option<u64>,
     /// Serve every dataset's counters (the keys of `dyadfs stats`, labelled `dataset`) as
     /// Prometheus metrics at http://HOST:PORT/metrics
     #[arg(long, value_name = "HOST:PORT", value_parser = super::host_port)]
@@ -175,9 +180,12 @@ impl TryFrom<NodeServeArgs> for NodeConfig {
             socket: a.service.socket,
             template,
             dataset_max: a.dataset_max,
+            user_max: a.user_max,
             metrics_listen: a.metrics_listen,
-            serve_rate: a.site.site_serve_rate,
-            serve_threads: a.site.site_serve_threads as usize,
+            serving: crate::node::site::ServingBudget {
+                rate: a.site.site_serve_rate,
+                threads: a.site.site_serve_threads as usize,
+            },
         })
     }
 }
@@ -195,6 +203,7 @@ mod tests {
             },
             capacity: Some(1 << 30),
             dataset_max: None,
+            user_max: None,
             metrics_listen: None,
             threads: 4,
             site: SiteArgs {

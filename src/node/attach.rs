@@ -14,7 +14,6 @@ use super::state::{Dataset, MountSlot, Node, Refusal, io_refusal};
 use crate::backing::{BackingStore, SharedFs};
 use crate::cache::names_log::NamesLog;
 use crate::core::source::Source;
-use crate::core::sync::lock;
 use crate::daemon::config::MountConfig;
 use crate::fs::DyadFs;
 use crate::fs::quota::Quota;
@@ -56,7 +55,7 @@ fn attached(
     }
     let slot = MountSlot::take(node, ids.uid)?;
     let (root, canonical, key) = open_dataset(&ids, backing)?;
-    let dataset = node.dataset(&key, &canonical)?;
+    let dataset = node.dataset(&key, &canonical, ids.uid)?;
     let n = node.next_mount.fetch_add(1, Ordering::Relaxed);
     let own = node.config.ssd.join("mounts").join(n.to_string());
     let mut args = node.config.template.clone();
@@ -88,7 +87,6 @@ fn attached(
         }
     }
     .map_err(undo)?;
-    lock(&dataset.users).insert(ids.uid);
     tracing::info!(
         uid = ids.uid,
         pid,

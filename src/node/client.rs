@@ -194,6 +194,14 @@ impl NodeStatus {
                 s.node, s.members, s.home_rack_files, s.home_global_files
             ));
         }
+        for u in &self.users {
+            out.push_str(&format!(
+                "user {}: {} dataset(s), {} charged\n",
+                u.uid,
+                u.datasets,
+                human(u.bytes)
+            ));
+        }
         for d in &self.datasets {
             let hits = if d.opens == 0 {
                 "-".to_string()

@@ -17,6 +17,7 @@ pub mod attach;
 pub mod client;
 pub mod proto;
 mod rights;
+mod share;
 pub mod site;
 mod state;
 
@@ -55,7 +56,8 @@ pub fn serve(mut config: NodeConfig) -> Result<(), UserError> {
     // Before the datasets load: each is published to the site as it opens.
     let site = match config.template.cluster.is_cluster() {
         true => Some(site::Site::join(
-            &config,
+            &config.template,
+            &config.serving,
             Arc::new(crate::stats::Stats::default()),
         )?),
         false => None,

@@ -55,7 +55,17 @@ pub struct NodeStatus {
     pub capacity: u64,
     /// This node's part of the site (`None`: no site).
     pub site: Option<SiteStatus>,
+    /// Every user who reads datasets here: how many, and the bytes charged to it.
+    pub users: Vec<UserStatus>,
     pub datasets: Vec<DatasetStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UserStatus {
+    pub uid: u32,
+    pub datasets: usize,
+    /// Its part of the cached bytes of each dataset it reads (split equally among their users).
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -18,13 +18,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::state::NodeConfig;
 use crate::backing::BackingStore;
 use crate::cache::{Cache, CacheEvent};
 use crate::cluster::peers::{Handler, RpcPeers};
 use crate::cluster::source::{CacheStore, ClusterSource, Locate, Pull, ServiceLink};
 use crate::core::Version;
 use crate::daemon::UserError;
+use crate::daemon::config::MountConfig;
 use crate::locator::membership::{Membership, NodeId};
 use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
 use crate::locator::service::{Hooks, LocatorService};
@@ -34,6 +34,14 @@ use crate::transport::TransportError;
 use crate::transport::auth::Secret;
 use crate::transport::pull::{self, PullConfig, Puller, Sink, Want};
 use crate::transport::server::{ChunkStore, Server, Serving};
+
+/// What a node gives the site's other nodes at most (`--site-serve-rate`, bytes per second;
+/// `--site-serve-threads`, at the lowest CPU priority).
+#[derive(Debug, Clone, Default)]
+pub struct ServingBudget {
+    pub rate: Option<u64>,
+    pub threads: usize,
+}
 
 /// Each dataset's store peers pull from, by key.
 type Stores = Arc<Mutex<HashMap<String, Arc<CacheStore>>>>;
@@ -54,9 +62,12 @@ pub struct Site {
 impl Site {
     /// Joins the site `args.cluster` describes (its peers file, this node's id, the site key):
     /// the control port bound, gossip started, the peers told this node (re)started.
-    pub fn join(config: &NodeConfig, stats: Arc<Stats>) -> Result<Site, UserError> {
+    pub fn join(
+        args: &MountConfig,
+        serving: &ServingBudget,
+        stats: Arc<Stats>,
+    ) -> Result<Site, UserError> {
         use crate::daemon::{members, wiring};
-        let args = &config.template;
         let id = members::node_id(args)?;
         let members = members::members(args, id)?;
         let ids: std::collections::HashSet<u32> = members.members().map(|m| m.id).collect();
@@ -84,7 +95,7 @@ impl Site {
             background: Some(background),
             store: Arc::new(SiteStore {
                 stores: stores.clone(),
-                budget: Budget::new(config.serve_rate),
+                budget: Budget::new(serving.rate),
             }),
             node_id: id,
             faults: Default::default(),
@@ -93,7 +104,7 @@ impl Site {
             conns: Default::default(),
             pending: Default::default(),
             members: Arc::new(ids),
-            serving: Serving::yielding(config.serve_threads),
+            serving: Serving::yielding(serving.threads),
         };
         let handle = runtime.handle().clone();
         wiring::start_gossip(args, id, listen, &locator, Some(secret.clone()), &handle)?;

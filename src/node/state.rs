@@ -24,12 +24,12 @@ pub struct NodeConfig {
     pub template: MountConfig,
     /// The most one dataset may hold, whatever its share (`--dataset-max`).
     pub dataset_max: Option<u64>,
+    /// The most one user's datasets may hold together, whatever its share (`--user-max`).
+    pub user_max: Option<u64>,
     /// Where to serve every dataset's counters as Prometheus metrics (`--metrics-listen`).
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// The most bytes per second served to the site's other nodes (`--site-serve-rate`).
-    pub serve_rate: Option<u64>,
-    /// Threads serving the site's other nodes (`--site-serve-threads`).
-    pub serve_threads: usize,
+    /// What this node gives the site's other nodes at most.
+    pub serving: super::site::ServingBudget,
 }
 
 /// Mounts one user may have served at once (each holds its own request threads); root's are
@@ -81,7 +81,7 @@ impl Node {
             let backing = std::fs::read_to_string(dir.join(format!("{key}.backing")))
                 .map(|p| PathBuf::from(p.trim_end_matches('\n')))
                 .unwrap_or_default();
-            let d = self.open(&key, &backing)?;
+            let d = self.open(&key, &backing, &dir)?;
             datasets.insert(key, d);
         }
         let used: u64 = datasets.values().map(|d| d.cache.used_bytes()).sum();
@@ -120,26 +120,43 @@ impl Node {
             cache: self.config.ssd.clone(),
             capacity: self.capacity.load(Ordering::Relaxed),
             site: self.site.as_ref().map(|s| s.status()),
+            users: Self::users(&datasets),
             datasets: list,
         }
     }
 
     /// The dataset `key`, its cache opened at its first attach and kept for the service's life;
     /// a new dataset takes its share of the node's capacity from the others.
-    pub fn dataset(&self, key: &str, backing: &Path) -> Result<Arc<Dataset>, Refusal> {
+    pub fn dataset(&self, key: &str, backing: &Path, uid: u32) -> Result<Arc<Dataset>, Refusal> {
         let mut datasets = lock(&self.datasets);
-        if let Some(d) = datasets.get(key) {
-            return Ok(d.clone());
-        }
         let dir = self.config.ssd.join("datasets");
-        std::fs::write(
-            dir.join(format!("{key}.backing")),
-            format!("{}\n", backing.display()),
-        )
-        .map_err(io_refusal("the dataset's record"))?;
-        let dataset = self.open(key, backing)?;
-        datasets.insert(key.to_string(), dataset.clone());
-        self.share(&datasets);
+        let dataset = match datasets.get(key) {
+            Some(d) => d.clone(),
+            None => {
+                std::fs::write(
+                    dir.join(format!("{key}.backing")),
+                    format!("{}\n", backing.display()),
+                )
+                .map_err(io_refusal("the dataset's record"))?;
+                let d = self.open(key, backing, &dir)?;
+                datasets.insert(key.to_string(), d.clone());
+                d
+            }
+        };
+        let users = {
+            let mut users = lock(&dataset.users);
+            users
+                .insert(uid)
+                .then(|| users.iter().map(u32::to_string).collect::<Vec<_>>())
+        };
+        if let Some(users) = users {
+            // Its users outlive the service: their shares are the same after its restart.
+            let record = dir.join(format!("{key}.users"));
+            if let Err(e) = std::fs::write(&record, users.join(" ") + "\n") {
+                tracing::warn!(error = %e, "the dataset's users were not recorded");
+            }
+            self.share(&datasets);
+        }
         Ok(dataset)
     }
 
@@ -161,6 +178,7 @@ impl Node {
             let dir = self.config.ssd.join("datasets");
             std::fs::remove_dir_all(dir.join(key)).map_err(io_refusal("the dataset's cache"))?;
             let _ = std::fs::remove_file(dir.join(format!("{key}.backing")));
+            let _ = std::fs::remove_file(dir.join(format!("{key}.users")));
             tracing::info!(dataset = key, files, bytes, "a dataset evicted");
             self.share(&datasets);
             return Ok(Reply::Evicted { files, bytes, gone });
@@ -179,23 +197,52 @@ impl Node {
         Ok(Reply::Evicted { files, bytes, gone })
     }
 
-    /// Shares the node's capacity equally among its datasets: each may hold `capacity / n`
-    /// (at most `--dataset-max`), and one over its share (a new dataset came) gives back its
-    /// least recently used files at once. Fair between datasets, whoever reads them; every user
-    /// of a dataset reads its one copy.
+    /// Shares the node's capacity fairly between users, then between each user's datasets
+    /// ([`super::share`]); a dataset over its new room (a user or a dataset came) gives back
+    /// its least recently used files at once. Every user of a dataset reads its one copy.
     fn share(&self, datasets: &HashMap<String, Arc<Dataset>>) {
-        let (n, capacity) = (datasets.len() as u64, self.capacity.load(Ordering::Relaxed));
-        if n == 0 || capacity == 0 {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        if datasets.is_empty() || capacity == 0 {
             return;
         }
-        let each = (capacity / n).min(self.config.dataset_max.unwrap_or(u64::MAX));
-        for d in datasets.values() {
-            d.cache.set_capacity(each);
+        let list: Vec<&Arc<Dataset>> = datasets.values().collect();
+        let users: Vec<Vec<u32>> = list
+            .iter()
+            .map(|d| lock(&d.users).iter().copied().collect())
+            .collect();
+        let limits = super::share::Limits {
+            user_max: self.config.user_max,
+            dataset_max: self.config.dataset_max,
+        };
+        for (d, room) in list
+            .iter()
+            .zip(super::share::shares(capacity, &users, limits))
+        {
+            d.cache.set_capacity(room);
         }
     }
 
-    /// Opens dataset `key`'s cache (made if new).
-    fn open(&self, key: &str, backing: &Path) -> Result<Arc<Dataset>, Refusal> {
+    /// Each user's datasets and the bytes it is charged for (`dyadfs node status`).
+    fn users(datasets: &HashMap<String, Arc<Dataset>>) -> Vec<proto::UserStatus> {
+        let list: Vec<(Vec<u32>, u64)> = datasets
+            .values()
+            .map(|d| {
+                let users = lock(&d.users).iter().copied().collect();
+                (users, d.cache.used_bytes())
+            })
+            .collect();
+        super::share::charged(&list)
+            .into_iter()
+            .map(|(uid, (datasets, bytes))| proto::UserStatus {
+                uid,
+                datasets,
+                bytes,
+            })
+            .collect()
+    }
+
+    /// Opens dataset `key`'s cache (made if new) and reads its users' record from `dir`.
+    fn open(&self, key: &str, backing: &Path, dir: &Path) -> Result<Arc<Dataset>, Refusal> {
         let t = &self.config.template;
         let config = CacheConfig {
             dir: self.config.ssd.join("datasets").join(key),
@@ -226,9 +273,20 @@ impl Node {
             cache,
             stats,
             mounts: AtomicU64::new(0),
-            users: Mutex::default(),
+            users: Mutex::new(recorded_users(&dir.join(format!("{key}.users")))),
         }))
     }
+}
+
+/// The users a dataset's record names (none if it has no record, or a line that is not one).
+fn recorded_users(record: &Path) -> BTreeSet<u32> {
+    std::fs::read_to_string(record)
+        .map(|t| {
+            t.split_whitespace()
+                .filter_map(|u| u.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// One dataset the node caches: a shared directory, whoever mounts it.
