@@ -210,3 +210,74 @@ fn another_job_on_other_nodes_reads_the_dataset_from_the_site() {
     }
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// A holder that froze (SIGSTOP) while another job reads what it holds: every file is still
+/// read right (from the other holder, or the shared FS as the reading user), the reads finish
+/// (each file waits one peer timeout at most, and none once gossip finds the holder down), and
+/// the holder thawed serves again.
+#[test]
+fn a_frozen_holder_costs_a_timeout_and_the_job_goes_on() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("frozen");
+    let (backing, files) = dataset(&root);
+    // The files every user may read.
+    let readable: Vec<&(String, Vec<u8>)> =
+        files.iter().filter(|f| f.0.starts_with("pub/")).collect();
+    let (Some(a0), Some(a1), Some(b)) = (
+        user_on("dyadfs-user", &root, 0, &[]),
+        user_on("dyadfs-user", &root, 1, &[]),
+        user_on("dyadfs-u2", &root, 2, &[]),
+    ) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let (peers, key) = site(&root, 3);
+    let nodes: Vec<Service> = (0..3).map(|i| start(&root, i, &peers, &key)).collect();
+    // Node 0 holds half the files, node 1 the other half.
+    for (i, user) in [&a0, &a1].into_iter().enumerate() {
+        attached("job A attaches", user.mount(&nodes[i], &backing, &[]));
+        for f in readable.iter().skip(i).step_by(2) {
+            assert_eq!(user.read(&f.0).as_ref(), Ok(&f.1), "job A reads {}", f.0);
+        }
+    }
+    let copies = readable.len() as u64;
+    let global = |n: &[Service]| -> u64 {
+        n.iter()
+            .map(|s| site_status(s)["home_global_files"].as_u64().unwrap())
+            .sum()
+    };
+    wait_until(
+        "job A's copies are published",
+        Duration::from_secs(10),
+        || global(&nodes) >= copies,
+    );
+    drop((a0, a1));
+    // SAFETY: kill only sends a signal to our own child.
+    unsafe { libc::kill(nodes[0].child.id() as i32, libc::SIGSTOP) };
+    attached("job B attaches", b.mount(&nodes[2], &backing, &[]));
+    let started = std::time::Instant::now();
+    for f in &readable {
+        assert_eq!(b.read(&f.0).as_ref(), Ok(&f.1), "job B reads {}", f.0);
+    }
+    eprintln!(
+        "job B read {} files in {:?} with a holder frozen",
+        readable.len(),
+        started.elapsed()
+    );
+    let from_peers = nodes[2].dataset("bytes_from_peers");
+    let from_backing = nodes[2].dataset("bytes_from_backing");
+    let total: u64 = readable.iter().map(|f| f.1.len() as u64).sum();
+    assert_eq!(
+        from_peers + from_backing,
+        total,
+        "every byte from somewhere, once"
+    );
+    assert!(from_peers > 0, "node 1's half pulled from it");
+    // SAFETY: as above.
+    unsafe { libc::kill(nodes[0].child.id() as i32, libc::SIGCONT) };
+    drop(b);
+    for n in nodes {
+        n.stop();
+    }
+    fs::remove_dir_all(&root).unwrap();
+}
