@@ -179,7 +179,9 @@ fn run(command: Command) -> Result<(), UserError> {
 /// Runs one `dyadfs node` command.
 fn node(command: NodeCommand) -> Result<(), UserError> {
     match command {
-        NodeCommand::Serve(args) => dyadfs::node::serve(args.try_into().map_err(UserError::Node)?),
+        NodeCommand::Serve(args) => {
+            dyadfs::node::serve((*args).try_into().map_err(UserError::Node)?)
+        }
         NodeCommand::Evict(args) => dyadfs::node::client::evict(&args.service.socket, &args.key)
             .map(|(files, bytes, gone)| {
                 println!(

@@ -281,3 +281,66 @@ fn a_frozen_holder_costs_a_timeout_and_the_job_goes_on() {
     }
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// The card's data plane between services: UCX RMA (over loopback tcp, as the site's admin
+/// would allow with `--ucx-over-tcp`), every chunk by an RMA get (`--eager-max 0`): user 2 on
+/// node 1 reads what user 1 cached on node 0, 0 bytes from the shared FS.
+#[test]
+fn the_site_pulls_over_ucx() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("site-ucx");
+    let (backing, files) = dataset(&root);
+    let readable: Vec<&(String, Vec<u8>)> =
+        files.iter().filter(|f| f.0.starts_with("pub/")).collect();
+    let (Some(a), Some(b)) = (
+        user_on("dyadfs-user", &root, 0, &[]),
+        user_on("dyadfs-u2", &root, 1, &[]),
+    ) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let (peers, key) = site(&root, 2);
+    let ucx = ["--data-plane", "ucx", "--ucx-over-tcp", "--eager-max", "0"];
+    let nodes: Vec<Service> = (0..2)
+        .map(|i| {
+            let id = i.to_string();
+            let mut args = site_args(&peers, &key, &id);
+            args.retain(|a| *a != "--data-plane" && *a != "stream");
+            args.extend(ucx);
+            Service::start_named(&root, &format!("n{i}"), &args)
+        })
+        .collect();
+    attached("user 1 attaches", a.mount(&nodes[0], &backing, &[]));
+    for f in &readable {
+        assert_eq!(a.read(&f.0).as_ref(), Ok(&f.1), "user 1 reads {}", f.0);
+    }
+    let copies = readable.len() as u64;
+    wait_until(
+        "user 1's copies are published",
+        Duration::from_secs(10),
+        || {
+            nodes
+                .iter()
+                .map(|s| site_status(s)["home_global_files"].as_u64().unwrap())
+                .sum::<u64>()
+                >= copies
+        },
+    );
+    attached("user 2 attaches", b.mount(&nodes[1], &backing, &[]));
+    for f in &readable {
+        assert_eq!(b.read(&f.0).as_ref(), Ok(&f.1), "user 2 reads {}", f.0);
+    }
+    let total: u64 = readable.iter().map(|f| f.1.len() as u64).sum();
+    assert_eq!(nodes[1].dataset("bytes_from_backing"), 0);
+    assert_eq!(nodes[1].dataset("bytes_from_peers"), total);
+    let log = fs::read_to_string(&nodes[1].log).unwrap();
+    assert!(
+        log.contains("UCX loaded") && log.contains("ucx=true"),
+        "the data plane is UCX: {log}"
+    );
+    drop((a, b));
+    for n in nodes {
+        n.stop();
+    }
+    fs::remove_dir_all(&root).unwrap();
+}

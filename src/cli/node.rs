@@ -13,7 +13,7 @@ pub enum NodeCommand {
     /// Run the node service in the foreground (as root: a systemd unit, or a prolog): it owns
     /// the cache directory across jobs and serves every user's `dyadfs mount ... --backing`
     /// on this node, one cache per dataset shared by every user who may read it
-    Serve(NodeServeArgs),
+    Serve(Box<NodeServeArgs>),
     /// What the node service holds: its datasets, their cached files and bytes, mounts, users,
     /// hits and refusals
     Status(NodeStatusArgs),
@@ -121,6 +121,13 @@ pub struct SiteArgs {
     #[arg(long, value_name = "N", default_value_t = 16, help_heading = "Site",
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub site_serve_threads: u32,
+    /// Let a UCX data plane use UCX's tcp transport (see `dyadfs mount --help`)
+    #[arg(long, help_heading = "Site")]
+    pub ucx_over_tcp: bool,
+    /// Chunks up to this size travel inline in the holder's reply, larger ones by UCX RMA (see
+    /// `dyadfs mount --help`)
+    #[arg(long, value_name = "SIZE", default_value = "1M", help_heading = "Site")]
+    pub eager_max: String,
 }
 
 #[derive(Debug, Args)]
@@ -166,7 +173,12 @@ impl TryFrom<NodeServeArgs> for NodeConfig {
                 data_plane.get_name().into(),
                 "--peer-timeout".into(),
                 site.peer_timeout.clone(),
+                "--eager-max".into(),
+                site.eager_max.clone(),
             ]);
+            if site.ucx_over_tcp {
+                argv.push("--ucx-over-tcp".into());
+            }
         }
         let defaults = Defaults::try_parse_from(argv).map_err(|e| e.to_string())?;
         let mut template: crate::daemon::config::MountConfig = defaults.mount.into();
@@ -214,6 +226,8 @@ mod tests {
                 peer_timeout: "10s".into(),
                 site_serve_rate: None,
                 site_serve_threads: 16,
+                ucx_over_tcp: false,
+                eager_max: "1M".into(),
             },
         };
         let c = NodeConfig::try_from(args).unwrap();

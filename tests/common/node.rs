@@ -45,6 +45,9 @@ impl Service {
             .arg("--socket")
             .arg(&socket)
             .args(extra)
+            // A site's UCX data plane, where a test asks for one: over loopback tcp.
+            .env("UCX_TLS", "tcp")
+            .env("UCX_NET_DEVICES", "lo")
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
