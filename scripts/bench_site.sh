@@ -12,7 +12,8 @@
 # interleaved run by run. Also: bytes job B read from the shared FS (must be 0), and the CPU
 # per file of the services that served (nodes 0-3) and that pulled (nodes 4-7).
 # Needs root (users are made with useradd). Usage: scripts/bench_site.sh [WORKDIR]
-# Env: RUNS (5), FILES (2048), SIZE (131072), DATA_PLANE (stream), DYADFS_BIN.
+# Env: RUNS (5), FILES (2048), SIZE (131072), DATA_PLANE (stream; ucx: over loopback tcp),
+# DYADFS_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -78,9 +79,14 @@ for i, p in enumerate(ports):
     print(f"{i} 127.0.0.1:{p} r{i // 4}")
 PY
 "$BIN" keygen "$W/site.key" 2> /dev/null
+plane=(--data-plane "$DATA_PLANE")
+if [ "$DATA_PLANE" = ucx ]; then # over loopback: tcp, acknowledged
+  plane+=(--ucx-over-tcp)
+  export UCX_TLS=tcp UCX_NET_DEVICES=lo
+fi
 for n in 0 1 2 3 4 5 6 7; do
   "$BIN" node serve --ssd "$W/n$n/ssd" --socket "$W/run/n$n.sock" --site-peers "$W/site.peers" \
-    --node-id "$n" --site-key "$W/site.key" --data-plane "$DATA_PLANE" 2> "$W/n$n.log" &
+    --node-id "$n" --site-key "$W/site.key" "${plane[@]}" 2> "$W/n$n.log" &
   services+=($!)
 done
 for n in 0 1 2 3 4 5 6 7; do
