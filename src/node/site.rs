@@ -79,7 +79,15 @@ impl Site {
             UserError::Node("a site needs its key (--site-key): the admin provisions it".into())
         })?;
         let secret = Arc::new(Secret::load(key).map_err(UserError::Secret)?);
-        wiring::check_key(&members, id, &secret, args.cluster.peer_timeout)?;
+        wiring::check_key(&members, id, &secret, args.cluster.peer_timeout).map_err(
+            |e| match e {
+                UserError::WrongKey(peers) => UserError::Node(format!(
+                    "this node's site key is not the site's: the running services {peers} answered \
+                 with proofs it does not check (a wrong or stale --site-key?)"
+                )),
+                e => e,
+            },
+        )?;
         let runtime = wiring::control_runtime()?;
         let (worker, background) = wiring::data_planes(args, &stats)?;
         let stores = Stores::default();
