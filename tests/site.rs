@@ -114,7 +114,10 @@ fn another_job_on_other_nodes_reads_the_dataset_from_the_site() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("site key is not the site's"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("site key is not the site's"),
+        "{err}"
+    );
     nodes.push(start(&root, 3, &peers, &key));
     assert_eq!(site_status(&nodes[3])["members"], 4);
 

@@ -15,7 +15,9 @@ use crate::cache::{Cache, CacheConfig};
 use crate::cluster::names::ClusterNames;
 use crate::cluster::peers::{Handler, RpcPeers};
 use crate::cluster::replicate::start_replicator;
-use crate::cluster::source::{CacheStore, ClusterSource, Fetcher, ServiceLink, start_publisher};
+use crate::cluster::source::{
+    CacheStore, ClusterSource, Fetcher, ServiceLink, page_map, recheck_chunk, start_publisher,
+};
 use crate::core::Version;
 use crate::core::names::{Name, Namespace};
 use crate::core::source::Source;
@@ -26,7 +28,6 @@ use crate::fs::write::Producer;
 use crate::fs::{DyadFs, FsConfig};
 use crate::locator::Membership;
 use crate::locator::gossip::{self, GossipConfig, Peer};
-use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
 use crate::locator::service::{Hooks, LocatorService};
 use crate::stats::Stats;
 use crate::transport::auth::Secret;
@@ -504,29 +505,9 @@ fn locator_hooks(producer: &Arc<Producer>, cache: &Arc<Cache>, journal: Arc<Name
             p.released(object, Version { size, mtime_ns }, drop)
         }),
         holdings: Box::new(move || c.held_entries()),
-        pages_of: Box::new(move |path, version, offset| {
-            let entry = cp.lookup(path, version)?;
-            let page = entry.page_size();
-            let first = PageMap::window(offset, page);
-            let masks = entry.held_pages(first, PAGE_MAP_WORDS as usize);
-            // Whether it fills for its peers is the locator's to say.
-            let fills = false;
-            Some(PageMap {
-                page,
-                first,
-                masks,
-                fills,
-            })
-        }),
+        pages_of: Box::new(move |path, version, offset| page_map(&cp, path, version, offset)),
         on_bad_chunk: Box::new(move |path, version, offset| {
-            if let Some(e) = cc.lookup(path, version) {
-                match e.recheck(&cc, e.chunks_for(offset, 1)) {
-                    Ok((_, dropped)) => {
-                        tracing::warn!(%path, offset, dropped, "a peer received a bad chunk")
-                    }
-                    Err(err) => tracing::warn!(%path, error = %err, "rechecking a chunk failed"),
-                }
-            }
+            recheck_chunk(&cc, path, version, offset)
         }),
     }
 }

@@ -21,12 +21,14 @@ use std::time::{Duration, Instant};
 use crate::backing::BackingStore;
 use crate::cache::{Cache, CacheEvent};
 use crate::cluster::peers::{Handler, RpcPeers};
-use crate::cluster::source::{CacheStore, ClusterSource, Locate, Pull, ServiceLink};
+use crate::cluster::source::{
+    CacheStore, ClusterSource, Locate, Pull, ServiceLink, page_map, recheck_chunk,
+};
 use crate::core::Version;
 use crate::daemon::UserError;
 use crate::daemon::config::MountConfig;
 use crate::locator::membership::{Membership, NodeId};
-use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
+use crate::locator::proto::PageMap;
 use crate::locator::service::{Hooks, LocatorService};
 use crate::locator::tiers::Reply;
 use crate::stats::Stats;
@@ -267,26 +269,11 @@ fn hooks(stores: &Stores) -> Hooks {
         }),
         pages_of: Box::new(move |path, version, offset| {
             let (store, path) = store_of(&pages, path)?;
-            let entry = store.cache.lookup(path, version)?;
-            let page = entry.page_size();
-            let first = PageMap::window(offset, page);
-            let masks = entry.held_pages(first, PAGE_MAP_WORDS as usize);
-            Some(PageMap {
-                page,
-                first,
-                masks,
-                fills: false,
-            })
+            page_map(&store.cache, path, version, offset)
         }),
         on_bad_chunk: Box::new(move |path, version, offset| {
-            let Some((store, path)) = store_of(&bad, path) else {
-                return;
-            };
-            let cache = &store.cache;
-            if let Some(e) = cache.lookup(path, version)
-                && let Err(err) = e.recheck(cache, e.chunks_for(offset, 1))
-            {
-                tracing::warn!(%path, error = %err, "rechecking a chunk failed");
+            if let Some((store, path)) = store_of(&bad, path) {
+                recheck_chunk(&store.cache, path, version, offset)
             }
         }),
         ..Hooks::default()

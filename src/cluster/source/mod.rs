@@ -38,7 +38,7 @@ mod store;
 
 pub use ports::{Locate, Pull, ServiceLink};
 pub use publisher::start_publisher;
-pub use store::{CacheStore, Fetcher};
+pub use store::{CacheStore, Fetcher, page_map, recheck_chunk};
 
 /// A suspect holder is waited for at most this fraction of the peer timeout.
 const SUSPECT_WAIT_DIVISOR: u32 = 4;

@@ -9,6 +9,7 @@ use crate::backing::BackingStore;
 use crate::cache::Cache;
 use crate::core::Version;
 use crate::fill::Reader;
+use crate::locator::proto::{PAGE_MAP_WORDS, PageMap};
 use crate::locator::service::LocatorService;
 use crate::stats::Stats;
 use crate::transport::server::ChunkStore;
@@ -64,5 +65,32 @@ impl ChunkStore for CacheStore {
             .bytes_served_to_peers
             .fetch_add(len as u64, Ordering::Relaxed);
         Ok(entry.chunk_crc(offset, len as u64))
+    }
+}
+
+/// Which pages of `path` at `version` the cache has in the window of byte `offset`, for a peer
+/// about to pull some (whether this node fills for its peers is the locator's to say).
+pub fn page_map(cache: &Cache, path: &str, version: Version, offset: u64) -> Option<PageMap> {
+    let entry = cache.lookup(path, version)?;
+    let page = entry.page_size();
+    let first = PageMap::window(offset, page);
+    let masks = entry.held_pages(first, PAGE_MAP_WORDS as usize);
+    Some(PageMap {
+        page,
+        first,
+        masks,
+        fills: false,
+    })
+}
+
+/// A peer received a bad chunk of ours (at `offset`): it is checked again, and dropped if bad.
+pub fn recheck_chunk(cache: &Cache, path: &str, version: Version, offset: u64) {
+    if let Some(e) = cache.lookup(path, version) {
+        match e.recheck(cache, e.chunks_for(offset, 1)) {
+            Ok((_, dropped)) => {
+                tracing::warn!(%path, offset, dropped, "a peer received a bad chunk")
+            }
+            Err(err) => tracing::warn!(%path, error = %err, "rechecking a chunk failed"),
+        }
     }
 }
