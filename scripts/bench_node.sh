@@ -24,18 +24,13 @@ build_dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench-node.XXXX)}
 chmod 755 "$W"
 mkdir -p "$W"/{shared,local,node,own-ssd,mnt-a,mnt-b,mnt-own}
-for u in dyadfs-user dyadfs-u2; do
-  id "$u" > /dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$u"
-done
+bench_users dyadfs-user dyadfs-u2
 chown dyadfs-user: "$W/mnt-a"
 chown dyadfs-u2: "$W/mnt-b"
 fuse_mode=$(stat -c %a /dev/fuse)
 service=
 cleanup() {
-  # Users' mounts: root may not even stat them (no allow_other), so the mount table says.
-  for m in "$W/mnt-a" "$W/mnt-b" "$W/mnt-own"; do
-    if grep -q " $m " /proc/mounts; then fusermount3 -uz "$m"; fi
-  done
+  unmount_users "$W/mnt-a" "$W/mnt-b" "$W/mnt-own"
   [ -z "$service" ] || kill "$service" 2> /dev/null || true
   chmod "$fuse_mode" /dev/fuse
   [ -n "${KEEP:-}" ] || rm -rf "$W"
@@ -43,13 +38,7 @@ cleanup() {
 trap cleanup EXIT
 chmod 666 /dev/fuse # users mount through fusermount3, which opens it as them
 
-echo "generating $FILES files of $SIZE bytes" >&2
-python3 - "$W/shared" "$FILES" "$SIZE" <<'PY'
-import os, sys
-d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    open(os.path.join(d, f"{i}.npy"), "wb").write(os.urandom(size))
-PY
+random_files "$W/shared" "$FILES" "$SIZE"
 cp -a "$W/shared/." "$W/local/"
 ls "$W/shared" | shuf --random-source=<(yes) > "$W/order"
 chmod 644 "$W/order"

@@ -24,9 +24,7 @@ DATA_PLANE=${DATA_PLANE:-stream}
 build_dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench-site.XXXX)}
 chmod 755 "$W"
-for u in dyadfs-user dyadfs-u2; do
-  id "$u" > /dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$u"
-done
+bench_users dyadfs-user dyadfs-u2
 mkdir -p "$W"/{shared,local,run}
 for n in 0 1 2 3 4 5 6 7; do
   mkdir -p "$W/n$n/mnt"
@@ -35,9 +33,7 @@ done
 fuse_mode=$(stat -c %a /dev/fuse)
 services=()
 cleanup() {
-  for n in 0 1 2 3 4 5 6 7; do
-    if grep -q " $W/n$n/mnt " /proc/mounts; then fusermount3 -uz "$W/n$n/mnt"; fi
-  done
+  unmount_users "$W"/n{0,1,2,3,4,5,6,7}/mnt
   for p in "${services[@]}"; do kill "$p" 2> /dev/null || true; done
   chmod "$fuse_mode" /dev/fuse
   [ -n "${KEEP:-}" ] || rm -rf "$W"
@@ -45,13 +41,7 @@ cleanup() {
 trap cleanup EXIT
 chmod 666 /dev/fuse # users mount through fusermount3, which opens it as them
 
-echo "generating $FILES files of $SIZE bytes" >&2
-python3 - "$W/shared" "$FILES" "$SIZE" <<'PY'
-import os, sys
-d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    open(os.path.join(d, f"{i}.npy"), "wb").write(os.urandom(size))
-PY
+random_files "$W/shared" "$FILES" "$SIZE"
 cp -a "$W/shared/." "$W/local/"
 ls "$W/shared" | shuf --random-source=<(yes) > "$W/order"
 for q in 0 1 2 3; do awk -v q="$q" 'NR % 4 == q' "$W/order" > "$W/shard$q"; done

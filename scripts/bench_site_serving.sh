@@ -23,9 +23,7 @@ SIZE=${SIZE:-131072}
 build_dyadfs
 W=${1:-$(mktemp -d /var/tmp/dyadfs-bench-serving.XXXX)}
 chmod 755 "$W"
-for u in dyadfs-user dyadfs-u2; do
-  id "$u" > /dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$u"
-done
+bench_users dyadfs-user dyadfs-u2
 mkdir -p "$W"/{shared,run,n0/mnt,n1/mnt}
 chown dyadfs-user: "$W/n0/mnt"
 chown dyadfs-u2: "$W/n1/mnt"
@@ -34,9 +32,7 @@ services=()
 loader=
 cleanup() {
   [ -z "$loader" ] || kill "$loader" 2> /dev/null || true
-  for n in 0 1; do
-    if grep -q " $W/n$n/mnt " /proc/mounts; then fusermount3 -uz "$W/n$n/mnt"; fi
-  done
+  unmount_users "$W/n0/mnt" "$W/n1/mnt"
   for p in "${services[@]}"; do kill "$p" 2> /dev/null || true; done
   chmod "$fuse_mode" /dev/fuse
   [ -n "${KEEP:-}" ] || rm -rf "$W"
@@ -44,13 +40,7 @@ cleanup() {
 trap cleanup EXIT
 chmod 666 /dev/fuse # users mount through fusermount3, which opens it as them
 
-echo "generating $FILES files of $SIZE bytes" >&2
-python3 - "$W/shared" "$FILES" "$SIZE" <<'PY'
-import os, sys
-d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    open(os.path.join(d, f"{i}.npy"), "wb").write(os.urandom(size))
-PY
+random_files "$W/shared" "$FILES" "$SIZE"
 ls "$W/shared" | shuf --random-source=<(yes) > "$W/order"
 chmod 644 "$W/order"
 as() { setpriv --reuid="$1" --regid="$1" --clear-groups "${@:2}"; }
@@ -113,7 +103,7 @@ for r in $(seq "$RUNS"); do
   kill "$loader"; wait "$loader" 2> /dev/null || true
   loader=
   as dyadfs-u2 pkill -u dyadfs-u2 -f "$READERS" 2> /dev/null || true
-  if grep -q " $W/n1/mnt " /proc/mounts; then fusermount3 -uz "$W/n1/mnt"; fi
+  unmount_users "$W/n1/mnt"
   "$BIN" node evict "$key" --socket "$W/run/n1.sock" > /dev/null 2>&1 || true
   rate=$(echo "($s1 - $s0) / ($t1 - $t0) / 1048576" | bc -l)
   printf '%-4s %8.3f %8.3f %16.0f\n' "$r" "$ta" "$ts" "$rate"

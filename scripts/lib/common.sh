@@ -18,6 +18,9 @@
 #   switches         a process's context switches so far, its threads' summed
 #   wait_daemons_gone  waits for the daemons mounted under a directory to exit
 #   fuse_trace_*     the FUSE requests the kernel sends, counted by opcode (tracefs)
+#   bench_users      makes the system users a benchmark reads as
+#   random_files     a dataset of random samples
+#   unmount_users    unmounts those of users' mount points given that are mounted
 
 # Benchmarks report medians of RUNS runs: the middle value (the lower middle one of an even count).
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -183,4 +186,34 @@ fuse_trace_stop() {
   echo 0 > "$FUSE_TRACE/tracing_on"; echo 0 > "$FUSE_TRACE/events/fuse/fuse_request_send/enable"
   grep -o '(FUSE_[A-Z_]*)' "$FUSE_TRACE/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
     awk -v n="$1" '{t += $1; if ($1 / n >= 0.01) printf "%s %.2f  ", $2, $1 / n} END {printf "= %.2f", t / n}'
+}
+
+# bench_users USER...: the system users a benchmark reads as, made if missing (kept after it:
+# the next run uses them again).
+bench_users() {
+  local u
+  for u in "$@"; do
+    id "$u" > /dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$u"
+  done
+}
+
+# random_files DIR N SIZE: DIR/0.npy .. DIR/(N-1).npy, each SIZE random bytes (a dataset's
+# samples).
+random_files() {
+  echo "generating $2 files of $3 bytes" >&2
+  python3 - "$1" "$2" "$3" <<'PY'
+import os, sys
+d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    open(os.path.join(d, f"{i}.npy"), "wb").write(os.urandom(size))
+PY
+}
+
+# unmount_users MNT...: for cleanup traps, lazily unmounts each users' mount point given that
+# is mounted (root may not even stat a user's mount without allow_other: the mount table says).
+unmount_users() {
+  local m
+  for m in "$@"; do
+    if grep -q " $m " /proc/mounts; then fusermount3 -uz "$m"; fi
+  done
 }
