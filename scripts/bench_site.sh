@@ -13,7 +13,7 @@
 # per file of the services that served (nodes 0-3) and that pulled (nodes 4-7).
 # Needs root (users are made with useradd). Usage: scripts/bench_site.sh [WORKDIR]
 # Env: RUNS (5), FILES (2048), SIZE (131072), DATA_PLANE (stream; ucx: over loopback tcp),
-# DYADFS_BIN.
+# PIN (0; 1: job A's nodes on CPU 0, job B's and the local copy's readers on CPU 1), DYADFS_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -74,8 +74,12 @@ if [ "$DATA_PLANE" = ucx ]; then # over loopback: tcp, acknowledged
   plane+=(--ucx-over-tcp)
   export UCX_TLS=tcp UCX_NET_DEVICES=lo
 fi
+# cpus NODE: where node NODE's service and readers run. PIN=1: nodes 0-3 on CPU 0, nodes 4-7
+# (and the local copy's readers) on CPU 1, as if job A's and job B's nodes were other machines:
+# job B then pays for its own end of each pull only, and the holders' CPU is not its readers'.
+cpus() { if [ "${PIN:-0}" = 1 ]; then echo $(($1 / 4)); else echo "0-$(($(nproc) - 1))"; fi; }
 for n in 0 1 2 3 4 5 6 7; do
-  "$BIN" node serve --ssd "$W/n$n/ssd" --socket "$W/run/n$n.sock" --site-peers "$W/site.peers" \
+  taskset -c "$(cpus "$n")" "$BIN" node serve --ssd "$W/n$n/ssd" --socket "$W/run/n$n.sock" --site-peers "$W/site.peers" \
     --node-id "$n" --site-key "$W/site.key" "${plane[@]}" 2> "$W/n$n.log" &
   services+=($!)
 done
@@ -93,13 +97,15 @@ mount_as() { # USER NODE
   as "$1" "$BIN" mount "$W/n$2/mnt" --ssd "$W/unused" --backing "$W/shared" \
     --node-socket "$W/run/n$2.sock" 2> /dev/null
 }
-# epoch USER ROOT...: the four quarters read at once, ROOT i reading shard i; prints seconds.
+# epoch USER NODE ROOT...: the four quarters read at once, ROOT i reading shard i, on node
+# NODE's CPUs; prints seconds.
 epoch() {
-  local u=$1 q=0 t0 r
-  shift
+  local u=$1 c q=0 t0 r
+  c=$(cpus "$2")
+  shift 2
   t0=$(now)
   for r in "$@"; do
-    as "$u" $PY "$READERS" "$r" "$W/shard$q" > /dev/null &
+    as "$u" taskset -c "$c" $PY "$READERS" "$r" "$W/shard$q" > /dev/null &
     q=$((q + 1))
   done
   wait
@@ -109,7 +115,7 @@ epoch() {
 # Job A: user 1 on nodes 0-3, epoch 1 from the shared file system.
 for n in 0 1 2 3; do mount_as dyadfs-user "$n"; done
 drop
-ta=$(epoch dyadfs-user "$W"/n{0,1,2,3}/mnt)
+ta=$(epoch dyadfs-user 0 "$W"/n{0,1,2,3}/mnt)
 for n in 0 1 2 3; do fusermount3 -u "$W/n$n/mnt"; done
 printf 'job A (user 1, nodes 0-3), epoch 1 from the shared FS: %.3f s\n' "$ta"
 key=$(status 0 | python3 -c "import json,sys; print(json.load(sys.stdin)['datasets'][0]['key'])")
@@ -122,11 +128,11 @@ printf '%-4s %8s %8s %16s %16s\n' run local site "holders us/file" "pullers us/f
 from_shared=0
 for r in $(seq "$RUNS"); do
   drop
-  tl=$(epoch dyadfs-u2 "$W/local" "$W/local" "$W/local" "$W/local")
+  tl=$(epoch dyadfs-u2 4 "$W/local" "$W/local" "$W/local" "$W/local")
   for n in 4 5 6 7; do mount_as dyadfs-u2 "$n"; done
   drop
   h0=$(cpu_of 0 1 2 3); p0=$(cpu_of 4 5 6 7)
-  ts=$(epoch dyadfs-u2 "$W"/n{4,5,6,7}/mnt)
+  ts=$(epoch dyadfs-u2 4 "$W"/n{4,5,6,7}/mnt)
   h1=$(cpu_of 0 1 2 3); p1=$(cpu_of 4 5 6 7)
   from_shared=$((from_shared + $(sum_field bytes_from_backing 4 5 6 7)))
   for n in 4 5 6 7; do
@@ -144,7 +150,7 @@ done
 range() { sort -g "$1" | awk '{a[NR]=$1} END {printf "%s-%s", a[1], a[NR]}'; }
 ml=$(median < "$W/local.t"); ms=$(median < "$W/site.t")
 echo
-echo "median (range) of $RUNS runs, $FILES files of $SIZE bytes, 4 nodes x 4 readers, page cache dropped, data plane $DATA_PLANE:"
+echo "median (range) of $RUNS runs, $FILES files of $SIZE bytes, 4 nodes x 4 readers, page cache dropped, data plane $DATA_PLANE, PIN=${PIN:-0}:"
 echo "  local copy                $ml s ($(range "$W/local.t"))"
 echo "  job B on nodes 4-7, site  $ms s ($(range "$W/site.t")): $(echo "$ms / $ml" | bc -l | cut -c1-4)x the local copy"
 echo "  CPU per file: holders (nodes 0-3) $(median < "$W/hold.cpu" | cut -d. -f1) us, pullers (nodes 4-7) $(median < "$W/pull.cpu" | cut -d. -f1) us"
