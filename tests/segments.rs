@@ -47,7 +47,15 @@ fn packed_small_files_are_served_by_the_daemon_with_their_pages_kept() {
             }
         }
         assert_eq!(m.stat("passthrough_opens"), 0);
-        assert_eq!(m.stat("bytes_from_local"), total, "restart {restart}");
+        // Each file crosses the daemon once: its open stores it in the kernel's pages. A READ
+        // the kernel sent before the store landed crosses it again (seen once over io_uring,
+        // one page): a page per file at most, where keeping no pages would cost 3x.
+        let local = m.stat("bytes_from_local");
+        let slack = files.len() as u64 * 4096;
+        assert!(
+            (total..=total + slack).contains(&local),
+            "restart {restart}: {local} bytes from the cache for {total}"
+        );
         let from_backing = if restart { 0 } else { total };
         assert_eq!(m.stat("bytes_from_backing"), from_backing);
         assert_eq!(m.stat("cache_segments"), 1);
