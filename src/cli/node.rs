@@ -89,8 +89,8 @@ pub struct SiteArgs {
     #[arg(long, value_name = "N", help_heading = "Site")]
     pub node_id: Option<u32>,
     /// The site key every service proves on every connection (`dyadfs keygen`, root's, mode
-    /// 0600, the same file on every node; docs/OPERATIONS.md says how to rotate it). Jobs' own
-    /// keys never open the site, nor the site key a job's managed directory
+    /// 0600, the same file on every node; docs/OPERATIONS.md says how to rotate it). A job's
+    /// own key never opens the site, nor does the site key open a job's port
     #[arg(long, value_name = "FILE", help_heading = "Site")]
     pub site_key: Option<PathBuf>,
     /// How chunks move between the services (see `dyadfs mount --help`)
@@ -237,5 +237,39 @@ mod tests {
             (Some(1 << 30), 4)
         );
         assert!(!c.template.managed);
+    }
+
+    #[test]
+    fn a_site_is_a_cluster_under_the_site_key_and_bad_values_are_refused() {
+        #[derive(Parser)]
+        struct Serve {
+            #[command(flatten)]
+            args: NodeServeArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["serve", "--ssd", "/nvme"];
+            argv.extend(extra);
+            NodeConfig::try_from(Serve::try_parse_from(argv).unwrap().args)
+        };
+        let site = [
+            "--site-peers",
+            "/etc/dyadfs/site.peers",
+            "--node-id",
+            "3",
+            "--site-key",
+            "/etc/dyadfs/site.key",
+        ];
+        let c = parse(&site).unwrap();
+        let cluster = &c.template.cluster;
+        assert!(cluster.is_cluster());
+        assert_eq!(cluster.node_id, Some(3));
+        assert_eq!(
+            cluster.secret_file.as_deref(),
+            Some(std::path::Path::new("/etc/dyadfs/site.key"))
+        );
+        assert!(!parse(&[]).unwrap().template.cluster.is_cluster());
+        let mut bad = site.to_vec();
+        bad.extend(["--peer-timeout", "soon"]);
+        assert!(parse(&bad).is_err(), "mount's own parser refuses it");
     }
 }
