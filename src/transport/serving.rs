@@ -67,17 +67,18 @@ pub struct Serving {
 impl Serving {
     /// At most `threads` threads for pulls and a quarter of that (at least one) for copies.
     pub fn new(threads: usize) -> Serving {
-        Serving {
-            pulls: Pool::new("serve-pull", threads, false),
-            copies: Pool::new("serve-copy", (threads / 4).max(1), true),
-        }
+        Self::pools("serve-pull", threads, false)
     }
 
     /// As [`Serving::new`], every thread at the lowest CPU priority: a node service serving
     /// other jobs' pulls (the site) leaves its own job's readers the CPU they want.
     pub fn yielding(threads: usize) -> Serving {
+        Self::pools("serve-site", threads, true)
+    }
+
+    fn pools(name: &'static str, threads: usize, pulls_background: bool) -> Serving {
         Serving {
-            pulls: Pool::new("serve-site", threads, true),
+            pulls: Pool::new(name, threads, pulls_background),
             copies: Pool::new("serve-copy", (threads / 4).max(1), true),
         }
     }
@@ -131,15 +132,6 @@ impl Pool {
     }
 
     /// The runtime idle connections are parked on.
-    /// As [`Serving::new`], every thread at the lowest CPU priority: a node service serving
-    /// other jobs' pulls (the site) leaves its own job's readers the CPU they want.
-    pub fn yielding(threads: usize) -> Serving {
-        Serving {
-            pulls: Pool::new("serve-site", threads, true),
-            copies: Pool::new("serve-copy", (threads / 4).max(1), true),
-        }
-    }
-
     pub(super) fn attach(&self, reactor: tokio::runtime::Handle) {
         let _ = self.0.reactor.set(reactor);
     }
