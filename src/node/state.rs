@@ -78,10 +78,10 @@ impl Node {
         keys.sort();
         let mut datasets = lock(&self.datasets);
         for key in keys {
-            let backing = std::fs::read_to_string(dir.join(format!("{key}.backing")))
+            let backing = std::fs::read_to_string(self.record(&key, "backing"))
                 .map(|p| PathBuf::from(p.trim_end_matches('\n')))
                 .unwrap_or_default();
-            let d = self.open(&key, &backing, &dir)?;
+            let d = self.open(&key, &backing)?;
             datasets.insert(key, d);
         }
         let used: u64 = datasets.values().map(|d| d.cache.used_bytes()).sum();
@@ -129,16 +129,15 @@ impl Node {
     /// a new dataset takes its share of the node's capacity from the others.
     pub fn dataset(&self, key: &str, backing: &Path, uid: u32) -> Result<Arc<Dataset>, Refusal> {
         let mut datasets = lock(&self.datasets);
-        let dir = self.config.ssd.join("datasets");
         let dataset = match datasets.get(key) {
             Some(d) => d.clone(),
             None => {
                 std::fs::write(
-                    dir.join(format!("{key}.backing")),
+                    self.record(key, "backing"),
                     format!("{}\n", backing.display()),
                 )
                 .map_err(io_refusal("the dataset's record"))?;
-                let d = self.open(key, backing, &dir)?;
+                let d = self.open(key, backing)?;
                 datasets.insert(key.to_string(), d.clone());
                 d
             }
@@ -151,7 +150,7 @@ impl Node {
         };
         if let Some(users) = users {
             // Its users outlive the service: their shares are the same after its restart.
-            let record = dir.join(format!("{key}.users"));
+            let record = self.record(key, "users");
             if let Err(e) = std::fs::write(&record, users.join(" ") + "\n") {
                 tracing::warn!(error = %e, "the dataset's users were not recorded");
             }
@@ -177,8 +176,8 @@ impl Node {
             drop(d);
             let dir = self.config.ssd.join("datasets");
             std::fs::remove_dir_all(dir.join(key)).map_err(io_refusal("the dataset's cache"))?;
-            let _ = std::fs::remove_file(dir.join(format!("{key}.backing")));
-            let _ = std::fs::remove_file(dir.join(format!("{key}.users")));
+            let _ = std::fs::remove_file(self.record(key, "backing"));
+            let _ = std::fs::remove_file(self.record(key, "users"));
             tracing::info!(dataset = key, files, bytes, "a dataset evicted");
             self.share(&datasets);
             return Ok(Reply::Evicted { files, bytes, gone });
@@ -206,10 +205,7 @@ impl Node {
             return;
         }
         let list: Vec<&Arc<Dataset>> = datasets.values().collect();
-        let users: Vec<Vec<u32>> = list
-            .iter()
-            .map(|d| lock(&d.users).iter().copied().collect())
-            .collect();
+        let users: Vec<Vec<u32>> = list.iter().map(|d| d.user_ids()).collect();
         let limits = super::share::Limits {
             user_max: self.config.user_max,
             dataset_max: self.config.dataset_max,
@@ -226,10 +222,7 @@ impl Node {
     fn users(datasets: &HashMap<String, Arc<Dataset>>) -> Vec<proto::UserStatus> {
         let list: Vec<(Vec<u32>, u64)> = datasets
             .values()
-            .map(|d| {
-                let users = lock(&d.users).iter().copied().collect();
-                (users, d.cache.used_bytes())
-            })
+            .map(|d| (d.user_ids(), d.cache.used_bytes()))
             .collect();
         super::share::charged(&list)
             .into_iter()
@@ -241,8 +234,17 @@ impl Node {
             .collect()
     }
 
-    /// Opens dataset `key`'s cache (made if new) and reads its users' record from `dir`.
-    fn open(&self, key: &str, backing: &Path, dir: &Path) -> Result<Arc<Dataset>, Refusal> {
+    /// Dataset `key`'s record `what` beside its cache: `backing` (its path), `users` (who
+    /// attached it).
+    fn record(&self, key: &str, what: &str) -> PathBuf {
+        self.config
+            .ssd
+            .join("datasets")
+            .join(format!("{key}.{what}"))
+    }
+
+    /// Opens dataset `key`'s cache (made if new), its users from their record.
+    fn open(&self, key: &str, backing: &Path) -> Result<Arc<Dataset>, Refusal> {
         let t = &self.config.template;
         let config = CacheConfig {
             dir: self.config.ssd.join("datasets").join(key),
@@ -273,7 +275,7 @@ impl Node {
             cache,
             stats,
             mounts: AtomicU64::new(0),
-            users: Mutex::new(recorded_users(&dir.join(format!("{key}.users")))),
+            users: Mutex::new(recorded_users(&self.record(key, "users"))),
         }))
     }
 }
@@ -301,6 +303,11 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Every user who attached it, by uid.
+    pub fn user_ids(&self) -> Vec<u32> {
+        lock(&self.users).iter().copied().collect()
+    }
+
     /// Its counters as `dyadfs stats` keys (the node service's `/metrics`).
     pub fn snapshot(&self) -> crate::stats::Snapshot {
         let cache = &self.cache;
@@ -327,7 +334,7 @@ impl Dataset {
             cached_bytes: self.cache.used_bytes(),
             capacity: self.cache.capacity(),
             mounts: self.mounts.load(Ordering::Relaxed),
-            users: lock(&self.users).iter().copied().collect(),
+            users: self.user_ids(),
             local_hits: get(&s.local_hits),
             opens: get(&s.local_hits) + get(&s.peer_fetches) + get(&s.backing_fetches),
             bytes_from_backing: get(&s.bytes_from_backing),
