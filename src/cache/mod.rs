@@ -108,8 +108,9 @@ impl Cache {
     /// Opens (or creates) the cache directory, takes its lock and reloads every entry its log
     /// records, without touching their data files (a million entries load in moments; each
     /// data file is checked when first opened, and its chunks when first served). The log is
-    /// rewritten with the live headers only. Data files no header names (a crash's leftovers)
-    /// are deleted by [`Cache::sweep_orphans`], which the daemon runs in the background.
+    /// rewritten with the live headers only if much of it is dead or torn. Data files no header
+    /// names (a crash's leftovers) are deleted by [`Cache::sweep_orphans`], which the daemon
+    /// runs in the background.
     pub fn open(config: &CacheConfig, stats: Arc<Stats>) -> Result<Cache, CacheError> {
         let data_dir = config.dir.join("data");
         // Every data subdirectory exists from the start: no mkdir per new entry.
@@ -139,10 +140,12 @@ impl Cache {
             segment_size,
             config.pack_max.min(chunk_size),
         )?;
-        let mut live = reload::Live::replay(&log_path)?;
+        let (mut live, read) = reload::Live::replay(&log_path)?;
+        let mut dropped = false;
         live.retain(|header| match header.check(chunk_size) {
             Ok(()) => true,
             Err(e) => {
+                dropped = true;
                 // Its data file is left to the orphan sweep.
                 tracing::warn!(path = %header.path, error = %e, "dropping cache entry");
                 false
@@ -159,8 +162,18 @@ impl Cache {
             tracing::warn!(segments = ?unusable, "cache segments missing or cut short: their objects are fetched again");
             live.retain(|r| r.place.is_none_or(|p| !unusable.contains(&p.segment)));
             segments.forget(&unusable);
+            dropped = true;
         }
-        let journal = Journal::create(&log_path, live.iter().map(Reloaded::record))?;
+        // A log of whole records, most of them live, is appended to as it is: rewriting a
+        // million headers (77 MiB) was a tenth of a restart, and they were rewritten at the
+        // last start or compaction.
+        let live_records = live.len() as u64;
+        let journal = if read.whole() && !dropped && read.records <= live_records + live_records / 4
+        {
+            Journal::append_to(&log_path, read.bytes)?
+        } else {
+            Journal::create(&log_path, live.iter().map(Reloaded::record))?
+        };
         let shared = Arc::new(Shared {
             dir: config.dir.clone(),
             chunk_size,
@@ -175,11 +188,19 @@ impl Cache {
         let mut slots = Slots::with_capacity(live.len());
         let mut used = shared.segments.count_dead();
         let mut next_id = 0;
-        for header in live.into_headers() {
-            next_id += 1;
-            let entry = header.into_entry(next_id, shared.clone());
-            used += entry.state.lock().present_bytes;
-            slots.insert(Arc::new(entry));
+        let threads = reload::threads();
+        for batch in live.into_batches() {
+            let first = next_id + 1;
+            next_id += batch.len() as u64;
+            let entries = reload::map_parallel(batch, threads, |i, header| {
+                let entry = header.into_entry(first + i as u64, shared.clone());
+                let present = entry.state.lock().present_bytes;
+                (entry.slot(), Arc::new(entry), present)
+            });
+            for (slot, entry, present) in entries {
+                used += present;
+                slots.insert_loaded(slot, entry);
+            }
         }
         shared.used.store(used, Ordering::Relaxed);
         let capacity = match config.capacity {

@@ -7,92 +7,133 @@
 //! buckets of 80 bytes) was the peak of a restart's memory: 160 MiB alive beside the entries
 //! built from it, 324 MiB at its height against 184 MiB once loaded.
 
-use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
 use super::entry::reloaded::Reloaded;
 use super::format::PartialRecord;
-use super::journal::{self, Record};
+use super::index::place;
+use super::journal::{self, Record, Replayed};
 use crate::core::{Version, path_hash};
+use hashbrown::HashTable;
 
 /// Headers handed out between two shrinks of the vector (its freed tail goes back to the
-/// system at each).
+/// system at each), and made entries at once by [`map_parallel`].
 const SHRINK_EVERY: usize = 1 << 16;
+
+/// A sample's header record, in bytes (a million samples logged 77 MB): a log's length over it
+/// is about how many headers it holds.
+const RECORD_BYTES: u64 = 77;
+
+/// Threads that load a cache: its log's records decoded, its entries made (a million entries
+/// took 1.3 s on one core).
+pub(super) fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
 
 #[derive(Default)]
 pub(super) struct Live {
     headers: Vec<Option<Reloaded>>,
-    /// Slot -> index in `headers`.
-    slots: HashMap<u64, u32>,
+    /// Slot -> index in `headers` (a table placed as the index places slots: SipHash of the
+    /// slots was a tenth of a restart).
+    slots: HashTable<(u64, u32)>,
 }
 
-impl Live {
-    /// The live headers of the log at `path` (none if it is missing).
-    pub(super) fn replay(path: &Path) -> io::Result<Live> {
-        let mut live = Live::default();
-        journal::replay(path, |record| match record {
-            Record::Put(h) => live.put(Reloaded::from(h)),
-            Record::Packed(place, h) => live.put(Reloaded::packed(place, h)),
-            Record::Drop(path) => live.drop_path(&path),
+/// A record as the decoding threads leave it: its path's slot hashed, a header in the entry's
+/// form.
+enum Prepared {
+    Put(u64, Reloaded),
+    Drop(u64, String),
+    Pages(u64, String, Version, PartialRecord),
+    Chunks(u64, String, Version, Vec<(u32, u32)>),
+}
+
+impl From<Record> for Prepared {
+    fn from(record: Record) -> Prepared {
+        match record {
+            Record::Put(h) => Prepared::Put(path_hash(&h.path), Reloaded::from(h)),
+            Record::Packed(place, h) => {
+                Prepared::Put(path_hash(&h.path), Reloaded::packed(place, h))
+            }
+            Record::Drop(path) => Prepared::Drop(path_hash(&path), path),
             Record::Pages {
                 path,
                 version,
                 part,
-            } => live.pages(&path, version, part),
+            } => Prepared::Pages(path_hash(&path), path, version, part),
             Record::Chunks {
                 path,
                 version,
                 chunks,
-            } => live.chunks(&path, version, &chunks),
-        })?;
-        Ok(live)
+            } => Prepared::Chunks(path_hash(&path), path, version, chunks),
+        }
+    }
+}
+
+impl Live {
+    /// The live headers of the log at `path` (none if it is missing), and what was read.
+    pub(super) fn replay(path: &Path) -> io::Result<(Live, Replayed)> {
+        // Room for the headers a log of this length holds if its records are a sample's (77
+        // bytes): growing to 14 million moved and rehashed them all at each doubling.
+        let records = std::fs::metadata(path).map_or(0, |m| m.len() / RECORD_BYTES) as usize;
+        let mut live = Live {
+            headers: Vec::with_capacity(records),
+            slots: HashTable::with_capacity(records),
+        };
+        let read =
+            journal::replay_parallel(path, threads(), Prepared::from, |record| match record {
+                Prepared::Put(slot, h) => live.put(slot, h),
+                Prepared::Drop(slot, path) => live.drop_path(slot, &path),
+                Prepared::Pages(slot, path, version, part) => {
+                    if let Some(h) = live.same_file(slot, &path, version) {
+                        h.set_pages(part);
+                    }
+                }
+                Prepared::Chunks(slot, path, version, chunks) => {
+                    if let Some(h) = live.same_file(slot, &path, version) {
+                        h.set_chunks(&chunks);
+                    }
+                }
+            })?;
+        Ok((live, read))
     }
 
-    fn put(&mut self, header: Reloaded) {
-        let slot = path_hash(&header.path);
-        match self.slots.get(&slot) {
-            Some(&i) => self.headers[i as usize] = Some(header),
+    fn put(&mut self, slot: u64, header: Reloaded) {
+        match self.find(slot) {
+            Some(i) => self.headers[i] = Some(header),
             None => {
                 let i = u32::try_from(self.headers.len()).expect("fewer than 2^32 headers");
-                self.slots.insert(slot, i);
+                self.slots
+                    .insert_unique(place(slot), (slot, i), |&(s, _)| place(s));
                 self.headers.push(Some(header));
             }
         }
     }
 
-    /// Pages of a partial chunk, over the header its path's slot holds if that is the same
-    /// file at the same version (a record for a replaced or dropped one changes nothing).
-    fn pages(&mut self, path: &str, version: Version, part: PartialRecord) {
-        if let Some(h) = self.same_file(path, version) {
-            h.set_pages(part);
-        }
+    /// The index in `headers` of `slot`'s header.
+    fn find(&self, slot: u64) -> Option<usize> {
+        let &(_, i) = self.slots.find(place(slot), |&(s, _)| s == slot)?;
+        Some(i as usize)
     }
 
-    /// Chunks present whole, over the header of the same file at the same version.
-    fn chunks(&mut self, path: &str, version: Version, chunks: &[(u32, u32)]) {
-        if let Some(h) = self.same_file(path, version) {
-            h.set_chunks(chunks);
-        }
-    }
-
-    /// The header of `path` at `version` (not packed: a later record only extends a file's own).
-    fn same_file(&mut self, path: &str, version: Version) -> Option<&mut Reloaded> {
-        let &i = self.slots.get(&path_hash(path))?;
-        self.headers[i as usize]
+    /// The header of `path` (in `slot`) at `version`, not packed: a later record (pages,
+    /// chunks) only extends a file's own, and one for a replaced or dropped file changes
+    /// nothing.
+    fn same_file(&mut self, slot: u64, path: &str, version: Version) -> Option<&mut Reloaded> {
+        let i = self.find(slot)?;
+        self.headers[i]
             .as_mut()
             .filter(|h| *h.path == *path && h.version() == version && h.place.is_none())
     }
 
-    fn drop_path(&mut self, path: &str) {
-        let slot = path_hash(path);
-        if let Some(&i) = self.slots.get(&slot)
-            && self.headers[i as usize]
-                .as_ref()
-                .is_some_and(|h| *h.path == *path)
+    fn drop_path(&mut self, slot: u64, path: &str) {
+        if let Some(i) = self.find(slot)
+            && self.headers[i].as_ref().is_some_and(|h| *h.path == *path)
         {
-            self.headers[i as usize] = None;
-            self.slots.remove(&slot);
+            self.headers[i] = None;
+            if let Ok(found) = self.slots.find_entry(place(slot), |&(s, _)| s == slot) {
+                found.remove();
+            }
         }
     }
 
@@ -113,22 +154,58 @@ impl Live {
         self.iter().count()
     }
 
-    /// Hands out every live header, freeing the vector as it goes.
-    pub(super) fn into_headers(self) -> impl Iterator<Item = Reloaded> {
+    /// Hands out every live header, [`SHRINK_EVERY`] at a time, freeing the vector as it goes.
+    pub(super) fn into_batches(self) -> impl Iterator<Item = Vec<Reloaded>> {
         drop(self.slots);
         let mut headers = self.headers;
         std::iter::from_fn(move || {
-            loop {
-                if headers.len().is_multiple_of(SHRINK_EVERY) {
-                    headers.shrink_to_fit();
-                }
-                match headers.pop()? {
-                    Some(h) => return Some(h),
-                    None => continue,
-                }
+            if headers.is_empty() {
+                return None;
             }
+            let batch = headers
+                .split_off(headers.len().saturating_sub(SHRINK_EVERY))
+                .into_iter()
+                .flatten()
+                .collect();
+            headers.shrink_to_fit();
+            Some(batch)
         })
     }
+}
+
+/// `f` of each item and its index, in order, on up to `threads` threads.
+pub(super) fn map_parallel<A: Send, B: Send>(
+    mut items: Vec<A>,
+    threads: usize,
+    f: impl Fn(usize, A) -> B + Sync,
+) -> Vec<B> {
+    let per = items.len().div_ceil(threads.max(1)).max(1);
+    let mut parts = Vec::new();
+    while items.len() > per {
+        let start = items.len() - per;
+        parts.push((start, items.split_off(start)));
+    }
+    parts.push((0, items));
+    let f = &f;
+    let done: Vec<Vec<B>> = std::thread::scope(|s| {
+        let workers: Vec<_> = parts
+            .into_iter()
+            .rev()
+            .map(|(start, part)| {
+                s.spawn(move || {
+                    part.into_iter()
+                        .enumerate()
+                        .map(|(i, a)| f(start + i, a))
+                        .collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a loading thread panicked"))
+            .collect()
+    });
+    done.into_iter().flatten().collect()
 }
 
 #[cfg(test)]
@@ -164,10 +241,13 @@ mod tests {
         records.push(Record::Drop("d/7".into()));
         records.push(Record::Put(header("d/7", 777)));
         Journal::create(&log, records).unwrap();
-        let live = Live::replay(&log).unwrap();
+        let (live, read) = Live::replay(&log).unwrap();
+        assert_eq!(read.records, 100_005);
+        assert!(read.whole());
         assert_eq!(live.len(), 99_999);
-        let mut sizes: HashMap<String, u64> = live
-            .into_headers()
+        let mut sizes: std::collections::HashMap<String, u64> = live
+            .into_batches()
+            .flatten()
             .map(|h| (h.path.to_string(), h.size()))
             .collect();
         assert_eq!(sizes.len(), 99_999);
@@ -176,5 +256,14 @@ mod tests {
         assert_eq!(sizes.remove("d/7"), Some(777));
         assert_eq!(sizes.remove("d/8"), Some(8));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_parallel_map_keeps_the_order_and_the_indices() {
+        for (n, threads) in [(0, 3), (1, 3), (1000, 1), (1000, 3), (7, 8)] {
+            let items: Vec<u64> = (0..n).map(|i| i * 10).collect();
+            let got = map_parallel(items, threads, |i, a| (i as u64, a));
+            assert_eq!(got, (0..n).map(|i| (i, i * 10)).collect::<Vec<_>>());
+        }
     }
 }

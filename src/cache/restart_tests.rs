@@ -465,3 +465,66 @@ fn held_pages_are_told_in_words_of_32() {
     assert!(e.held_pages(100, 4).is_empty());
     let _ = fs::remove_dir_all(dir);
 }
+
+/// A restart appends to a log of whole records, most of them live, as it is; one with many dead
+/// records, or a torn tail, is rewritten with its live headers only.
+#[test]
+fn a_restart_rewrites_the_log_only_when_much_of_it_is_dead_or_torn() {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+    let (dir, config, stats) = setup(100 << 20);
+    let log = dir.join("index.log");
+    let file = || {
+        let m = fs::metadata(&log).unwrap();
+        (m.ino(), m.len())
+    };
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        for i in 0..20 {
+            fill(
+                &cache,
+                &cache.entry(&format!("f{i}"), v(1 << 20)).unwrap(),
+                1,
+            );
+        }
+    }
+    // Whatever the fills logged, a restart leaves a log of live headers; the next one keeps it.
+    drop(Cache::open(&config, stats.clone()).unwrap());
+    let compact = file();
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        assert_eq!(file(), compact, "a compact log is kept as it is");
+        assert_eq!(cache.cached_files(), 20);
+        fill(&cache, &cache.entry("new", v(1 << 20)).unwrap(), 2);
+        assert!(file().1 > compact.1, "appended to");
+    }
+    {
+        let cache = Cache::open(&config, stats.clone()).unwrap();
+        assert_eq!(cache.cached_files(), 21);
+        assert!(cache.lookup("new", v(1 << 20)).unwrap().is_complete());
+        for i in 0..15 {
+            cache.forget(&format!("f{i}"), v(1 << 20));
+        }
+    }
+    let dead = file();
+    let cache = Cache::open(&config, stats.clone()).unwrap();
+    assert_eq!(cache.cached_files(), 6);
+    let (ino, len) = file();
+    assert!(
+        ino != dead.0 && len < compact.1,
+        "rewritten with its live headers"
+    );
+    drop(cache);
+    // Bytes of a torn append at its end: rewritten, every entry kept.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(&[9, 0, 0])
+        .unwrap();
+    let cache = Cache::open(&config, stats).unwrap();
+    assert_eq!(cache.cached_files(), 6);
+    assert_eq!(file().1, len);
+    assert!(cache.lookup("f15", v(1 << 20)).unwrap().is_complete());
+    let _ = fs::remove_dir_all(dir);
+}

@@ -6,8 +6,8 @@
 //! corrupt one in the middle (a bad sector) is skipped, and reading resumes at the next byte
 //! where a whole record with a valid checksum starts, so the entries after it are not lost. (A
 //! skipped tombstone can only bring back an entry whose data file is checked before use.) The
-//! log is rewritten with only the live headers at every start and whenever it has grown well
-//! past that size.
+//! log is rewritten with only the live headers at a start that finds a fifth of its records
+//! dead or any of its bytes not a record, and whenever it has grown well past that size.
 //!
 //! Durability: neither the log nor the data files are fsynced. Everything cached is a copy of
 //! the shared file system: after a power loss a header lost from the page cache only loses its
@@ -34,10 +34,12 @@
 //! sweep leaves their segments alone), the pages of kind 5 and the chunks of kind 6 (refetched when
 //! read).
 
+mod parallel;
 mod record;
 mod replay;
 mod writer;
 
+pub use parallel::{Replayed, replay_parallel};
 pub use record::{MAGIC, Record};
 pub use replay::{decode, read, replay};
 pub use writer::Journal;

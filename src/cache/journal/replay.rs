@@ -51,6 +51,18 @@ pub(super) fn decode_each(
     mut log: Window<impl Read>,
     mut each: impl FnMut(Record),
 ) -> io::Result<usize> {
+    if !opening(&mut log)? {
+        return Ok(0);
+    }
+    decode_rest(log, |record| {
+        if let Some(r) = record {
+            each(r);
+        }
+    })
+}
+
+/// Reads the log's magic and format, true if they are a log's this release reads.
+pub(super) fn opening(log: &mut Window<impl Read>) -> io::Result<bool> {
     log.want(12)?;
     let start = log.rest();
     let version = start
@@ -60,9 +72,18 @@ pub(super) fn decode_each(
         || &start[..8] != MAGIC
         || !matches!(version, Some(FORMAT_VERSION | FORMAT_V2 | FORMAT_V1))
     {
-        return Ok(0);
+        return Ok(false);
     }
     log.consume(12);
+    Ok(true)
+}
+
+/// [`decode_each`] past the log's opening, handing over every whole record (`None`: one of a
+/// retired kind).
+pub(super) fn decode_rest(
+    mut log: Window<impl Read>,
+    mut each: impl FnMut(Option<Record>),
+) -> io::Result<usize> {
     let mut skipped = 0;
     loop {
         log.want(4)?;
@@ -79,7 +100,7 @@ pub(super) fn decode_each(
         }
         match record_at(log.rest()) {
             Some((record, used)) => {
-                record.map(&mut each);
+                each(record);
                 log.consume(used);
             }
             // Not a whole record here: resynchronise on the next byte where one starts (a
@@ -115,21 +136,21 @@ impl<R: Read> Window<R> {
         }
     }
 
-    fn rest(&self) -> &[u8] {
+    pub(super) fn rest(&self) -> &[u8] {
         &self.buf[self.at..]
     }
 
     /// Bytes of the log not consumed yet.
-    fn left(&self) -> u64 {
+    pub(super) fn left(&self) -> u64 {
         (self.buf.len() - self.at) as u64 + self.unread
     }
 
-    fn consume(&mut self, n: usize) {
+    pub(super) fn consume(&mut self, n: usize) {
         self.at += n;
     }
 
     /// Makes `rest()` at least `n` bytes long, or all that is left of the log.
-    fn want(&mut self, n: usize) -> io::Result<()> {
+    pub(super) fn want(&mut self, n: usize) -> io::Result<()> {
         if self.buf.len() - self.at >= n || self.unread == 0 {
             return Ok(());
         }

@@ -1,5 +1,6 @@
 use std::fs::{self, File};
 
+use super::parallel::{Replayed, replay_parallel};
 use super::record::{MAGIC, PUT, Record, encode};
 use super::replay::{WINDOW, Window, decode, decode_each, read};
 use super::writer::Journal;
@@ -308,4 +309,58 @@ fn packed_record_golden_bytes() {
     log.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     log.extend_from_slice(golden);
     assert_eq!(decode(&log), vec![packed()]);
+}
+
+/// The threads of a parallel replay hand over what one reader does, in the log's order, across
+/// batches, past a record longer than a batch, a corrupt byte and a torn tail.
+#[test]
+fn a_parallel_replay_hands_over_what_a_sequential_one_reads() {
+    let dir = std::env::temp_dir().join(format!("dyadfs-journal-p-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("index.log");
+    let mut want: Vec<Record> = (0..20_000)
+        .map(|i| match i % 7 {
+            3 => Record::Drop(format!("dir/{:06}.bin", i - 1)),
+            _ => Record::Put(header(&format!("dir/{i:06}.bin"), i)),
+        })
+        .collect();
+    let mut big = header("big", 0);
+    big.chunks = (0..40_000).map(Some).collect();
+    want.insert(9_000, Record::Put(big));
+    Journal::create(&path, want.clone()).unwrap();
+    let parallel = |threads| {
+        let mut got = Vec::new();
+        let read = replay_parallel(&path, threads, |r| r, |r| got.push(r)).unwrap();
+        (got, read)
+    };
+    let len = fs::metadata(&path).unwrap().len();
+    for threads in [1, 2, 3, 8] {
+        let (got, read) = parallel(threads);
+        assert!(got == want, "{threads} threads");
+        assert_eq!(
+            read,
+            Replayed {
+                bytes: len,
+                records: want.len() as u64,
+                skipped: 0
+            }
+        );
+        assert!(read.whole());
+    }
+    // A corrupt byte in the middle and a torn tail: what the careful reader keeps.
+    let mut bytes = fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x41;
+    bytes.truncate(bytes.len() - 3);
+    fs::write(&path, &bytes).unwrap();
+    let kept = read(&path).unwrap();
+    assert!(kept.len() < want.len() && kept.len() > want.len() - 3);
+    let (got, read) = parallel(2);
+    assert!(got == kept);
+    assert!(read.skipped > 0 && !read.whole());
+    assert_eq!(
+        replay_parallel(&dir.join("missing"), 2, |r| r, |_| {}).unwrap(),
+        Replayed::default()
+    );
+    let _ = fs::remove_dir_all(dir);
 }

@@ -53,6 +53,23 @@ impl Journal {
         })
     }
 
+    /// Opens the log at `path`, `len` bytes of whole records, to append to it as it is.
+    pub fn append_to(path: &Path, len: u64) -> Result<Journal, CacheError> {
+        // Not O_APPEND: see `write_log`. Cut to `len` in case it grew since it was read.
+        let file = OpenOptions::new().write(true).open(path)?;
+        file.set_len(len)?;
+        Ok(Journal {
+            path: path.to_path_buf(),
+            file: RwLock::new(file),
+            log: Mutex::new(Log {
+                len,
+                rewrite_at: 2 * len + SLACK,
+                slack: SLACK,
+            }),
+            wants_rewrite: AtomicBool::new(false),
+        })
+    }
+
     /// Appends the header record `make` returns (`None`: the entry left the cache, record
     /// nothing). `make` runs under the log's lock, where the record takes its place, so an
     /// entry's records are appended in the order its states were taken, and a tombstone is
