@@ -2,10 +2,13 @@
 //! replayed in order: a header takes its slot (a colliding path's newer header wins, as the
 //! running cache did), a tombstone empties its path's slot.
 //!
-//! The headers are held in one vector, found by slot through a small table, and handed out
-//! from its end while the vector shrinks behind them. A map of headers (a million in 2^21
-//! buckets of 80 bytes) was the peak of a restart's memory: 160 MiB alive beside the entries
-//! built from it, 324 MiB at its height against 184 MiB once loaded.
+//! The headers are held in shards by slot, each a vector whose headers a small table finds by
+//! slot, filled at once by the loading threads (a record only touches its own slot, so the
+//! shards need no order between them), and handed out from their ends while the vectors shrink
+//! behind them. A map of headers (a million in 2^21 buckets of 80 bytes) was the peak of a
+//! restart's memory: 160 MiB alive beside the entries built from it, 324 MiB at its height
+//! against 184 MiB once loaded; one thread filling one table of 14 million was half of that
+//! restart.
 
 use std::io;
 use std::path::Path;
@@ -13,26 +16,35 @@ use std::path::Path;
 use super::entry::reloaded::Reloaded;
 use super::format::PartialRecord;
 use super::index::place;
-use super::journal::{self, Record, Replayed};
+use super::journal::{self, Batch, Record, Replayed};
 use crate::core::{Version, path_hash};
 use hashbrown::HashTable;
 
-/// Headers handed out between two shrinks of the vector (its freed tail goes back to the
-/// system at each), and made entries at once by [`map_parallel`].
+/// Headers handed out between two shrinks of a vector (its freed tail goes back to the system
+/// at each), and made entries at once by [`map_parallel`].
 const SHRINK_EVERY: usize = 1 << 16;
 
 /// A sample's header record, in bytes (a million samples logged 77 MB): a log's length over it
 /// is about how many headers it holds.
 const RECORD_BYTES: u64 = 77;
 
-/// Threads that load a cache: its log's records decoded, its entries made (a million entries
-/// took 1.3 s on one core).
+/// Threads that load a cache, and its shards of live headers: its log's records decoded, its
+/// entries made (a million entries took 1.3 s on one core).
 pub(super) fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
 }
 
-#[derive(Default)]
+/// The shard, of `shards`, of `slot`'s header (bits the tables' own placing does not use).
+fn shard_of(slot: u64, shards: usize) -> usize {
+    ((place(slot) >> 32) % shards as u64) as usize
+}
+
 pub(super) struct Live {
+    shards: Vec<Shard>,
+}
+
+#[derive(Default)]
+struct Shard {
     headers: Vec<Option<Reloaded>>,
     /// Slot -> index in `headers` (a table placed as the index places slots: SipHash of the
     /// slots was a tenth of a restart).
@@ -70,32 +82,110 @@ impl From<Record> for Prepared {
     }
 }
 
+impl Prepared {
+    fn slot(&self) -> u64 {
+        match self {
+            Prepared::Put(slot, _)
+            | Prepared::Drop(slot, _)
+            | Prepared::Pages(slot, ..)
+            | Prepared::Chunks(slot, ..) => *slot,
+        }
+    }
+}
+
 impl Live {
     /// The live headers of the log at `path` (none if it is missing), and what was read.
     pub(super) fn replay(path: &Path) -> io::Result<(Live, Replayed)> {
+        Live::replay_in(path, threads())
+    }
+
+    /// [`Live::replay`] in `n` shards, on as many threads.
+    fn replay_in(path: &Path, n: usize) -> io::Result<(Live, Replayed)> {
         // Room for the headers a log of this length holds if its records are a sample's (77
         // bytes): growing to 14 million moved and rehashed them all at each doubling.
         let records = std::fs::metadata(path).map_or(0, |m| m.len() / RECORD_BYTES) as usize;
+        let per = records / n + records / n / 16;
         let mut live = Live {
-            headers: Vec::with_capacity(records),
-            slots: HashTable::with_capacity(records),
+            shards: (0..n)
+                .map(|_| Shard {
+                    headers: Vec::with_capacity(per),
+                    slots: HashTable::with_capacity(per),
+                })
+                .collect(),
         };
-        let read =
-            journal::replay_parallel(path, threads(), Prepared::from, |record| match record {
-                Prepared::Put(slot, h) => live.put(slot, h),
-                Prepared::Drop(slot, path) => live.drop_path(slot, &path),
-                Prepared::Pages(slot, path, version, part) => {
-                    if let Some(h) = live.same_file(slot, &path, version) {
-                        h.set_pages(part);
-                    }
-                }
-                Prepared::Chunks(slot, path, version, chunks) => {
-                    if let Some(h) = live.same_file(slot, &path, version) {
-                        h.set_chunks(&chunks);
-                    }
-                }
-            })?;
+        let route = |record: Record| {
+            let r = Prepared::from(record);
+            (shard_of(r.slot(), n), r)
+        };
+        let read = journal::replay_sharded(path, n, n, route, |batch| live.apply(batch))?;
         Ok((live, read))
+    }
+
+    /// Applies a batch's records, each shard's on a thread of its own.
+    fn apply(&mut self, batch: Batch<Prepared>) {
+        std::thread::scope(|s| {
+            for (shard, parts) in self.shards.iter_mut().zip(batch) {
+                if parts.iter().any(|p| !p.is_empty()) {
+                    s.spawn(move || parts.into_iter().flatten().for_each(|r| shard.apply(r)));
+                }
+            }
+        });
+    }
+
+    /// Keeps the headers `keep` says yes to.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&Reloaded) -> bool) {
+        for h in self.shards.iter_mut().flat_map(|s| &mut s.headers) {
+            if h.as_ref().is_some_and(|r| !keep(r)) {
+                *h = None;
+            }
+        }
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Reloaded> {
+        self.shards.iter().flat_map(|s| s.headers.iter().flatten())
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Hands out every live header, [`SHRINK_EVERY`] at a time, freeing the vectors as it goes.
+    pub(super) fn into_batches(self) -> impl Iterator<Item = Vec<Reloaded>> {
+        self.shards.into_iter().flat_map(|shard| {
+            drop(shard.slots);
+            let mut headers = shard.headers;
+            std::iter::from_fn(move || {
+                if headers.is_empty() {
+                    return None;
+                }
+                let batch = headers
+                    .split_off(headers.len().saturating_sub(SHRINK_EVERY))
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                headers.shrink_to_fit();
+                Some(batch)
+            })
+        })
+    }
+}
+
+impl Shard {
+    fn apply(&mut self, record: Prepared) {
+        match record {
+            Prepared::Put(slot, h) => self.put(slot, h),
+            Prepared::Drop(slot, path) => self.drop_path(slot, &path),
+            Prepared::Pages(slot, path, version, part) => {
+                if let Some(h) = self.same_file(slot, &path, version) {
+                    h.set_pages(part);
+                }
+            }
+            Prepared::Chunks(slot, path, version, chunks) => {
+                if let Some(h) = self.same_file(slot, &path, version) {
+                    h.set_chunks(&chunks);
+                }
+            }
+        }
     }
 
     fn put(&mut self, slot: u64, header: Reloaded) {
@@ -135,41 +225,6 @@ impl Live {
                 found.remove();
             }
         }
-    }
-
-    /// Keeps the headers `keep` says yes to.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&Reloaded) -> bool) {
-        for h in &mut self.headers {
-            if h.as_ref().is_some_and(|r| !keep(r)) {
-                *h = None;
-            }
-        }
-    }
-
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Reloaded> {
-        self.headers.iter().flatten()
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.iter().count()
-    }
-
-    /// Hands out every live header, [`SHRINK_EVERY`] at a time, freeing the vector as it goes.
-    pub(super) fn into_batches(self) -> impl Iterator<Item = Vec<Reloaded>> {
-        drop(self.slots);
-        let mut headers = self.headers;
-        std::iter::from_fn(move || {
-            if headers.is_empty() {
-                return None;
-            }
-            let batch = headers
-                .split_off(headers.len().saturating_sub(SHRINK_EVERY))
-                .into_iter()
-                .flatten()
-                .collect();
-            headers.shrink_to_fit();
-            Some(batch)
-        })
     }
 }
 
@@ -241,20 +296,23 @@ mod tests {
         records.push(Record::Drop("d/7".into()));
         records.push(Record::Put(header("d/7", 777)));
         Journal::create(&log, records).unwrap();
-        let (live, read) = Live::replay(&log).unwrap();
-        assert_eq!(read.records, 100_005);
-        assert!(read.whole());
-        assert_eq!(live.len(), 99_999);
-        let mut sizes: std::collections::HashMap<String, u64> = live
-            .into_batches()
-            .flatten()
-            .map(|h| (h.path.to_string(), h.size()))
-            .collect();
-        assert_eq!(sizes.len(), 99_999);
-        assert_eq!(sizes.remove("d/5"), Some(555));
-        assert_eq!(sizes.remove("d/6"), None);
-        assert_eq!(sizes.remove("d/7"), Some(777));
-        assert_eq!(sizes.remove("d/8"), Some(8));
+        // In one shard, or several filled at once across the log's batches.
+        for shards in [1, 2, 3, 8] {
+            let (live, read) = Live::replay_in(&log, shards).unwrap();
+            assert_eq!(read.records, 100_005);
+            assert!(read.whole());
+            assert_eq!(live.len(), 99_999);
+            let mut sizes: std::collections::HashMap<String, u64> = live
+                .into_batches()
+                .flatten()
+                .map(|h| (h.path.to_string(), h.size()))
+                .collect();
+            assert_eq!(sizes.len(), 99_999);
+            assert_eq!(sizes.remove("d/5"), Some(555));
+            assert_eq!(sizes.remove("d/6"), None);
+            assert_eq!(sizes.remove("d/7"), Some(777));
+            assert_eq!(sizes.remove("d/8"), Some(8));
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 

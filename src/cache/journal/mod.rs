@@ -39,7 +39,7 @@ mod record;
 mod replay;
 mod writer;
 
-pub use parallel::{Replayed, replay_parallel};
+pub use parallel::{Batch, Replayed, replay_sharded};
 pub use record::{MAGIC, Record};
 pub use replay::{decode, read, replay};
 pub use writer::Journal;

@@ -13,6 +13,9 @@ use super::replay::{Window, decode_rest, opening};
 /// Bytes of the log framed and decoded at a time (small in tests: their logs cross many).
 const BATCH: usize = if cfg!(test) { 1 << 16 } else { 16 << 20 };
 
+/// Records the careful reader hands over at a time.
+const BATCH_RECORDS: usize = if cfg!(test) { 1000 } else { 1 << 16 };
+
 /// What a replay read.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Replayed {
@@ -31,16 +34,23 @@ impl Replayed {
     }
 }
 
+/// A batch of records as [`replay_sharded`] hands it over: `batch[s]` is shard `s`'s, in the
+/// log's order, in parts (one per decoding thread).
+pub type Batch<T> = Vec<Vec<Vec<T>>>;
+
 /// As [`super::replay`], with the records' checksums, their decoding and `prepare` spread over
-/// `threads` threads, a batch of the log at a time; `each` gets what `prepare` made of each
-/// record, in the log's order. From the first batch where a record the lengths frame is not a
-/// valid one (a bad sector, a torn tail), the rest of the log is read one record at a time, as
-/// [`super::replay`] reads it, resynchronising past what it must skip.
-pub fn replay_parallel<T: Send>(
+/// `threads` threads, a batch of the log at a time. `prepare` makes each record a `T` and names
+/// its shard (of `shards`); `each` gets every batch's records by shard, each shard's in the
+/// log's order, so that the shards can be filled at once (records that must be applied in
+/// order, those of one file, share a shard). From the first batch where a record the lengths
+/// frame is not a valid one (a bad sector, a torn tail), the rest of the log is read one record
+/// at a time, as [`super::replay`] reads it, resynchronising past what it must skip.
+pub fn replay_sharded<T: Send>(
     path: &Path,
     threads: usize,
-    prepare: impl Fn(Record) -> T + Sync,
-    mut each: impl FnMut(T),
+    shards: usize,
+    prepare: impl Fn(Record) -> (usize, T) + Sync,
+    mut each: impl FnMut(Batch<T>),
 ) -> io::Result<Replayed> {
     let file = match File::open(path) {
         Ok(f) => f,
@@ -80,19 +90,29 @@ pub fn replay_parallel<T: Send>(
                 _ => break,
             }
         };
-        let Some(prepared) = decode(rest, &spans, threads, &prepare) else {
+        let Some(batch) = decode(rest, &spans, threads, shards, &prepare) else {
             break;
         };
         done.records += spans.len() as u64;
-        prepared.into_iter().for_each(&mut each);
+        each(batch);
         log.consume(end);
     }
+    // Handed over a batch at a time, so that a log read this way is never held whole.
+    let mut tail: Vec<Vec<T>> = (0..shards).map(|_| Vec::new()).collect();
+    let mut held = 0;
     let skipped = decode_rest(log, |record| {
         done.records += 1;
         if let Some(r) = record {
-            each(prepare(r));
+            let (shard, t) = prepare(r);
+            tail[shard].push(t);
+            held += 1;
+        }
+        if held == BATCH_RECORDS {
+            held = 0;
+            each(tail.iter_mut().map(|t| vec![std::mem::take(t)]).collect());
         }
     })?;
+    each(tail.into_iter().map(|t| vec![t]).collect());
     if skipped > 0 {
         tracing::warn!(
             log = %path.display(),
@@ -119,24 +139,30 @@ fn frame(bytes: &[u8]) -> Vec<Range<usize>> {
     spans
 }
 
-/// What `prepare` makes of the records at `spans` of `bytes`, in order, decoded on up to
-/// `threads` threads; `None` if one is not a valid record.
+/// What `prepare` makes of the records at `spans` of `bytes`, by shard, in order, decoded on up
+/// to `threads` threads; `None` if one is not a valid record.
 fn decode<T: Send>(
     bytes: &[u8],
     spans: &[Range<usize>],
     threads: usize,
-    prepare: &(impl Fn(Record) -> T + Sync),
-) -> Option<Vec<T>> {
+    shards: usize,
+    prepare: &(impl Fn(Record) -> (usize, T) + Sync),
+) -> Option<Batch<T>> {
     let per = spans.len().div_ceil(threads.max(1));
-    let parts: Vec<Option<Vec<T>>> = std::thread::scope(|s| {
+    let parts: Vec<Option<Vec<Vec<T>>>> = std::thread::scope(|s| {
         let workers: Vec<_> = spans
             .chunks(per)
             .map(|part| {
                 s.spawn(move || {
-                    let mut out = Vec::with_capacity(part.len());
+                    let mut out: Vec<Vec<T>> = (0..shards)
+                        .map(|_| Vec::with_capacity(part.len() / shards + 1))
+                        .collect();
                     for span in part {
                         let (record, _) = record_at(&bytes[span.clone()])?;
-                        out.extend(record.map(prepare));
+                        if let Some(r) = record {
+                            let (shard, t) = prepare(r);
+                            out[shard].push(t);
+                        }
                     }
                     Some(out)
                 })
@@ -147,9 +173,11 @@ fn decode<T: Send>(
             .map(|w| w.join().expect("a log decoder panicked"))
             .collect()
     });
-    let mut all = Vec::with_capacity(spans.len());
+    let mut batch: Batch<T> = (0..shards).map(|_| Vec::new()).collect();
     for part in parts {
-        all.append(&mut part?);
+        for (shard, records) in part?.into_iter().enumerate() {
+            batch[shard].push(records);
+        }
     }
-    Some(all)
+    Some(batch)
 }
