@@ -59,7 +59,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use capacity::Room;
 use events::Events;
 use files::DataFiles;
-use index::{Index, Slots};
+use index::Index;
 use journal::Journal;
 use shared::Shared;
 use write_errors::WriteErrors;
@@ -185,23 +185,8 @@ impl Cache {
             page_tables: Arc::new(chunks::PageTables::new(config.max_partial_chunks)),
             writes: std::array::from_fn(|_| Default::default()),
         });
-        let mut slots = Slots::with_capacity(live.len());
-        let mut used = shared.segments.count_dead();
-        let mut next_id = 0;
-        let threads = reload::threads();
-        for batch in live.into_batches() {
-            let first = next_id + 1;
-            next_id += batch.len() as u64;
-            let entries = reload::map_parallel(batch, threads, |i, header| {
-                let entry = header.into_entry(first + i as u64, shared.clone());
-                let present = entry.state.lock().present_bytes;
-                (entry.slot(), Arc::new(entry), present)
-            });
-            for (slot, entry, present) in entries {
-                used += present;
-                slots.insert_loaded(slot, entry);
-            }
-        }
+        let (slots, present, next_id) = live.into_slots(&shared);
+        let used = shared.segments.count_dead() + present;
         shared.used.store(used, Ordering::Relaxed);
         let capacity = match config.capacity {
             Some(c) => c,
@@ -216,7 +201,7 @@ impl Cache {
             "cache loaded"
         );
         Ok(Cache {
-            index: Index::new(shared.clone(), slots, next_id + 1),
+            index: Index::new(shared.clone(), slots, next_id),
             room: Room::new(capacity, shared.clone(), stats.clone()),
             events: Events::default(),
             writes: WriteErrors::new(stats.clone()),

@@ -12,16 +12,18 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::entry::reloaded::Reloaded;
 use super::format::PartialRecord;
-use super::index::place;
+use super::index::{Slots, place, shard_of};
 use super::journal::{self, Batch, Record, Replayed};
+use super::shared::Shared;
 use crate::core::{Version, path_hash};
 use hashbrown::HashTable;
 
-/// Headers handed out between two shrinks of a vector (its freed tail goes back to the system
-/// at each), and made entries at once by [`map_parallel`].
+/// Headers made entries between two shrinks of a shard's vector (its freed tail goes back to
+/// the system at each).
 const SHRINK_EVERY: usize = 1 << 16;
 
 /// A sample's header record, in bytes (a million samples logged 77 MB): a log's length over it
@@ -32,11 +34,6 @@ const RECORD_BYTES: u64 = 77;
 /// entries made (a million entries took 1.3 s on one core).
 pub(super) fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
-}
-
-/// The shard, of `shards`, of `slot`'s header (bits the tables' own placing does not use).
-fn shard_of(slot: u64, shards: usize) -> usize {
-    ((place(slot) >> 32) % shards as u64) as usize
 }
 
 pub(super) struct Live {
@@ -149,24 +146,57 @@ impl Live {
         self.iter().count()
     }
 
-    /// Hands out every live header, [`SHRINK_EVERY`] at a time, freeing the vectors as it goes.
-    pub(super) fn into_batches(self) -> impl Iterator<Item = Vec<Reloaded>> {
-        self.shards.into_iter().flat_map(|shard| {
-            drop(shard.slots);
-            let mut headers = shard.headers;
-            std::iter::from_fn(move || {
-                if headers.is_empty() {
-                    return None;
-                }
-                let batch = headers
-                    .split_off(headers.len().saturating_sub(SHRINK_EVERY))
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                headers.shrink_to_fit();
-                Some(batch)
+    /// The index's table of the entries made from the live headers, each shard's made and put
+    /// in place by a thread of its own, its headers freed as it goes; the bytes present in them,
+    /// and the first id after theirs.
+    pub(super) fn into_slots(self, shared: &Arc<Shared>) -> (Slots, u64, u64) {
+        let room: Vec<usize> = self
+            .shards
+            .iter()
+            .map(|s| s.headers.iter().flatten().count())
+            .collect();
+        let mut slots = Slots::with_shards(&room);
+        // Ids from 1, each shard's after the ones before it.
+        let firsts: Vec<u64> = room
+            .iter()
+            .scan(1u64, |next, &n| {
+                let first = *next;
+                *next += n as u64;
+                Some(first)
             })
-        })
+            .collect();
+        let used: u64 = std::thread::scope(|s| {
+            let workers: Vec<_> = slots
+                .loading()
+                .zip(self.shards)
+                .zip(firsts)
+                .map(|((mut table, shard), mut id)| {
+                    s.spawn(move || {
+                        drop(shard.slots);
+                        let mut headers = shard.headers;
+                        let mut used = 0;
+                        loop {
+                            if headers.len().is_multiple_of(SHRINK_EVERY) {
+                                headers.shrink_to_fit();
+                            }
+                            let Some(header) = headers.pop() else {
+                                return used;
+                            };
+                            let Some(header) = header else { continue };
+                            let entry = header.into_entry(id, shared.clone());
+                            id += 1;
+                            used += entry.state.lock().present_bytes;
+                            table.insert(entry.slot(), Arc::new(entry));
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a loading thread panicked"))
+                .sum()
+        });
+        (slots, used, 1 + room.iter().sum::<usize>() as u64)
     }
 }
 
@@ -228,41 +258,6 @@ impl Shard {
     }
 }
 
-/// `f` of each item and its index, in order, on up to `threads` threads.
-pub(super) fn map_parallel<A: Send, B: Send>(
-    mut items: Vec<A>,
-    threads: usize,
-    f: impl Fn(usize, A) -> B + Sync,
-) -> Vec<B> {
-    let per = items.len().div_ceil(threads.max(1)).max(1);
-    let mut parts = Vec::new();
-    while items.len() > per {
-        let start = items.len() - per;
-        parts.push((start, items.split_off(start)));
-    }
-    parts.push((0, items));
-    let f = &f;
-    let done: Vec<Vec<B>> = std::thread::scope(|s| {
-        let workers: Vec<_> = parts
-            .into_iter()
-            .rev()
-            .map(|(start, part)| {
-                s.spawn(move || {
-                    part.into_iter()
-                        .enumerate()
-                        .map(|(i, a)| f(start + i, a))
-                        .collect()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("a loading thread panicked"))
-            .collect()
-    });
-    done.into_iter().flatten().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,8 +298,7 @@ mod tests {
             assert!(read.whole());
             assert_eq!(live.len(), 99_999);
             let mut sizes: std::collections::HashMap<String, u64> = live
-                .into_batches()
-                .flatten()
+                .iter()
                 .map(|h| (h.path.to_string(), h.size()))
                 .collect();
             assert_eq!(sizes.len(), 99_999);
@@ -314,14 +308,5 @@ mod tests {
             assert_eq!(sizes.remove("d/8"), Some(8));
         }
         let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn a_parallel_map_keeps_the_order_and_the_indices() {
-        for (n, threads) in [(0, 3), (1, 3), (1000, 1), (1000, 3), (7, 8)] {
-            let items: Vec<u64> = (0..n).map(|i| i * 10).collect();
-            let got = map_parallel(items, threads, |i, a| (i as u64, a));
-            assert_eq!(got, (0..n).map(|i| (i, i * 10)).collect::<Vec<_>>());
-        }
     }
 }
