@@ -41,7 +41,7 @@ mod writer;
 
 pub use parallel::{Batch, Replayed, replay_sharded};
 pub use record::{MAGIC, Record};
-pub use replay::{decode, read, replay};
+pub use replay::decode;
 pub use writer::Journal;
 
 #[cfg(all(test, feature = "shuttle"))]

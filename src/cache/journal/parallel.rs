@@ -38,13 +38,14 @@ impl Replayed {
 /// log's order, in parts (one per decoding thread).
 pub type Batch<T> = Vec<Vec<Vec<T>>>;
 
-/// As [`super::replay`], with the records' checksums, their decoding and `prepare` spread over
-/// `threads` threads, a batch of the log at a time. `prepare` makes each record a `T` and names
-/// its shard (of `shards`); `each` gets every batch's records by shard, each shard's in the
-/// log's order, so that the shards can be filled at once (records that must be applied in
-/// order, those of one file, share a shard). From the first batch where a record the lengths
-/// frame is not a valid one (a bad sector, a torn tail), the rest of the log is read one record
-/// at a time, as [`super::replay`] reads it, resynchronising past what it must skip.
+/// Hands over the whole records of the log at `path` without holding them all nor the log's
+/// bytes (it is read a batch at a time), their checksums, their decoding and `prepare` spread
+/// over `threads` threads. `prepare` makes each record a `T` and names its shard (of
+/// `shards`); `each` gets every batch's records by shard, each shard's in the log's order, so
+/// that the shards can be filled at once (records that must be applied in order, those of one
+/// file, share a shard). From the first batch where a record the lengths frame is not a valid
+/// one (a bad sector, a torn tail), the rest of the log is read one record at a time by the
+/// careful reader (`replay.rs`), resynchronising past what it must skip.
 pub fn replay_sharded<T: Send>(
     path: &Path,
     threads: usize,

@@ -1,43 +1,30 @@
-//! The log read back: its records handed over in order, a window of its bytes at a time,
-//! corrupt ones skipped and a torn tail ignored.
+//! The log read back by the careful reader: its records handed over in order, a window of its
+//! bytes at a time, corrupt ones skipped and a torn tail ignored. A restart reads through
+//! [`super::replay_sharded`], which hands the rest of a log to this reader from its first record
+//! that is not whole and valid.
 
-use std::fs::File;
 use std::io::{self, Read};
-use std::path::Path;
 
 use super::record::{MAGIC, Record, record_at};
 use crate::cache::format::{FORMAT_V1, FORMAT_V2, FORMAT_VERSION};
 
-/// The whole records of the log at `path`; none if the file is missing or from another
-/// format.
-pub fn read(path: &Path) -> io::Result<Vec<Record>> {
-    let mut out = Vec::new();
-    replay(path, |r| out.push(r))?;
-    Ok(out)
-}
-
-/// Hands each whole record of the log at `path` to `each`, in order, without holding them all
-/// (a million headers would be hundreds of MiB at once) nor the log's bytes (71 MiB for a
-/// million samples, held beside the headers replayed from them): it is read a window at a time.
-pub fn replay(path: &Path, each: impl FnMut(Record)) -> io::Result<()> {
-    let file = match File::open(path) {
+/// The whole records of the log at `path`, read by the careful reader alone, a window at a
+/// time (the tests' measure of [`super::replay_sharded`]); none if the file is missing or from
+/// another format.
+#[cfg(test)]
+pub(super) fn read(path: &std::path::Path) -> io::Result<Vec<Record>> {
+    let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let len = file.metadata()?.len();
-    let skipped = decode_each(Window::new(file, len), each)?;
-    if skipped > 0 {
-        tracing::warn!(
-            log = %path.display(),
-            skipped,
-            "skipped corrupt bytes in the cache's header log; the records after them are kept"
-        );
-    }
-    Ok(())
+    let mut out = Vec::new();
+    decode_each(Window::new(file, len), |r| out.push(r))?;
+    Ok(out)
 }
 
-/// The whole records of a log's bytes (what [`replay`] reads).
+/// The whole records of a log's bytes, read by the careful reader alone.
 pub fn decode(bytes: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
     decode_each(Window::new(bytes, bytes.len() as u64), |r| out.push(r))

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::Arc;
 use shuttle::thread;
 
+use super::replay::read;
 use super::tests::header;
-use super::{Journal, Record, read};
+use super::{Journal, Record};
 use crate::core::sync::model::{Mutex, lock};
 
 #[test]
