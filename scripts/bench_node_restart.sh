@@ -24,56 +24,19 @@ FILL_BIN=${FILL_BIN:-$PWD/target/release/examples/node_cache_fill}
 W=${1:-$(mktemp -d /var/tmp/dyadfs-node-restart.XXXX)}
 mkdir -p "$W"/{shared,mnt}
 service=
-cleanup() {
-  set +e
-  unmount_mounted "$W/mnt"
-  [ -z "$service" ] || { kill "$service"; wait "$service"; } 2> /dev/null
-  [ -n "${KEEP:-}" ] || rm -rf "$W"
-}
-trap cleanup EXIT
-
-# start: starts the service and waits until it answers; the seconds that took in $W/start.t
-# (called in this shell, never in $(...): the service would hold the substitution's pipe).
-start() {
-  "$BIN" node serve --ssd "$W/node" --socket "$W/node.sock" --capacity "$CAPACITY" \
-    > /dev/null 2>> "$W/node.log" &
-  service=$!
-  local t0
-  t0=$(now)
-  until "$BIN" node status --socket "$W/node.sock" > /dev/null 2>&1; do sleep 0.02; done
-  printf '%.3f\n' "$(echo "$(now) - $t0" | bc -l)" > "$W/start.t"
-}
-stop() { kill "$service"; wait "$service" || true; service=; }
+trap node_cleanup EXIT
 status_of() { awk "/$1/ {printf \"%.1f\", \$2 / 1024}" /proc/"$service"/status; }
-stat_of() {
-  "$BIN" node status --socket "$W/node.sock" --json |
-    python3 -c "import json,sys; print(json.load(sys.stdin)['datasets'][0]['$1'])"
-}
-mount_it() {
-  "$BIN" mount "$W/mnt" --ssd "$W/unused" --backing "$W/shared" --node-socket "$W/node.sock" \
-    2> /dev/null
-}
 read_sample() { (cd "$W/mnt" && xargs -P4 -n 256 cat < "$W/sample" > /dev/null); }
 
 if [ ! -f "$W/.filled" ]; then
   echo "writing a sample of $SAMPLE files and reading it through the service" >&2
-  python3 - "$W/shared" "$SAMPLE" "$DIRS" <<'PY'
-import os, random, sys
-root, n, dirs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rnd = random.Random(1)
-blob = os.urandom(4096)
-for d in range(min(n, dirs)):
-    os.makedirs(os.path.join(root, f"d{d}"), exist_ok=True)
-for i in range(n):
-    with open(os.path.join(root, f"d{i % dirs}", f"{i}.bin"), "wb") as f:
-        f.write(blob[: rnd.randint(1024, 4096)])
-PY
+  small_files "$W/shared" "$SAMPLE" "$DIRS"
   (cd "$W/shared" && find . -name '*.bin') > "$W/sample"
-  start
-  mount_it
+  node_serve --capacity "$CAPACITY"
+  node_mount
   read_sample
   fusermount3 -u "$W/mnt"
-  stop
+  node_stop
   cache=$(find "$W/node/datasets" -mindepth 1 -maxdepth 1 -type d)
   echo "filling the dataset's cache with files $SAMPLE..$N" >&2
   "$FILL_BIN" "$cache" "$SAMPLE" "$N" "$DIRS" "$CAPACITY"
@@ -87,26 +50,25 @@ for run in $(seq "$RUNS"); do
   for b in "${!builds[@]}"; do
     BIN=${builds[$b]}
     drop
-    start
+    node_serve --capacity "$CAPACITY"
     t=$(cat "$W/start.t")
     echo "$t" >> "$W/starts.$b"
     echo "run $run, build $b: $t s until the service answers, RSS $(status_of VmRSS) MiB" \
-      "(peak $(status_of VmHWM) MiB), $(stat_of cached_files) files cached"
-    stop
+      "(peak $(status_of VmHWM) MiB), $(node_stat cached_files) files cached"
+    node_stop
   done
 done
 for b in "${!builds[@]}"; do
   echo "build $b (${builds[$b]}): restart, median of $RUNS: $(tail -n "$RUNS" "$W/starts.$b" |
-    sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') s (range $(tail -n "$RUNS" \
-    "$W/starts.$b" | sort -n | sed -n '1p;$p' | paste -sd-) s)"
+    median) s (range $(tail -n "$RUNS" "$W/starts.$b" | sort -g | sed -n '1p;$p' | paste -sd-) s)"
 done
 
-start
-mount_it
+node_serve --capacity "$CAPACITY"
+node_mount
 drop
 t0=$(now)
 read_sample
 t1=$(now)
 echo "the sample of $SAMPLE after the restarts: $(printf '%.3f' "$(echo "$t1 - $t0" | bc -l)") s," \
-  "$(stat_of local_hits) local hits, $(stat_of bytes_from_backing) bytes from the shared FS"
+  "$(node_stat local_hits) local hits, $(node_stat bytes_from_backing) bytes from the shared FS"
 fusermount3 -u "$W/mnt"

@@ -21,6 +21,9 @@
 #   bench_users      makes the system users a benchmark reads as
 #   random_files     a dataset of random samples
 #   unmount_users    unmounts those of users' mount points given that are mounted
+#   small_files      many small files (1-4 KiB) in many directories
+#   node_serve, node_stop, node_stat, node_mount, node_cleanup
+#                    one node service of a benchmark under $W, its dataset and mount
 
 # Benchmarks report medians of RUNS runs: the middle value (the lower middle one of an even count).
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -216,4 +219,56 @@ unmount_users() {
   for m in "$@"; do
     if grep -q " $m " /proc/mounts; then fusermount3 -uz "$m"; fi
   done
+}
+
+# small_files DIR N DIRS: DIR/d<i % DIRS>/<i>.bin for i in 0..N, 1-4 KiB each (the same bytes
+# for the same arguments).
+small_files() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import os, random, sys
+root, n, dirs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(1)
+blob = os.urandom(4096)
+for d in range(min(n, dirs)):
+    os.makedirs(os.path.join(root, f"d{d}"), exist_ok=True)
+for i in range(n):
+    with open(os.path.join(root, f"d{i % dirs}", f"{i}.bin"), "wb") as f:
+        f.write(blob[: rnd.randint(1024, 4096)])
+PY
+}
+
+# node_serve [ARGS...]: starts `$BIN node serve` on $W/node (socket $W/node.sock, log
+# $W/node.log) with ARGS and waits until it answers (every dataset loaded); its PID in
+# `service`, the seconds that took in $W/start.t. Call it in the script's shell, never in
+# $(...): the service would hold the substitution's pipe.
+node_serve() {
+  "$BIN" node serve --ssd "$W/node" --socket "$W/node.sock" "$@" > /dev/null 2>> "$W/node.log" &
+  service=$!
+  local t0
+  t0=$(now)
+  until "$BIN" node status --socket "$W/node.sock" > /dev/null 2>&1; do sleep 0.02; done
+  printf '%.3f\n' "$(echo "$(now) - $t0" | bc -l)" > "$W/start.t"
+}
+
+# node_stop: stops the service node_serve started.
+node_stop() { kill "$service"; wait "$service" || true; service=; }
+
+# node_stat KEY: one value of the service's first dataset in `node status --json`.
+node_stat() {
+  "$BIN" node status --socket "$W/node.sock" --json |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['datasets'][0]['$1'])"
+}
+
+# node_mount: mounts $W/shared on $W/mnt through the service (the user's mount, attached).
+node_mount() {
+  "$BIN" mount "$W/mnt" --ssd "$W/unused" --backing "$W/shared" --node-socket "$W/node.sock" \
+    2> /dev/null
+}
+
+# node_cleanup: for an EXIT trap: unmounts $W/mnt, stops the service, removes $W unless KEEP.
+node_cleanup() {
+  set +e
+  unmount_mounted "$W/mnt"
+  [ -z "${service:-}" ] || { kill "$service"; wait "$service"; } 2> /dev/null
+  [ -n "${KEEP:-}" ] || rm -rf "$W"
 }
