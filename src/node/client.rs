@@ -190,8 +190,8 @@ impl NodeStatus {
         );
         if let Some(s) = &self.site {
             out.push_str(&format!(
-                "node {} of a site of {}; home of {} files in its rack, {} in the site\n",
-                s.node, s.members, s.home_rack_files, s.home_global_files
+                "node {} of a site of {} ({} down); home of {} files in its rack, {} in the site\n",
+                s.node, s.members, s.members_down, s.home_rack_files, s.home_global_files
             ));
         }
         for u in &self.users {

@@ -75,6 +75,11 @@ pub struct SiteStatus {
     /// Files whose holders this node keeps as their rack's home, and as their global home.
     pub home_rack_files: u64,
     pub home_global_files: u64,
+    /// Members gossip finds down now, and how often this node took over a dead member's rows.
+    #[serde(default)]
+    pub members_down: usize,
+    #[serde(default)]
+    pub failovers: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
