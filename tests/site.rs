@@ -371,3 +371,106 @@ fn the_site_pulls_over_ucx() {
     }
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// Files some node keeps a global home's row of, over `nodes`.
+fn published(nodes: &[&Service]) -> u64 {
+    let of = |s: &Service| site_status(s)["home_global_files"].as_u64().unwrap();
+    nodes.iter().map(|s| of(s)).sum()
+}
+
+/// A rolling rotation of the site key, one service restarted at a time: each first accepts the
+/// new key (`--site-key-also`), then proves with it and accepts the old one, then holds the new
+/// one alone. After every restart, user 2 on node 1 reads a file it had not read yet that only
+/// user 1 on node 0 cached: pulled from node 0, 0 bytes from the shared FS. Once node 0 holds
+/// the new key alone, a service with the old key alone is refused at its start.
+#[test]
+fn the_site_key_is_rotated_one_service_at_a_time() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("rotate");
+    let (backing, files) = dataset(&root);
+    let readable: Vec<&(String, Vec<u8>)> =
+        files.iter().filter(|f| !f.0.starts_with("priv/")).collect();
+    let (Some(a), Some(b)) = (
+        user_on("dyadfs-user", &root, 0, &[GROUP]),
+        user_on("dyadfs-u2", &root, 1, &[GROUP]),
+    ) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let (peers, old) = site(&root, 2);
+    let new = root.join("new.key");
+    assert!(dyadfs().arg("keygen").arg(&new).status().unwrap().success());
+    let serve = |i: usize, keys: &[&Path]| -> Service {
+        let id = i.to_string();
+        let mut args = site_args(&peers, keys[0], &id);
+        if let Some(also) = keys.get(1) {
+            args.extend(["--site-key-also", also.to_str().unwrap()]);
+        }
+        Service::start_named(&root, &format!("n{i}"), &args)
+    };
+    let mut nodes = vec![serve(0, &[&old]), serve(1, &[&old])];
+    attached("user 1 attaches", a.mount(&nodes[0], &backing, &[]));
+    for f in &readable {
+        assert_eq!(a.read(&f.0).as_ref(), Ok(&f.1), "user 1 reads {}", f.0);
+    }
+    let copies = readable.len() as u64;
+    let mut unread = readable.iter();
+    let steps: [(usize, &[&Path]); 6] = [
+        (1, &[&old, &new]),
+        (0, &[&old, &new]),
+        (0, &[&new, &old]),
+        (1, &[&new, &old]),
+        (0, &[&new]),
+        (1, &[&new]),
+    ];
+    for (i, keys) in steps {
+        [&a, &b][i].unmount();
+        nodes.remove(i).stop();
+        if i == 1 && keys.len() == 1 {
+            // Node 0 proves with the new key alone now: the old one alone opens nothing.
+            let out = Command::new(env!("CARGO_BIN_EXE_dyadfs"))
+                .args(["node", "serve", "--ssd"])
+                .arg(root.join("stale-ssd"))
+                .arg("--socket")
+                .arg(root.join("run/stale.sock"))
+                .args(site_args(&peers, &old, "1"))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("site key is not the site's"),
+                "{err}"
+            );
+        }
+        nodes.insert(i, serve(i, keys));
+        wait_until(
+            "the copies are published again",
+            Duration::from_secs(20),
+            || published(&[&nodes[0], &nodes[1]]) >= copies,
+        );
+        if i == 1 {
+            attached("user 2 attaches", b.mount(&nodes[1], &backing, &[]));
+        }
+        let f = unread.next().unwrap();
+        let before = (
+            nodes[1].dataset("bytes_from_peers"),
+            nodes[1].dataset("bytes_from_backing"),
+        );
+        assert_eq!(b.read(&f.0).as_ref(), Ok(&f.1), "user 2 reads {}", f.0);
+        assert_eq!(
+            (
+                nodes[1].dataset("bytes_from_peers") - before.0,
+                nodes[1].dataset("bytes_from_backing") - before.1
+            ),
+            (f.1.len() as u64, 0),
+            "{} pulled from node 0 with node {i} on {} key(s)",
+            f.0,
+            keys.len()
+        );
+    }
+    drop((a, b));
+    for n in nodes {
+        n.stop();
+    }
+    fs::remove_dir_all(&root).unwrap();
+}

@@ -95,6 +95,7 @@ impl From<MountArgs> for MountConfig {
                 failure_detection: a.failure_detection,
                 replicate: a.replicate.into(),
                 secret_file: a.secret_file,
+                secret_also: None,
                 insecure: a.insecure,
             },
         }

@@ -93,6 +93,17 @@ pub struct SiteArgs {
     /// own key never opens the site, nor does the site key open a job's port
     #[arg(long, value_name = "FILE", help_heading = "Site")]
     pub site_key: Option<PathBuf>,
+    /// While the site key is rotated: a second key this service accepts from the other
+    /// services, which may prove with either (same rules as --site-key). A rolling rotation
+    /// restarts every service with `--site-key OLD --site-key-also NEW`, then each with
+    /// `--site-key NEW --site-key-also OLD`, then each with `--site-key NEW` alone
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Site",
+        requires = "site_key"
+    )]
+    pub site_key_also: Option<PathBuf>,
     /// How chunks move between the services (see `dyadfs mount --help`)
     #[arg(
         long,
@@ -184,6 +195,7 @@ impl TryFrom<NodeServeArgs> for NodeConfig {
         let mut template: crate::daemon::config::MountConfig = defaults.mount.into();
         template.capacity = a.capacity;
         template.threads = a.threads;
+        template.cluster.secret_also = a.site.site_key_also;
         template.read_only = true;
         template.opens_auto = false;
         template.fs.no_open = false;
@@ -222,6 +234,7 @@ mod tests {
                 site_peers: None,
                 node_id: None,
                 site_key: None,
+                site_key_also: None,
                 data_plane: crate::cli::DataPlaneArg::Auto,
                 peer_timeout: "10s".into(),
                 site_serve_rate: None,
@@ -268,6 +281,14 @@ mod tests {
             Some(std::path::Path::new("/etc/dyadfs/site.key"))
         );
         assert!(!parse(&[]).unwrap().template.cluster.is_cluster());
+        let mut rotating = site.to_vec();
+        rotating.extend(["--site-key-also", "/etc/dyadfs/site.next"]);
+        assert_eq!(
+            parse(&rotating).unwrap().template.cluster.secret_also,
+            Some(std::path::PathBuf::from("/etc/dyadfs/site.next"))
+        );
+        let alone = Serve::try_parse_from(["serve", "--ssd", "/n", "--site-key-also", "/k"]);
+        assert!(alone.is_err(), "a second key without a site is refused");
         let mut bad = site.to_vec();
         bad.extend(["--peer-timeout", "soon"]);
         assert!(parse(&bad).is_err(), "mount's own parser refuses it");

@@ -99,6 +99,9 @@ pub struct ClusterConfig {
     /// Copy what other nodes fetch in the background (`--replicate`).
     pub replicate: Replicate,
     pub secret_file: Option<PathBuf>,
+    /// A second key accepted from peers while the first is rotated (the site's
+    /// `--site-key-also`; see [`crate::transport::auth`]).
+    pub secret_also: Option<PathBuf>,
     pub insecure: bool,
 }
 

@@ -80,7 +80,11 @@ impl Site {
         let key = args.cluster.secret_file.as_ref().ok_or_else(|| {
             UserError::Node("a site needs its key (--site-key): the admin provisions it".into())
         })?;
-        let secret = Arc::new(Secret::load(key).map_err(UserError::Secret)?);
+        let mut secret = Secret::load(key).map_err(UserError::Secret)?;
+        if let Some(also) = &args.cluster.secret_also {
+            secret = secret.accepting(Secret::load(also).map_err(UserError::Secret)?);
+        }
+        let secret = Arc::new(secret);
         wiring::check_key(&members, id, &secret, args.cluster.peer_timeout).map_err(
             |e| match e {
                 UserError::WrongKey(peers) => UserError::Node(format!(

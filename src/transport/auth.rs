@@ -14,6 +14,12 @@
 //! Both sides then derive the connection's two session keys from the secret and `t`
 //! (`HMAC(k, "c2s" | t)`, `HMAC(k, "s2c" | t)`): every later frame is sealed with them (see
 //! [`super::session`]), so the proven peer is the only one who can speak on the connection.
+//!
+//! A rolling rotation of a long-lived key (the site's): a [`Secret`] may also accept a second
+//! key. A server always proves with its own key `k`; a client checks the server's MAC under
+//! each key it has and, where one checks out, proves and derives the session under that one.
+//! So two nodes talk while either holds the other's key: all nodes first accept the new key,
+//! then switch to it one by one (accepting the old), then drop the old one.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -31,8 +37,10 @@ type HmacSha256 = Hmac<Sha256>;
 pub const NONCE: usize = 32;
 pub const MIN_KEY: usize = 32;
 
-/// The job secret: whoever holds it is a member of the job.
-pub struct Secret(Vec<u8>);
+/// The job secret: whoever holds it is a member of the job. The first key is the one this
+/// node proves with as a server and tags datagrams with; any further one is a key it also
+/// accepts from peers while a rotation is under way ([`Secret::accepting`]).
+pub struct Secret(Vec<Vec<u8>>);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,7 +53,23 @@ impl Secret {
         if key.len() < MIN_KEY {
             return Err(AuthError::ShortKey(key.len()));
         }
-        Ok(Secret(key))
+        Ok(Secret(vec![key]))
+    }
+
+    /// This secret, also accepting a server that proves with `other`'s key, and datagrams
+    /// tagged with it (a rolling rotation: see the module's comment).
+    pub fn accepting(mut self, other: Secret) -> Secret {
+        for k in other.0 {
+            if !self.0.contains(&k) {
+                self.0.push(k);
+            }
+        }
+        self
+    }
+
+    /// The key this node proves and tags with.
+    fn own(&self) -> &[u8] {
+        &self.0[0]
     }
 
     /// Reads a key file: a regular file owned by this process's user, readable by nobody else,
@@ -156,22 +180,24 @@ pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
 /// (`domain`, e.g. the gossip protocol's name and version), so no tag of one use is valid in
 /// another.
 pub fn tag(key: &Secret, domain: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut m = HmacSha256::new_from_slice(&key.0).expect("HMAC takes any key length");
+    let mut m = HmacSha256::new_from_slice(key.own()).expect("HMAC takes any key length");
     m.update(domain);
     m.update(data);
     m.finalize().into_bytes().into()
 }
 
-/// Whether `tag` is `data`'s tag in `domain` (constant time).
+/// Whether `tag` is `data`'s tag in `domain` under one of `key`'s keys (constant time).
 pub fn tag_ok(key: &Secret, domain: &[u8], data: &[u8], tag: &[u8]) -> bool {
-    let mut m = HmacSha256::new_from_slice(&key.0).expect("HMAC takes any key length");
-    m.update(domain);
-    m.update(data);
-    m.verify_slice(tag).is_ok()
+    key.0.iter().any(|k| {
+        let mut m = HmacSha256::new_from_slice(k).expect("HMAC takes any key length");
+        m.update(domain);
+        m.update(data);
+        m.verify_slice(tag).is_ok()
+    })
 }
 
-fn mac(key: &Secret, role: &[u8], client: u32, server: u32, nc: &[u8], ns: &[u8]) -> HmacSha256 {
-    let mut m = HmacSha256::new_from_slice(&key.0).expect("HMAC takes any key length");
+fn mac(key: &[u8], role: &[u8], client: u32, server: u32, nc: &[u8], ns: &[u8]) -> HmacSha256 {
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
     m.update(b"dyadfs-auth-v1/");
     m.update(role);
     m.update(&PROTOCOL_VERSION.to_le_bytes());
@@ -183,7 +209,7 @@ fn mac(key: &Secret, role: &[u8], client: u32, server: u32, nc: &[u8], ns: &[u8]
 }
 
 /// The connection's session keys, bound to the same transcript as the MACs.
-fn keys(key: &Secret, client: u32, server: u32, nc: &[u8], ns: &[u8]) -> Keys {
+fn keys(key: &[u8], client: u32, server: u32, nc: &[u8], ns: &[u8]) -> Keys {
     let derive = |role: &[u8]| -> [u8; 32] {
         mac(key, role, client, server, nc, ns)
             .finalize()
@@ -232,9 +258,14 @@ impl ClientHandshake {
         if ns.len() != NONCE {
             return Err(AuthError::Malformed);
         }
-        mac(key, b"server", self.me, server, &self.nonce, &ns)
-            .verify_slice(&server_mac)
-            .map_err(|_| AuthError::BadMac)?;
+        // The server's own key: the first of ours its MAC checks out under.
+        let key = (key.0.iter())
+            .find(|k| {
+                mac(k, b"server", self.me, server, &self.nonce, &ns)
+                    .verify_slice(&server_mac)
+                    .is_ok()
+            })
+            .ok_or(AuthError::BadMac)?;
         let proof = mac(key, b"client", self.me, server, &self.nonce, &ns)
             .finalize()
             .into_bytes()
@@ -273,7 +304,7 @@ pub fn server_challenge(
         return Err(AuthError::Malformed);
     }
     let ns = random_bytes(NONCE).map_err(|_| AuthError::Malformed)?;
-    let server_mac = mac(key, b"server", client, me, &nc, &ns)
+    let server_mac = mac(key.own(), b"server", client, me, &nc, &ns)
         .finalize()
         .into_bytes()
         .to_vec();
@@ -300,10 +331,17 @@ impl ServerHandshake {
         let Message::AuthProof { mac: client_mac } = proof else {
             return Err(AuthError::Malformed);
         };
-        mac(key, b"client", self.client, self.server, &self.nc, &self.ns)
-            .verify_slice(&client_mac)
-            .map_err(|_| AuthError::BadMac)?;
-        let keys = keys(key, self.client, self.server, &self.nc, &self.ns);
+        mac(
+            key.own(),
+            b"client",
+            self.client,
+            self.server,
+            &self.nc,
+            &self.ns,
+        )
+        .verify_slice(&client_mac)
+        .map_err(|_| AuthError::BadMac)?;
+        let keys = keys(key.own(), self.client, self.server, &self.nc, &self.ns);
         Ok((self.client, keys))
     }
 }
@@ -358,6 +396,49 @@ mod tests {
             AuthError::BadMac
         );
         assert_eq!(server.check(&key(1), proof).unwrap().0, 3);
+    }
+
+    /// Client with `c`, server with `s`: whether they agree, on what session keys.
+    fn talk(c: &Secret, s: &Secret) -> Result<(), AuthError> {
+        let (hello, client) = client_hello(3).unwrap();
+        let (challenge, server) = server_challenge(s, 9, hello)?;
+        let (proof, _, ck) = client.answer(c, challenge)?;
+        let (_, sk) = server.check(s, proof)?;
+        assert_eq!(ck.client_to_server, sk.client_to_server);
+        assert_eq!(ck.server_to_client, sk.server_to_client);
+        Ok(())
+    }
+
+    #[test]
+    fn a_rolling_rotation_never_splits_two_nodes_that_share_a_key() {
+        let (old, new) = (|| key(1), || key(2));
+        // Step 1: nodes accept the new key; step 2: they prove with it, accepting the old;
+        // step 3: the old key is dropped. Any two nodes one step apart agree, both ways.
+        let steps = [
+            vec![old()],
+            vec![old().accepting(new())],
+            vec![new().accepting(old())],
+            vec![new()],
+        ];
+        for pair in steps.windows(2) {
+            let (a, b) = (&pair[0][0], &pair[1][0]);
+            assert_eq!(talk(a, b), Ok(()));
+            assert_eq!(talk(b, a), Ok(()));
+        }
+        // Two steps apart, a node without the other's key is refused, as any keyless client.
+        assert_eq!(talk(&old(), &new()), Err(AuthError::BadMac));
+        assert_eq!(talk(&new(), &old()), Err(AuthError::BadMac));
+        assert_eq!(
+            talk(&key(3).accepting(new()), &old()),
+            Err(AuthError::BadMac)
+        );
+        // Datagrams: tagged with the own key, accepted under either.
+        let mid = new().accepting(old());
+        let t = tag(&old(), b"d", b"x");
+        assert!(tag_ok(&mid, b"d", b"x", &t));
+        assert!(!tag_ok(&new(), b"d", b"x", &t));
+        assert!(!tag_ok(&old(), b"d", b"x", &tag(&mid, b"d", b"x")));
+        assert!(tag_ok(&new(), b"d", b"x", &tag(&mid, b"d", b"x")));
     }
 
     #[test]
