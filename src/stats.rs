@@ -120,6 +120,10 @@ pub struct Stats {
     /// Copies this node's feed as a global home has recorded since it started (each rack's
     /// first copy of a file: what nodes read as holder hints).
     pub home_feed_copies: AtomicU64,
+    /// This node's copies gained or dropped that their rack homes acknowledged (what it holds,
+    /// as the locator knows it: a restarted node's count passes what it holds once all of its
+    /// republish landed).
+    pub copies_published: AtomicU64,
     /// Produced names this node keeps, as their directory's home or its backup.
     pub home_names: AtomicU64,
     /// Passthrough opens allowed. This and `no_open` are what the kernel agreed to at INIT,
@@ -299,6 +303,8 @@ pub struct Snapshot {
     pub home_global_files: u64,
     #[serde(default)]
     pub home_feed_copies: u64,
+    #[serde(default)]
+    pub copies_published: u64,
     #[serde(default)]
     pub home_names: u64,
 }
@@ -490,6 +496,7 @@ impl Stats {
             home_rack_files: get(&self.home_rack_files),
             home_global_files: get(&self.home_global_files),
             home_feed_copies: get(&self.home_feed_copies),
+            copies_published: get(&self.copies_published),
             home_names: get(&self.home_names),
         }
     }
@@ -498,7 +505,7 @@ impl Stats {
 impl Snapshot {
     /// The human-readable form of `dyadfs stats` without `--json`.
     pub fn table(&self) -> String {
-        let rows: [(&str, String); 64] = [
+        let rows: [(&str, String); 65] = [
             ("kind", self.kind.clone()),
             ("data plane", self.data_plane.clone()),
             ("fuse transport", self.fuse_transport.clone()),
@@ -568,6 +575,7 @@ impl Snapshot {
             ("home rack files", self.home_rack_files.to_string()),
             ("home global files", self.home_global_files.to_string()),
             ("home feed copies", self.home_feed_copies.to_string()),
+            ("copies published", self.copies_published.to_string()),
             ("home names", self.home_names.to_string()),
         ];
         // One column for the values, however long the longest label is.

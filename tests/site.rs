@@ -474,3 +474,97 @@ fn the_site_key_is_rotated_one_service_at_a_time() {
     }
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// A holder's service killed (SIGKILL: no goodbye, its log torn wherever it was) while another
+/// job reads the dataset: every file is still read right, the killed node's half from the
+/// shared FS; the service restarted on the same cache finds its copies, publishes them again,
+/// and a third job reads them from it with 0 bytes from the shared FS.
+#[test]
+fn a_killed_service_restarts_on_its_cache_and_serves_again() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = scratch("killed");
+    let (backing, files) = dataset(&root);
+    let readable: Vec<&(String, Vec<u8>)> =
+        files.iter().filter(|f| f.0.starts_with("pub/")).collect();
+    let (Some(a0), Some(a1), Some(b)) = (
+        user_on("dyadfs-user", &root, 0, &[]),
+        user_on("dyadfs-user", &root, 1, &[]),
+        user_on("dyadfs-u2", &root, 2, &[]),
+    ) else {
+        return;
+    };
+    let _fuse = FuseForUsers::open();
+    let (peers, key) = site(&root, 3);
+    let mut nodes: Vec<Service> = (0..3).map(|i| start(&root, i, &peers, &key)).collect();
+    // Job A: node 0 caches the even files, node 1 the odd ones.
+    let half =
+        |i: usize| -> Vec<&&(String, Vec<u8>)> { readable.iter().skip(i).step_by(2).collect() };
+    for (i, user) in [&a0, &a1].into_iter().enumerate() {
+        attached("job A attaches", user.mount(&nodes[i], &backing, &[]));
+        for f in half(i) {
+            assert_eq!(user.read(&f.0).as_ref(), Ok(&f.1), "job A reads {}", f.0);
+        }
+    }
+    let copies = readable.len() as u64;
+    let all = |n: &[Service]| published(&n.iter().collect::<Vec<_>>());
+    wait_until(
+        "job A's copies are published",
+        Duration::from_secs(10),
+        || all(&nodes) >= copies,
+    );
+    nodes[0].child.kill().unwrap();
+    nodes[0].child.wait().unwrap();
+    a0.unmount();
+
+    // Job B on node 2, node 0 dead.
+    attached("job B attaches", b.mount(&nodes[2], &backing, &[]));
+    let started = std::time::Instant::now();
+    for f in &readable {
+        assert_eq!(b.read(&f.0).as_ref(), Ok(&f.1), "job B reads {}", f.0);
+    }
+    eprintln!(
+        "job B read {} files in {:?} with node 0 killed",
+        readable.len(),
+        started.elapsed()
+    );
+    let bytes = |fs: &[&&(String, Vec<u8>)]| fs.iter().map(|f| f.1.len() as u64).sum::<u64>();
+    let total = bytes(&readable.iter().collect::<Vec<_>>());
+    assert_eq!(
+        nodes[2].dataset("bytes_from_peers") + nodes[2].dataset("bytes_from_backing"),
+        total,
+        "every byte from somewhere, once"
+    );
+
+    // Node 0's service restarted on its cache; node 1's user reads node 0's half from it.
+    nodes[0] = start(&root, 0, &peers, &key);
+    assert!(
+        nodes[0].dataset("cached_files") >= half(0).len() as u64,
+        "the killed service's copies survived: {:?}",
+        nodes[0].try_status()
+    );
+    wait_until(
+        "node 0's copies are published again",
+        Duration::from_secs(20),
+        || site_status(&nodes[0])["copies_published"].as_u64() >= Some(half(0).len() as u64),
+    );
+    let before = nodes[1].dataset("bytes_from_backing");
+    for f in half(0) {
+        assert_eq!(a1.read(&f.0).as_ref(), Ok(&f.1), "job C reads {}", f.0);
+    }
+    assert_eq!(
+        nodes[1].dataset("bytes_from_backing"),
+        before,
+        "nothing more from the shared FS"
+    );
+    // (Node 2 holds them too, since job B: node 1 takes its own rack's holder, node 0.)
+    assert_eq!(
+        nodes[0].dataset("bytes_served_to_peers"),
+        bytes(&half(0)),
+        "node 0's half served by the restarted node 0"
+    );
+    drop((a1, b));
+    for n in nodes {
+        n.stop();
+    }
+    fs::remove_dir_all(&root).unwrap();
+}

@@ -532,6 +532,8 @@ impl LocatorService {
                 }
             }
         }
+        let n = acked.iter().filter(|&&a| a).count();
+        (self.stats.copies_published).fetch_add(n as u64, Ordering::Relaxed);
         acked
     }
 

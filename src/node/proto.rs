@@ -77,9 +77,12 @@ pub struct SiteStatus {
     pub home_global_files: u64,
     /// Members gossip finds down now, and how often this node took over a dead member's rows.
     #[serde(default)]
-    pub members_down: usize,
+    pub members_down: u64,
     #[serde(default)]
     pub failovers: u64,
+    /// Its copies' gains and drops its rack homes acknowledged since it started.
+    #[serde(default)]
+    pub copies_published: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

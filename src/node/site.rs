@@ -158,10 +158,9 @@ impl Site {
             members: self.locator.membership.members().count(),
             home_rack_files: self.stats.home_rack_files.load(Relaxed),
             home_global_files: self.stats.home_global_files.load(Relaxed),
-            members_down: (self.locator.membership.members())
-                .filter(|m| self.locator.liveness.is_down(m.id))
-                .count(),
+            members_down: self.stats.members_down.load(Relaxed),
             failovers: self.stats.failovers.load(Relaxed),
+            copies_published: self.stats.copies_published.load(Relaxed),
         }
     }
 
