@@ -7,6 +7,10 @@
 # started RUNS times, the page cache dropped before each: how long until it answers (every
 # dataset's cache loaded), its RSS then and its peak, each run printed, and the median. Last, the
 # sample is read through a new mount: every file a local hit, 0 bytes from the shared FS.
+# SITE=1: the service is node 0 of a site of two (node 1 a service with an empty cache): each
+# run (node 1 restarted before it, its tables empty) also prints how long until the cache's
+# copies are all published to their homes again (the two services' global rows reaching the
+# files cached) and the peak RSS by then.
 # Needs root and about 4.1 KiB of disk per file (55 GiB for 14 M) under WORKDIR.
 # Usage: scripts/bench_node_restart.sh [WORKDIR]
 # Env: N (14000000), DIRS (1000), SAMPLE (10000), RUNS (3), CAPACITY (the service's --capacity,
@@ -24,8 +28,53 @@ FILL_BIN=${FILL_BIN:-$PWD/target/release/examples/node_cache_fill}
 W=${1:-$(mktemp -d /var/tmp/dyadfs-node-restart.XXXX)}
 mkdir -p "$W"/{shared,mnt}
 service=
-trap node_cleanup EXIT
 status_of() { awk "/$1/ {printf \"%.1f\", \$2 / 1024}" /proc/"$service"/status; }
+site_args=()
+helper=
+stop_helper() { [ -z "$helper" ] || { kill "$helper"; wait "$helper" || true; }; }
+trap 'stop_helper; node_cleanup' EXIT
+if [ -n "${SITE:-}" ]; then
+  python3 - > "$W/site.peers" <<'PY'
+import socket
+ports = []
+for p in range(21000, 22000):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    ports.append(p)
+    if len(ports) == 2:
+        break
+for i, p in enumerate(ports):
+    print(f"{i} 127.0.0.1:{p} r0")
+PY
+  [ -f "$W/site.key" ] || "$BIN" keygen "$W/site.key" > /dev/null
+  site_args=(--site-peers "$W/site.peers" --site-key "$W/site.key" --data-plane stream)
+fi
+# start_helper: node 1 of the site, its tables empty.
+start_helper() {
+  stop_helper
+  "$BIN" node serve --ssd "$W/helper" --socket "$W/helper.sock" "${site_args[@]}" --node-id 1 \
+    > /dev/null 2>> "$W/helper.log" &
+  helper=$!
+  until "$BIN" node status --socket "$W/helper.sock" > /dev/null 2>&1; do sleep 0.02; done
+}
+rows() {
+  "$BIN" node status --socket "$1" --json |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['site']['home_global_files'])"
+}
+# published T0: seconds from T0 until every cached file has its global home's row again.
+published() {
+  local files t0=$1
+  files=$(node_stat cached_files)
+  until [ $(($(rows "$W/node.sock") + $(rows "$W/helper.sock"))) -ge "$files" ]; do
+    sleep 0.2
+  done
+  printf '%.1f' "$(echo "$(now) - $t0" | bc -l)"
+}
 read_sample() { (cd "$W/mnt" && xargs -P4 -n 256 cat < "$W/sample" > /dev/null); }
 
 if [ ! -f "$W/.filled" ]; then
@@ -49,12 +98,18 @@ read -ra builds <<< "${BINS:-$BIN}"
 for run in $(seq "$RUNS"); do
   for b in "${!builds[@]}"; do
     BIN=${builds[$b]}
+    if [ -n "${SITE:-}" ]; then start_helper; fi
     drop
-    node_serve --capacity "$CAPACITY"
+    t0=$(now)
+    node_serve --capacity "$CAPACITY" "${site_args[@]}" ${SITE:+--node-id 0}
     t=$(cat "$W/start.t")
     echo "$t" >> "$W/starts.$b"
     echo "run $run, build $b: $t s until the service answers, RSS $(status_of VmRSS) MiB" \
       "(peak $(status_of VmHWM) MiB), $(node_stat cached_files) files cached"
+    if [ -n "${SITE:-}" ]; then
+      echo "  all published again $(published "$t0") s after the start, RSS" \
+        "$(status_of VmRSS) MiB (peak $(status_of VmHWM) MiB)"
+    fi
     node_stop
   done
 done

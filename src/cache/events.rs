@@ -1,8 +1,13 @@
 //! What the rest of the node learns from the cache: a copy became complete (servable to
 //! peers) or left. One channel, made when its one reader takes it (`Cache::take_events`);
-//! until then nothing is queued, so a node without a publisher keeps no backlog.
+//! until then nothing is queued, so a node without a publisher keeps no backlog. The copies
+//! held when it is taken are told as the reader reads them, not queued as events: a cache of
+//! 14 million files would queue gigabytes of paths for a publisher that sends 512 a round.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::entry::Entry;
 use crate::core::Version;
@@ -38,26 +43,16 @@ impl Events {
     pub(super) fn take<'a>(
         &self,
         entries: impl Iterator<Item = &'a Arc<Entry>>,
-    ) -> Option<crossbeam_channel::Receiver<CacheEvent>> {
-        let (tx, rx) = crossbeam_channel::unbounded();
+    ) -> Option<CacheEvents> {
+        let (tx, live) = crossbeam_channel::unbounded();
         // Under the index's lock, which every drop holds: no copy leaves between the listing
         // and the channel being in place. The channel goes first, so a copy completing during
         // the listing is either listed or told (perhaps both: a repeated `Complete` is harmless).
-        self.tx.set(tx.clone()).ok()?;
-        for e in entries {
-            let (path, version) = (e.path.to_string(), e.version);
-            if e.is_complete() {
-                let _ = tx.send(CacheEvent::Complete { path, version });
-            } else if e.has_pages() {
-                e.mark_shared();
-                let _ = tx.send(CacheEvent::Partial {
-                    path,
-                    version,
-                    reloaded: true,
-                });
-            }
-        }
-        Some(rx)
+        self.tx.set(tx).ok()?;
+        Some(CacheEvents {
+            held: entries.cloned().collect::<Vec<_>>().into_iter(),
+            live,
+        })
     }
 
     /// Tells the publisher a copy a fill completed, or one that got its first pages.
@@ -85,5 +80,91 @@ impl Events {
         if let Some(tx) = self.tx.get() {
             let _ = tx.send(event);
         }
+    }
+}
+
+/// The cache's events as their one reader reads them: the changes as they happen, and between
+/// them the copies held when the events were taken (an entry, 8 bytes, each until it is read).
+/// A held copy is told as it is then: one evicted since is skipped (its `Dropped` is among the
+/// changes), one evicted after it is told is told as `Dropped` after it; so the reader never
+/// sees a copy's `Complete` after its `Dropped`.
+pub struct CacheEvents {
+    held: std::vec::IntoIter<Arc<Entry>>,
+    live: Receiver<CacheEvent>,
+}
+
+impl CacheEvents {
+    /// The next event ready now: a change, else the next copy held at the start.
+    pub fn try_recv(&mut self) -> Option<CacheEvent> {
+        self.live.try_recv().ok().or_else(|| self.next_held())
+    }
+
+    /// The next event, waiting up to `timeout` for a change once the held copies are told.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<CacheEvent, RecvTimeoutError> {
+        match self.try_recv() {
+            Some(ev) => Ok(ev),
+            None => self.live.recv_timeout(timeout),
+        }
+    }
+
+    /// Held copies not told yet (some may have left since).
+    pub fn backlog(&self) -> usize {
+        self.held.len()
+    }
+
+    fn next_held(&mut self) -> Option<CacheEvent> {
+        for e in self.held.by_ref() {
+            let (path, version) = (e.path.to_string(), e.version);
+            if e.is_evicted() {
+                continue;
+            }
+            if e.is_complete() {
+                return Some(CacheEvent::Complete { path, version });
+            }
+            if e.has_pages() {
+                e.mark_shared();
+                return Some(CacheEvent::Partial {
+                    path,
+                    version,
+                    reloaded: true,
+                });
+            }
+        }
+        None
+    }
+}
+
+impl Iterator for CacheEvents {
+    type Item = CacheEvent;
+
+    /// The next event, waiting for it; `None` once the cache is gone and everything was told.
+    fn next(&mut self) -> Option<CacheEvent> {
+        self.try_recv().or_else(|| self.live.recv().ok())
+    }
+}
+
+/// Where a publisher reads the events it publishes: one cache's, or several merged.
+pub trait EventQueue: Send + 'static {
+    fn recv_timeout(&mut self, timeout: Duration) -> Result<CacheEvent, RecvTimeoutError>;
+    fn try_recv(&mut self) -> Option<CacheEvent>;
+}
+
+impl EventQueue for CacheEvents {
+    fn recv_timeout(&mut self, timeout: Duration) -> Result<CacheEvent, RecvTimeoutError> {
+        CacheEvents::recv_timeout(self, timeout)
+    }
+
+    fn try_recv(&mut self) -> Option<CacheEvent> {
+        CacheEvents::try_recv(self)
+    }
+}
+
+impl EventQueue for Receiver<CacheEvent> {
+    fn recv_timeout(&mut self, timeout: Duration) -> Result<CacheEvent, RecvTimeoutError> {
+        Receiver::recv_timeout(self, timeout)
+    }
+
+    fn try_recv(&mut self) -> Option<CacheEvent> {
+        Receiver::try_recv(self).ok()
     }
 }

@@ -167,16 +167,6 @@ impl Index {
         slots.get(path).filter(|e| e.version == version).cloned()
     }
 
-    /// Every entry peers can pull from: complete, or with pages of a random reader.
-    pub(super) fn held(&self) -> Vec<(String, Version)> {
-        let slots = self.lock();
-        slots
-            .entries()
-            .filter(|e| e.is_complete() || e.has_pages())
-            .map(|e| (e.path.to_string(), e.version))
-            .collect()
-    }
-
     /// Every entry, as of now.
     pub(super) fn all(&self) -> Vec<Arc<Entry>> {
         self.lock().entries().cloned().collect()

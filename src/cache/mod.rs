@@ -45,7 +45,7 @@ pub use chunks::{Claim, PAGES, PageClaim, PageMask};
 pub use entry::Entry;
 use entry::reloaded::Reloaded;
 pub use error::CacheError;
-pub use events::CacheEvent;
+pub use events::{CacheEvent, CacheEvents, EventQueue};
 pub use mapping::{Mapping, Pooled, ReadBytes};
 
 use std::fs::{self, File, OpenOptions};
@@ -223,10 +223,15 @@ impl Cache {
         self.index.lookup(path, version)
     }
 
-    /// Every entry peers can pull from: complete, or with pages of a random reader (to
-    /// publish again to a home that restarted).
-    pub fn held_entries(&self) -> Vec<(String, Version)> {
-        self.index.held()
+    /// Visits every entry peers can pull from: complete, or with pages of a random reader (to
+    /// publish again to a home that restarted). Outside the index's lock: the listing is of
+    /// the entries (8 bytes each), a path is only lent to `visit`.
+    pub fn visit_held(&self, visit: &mut dyn FnMut(&str, Version)) {
+        for e in self.index.all() {
+            if e.is_complete() || e.has_pages() {
+                visit(&e.path, e.version);
+            }
+        }
     }
 
     pub fn chunk_size(&self) -> u64 {
@@ -331,7 +336,7 @@ impl Cache {
     /// The cache's events, for their one reader (the locator's publisher): a `Complete` for
     /// each complete copy held now, then every change as it happens. Handed out once: a second
     /// call gets `None` (a second reader would silently see nothing).
-    pub fn take_events(&self) -> Option<crossbeam_channel::Receiver<CacheEvent>> {
+    pub fn take_events(&self) -> Option<CacheEvents> {
         self.events.take(self.index.lock().entries())
     }
 

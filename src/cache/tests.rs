@@ -521,7 +521,7 @@ fn events_go_to_one_reader_complete_copies_first() {
     let held = cache.entry("held", v(1 << 20)).unwrap();
     fill(&cache, &held, 1);
     let partial = cache.entry("partial", v(2 << 20)).unwrap();
-    let events = cache.take_events().expect("the first reader");
+    let mut events = cache.take_events().expect("the first reader");
     assert!(
         cache.take_events().is_none(),
         "a second reader gets nothing"
@@ -530,19 +530,59 @@ fn events_go_to_one_reader_complete_copies_first() {
         path: path.into(),
         version,
     };
-    assert_eq!(events.try_recv(), Ok(complete("held", v(1 << 20))));
-    assert!(events.try_recv().is_err(), "a partial copy is not told");
+    assert_eq!(events.try_recv(), Some(complete("held", v(1 << 20))));
+    assert_eq!(events.try_recv(), None, "a partial copy is not told");
     fill(&cache, &partial, 2);
     cache.filled(&partial);
-    assert_eq!(events.try_recv(), Ok(complete("partial", v(2 << 20))));
+    assert_eq!(events.try_recv(), Some(complete("partial", v(2 << 20))));
     cache.forget("held", v(1 << 20));
     assert_eq!(
         events.try_recv(),
-        Ok(CacheEvent::Dropped {
+        Some(CacheEvent::Dropped {
             path: "held".into(),
             version: v(1 << 20)
         })
     );
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// The copies held when the events are taken are told as they are read, never a copy's
+/// `Complete` after its `Dropped`: one dropped before it is read is not told (its `Dropped`
+/// is), one dropped after is told, then dropped; and the changes come first.
+#[test]
+fn held_copies_are_told_as_they_are_read_never_after_their_drop() {
+    let (dir, config, stats) = setup(100 << 20);
+    let cache = Cache::open(&config, stats).unwrap();
+    for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+        let e = cache.entry(name, v(1 << 20)).unwrap();
+        fill(&cache, &e, i as u8 + 1);
+    }
+    let mut events = cache.take_events().unwrap();
+    assert_eq!(events.backlog(), 3);
+    cache.forget("b", v(1 << 20));
+    let dropped = |p: &str| CacheEvent::Dropped {
+        path: p.into(),
+        version: v(1 << 20),
+    };
+    assert_eq!(events.try_recv(), Some(dropped("b")), "a change first");
+    let first = events.try_recv().unwrap();
+    let CacheEvent::Complete { path, .. } = &first else {
+        panic!("{first:?}")
+    };
+    assert_ne!(path, "b", "a copy dropped before it was read is not told");
+    let told = path.clone();
+    cache.forget(&told, v(1 << 20));
+    let mut rest: Vec<CacheEvent> = std::iter::from_fn(|| events.try_recv()).collect();
+    assert_eq!(rest.remove(0), dropped(&told), "its drop is told after it");
+    let left = ["a", "c"].into_iter().find(|p| *p != told).unwrap();
+    assert_eq!(
+        rest,
+        [CacheEvent::Complete {
+            path: left.into(),
+            version: v(1 << 20)
+        }]
+    );
+    assert_eq!(events.backlog(), 0);
     let _ = fs::remove_dir_all(dir);
 }
 

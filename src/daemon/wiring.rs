@@ -504,7 +504,7 @@ fn locator_hooks(producer: &Arc<Producer>, cache: &Arc<Cache>, journal: Arc<Name
         on_release: Box::new(move |object, size, mtime_ns, drop| {
             p.released(object, Version { size, mtime_ns }, drop)
         }),
-        holdings: Box::new(move || c.held_entries()),
+        holdings: Box::new(move |visit| c.visit_held(visit)),
         pages_of: Box::new(move |path, version, offset| page_map(&cp, path, version, offset)),
         on_bad_chunk: Box::new(move |path, version, offset| {
             recheck_chunk(&cc, path, version, offset)

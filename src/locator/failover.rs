@@ -93,16 +93,17 @@ impl LocatorService {
             tracing::info!(node, names = sent, acked, "gave names back to their home");
         }
         let rack = self.membership.rack_of(self.me());
-        let mine: Vec<Msg> = (self.hooks.holdings)()
-            .into_iter()
-            .filter(|(path, _)| self.rack_home(path, rack) == node)
-            .map(|(path, version)| Msg::Publish {
-                path,
-                version,
-                node: self.me(),
-                held: true,
-            })
-            .collect();
+        let mut mine: Vec<Msg> = Vec::new();
+        (self.hooks.holdings)(&mut |path, version| {
+            if self.rack_home(path, rack) == node {
+                mine.push(Msg::Publish {
+                    path: path.to_string(),
+                    version,
+                    node: self.me(),
+                    held: true,
+                });
+            }
+        });
         let copies = mine.len();
         if !mine.is_empty() {
             self.call_batches(node, mine).await;
@@ -142,11 +143,12 @@ impl LocatorService {
             return;
         }
         let rack = self.membership.rack_of(self.me()).to_string();
-        let mine: Vec<(String, Version, bool)> = (self.hooks.holdings)()
-            .into_iter()
-            .filter(|(path, _)| self.membership.rack_home(path, &rack) == node)
-            .map(|(path, version)| (path, version, true))
-            .collect();
+        let mut mine: Vec<(String, Version, bool)> = Vec::new();
+        (self.hooks.holdings)(&mut |path, version| {
+            if self.membership.rack_home(path, &rack) == node {
+                mine.push((path.to_string(), version, true));
+            }
+        });
         let copies = mine.len();
         if !mine.is_empty() {
             self.publish(&mine).await;

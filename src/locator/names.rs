@@ -240,8 +240,9 @@ impl Drop for NameWait<'_> {
 
 /// What a holder does when told to release an object (set by the daemon: it knows the cache).
 pub type ReleaseFn = Box<dyn Fn(&str, u64, i64, bool) + Send + Sync>;
-/// The complete copies a node holds: (path, version).
-pub type HoldingsFn = Box<dyn Fn() -> Vec<(String, Version)> + Send + Sync>;
+/// Visits the copies a node holds, (path, version) each: a caller keeps the few it wants (a
+/// node of 14 million files would otherwise list them all for each restarted peer).
+pub type HoldingsFn = Box<dyn Fn(&mut dyn FnMut(&str, Version)) + Send + Sync>;
 
 /// The namespace of a single-node mount: one table in this process; a lookup waiting for a
 /// name sleeps until the table changes.

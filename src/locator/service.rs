@@ -99,7 +99,7 @@ impl Default for Hooks {
     fn default() -> Hooks {
         Hooks {
             on_release: Box::new(|_, _, _, _| {}),
-            holdings: Box::new(Vec::new),
+            holdings: Box::new(|_| {}),
             pages_of: Box::new(|_, _, _| None),
             on_bad_chunk: Box::new(|_, _, _| {}),
             journal: None,

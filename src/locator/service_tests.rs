@@ -49,7 +49,11 @@ impl Job {
     fn start(&self, id: NodeId) -> Arc<LocatorService> {
         let held = self.held[id as usize].clone();
         let hooks = Hooks {
-            holdings: Box::new(move || lock(&held).clone()),
+            holdings: Box::new(move |visit| {
+                for (path, version) in lock(&held).iter() {
+                    visit(path, *version)
+                }
+            }),
             ..Hooks::default()
         };
         let m = Membership::parse(PEERS, id).unwrap();

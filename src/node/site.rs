@@ -45,6 +45,9 @@ pub struct ServingBudget {
     pub threads: usize,
 }
 
+/// Changes of every dataset's copies queued for the publisher at most.
+const PUBLISH_QUEUE: usize = 4096;
+
 /// Each dataset's store peers pull from, by key.
 type Stores = Arc<Mutex<HashMap<String, Arc<CacheStore>>>>;
 
@@ -123,7 +126,9 @@ impl Site {
         let handle = runtime.handle().clone();
         wiring::start_gossip(args, id, listen, &locator, Some(secret.clone()), &handle)?;
         wiring::start_control_port(&runtime, listen, server)?;
-        let (events, published) = crossbeam_channel::unbounded();
+        // Bounded: a dataset's held copies wait in its cache's events (an entry each, 8 bytes)
+        // rather than here as paths while the publisher sends them 512 a round.
+        let (events, published) = crossbeam_channel::bounded(PUBLISH_QUEUE);
         crate::cluster::source::start_publisher(published, locator.clone(), &handle);
         let wait = args.cluster.peer_timeout.min(Duration::from_secs(2));
         let answered = runtime.block_on(locator.rejoin(wait));
@@ -195,10 +200,10 @@ impl Site {
         let Some(store) = crate::core::sync::lock(&self.stores).remove(key) else {
             return;
         };
-        for (path, version) in store.cache.held_entries() {
+        store.cache.visit_held(&mut |path, version| {
             let path = format!("{key}/{path}");
             let _ = self.events.send(CacheEvent::Dropped { path, version });
-        }
+        });
     }
 
     /// The source of a mount of dataset `key`: this node's cache misses are located in the
@@ -265,14 +270,20 @@ fn store_of<'a>(stores: &Stores, path: &'a str) -> Option<(Arc<CacheStore>, &'a 
 fn hooks(stores: &Stores) -> Hooks {
     let (held, pages, bad) = (stores.clone(), stores.clone(), stores.clone());
     Hooks {
-        holdings: Box::new(move || {
-            let stores = crate::core::sync::lock(&held);
-            let mut all = Vec::new();
-            for (key, store) in stores.iter() {
-                let each = store.cache.held_entries().into_iter();
-                all.extend(each.map(|(path, v)| (format!("{key}/{path}"), v)));
+        holdings: Box::new(move |visit| {
+            // (The stores listed first: a dataset's copies are visited outside the lock.)
+            let stores: Vec<_> = crate::core::sync::lock(&held)
+                .iter()
+                .map(|(k, s)| (k.clone(), s.clone()))
+                .collect();
+            let mut site_path = String::new();
+            for (key, store) in stores {
+                store.cache.visit_held(&mut |path, version| {
+                    site_path.clear();
+                    site_path.extend([key.as_str(), "/", path]);
+                    visit(&site_path, version);
+                });
             }
-            all
         }),
         pages_of: Box::new(move |path, version, offset| {
             let (store, path) = store_of(&pages, path)?;

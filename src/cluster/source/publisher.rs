@@ -4,16 +4,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::CacheEvent;
+use crate::cache::{CacheEvent, EventQueue};
 use crate::core::Version;
 use crate::locator::service::LocatorService;
+
+/// Most changes kept for a retry (their homes did not answer) before the publisher stops
+/// taking new ones until some are acknowledged or given up.
+pub const MOST_RETRIED: usize = 65_536;
 
 /// Publishes every complete copy (`from_cache`: the cache's events, those held at start first),
 /// unpublishes dropped ones.
 /// Changes queued together go out together (one RPC per rack home). A change its home did not
-/// acknowledge (the home is down or not up yet) is retried every second for up to ten minutes.
+/// acknowledge (the home is down or not up yet) is retried every second for up to ten minutes;
+/// while [`MOST_RETRIED`] wait so, no more are taken from `from_cache` (where a held copy not
+/// told yet costs 8 bytes, a change kept here a path).
 pub fn start_publisher(
-    from_cache: crossbeam_channel::Receiver<CacheEvent>,
+    mut from_cache: impl EventQueue,
     locator: Arc<LocatorService>,
     runtime: &tokio::runtime::Handle,
 ) {
@@ -37,10 +43,15 @@ pub fn start_publisher(
             let mut retry: Vec<((String, Version, bool), Instant)> = Vec::new();
             let mut last_retry = Instant::now();
             loop {
-                let first = match from_cache.recv_timeout(RETRY_EVERY) {
-                    Ok(ev) => Some(ev),
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                let first = if retry.len() >= MOST_RETRIED {
+                    std::thread::sleep(RETRY_EVERY.saturating_sub(last_retry.elapsed()));
+                    None
+                } else {
+                    match from_cache.recv_timeout(RETRY_EVERY) {
+                        Ok(ev) => Some(ev),
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                    }
                 };
                 let now = Instant::now();
                 // Copies completing close together (a training epoch's pulls) go out together:
@@ -53,7 +64,7 @@ pub fn start_publisher(
                         std::thread::sleep(LINGER);
                         let before = events.len();
                         let room = MAX_BATCH.saturating_sub(before);
-                        events.extend(from_cache.try_iter().take(room));
+                        events.extend(std::iter::from_fn(|| from_cache.try_recv()).take(room));
                         let quiet = events.len() == before;
                         if quiet || events.len() >= MAX_BATCH || now.elapsed() >= MOST_LINGER {
                             break;

@@ -115,11 +115,12 @@ impl LocatorService {
                 Msg::PagesAre(map.map(|m| PageMap { fills, ..m }))
             }
             Msg::CountHeld => {
-                let held = (self.hooks.holdings)();
-                Msg::Held {
-                    files: held.len() as u64,
-                    bytes: held.iter().map(|(_, v)| v.size).sum(),
-                }
+                let (mut files, mut bytes) = (0, 0);
+                (self.hooks.holdings)(&mut |_, version| {
+                    files += 1;
+                    bytes += version.size;
+                });
+                Msg::Held { files, bytes }
             }
             other => Msg::Refused(format!("not a request: {other:?}")),
         }
