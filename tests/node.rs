@@ -104,7 +104,8 @@ fn users_share_one_copy_and_each_open_is_judged_as_its_user() {
 /// whole dataset with 0 bytes from the shared FS; the same after the service was killed
 /// (SIGKILL) under a mount that was reading: the user's mount is dead (ENOTCONN, or
 /// ECONNABORTED over io_uring; unmounted by the user as any dead FUSE mount), the stale socket
-/// is replaced, nothing cached is lost.
+/// is replaced, nothing cached is lost. Restarted with a capacity below what it holds, it evicts
+/// the excess at once and says so in its log.
 #[test]
 fn a_restarted_service_serves_what_it_cached_before() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,6 +172,12 @@ fn a_restarted_service_serves_what_it_cached_before() {
     }
     assert_eq!(service.dataset("bytes_from_backing"), 0);
     a.unmount();
+    service.stop();
+    // Restarted with a capacity below what it holds: the excess is evicted, and said so.
+    let service = Service::start_with(&root, &["--capacity", "300K"]);
+    let log = fs::read_to_string(&service.log).unwrap();
+    assert!(log.contains("holds more than its capacity"), "{log}");
+    assert!(service.dataset("cached_bytes") <= 300 << 10);
     service.stop();
     fs::remove_dir_all(&root).unwrap();
 }

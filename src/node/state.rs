@@ -97,6 +97,18 @@ impl Node {
             capacity,
             "the node's cache loaded"
         );
+        if used > capacity {
+            // Said once, loudly: a restart evicting millions of files unannounced looked like
+            // a slow start (the default capacity shrinks as other files fill the disk).
+            tracing::warn!(
+                used,
+                capacity,
+                evicting = used - capacity,
+                given = self.config.template.capacity.is_some(),
+                "the node's cache holds more than its capacity: the excess is evicted now \
+                 (without --capacity, the capacity is what leaves 10% of the disk free)"
+            );
+        }
         self.share(&datasets);
         Ok(())
     }
