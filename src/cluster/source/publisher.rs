@@ -58,15 +58,20 @@ pub fn start_publisher(
                 // one RPC per home instead of one per file, which costs both sides a few
                 // thread wake-ups per file. The thread sleeps through the linger rather than
                 // waking for each change that arrives in it.
+                // A backlog (a restart's held copies) fills its rounds at once, without a
+                // linger: 10 ms a round of 512 held a million copies' republish to 36 K/s.
                 let mut events: Vec<CacheEvent> = first.into_iter().collect();
+                let mut more = |events: &mut Vec<CacheEvent>| {
+                    let room = MAX_BATCH.saturating_sub(events.len());
+                    events.extend(std::iter::from_fn(|| from_cache.try_recv()).take(room));
+                };
                 if !events.is_empty() {
-                    loop {
+                    more(&mut events);
+                    while events.len() < MAX_BATCH {
                         std::thread::sleep(LINGER);
                         let before = events.len();
-                        let room = MAX_BATCH.saturating_sub(before);
-                        events.extend(std::iter::from_fn(|| from_cache.try_recv()).take(room));
-                        let quiet = events.len() == before;
-                        if quiet || events.len() >= MAX_BATCH || now.elapsed() >= MOST_LINGER {
+                        more(&mut events);
+                        if events.len() == before || now.elapsed() >= MOST_LINGER {
                             break;
                         }
                     }
