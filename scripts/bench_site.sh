@@ -13,7 +13,9 @@
 # per file of the services that served (nodes 0-3) and that pulled (nodes 4-7).
 # Needs root (users are made with useradd). Usage: scripts/bench_site.sh [WORKDIR]
 # Env: RUNS (5), FILES (2048), SIZE (131072), DATA_PLANE (stream; ucx: over loopback tcp),
-# PIN (0; 1: job A's nodes on CPU 0, job B's and the local copy's readers on CPU 1), DYADFS_BIN.
+# PIN (0; 1: job A's nodes on CPU 0, job B's and the local copy's readers on CPU 1), DYADFS_BIN,
+# PERF (a file: `perf record -g` of the pulling services, nodes 4-7, over every site epoch; then
+# `perf report -i FILE --no-children` says where a pull's CPU goes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/common.sh
@@ -132,7 +134,13 @@ for r in $(seq "$RUNS"); do
   for n in 4 5 6 7; do mount_as dyadfs-u2 "$n"; done
   drop
   h0=$(cpu_of 0 1 2 3); p0=$(cpu_of 4 5 6 7)
+  if [ -n "${PERF:-}" ]; then
+    perf record -q -g -o "$PERF.$r" -p "$(IFS=,; echo "${services[*]:4:4}")" 2> /dev/null &
+    perf_pid=$!
+    sleep 0.5
+  fi
   ts=$(epoch dyadfs-u2 4 "$W"/n{4,5,6,7}/mnt)
+  if [ -n "${PERF:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
   h1=$(cpu_of 0 1 2 3); p1=$(cpu_of 4 5 6 7)
   from_shared=$((from_shared + $(sum_field bytes_from_backing 4 5 6 7)))
   for n in 4 5 6 7; do

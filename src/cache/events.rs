@@ -7,7 +7,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
 use super::entry::Entry;
 use crate::core::Version;
@@ -52,6 +52,7 @@ impl Events {
         Some(CacheEvents {
             held: entries.cloned().collect::<Vec<_>>().into_iter(),
             live,
+            ended: false,
         })
     }
 
@@ -91,12 +92,24 @@ impl Events {
 pub struct CacheEvents {
     held: std::vec::IntoIter<Arc<Entry>>,
     live: Receiver<CacheEvent>,
+    /// The cache is gone: no change will come.
+    ended: bool,
 }
 
 impl CacheEvents {
     /// The next event ready now: a change, else the next copy held at the start.
     pub fn try_recv(&mut self) -> Option<CacheEvent> {
-        self.live.try_recv().ok().or_else(|| self.next_held())
+        match self.live.try_recv() {
+            Ok(ev) => return Some(ev),
+            Err(TryRecvError::Disconnected) => self.ended = true,
+            Err(TryRecvError::Empty) => {}
+        }
+        self.next_held()
+    }
+
+    /// Whether everything was told and the cache is gone (seen by the last `try_recv`).
+    pub fn ended(&self) -> bool {
+        self.ended && self.held.len() == 0
     }
 
     /// The next event, waiting up to `timeout` for a change once the held copies are told.

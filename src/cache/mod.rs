@@ -227,11 +227,16 @@ impl Cache {
     /// publish again to a home that restarted). Outside the index's lock: the listing is of
     /// the entries (8 bytes each), a path is only lent to `visit`.
     pub fn visit_held(&self, visit: &mut dyn FnMut(&str, Version)) {
-        for e in self.index.all() {
-            if e.is_complete() || e.has_pages() {
-                visit(&e.path, e.version);
-            }
+        for e in self.held() {
+            visit(&e.path, e.version);
         }
+    }
+
+    /// The entries [`Cache::visit_held`] visits, as of now.
+    pub fn held(&self) -> Vec<Arc<Entry>> {
+        let mut all = self.index.all();
+        all.retain(|e| e.is_complete() || e.has_pages());
+        all
     }
 
     pub fn chunk_size(&self) -> u64 {

@@ -16,6 +16,7 @@
 pub mod attach;
 pub mod client;
 pub mod proto;
+mod publishing;
 mod rights;
 mod share;
 pub mod site;

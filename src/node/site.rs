@@ -18,8 +18,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::publishing::SiteEvents;
 use crate::backing::BackingStore;
-use crate::cache::{Cache, CacheEvent};
+use crate::cache::Cache;
 use crate::cluster::peers::{Handler, RpcPeers};
 use crate::cluster::source::{
     CacheStore, ClusterSource, Locate, Pull, ServiceLink, page_map, recheck_chunk,
@@ -45,9 +46,6 @@ pub struct ServingBudget {
     pub threads: usize,
 }
 
-/// Changes of every dataset's copies queued for the publisher at most.
-const PUBLISH_QUEUE: usize = 4096;
-
 /// Each dataset's store peers pull from, by key.
 type Stores = Arc<Mutex<HashMap<String, Arc<CacheStore>>>>;
 
@@ -58,8 +56,8 @@ pub struct Site {
     runtime: tokio::runtime::Runtime,
     puller: Arc<Puller>,
     stores: Stores,
-    /// Into the one publisher: every dataset's cache events, their paths prefixed.
-    events: crossbeam_channel::Sender<CacheEvent>,
+    /// What the one publisher reads: every dataset's cache events, their paths prefixed.
+    events: Arc<SiteEvents>,
     /// The locator's counters.
     stats: Arc<Stats>,
 }
@@ -126,10 +124,8 @@ impl Site {
         let handle = runtime.handle().clone();
         wiring::start_gossip(args, id, listen, &locator, Some(secret.clone()), &handle)?;
         wiring::start_control_port(&runtime, listen, server)?;
-        // Bounded: a dataset's held copies wait in its cache's events (an entry each, 8 bytes)
-        // rather than here as paths while the publisher sends them 512 a round.
-        let (events, published) = crossbeam_channel::bounded(PUBLISH_QUEUE);
-        crate::cluster::source::start_publisher(published, locator.clone(), &handle);
+        let events = Arc::new(SiteEvents::default());
+        crate::cluster::source::start_publisher(events.clone(), locator.clone(), &handle);
         let wait = args.cluster.peer_timeout.min(Duration::from_secs(2));
         let answered = runtime.block_on(locator.rejoin(wait));
         tracing::info!(node = id, %listen, answered, "joined the site");
@@ -179,20 +175,9 @@ impl Site {
             fetcher: None,
         });
         crate::core::sync::lock(&self.stores).insert(key.to_string(), store);
-        let Some(from_cache) = cache.take_events() else {
-            return;
-        };
-        let (to, prefix) = (self.events.clone(), format!("{key}/"));
-        let _ = std::thread::Builder::new()
-            .name("site-events".into())
-            .spawn(move || {
-                // Ends with the dataset's cache (its sender with it).
-                for ev in from_cache {
-                    if to.send(prefixed(&prefix, ev)).is_err() {
-                        return;
-                    }
-                }
-            });
+        if let Some(from_cache) = cache.take_events() {
+            self.events.add(key, from_cache);
+        }
     }
 
     /// Dataset `key` leaves the node: unpublished, its store gone.
@@ -200,10 +185,7 @@ impl Site {
         let Some(store) = crate::core::sync::lock(&self.stores).remove(key) else {
             return;
         };
-        store.cache.visit_held(&mut |path, version| {
-            let path = format!("{key}/{path}");
-            let _ = self.events.send(CacheEvent::Dropped { path, version });
-        });
+        self.events.remove(key, store.cache.held());
     }
 
     /// The source of a mount of dataset `key`: this node's cache misses are located in the
@@ -232,29 +214,6 @@ impl Site {
             maps: Default::default(),
             spent: Default::default(),
         }
-    }
-}
-
-fn prefixed(prefix: &str, ev: CacheEvent) -> CacheEvent {
-    let p = |path: String| format!("{prefix}{path}");
-    match ev {
-        CacheEvent::Complete { path, version } => CacheEvent::Complete {
-            path: p(path),
-            version,
-        },
-        CacheEvent::Partial {
-            path,
-            version,
-            reloaded,
-        } => CacheEvent::Partial {
-            path: p(path),
-            version,
-            reloaded,
-        },
-        CacheEvent::Dropped { path, version } => CacheEvent::Dropped {
-            path: p(path),
-            version,
-        },
     }
 }
 
@@ -491,19 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn events_are_known_to_the_site_by_their_dataset() {
-        let v = Version {
-            size: 1,
-            mtime_ns: 2,
-        };
-        let ev = prefixed(
-            "k/",
-            CacheEvent::Dropped {
-                path: "a/b".into(),
-                version: v,
-            },
-        );
-        assert!(matches!(ev, CacheEvent::Dropped { path, .. } if path == "k/a/b"));
+    fn a_site_path_names_its_dataset() {
         let stores = Stores::default();
         assert!(store_of(&stores, "k/a/b").is_none());
         assert!(store_of(&stores, "nokey").is_none());
