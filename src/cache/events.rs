@@ -127,17 +127,20 @@ impl CacheEvents {
 
     fn next_held(&mut self) -> Option<CacheEvent> {
         for e in self.held.by_ref() {
-            let (path, version) = (e.path.to_string(), e.version);
+            let (path, version) = (|| e.path.to_string(), e.version);
             if e.is_evicted() {
                 continue;
             }
             if e.is_complete() {
-                return Some(CacheEvent::Complete { path, version });
+                return Some(CacheEvent::Complete {
+                    path: path(),
+                    version,
+                });
             }
             if e.has_pages() {
                 e.mark_shared();
                 return Some(CacheEvent::Partial {
-                    path,
+                    path: path(),
                     version,
                     reloaded: true,
                 });
@@ -147,16 +150,8 @@ impl CacheEvents {
     }
 }
 
-impl Iterator for CacheEvents {
-    type Item = CacheEvent;
-
-    /// The next event, waiting for it; `None` once the cache is gone and everything was told.
-    fn next(&mut self) -> Option<CacheEvent> {
-        self.try_recv().or_else(|| self.live.recv().ok())
-    }
-}
-
-/// Where a publisher reads the events it publishes: one cache's, or several merged.
+/// Where a publisher reads the events it publishes: one cache's (a job's daemon), or every
+/// dataset's of a node service (`node::publishing`).
 pub trait EventQueue: Send + 'static {
     fn recv_timeout(&mut self, timeout: Duration) -> Result<CacheEvent, RecvTimeoutError>;
     fn try_recv(&mut self) -> Option<CacheEvent>;
@@ -169,15 +164,5 @@ impl EventQueue for CacheEvents {
 
     fn try_recv(&mut self) -> Option<CacheEvent> {
         CacheEvents::try_recv(self)
-    }
-}
-
-impl EventQueue for Receiver<CacheEvent> {
-    fn recv_timeout(&mut self, timeout: Duration) -> Result<CacheEvent, RecvTimeoutError> {
-        Receiver::recv_timeout(self, timeout)
-    }
-
-    fn try_recv(&mut self) -> Option<CacheEvent> {
-        Receiver::try_recv(self).ok()
     }
 }
