@@ -174,9 +174,10 @@ impl Index {
 
     /// Entries holding at least one present byte.
     pub(super) fn cached_files(&self) -> u64 {
-        let slots = self.lock();
-        slots
-            .entries()
+        // Counted outside the index's lock, which opens take: under it, the listing only (a
+        // count under it took about 0.4 s at 14 M entries, each entry's state locked in turn).
+        let all = self.all();
+        all.iter()
             .filter(|e| e.state.lock().present_bytes > 0)
             .count() as u64
     }
