@@ -34,23 +34,7 @@ helper=
 stop_helper() { [ -z "$helper" ] || { kill "$helper"; wait "$helper" || true; }; }
 trap 'stop_helper; node_cleanup' EXIT
 if [ -n "${SITE:-}" ]; then
-  python3 - > "$W/site.peers" <<'PY'
-import socket
-ports = []
-for p in range(21000, 22000):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    ports.append(p)
-    if len(ports) == 2:
-        break
-for i, p in enumerate(ports):
-    print(f"{i} 127.0.0.1:{p} r0")
-PY
+  site_peers 2 2 > "$W/site.peers"
   [ -f "$W/site.key" ] || "$BIN" keygen "$W/site.key" > /dev/null
   site_args=(--site-peers "$W/site.peers" --site-key "$W/site.key" --data-plane stream)
 fi

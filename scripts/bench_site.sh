@@ -53,23 +53,7 @@ PY=/usr/bin/python3
 READERS=$PWD/scripts/lib/readers.py
 
 # The site: its peers file (free ports below the ephemeral range) and its key.
-python3 - > "$W/site.peers" <<'PY'
-import socket
-ports = []
-for p in range(21000, 22000):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    ports.append(p)
-    if len(ports) == 8:
-        break
-for i, p in enumerate(ports):
-    print(f"{i} 127.0.0.1:{p} r{i // 4}")
-PY
+site_peers 8 4 > "$W/site.peers"
 "$BIN" keygen "$W/site.key" 2> /dev/null
 plane=(--data-plane "$DATA_PLANE")
 if [ "$DATA_PLANE" = ucx ]; then # over loopback: tcp, acknowledged

@@ -47,9 +47,7 @@ as() { setpriv --reuid="$1" --regid="$1" --clear-groups "${@:2}"; }
 PY=/usr/bin/python3
 READERS=$PWD/scripts/lib/readers.py
 
-p0=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-p1=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-printf '0 127.0.0.1:%s r0\n1 127.0.0.1:%s r0\n' "$p0" "$p1" > "$W/site.peers"
+site_peers 2 2 > "$W/site.peers"
 "$BIN" keygen "$W/site.key" 2> /dev/null
 # shellcheck disable=SC2086 # SERVE_ARGS are options, split
 taskset -c 0 "$BIN" node serve --ssd "$W/n0/ssd" --socket "$W/run/n0.sock" \

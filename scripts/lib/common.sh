@@ -22,6 +22,7 @@
 #   random_files     a dataset of random samples
 #   unmount_users    unmounts those of users' mount points given that are mounted
 #   small_files      many small files (1-4 KiB) in many directories
+#   site_peers       a site's peers file on free loopback ports
 #   node_serve, node_stop, node_stat, node_mount, node_cleanup
 #                    one node service of a benchmark under $W, its dataset and mount
 
@@ -234,6 +235,29 @@ for d in range(min(n, dirs)):
 for i in range(n):
     with open(os.path.join(root, f"d{i % dirs}", f"{i}.bin"), "wb") as f:
         f.write(blob[: rnd.randint(1024, 4096)])
+PY
+}
+
+# site_peers N PER_RACK: a site's peers file on stdout, N services on free 127.0.0.1 ports below
+# the ephemeral range, PER_RACK to a rack (r0, r1, ...).
+site_peers() {
+  python3 - "$1" "$2" <<'PY'
+import socket, sys
+n, per_rack = int(sys.argv[1]), int(sys.argv[2])
+ports = []
+for p in range(21000, 22000):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    ports.append(p)
+    if len(ports) == n:
+        break
+for i, p in enumerate(ports):
+    print(f"{i} 127.0.0.1:{p} r{i // per_rack}")
 PY
 }
 
