@@ -66,6 +66,34 @@ fn site_status(s: &Service) -> Value {
     s.try_status().expect("the service answers")["site"].clone()
 }
 
+/// Files some node keeps a global home's row of, over `nodes`.
+fn published<'a>(nodes: impl IntoIterator<Item = &'a Service>) -> u64 {
+    let of = |s: &Service| site_status(s)["home_global_files"].as_u64().unwrap();
+    nodes.into_iter().map(of).sum()
+}
+
+/// Job A: user `a[i]` on node `i` reads half `i` of `readable` (the even files, then the odd
+/// ones), which node `i` then holds; returns once every file has its global home's row.
+fn job_a_reads_halves(
+    a: [&User; 2],
+    nodes: &[Service],
+    backing: &Path,
+    readable: &[&(String, Vec<u8>)],
+) {
+    for (i, user) in a.into_iter().enumerate() {
+        attached("job A attaches", user.mount(&nodes[i], backing, &[]));
+        for f in readable.iter().skip(i).step_by(2) {
+            assert_eq!(user.read(&f.0).as_ref(), Ok(&f.1), "job A reads {}", f.0);
+        }
+    }
+    let copies = readable.len() as u64;
+    wait_until(
+        "job A's copies are published",
+        Duration::from_secs(10),
+        || published(nodes) >= copies,
+    );
+}
+
 /// Job A of user 1 on nodes 0-1 reads the dataset (each node its half, from the shared FS);
 /// job B of user 2 (group rights) on nodes 2-3 reads all of it on both: 0 bytes from the shared
 /// FS, every byte pulled from the site; job C of user 3 (no group rights) on node 3 gets EACCES
@@ -239,23 +267,7 @@ fn a_frozen_holder_costs_a_timeout_and_the_job_goes_on() {
     let (peers, key) = site(&root, 3);
     let nodes: Vec<Service> = (0..3).map(|i| start(&root, i, &peers, &key)).collect();
     // Node 0 holds half the files, node 1 the other half.
-    for (i, user) in [&a0, &a1].into_iter().enumerate() {
-        attached("job A attaches", user.mount(&nodes[i], &backing, &[]));
-        for f in readable.iter().skip(i).step_by(2) {
-            assert_eq!(user.read(&f.0).as_ref(), Ok(&f.1), "job A reads {}", f.0);
-        }
-    }
-    let copies = readable.len() as u64;
-    let global = |n: &[Service]| -> u64 {
-        n.iter()
-            .map(|s| site_status(s)["home_global_files"].as_u64().unwrap())
-            .sum()
-    };
-    wait_until(
-        "job A's copies are published",
-        Duration::from_secs(10),
-        || global(&nodes) >= copies,
-    );
+    job_a_reads_halves([&a0, &a1], &nodes, &backing, &readable);
     drop((a0, a1));
     // SAFETY: kill only sends a signal to our own child.
     unsafe { libc::kill(nodes[0].child.id() as i32, libc::SIGSTOP) };
@@ -345,13 +357,7 @@ fn the_site_pulls_over_ucx() {
     wait_until(
         "user 1's copies are published",
         Duration::from_secs(10),
-        || {
-            nodes
-                .iter()
-                .map(|s| site_status(s)["home_global_files"].as_u64().unwrap())
-                .sum::<u64>()
-                >= copies
-        },
+        || published(&nodes) >= copies,
     );
     attached("user 2 attaches", b.mount(&nodes[1], &backing, &[]));
     for f in &readable {
@@ -370,12 +376,6 @@ fn the_site_pulls_over_ucx() {
         n.stop();
     }
     fs::remove_dir_all(&root).unwrap();
-}
-
-/// Files some node keeps a global home's row of, over `nodes`.
-fn published(nodes: &[&Service]) -> u64 {
-    let of = |s: &Service| site_status(s)["home_global_files"].as_u64().unwrap();
-    nodes.iter().map(|s| of(s)).sum()
 }
 
 /// A rolling rotation of the site key, one service restarted at a time: each first accepts the
@@ -446,7 +446,7 @@ fn the_site_key_is_rotated_one_service_at_a_time() {
         wait_until(
             "the copies are published again",
             Duration::from_secs(20),
-            || published(&[&nodes[0], &nodes[1]]) >= copies,
+            || published(&nodes) >= copies,
         );
         if i == 1 {
             attached("user 2 attaches", b.mount(&nodes[1], &backing, &[]));
@@ -497,21 +497,9 @@ fn a_killed_service_restarts_on_its_cache_and_serves_again() {
     let (peers, key) = site(&root, 3);
     let mut nodes: Vec<Service> = (0..3).map(|i| start(&root, i, &peers, &key)).collect();
     // Job A: node 0 caches the even files, node 1 the odd ones.
+    job_a_reads_halves([&a0, &a1], &nodes, &backing, &readable);
     let half =
         |i: usize| -> Vec<&&(String, Vec<u8>)> { readable.iter().skip(i).step_by(2).collect() };
-    for (i, user) in [&a0, &a1].into_iter().enumerate() {
-        attached("job A attaches", user.mount(&nodes[i], &backing, &[]));
-        for f in half(i) {
-            assert_eq!(user.read(&f.0).as_ref(), Ok(&f.1), "job A reads {}", f.0);
-        }
-    }
-    let copies = readable.len() as u64;
-    let all = |n: &[Service]| published(&n.iter().collect::<Vec<_>>());
-    wait_until(
-        "job A's copies are published",
-        Duration::from_secs(10),
-        || all(&nodes) >= copies,
-    );
     nodes[0].child.kill().unwrap();
     nodes[0].child.wait().unwrap();
     a0.unmount();
